@@ -1,0 +1,13 @@
+//! The catalog: databases, their tables and each table's attributes.
+//!
+//! A [`DatabaseSchema`] is owned by its database's writer (it is the writer's state),
+//! changed only inside write jobs, persisted in the database's catalog sub-database in
+//! the same transaction, and published to readers as an immutable snapshot after
+//! each commit.
+
+mod names;
+mod schema;
+
+pub use names::{validate_attribute_name, validate_database_name, validate_table_name};
+pub(crate) use schema::COUNTERS_KEY;
+pub use schema::{Attribute, AttributeSpec, CREATED_TIME, DatabaseSchema, TableSchema, TableSpec, UPDATED_TIME};

@@ -1,0 +1,297 @@
+//! Table and database schemas, and how they change.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Attribute set on create in dynamic tables (Harper's name).
+pub const CREATED_TIME: &str = "__createdtime__";
+/// Attribute set on every write in dynamic tables (Harper's name).
+pub const UPDATED_TIME: &str = "__updatedtime__";
+
+/// One attribute of a table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attribute {
+    /// The attribute's name.
+    pub name: String,
+    /// Identifier used in index keys; unique within the database, never reused.
+    pub id: u32,
+    /// Declared type (`String`, `Int`, ...), when the table declares one.
+    pub type_name: Option<String>,
+    /// Whether a secondary index is kept for it.
+    pub indexed: bool,
+    /// Whether it is the primary key.
+    pub is_primary_key: bool,
+    /// Whether an array value has ever been indexed for it (results then need
+    /// de-duplication, since one record has several index entries).
+    #[serde(default)]
+    pub multi_valued: bool,
+}
+
+/// How to create an attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttributeSpec {
+    /// The name.
+    pub name: String,
+    /// The declared type, if any.
+    pub type_name: Option<String>,
+    /// Whether to index it.
+    pub indexed: bool,
+}
+
+/// How to create a table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSpec {
+    /// The table's name.
+    pub name: String,
+    /// The primary-key attribute's name.
+    pub primary_key: String,
+    /// The primary key's declared type, if any.
+    pub primary_key_type: Option<String>,
+    /// Declared attributes; `None` makes a dynamic table (attributes appear on write).
+    pub attributes: Option<Vec<AttributeSpec>>,
+    /// Whether changes go to the audit log.
+    pub audit: bool,
+}
+
+/// A table's schema. Immutable once published; changed by copy-on-write in the writer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TableSchema {
+    /// The database it lives in.
+    pub database: String,
+    /// The table's name.
+    pub name: String,
+    /// The primary-key attribute's name.
+    pub primary_key: String,
+    /// Attributes in Harper's describe order: primary key, timestamps, then first-seen.
+    pub attributes: Vec<Attribute>,
+    /// Whether changes are audited.
+    pub audit: bool,
+    /// Whether the attributes were declared (typed table) rather than discovered.
+    pub schema_defined: bool,
+    /// Creation order within the database.
+    pub created_seq: u64,
+    #[serde(skip)]
+    by_name: HashMap<String, usize>,
+}
+
+impl TableSchema {
+    /// Finds an attribute by name.
+    pub fn attribute(&self, name: &str) -> Option<&Attribute> {
+        self.by_name.get(name).map(|&i| &self.attributes[i])
+    }
+
+    /// The primary-key attribute.
+    pub fn primary_key_attribute(&self) -> Option<&Attribute> {
+        self.attribute(&self.primary_key)
+    }
+
+    /// Whether the table maintains `__createdtime__`/`__updatedtime__`.
+    pub fn has_timestamps(&self) -> bool {
+        !self.schema_defined
+    }
+
+    /// Attributes with a secondary index (never the primary key).
+    pub fn indexed_attributes(&self) -> impl Iterator<Item = &Attribute> {
+        self.attributes.iter().filter(|a| a.indexed && !a.is_primary_key)
+    }
+
+    fn push_attribute(&mut self, attribute: Attribute) {
+        self.by_name.insert(attribute.name.clone(), self.attributes.len());
+        self.attributes.push(attribute);
+    }
+
+    fn reindex(&mut self) {
+        self.by_name = self.attributes.iter().enumerate().map(|(i, a)| (a.name.clone(), i)).collect();
+    }
+
+    /// Encodes the schema for the catalog.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
+        rmp_serde::to_vec_named(self).map_err(|e| Error::Corrupt(format!("encoding a table schema: {e}")))
+    }
+
+    /// Decodes a schema stored by [`TableSchema::encode`].
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self> {
+        let mut schema: TableSchema = rmp_serde::from_slice(bytes)?;
+        schema.reindex();
+        Ok(schema)
+    }
+
+    /// Catalog key of table `name`.
+    pub(crate) fn catalog_key(name: &str) -> Vec<u8> {
+        format!("table:{name}").into_bytes()
+    }
+}
+
+/// The schema of one database: its tables in creation order.
+#[derive(Debug, Clone, Default)]
+pub struct DatabaseSchema {
+    /// The database's name.
+    pub name: String,
+    /// Tables in creation order.
+    pub tables: IndexMap<String, Arc<TableSchema>>,
+    /// Next attribute id to hand out (ids are never reused within a database, so a
+    /// reader holding an older snapshot never mistakes one attribute for another).
+    pub(crate) next_attribute_id: u32,
+    pub(crate) next_table_seq: u64,
+}
+
+/// Catalog key holding the database-wide counters.
+pub(crate) const COUNTERS_KEY: &[u8] = b"counters";
+
+impl DatabaseSchema {
+    /// An empty schema for database `name`.
+    pub fn new(name: &str) -> Self {
+        Self { name: name.to_string(), ..Self::default() }
+    }
+
+    /// Rebuilds a schema from catalog entries.
+    pub(crate) fn load(name: &str, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Self> {
+        let mut schema = Self::new(name);
+        let mut tables = Vec::new();
+        for (key, value) in entries {
+            if key == COUNTERS_KEY {
+                let (attr, table): (u32, u64) = rmp_serde::from_slice(&value)?;
+                schema.next_attribute_id = attr;
+                schema.next_table_seq = table;
+            } else if key.starts_with(b"table:") {
+                tables.push(TableSchema::decode(&value)?);
+            }
+        }
+        tables.sort_by_key(|t| t.created_seq);
+        schema.tables = tables.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect();
+        Ok(schema)
+    }
+
+    /// The encoded counters, to persist whenever they change.
+    pub(crate) fn encode_counters(&self) -> Result<Vec<u8>> {
+        rmp_serde::to_vec(&(self.next_attribute_id, self.next_table_seq))
+            .map_err(|e| Error::Corrupt(format!("encoding catalog counters: {e}")))
+    }
+
+    /// The table's schema.
+    pub fn table(&self, name: &str) -> Option<&Arc<TableSchema>> {
+        self.tables.get(name)
+    }
+
+    /// Builds the schema of a new table (not yet inserted).
+    pub(crate) fn new_table(&mut self, spec: &TableSpec) -> TableSchema {
+        let mut table = TableSchema {
+            database: self.name.clone(),
+            name: spec.name.clone(),
+            primary_key: spec.primary_key.clone(),
+            attributes: Vec::new(),
+            audit: spec.audit,
+            schema_defined: spec.attributes.is_some(),
+            created_seq: self.next_table_seq,
+            by_name: HashMap::new(),
+        };
+        self.next_table_seq += 1;
+        let pk = Attribute {
+            name: spec.primary_key.clone(),
+            id: self.allocate_attribute_id(),
+            type_name: spec.primary_key_type.clone(),
+            indexed: true,
+            is_primary_key: true,
+            multi_valued: false,
+        };
+        table.push_attribute(pk);
+        let table_spec_pk = spec.primary_key.as_str();
+        match &spec.attributes {
+            None => {
+                for name in [CREATED_TIME, UPDATED_TIME] {
+                    let id = self.allocate_attribute_id();
+                    table.push_attribute(Attribute { name: name.into(), id, type_name: None, indexed: true, is_primary_key: false, multi_valued: false });
+                }
+            }
+            Some(specs) => {
+                for spec in specs.iter().filter(|s| s.name != table_spec_pk) {
+                    let id = self.allocate_attribute_id();
+                    table.push_attribute(Attribute { name: spec.name.clone(), id, type_name: spec.type_name.clone(), indexed: spec.indexed, is_primary_key: false, multi_valued: false });
+                }
+            }
+        }
+        table
+    }
+
+    /// Adds an attribute to `table` (copy-on-write) and returns it.
+    pub(crate) fn add_attribute(&mut self, table: &str, spec: AttributeSpec) -> Result<Attribute> {
+        let id = self.allocate_attribute_id();
+        let schema = self.table_mut(table)?;
+        let attribute = Attribute { name: spec.name, id, type_name: spec.type_name, indexed: spec.indexed, is_primary_key: false, multi_valued: false };
+        schema.push_attribute(attribute.clone());
+        Ok(attribute)
+    }
+
+    /// Removes an attribute from `table`; returns it.
+    pub(crate) fn remove_attribute(&mut self, table: &str, name: &str) -> Result<Attribute> {
+        let schema = self.table_mut(table)?;
+        let index = *schema.by_name.get(name).ok_or_else(|| Error::AttributeNotFound(name.to_string()))?;
+        let removed = schema.attributes.remove(index);
+        schema.reindex();
+        Ok(removed)
+    }
+
+    /// Marks `attribute` of `table` as holding arrays.
+    pub(crate) fn mark_multi_valued(&mut self, table: &str, attribute: &str) -> Result<()> {
+        let schema = self.table_mut(table)?;
+        if let Some(&i) = schema.by_name.get(attribute) {
+            schema.attributes[i].multi_valued = true;
+        }
+        Ok(())
+    }
+
+    /// A mutable (copied-on-write) table schema.
+    pub(crate) fn table_mut(&mut self, table: &str) -> Result<&mut TableSchema> {
+        let database = self.name.clone();
+        let entry = self
+            .tables
+            .get_mut(table)
+            .ok_or_else(|| Error::TableNotFound { database, table: table.to_string() })?;
+        Ok(Arc::make_mut(entry))
+    }
+
+    fn allocate_attribute_id(&mut self) -> u32 {
+        let id = self.next_attribute_id;
+        self.next_attribute_id += 1;
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dynamic(name: &str) -> TableSpec {
+        TableSpec { name: name.into(), primary_key: "id".into(), primary_key_type: None, attributes: None, audit: true }
+    }
+
+    #[test]
+    fn dynamic_tables_start_with_key_and_timestamps() {
+        let mut db = DatabaseSchema::new("dev");
+        let t = db.new_table(&dynamic("dog"));
+        let names: Vec<_> = t.attributes.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["id", CREATED_TIME, UPDATED_TIME]);
+        assert!(t.attribute("id").unwrap().is_primary_key);
+        assert_eq!(t.indexed_attributes().count(), 2);
+    }
+
+    #[test]
+    fn attribute_ids_are_never_reused_and_schemas_round_trip() {
+        let mut db = DatabaseSchema::new("dev");
+        let t = db.new_table(&dynamic("dog"));
+        db.tables.insert("dog".into(), Arc::new(t));
+        let a = db.add_attribute("dog", AttributeSpec { name: "x".into(), type_name: None, indexed: true }).unwrap();
+        db.remove_attribute("dog", "x").unwrap();
+        let b = db.add_attribute("dog", AttributeSpec { name: "x".into(), type_name: None, indexed: true }).unwrap();
+        assert_ne!(a.id, b.id);
+        let table = db.table("dog").unwrap();
+        let decoded = TableSchema::decode(&table.encode().unwrap()).unwrap();
+        assert_eq!(decoded.attributes, table.attributes);
+        assert_eq!(decoded.attribute("x").unwrap().id, b.id);
+    }
+}

@@ -1,0 +1,227 @@
+//! The one error type of lyre-core and the table of codes every protocol renders.
+
+use lyre_store::Error as StoreError;
+
+/// Result alias for core operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What kind of failure an error is; decides logging and retry advice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// The request was wrong; the client can fix it.
+    User,
+    /// Authentication or authorization failed.
+    Auth,
+    /// The server cannot take the request now; retrying later may succeed.
+    Unavailable,
+    /// A bug or an environment failure; logged in full.
+    Internal,
+}
+
+/// Stable error codes. Each row gives the HTTP status, the class and whether a retry
+/// may succeed; protocols map these, never the error variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// The request is malformed or names something invalid.
+    BadRequest,
+    /// No credentials were given.
+    MustLogin,
+    /// The credentials are wrong.
+    LoginFailed,
+    /// The user may not do this.
+    Forbidden,
+    /// A database, table, attribute or record does not exist.
+    NotFound,
+    /// The thing to create already exists.
+    AlreadyExists,
+    /// The request body exceeds the configured limit.
+    PayloadTooLarge,
+    /// The body's media type is not one we read.
+    UnsupportedMediaType,
+    /// No acceptable response media type.
+    NotAcceptable,
+    /// The write queue is full or the database is closing.
+    Overloaded,
+    /// The database has reached its configured maximum size.
+    StorageFull,
+    /// Anything else.
+    Internal,
+}
+
+impl Code {
+    /// Every code, for exhaustive table tests.
+    pub const ALL: [Code; 12] = [
+        Code::BadRequest,
+        Code::MustLogin,
+        Code::LoginFailed,
+        Code::Forbidden,
+        Code::NotFound,
+        Code::AlreadyExists,
+        Code::PayloadTooLarge,
+        Code::UnsupportedMediaType,
+        Code::NotAcceptable,
+        Code::Overloaded,
+        Code::StorageFull,
+        Code::Internal,
+    ];
+
+    /// `(HTTP status, class, retryable)`: the table.
+    pub const fn row(self) -> (u16, Class, bool) {
+        match self {
+            Code::BadRequest => (400, Class::User, false),
+            Code::MustLogin => (401, Class::Auth, false),
+            Code::LoginFailed => (401, Class::Auth, false),
+            Code::Forbidden => (403, Class::Auth, false),
+            Code::NotFound => (404, Class::User, false),
+            // Harper answers "already exists" with 400.
+            Code::AlreadyExists => (400, Class::User, false),
+            Code::PayloadTooLarge => (413, Class::User, false),
+            Code::UnsupportedMediaType => (415, Class::User, false),
+            Code::NotAcceptable => (406, Class::User, false),
+            Code::Overloaded => (503, Class::Unavailable, true),
+            Code::StorageFull => (507, Class::Unavailable, false),
+            Code::Internal => (500, Class::Internal, false),
+        }
+    }
+
+    /// The HTTP status.
+    pub const fn status(self) -> u16 {
+        self.row().0
+    }
+
+    /// The class.
+    pub const fn class(self) -> Class {
+        self.row().1
+    }
+
+    /// Whether retrying the same request later may succeed.
+    pub const fn retryable(self) -> bool {
+        self.row().2
+    }
+}
+
+/// Everything a core operation can fail with. Messages use Harper's wording where
+/// Harper's clients may match on it.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Invalid input, with a message naming the field.
+    #[error("{0}")]
+    Invalid(String),
+    /// `database 'x' does not exist`.
+    #[error("database '{0}' does not exist")]
+    DatabaseNotFound(String),
+    /// `Table 'db.t' does not exist`.
+    #[error("Table '{database}.{table}' does not exist")]
+    TableNotFound {
+        /// The database named.
+        database: String,
+        /// The table named.
+        table: String,
+    },
+    /// `database 'x' already exists`.
+    #[error("database '{0}' already exists")]
+    DatabaseExists(String),
+    /// `Table 't' already exists in 'db'`.
+    #[error("Table '{table}' already exists in '{database}'")]
+    TableExists {
+        /// The database.
+        database: String,
+        /// The table.
+        table: String,
+    },
+    /// `attribute 'a' already exists in db.t`.
+    #[error("attribute '{attribute}' already exists in {database}.{table}")]
+    AttributeExists {
+        /// The database.
+        database: String,
+        /// The table.
+        table: String,
+        /// The attribute.
+        attribute: String,
+    },
+    /// An attribute named in a projection or condition is not in the table.
+    #[error("unknown attribute '{0}'")]
+    UnknownAttribute(String),
+    /// A sort names an attribute the table does not have.
+    #[error("{0} is not a defined attribute")]
+    NotDefinedAttribute(String),
+    /// An attribute to drop does not exist.
+    #[error("attribute '{0}' does not exist")]
+    AttributeNotFound(String),
+    /// No credentials.
+    #[error("Must login")]
+    MustLogin,
+    /// Wrong credentials.
+    #[error("Login failed")]
+    LoginFailed,
+    /// The user may not run this.
+    #[error("This operation is not authorized due to role restrictions and/or invalid database items")]
+    Forbidden,
+    /// A failure in the storage engine.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A stored value failed to decode.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl Error {
+    /// The code this error renders as.
+    pub fn code(&self) -> Code {
+        match self {
+            Error::Invalid(_) | Error::UnknownAttribute(_) => Code::BadRequest,
+            Error::DatabaseNotFound(_)
+            | Error::TableNotFound { .. }
+            | Error::NotDefinedAttribute(_)
+            | Error::AttributeNotFound(_) => Code::NotFound,
+            Error::DatabaseExists(_) | Error::TableExists { .. } | Error::AttributeExists { .. } => Code::AlreadyExists,
+            Error::MustLogin => Code::MustLogin,
+            Error::LoginFailed => Code::LoginFailed,
+            Error::Forbidden => Code::Forbidden,
+            Error::Store(e) => match e {
+                StoreError::Overloaded | StoreError::Closed => Code::Overloaded,
+                StoreError::MapFull { .. } => Code::StorageFull,
+                StoreError::KeyTooLong { .. } | StoreError::InvalidKey(_) => Code::BadRequest,
+                _ => Code::Internal,
+            },
+            Error::Corrupt(_) => Code::Internal,
+        }
+    }
+
+    /// Shorthand for [`Error::Invalid`].
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::Invalid(message.into())
+    }
+}
+
+impl From<rmp_serde::decode::Error> for Error {
+    fn from(err: rmp_serde::decode::Error) -> Self {
+        Error::Corrupt(err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_has_a_consistent_row() {
+        for code in Code::ALL {
+            let (status, class, retryable) = code.row();
+            assert!((400..600).contains(&status), "{code:?}");
+            assert_eq!(retryable, class == Class::Unavailable && status == 503, "{code:?}");
+            assert_eq!(class == Class::Internal, status == 500, "{code:?}");
+            assert_eq!(class == Class::Auth, matches!(status, 401 | 403), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn messages_use_harpers_wording() {
+        let e = Error::TableNotFound { database: "dev".into(), table: "nope".into() };
+        assert_eq!(e.to_string(), "Table 'dev.nope' does not exist");
+        assert_eq!(e.code().status(), 404);
+        assert_eq!(Error::DatabaseExists("dev".into()).to_string(), "database 'dev' already exists");
+        assert_eq!(Error::Store(StoreError::Overloaded).code(), Code::Overloaded);
+    }
+}

@@ -1,0 +1,131 @@
+//! Secondary indexes kept inside the write: entry layout and maintenance.
+//!
+//! An index entry is `attribute id (u32 BE) ++ encoded value ++ encoded primary key`,
+//! stored as a key with no value in the table's index sub-database. Array values are
+//! indexed per element; objects and bytes are not indexed; null is.
+
+use std::collections::BTreeSet;
+
+use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into};
+
+use crate::catalog::{Attribute, TableSchema};
+use crate::error::Result;
+use crate::value::{Object, Value};
+
+/// The 4-byte prefix of every entry of `attribute`.
+pub(crate) fn attribute_prefix(attribute: &Attribute) -> [u8; 4] {
+    attribute.id.to_be_bytes()
+}
+
+/// Appends the index entries of `value` for `attribute` of the record keyed `pk`.
+/// Returns whether the value was an array (several entries per record).
+pub(crate) fn entries_for(attribute: &Attribute, value: &Value, pk: &[u8], out: &mut BTreeSet<Vec<u8>>) -> Result<bool> {
+    match value {
+        Value::Array(items) => {
+            for item in items {
+                if let Some(key) = item.as_key() {
+                    out.insert(entry(attribute, key, pk)?);
+                }
+            }
+            Ok(true)
+        }
+        other => {
+            if let Some(key) = other.as_key() {
+                out.insert(entry(attribute, key, pk)?);
+            }
+            Ok(false)
+        }
+    }
+}
+
+fn entry(attribute: &Attribute, key: KeyValue<'_>, pk: &[u8]) -> Result<Vec<u8>> {
+    let mut entry = Vec::with_capacity(4 + 16 + pk.len());
+    entry.extend_from_slice(&attribute_prefix(attribute));
+    encode_key_into(key, &mut entry)?;
+    entry.extend_from_slice(pk);
+    Ok(entry)
+}
+
+/// Updates every index of `table` for a record changing from `old` to `new`.
+/// Returns the names of attributes that received an array value for the first time.
+pub(crate) fn update_record_indexes(
+    txn: &mut WriteTxn<'_>,
+    store: &TableStore,
+    table: &TableSchema,
+    pk: &[u8],
+    old: Option<&Object>,
+    new: Option<&Object>,
+) -> Result<Vec<String>> {
+    let mut newly_multi = Vec::new();
+    for attribute in table.indexed_attributes() {
+        let old_value = old.and_then(|r| r.get(&attribute.name));
+        let new_value = new.and_then(|r| r.get(&attribute.name));
+        if old_value == new_value {
+            continue;
+        }
+        let mut before = BTreeSet::new();
+        if let Some(v) = old_value {
+            entries_for(attribute, v, pk, &mut before)?;
+        }
+        let mut after = BTreeSet::new();
+        if let Some(v) = new_value
+            && entries_for(attribute, v, pk, &mut after)?
+            && !attribute.multi_valued
+        {
+            newly_multi.push(attribute.name.clone());
+        }
+        for gone in before.difference(&after) {
+            txn.delete_index_entry(store, gone)?;
+        }
+        for added in after.difference(&before) {
+            txn.put_index_entry(store, added)?;
+        }
+    }
+    Ok(newly_multi)
+}
+
+/// Indexes `attribute` over every existing record of `table` (a new index). Returns
+/// whether any record held an array for it.
+pub(crate) fn build_attribute_index(txn: &mut WriteTxn<'_>, table: &TableSchema, attribute: &Attribute) -> Result<bool> {
+    let Some(store) = txn.table(&table.name)? else { return Ok(false) };
+    let mut entries = BTreeSet::new();
+    let mut multi = false;
+    for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
+        let (pk, stored) = item?;
+        let record = crate::table::decode_object(stored)?;
+        if let Some(value) = record.get(&attribute.name) {
+            multi |= entries_for(attribute, value, pk, &mut entries)?;
+        }
+    }
+    for entry in &entries {
+        txn.put_index_entry(&store, entry)?;
+    }
+    Ok(multi)
+}
+
+/// Removes `attribute`'s index entries and, in dynamic tables, its values from every
+/// record (Harper strips dropped attributes from dynamic tables).
+pub(crate) fn drop_attribute_values(txn: &mut WriteTxn<'_>, table: &TableSchema, attribute: &Attribute) -> Result<()> {
+    let Some(store) = txn.table(&table.name)? else { return Ok(()) };
+    if attribute.indexed {
+        let prefix = attribute_prefix(attribute);
+        let upper = (attribute.id + 1).to_be_bytes();
+        txn.delete_index_range(&store, (std::ops::Bound::Included(&prefix[..]), std::ops::Bound::Excluded(&upper[..])))?;
+    }
+    if table.schema_defined {
+        return Ok(());
+    }
+    let mut rewrites = Vec::new();
+    for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
+        let (pk, stored) = item?;
+        let (header, body) = lyre_store::decode_record(stored)?;
+        let mut record = crate::table::decode_body(body)?;
+        if record.shift_remove(&attribute.name).is_some() {
+            rewrites.push((pk.to_vec(), lyre_store::encode_record(&header, &Value::Object(record).to_msgpack())));
+        }
+    }
+    for (pk, stored) in rewrites {
+        txn.put_record(&store, pk, stored)?;
+    }
+    Ok(())
+}

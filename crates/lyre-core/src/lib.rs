@@ -1,0 +1,25 @@
+//! Lyre's data model on top of lyre-store: the catalog, tables, secondary indexes,
+//! queries, users and the engine that owns the open databases.
+//!
+//! API boundary: protocols (lyre-server) use [`Engine`], [`Db`], [`Table`] and
+//! [`Context`]; every data operation takes a `Context` and is permission-checked in
+//! `access::check`. Nothing here knows HTTP, JSON or Harper's wire shapes: those live
+//! in lyre-server.
+
+pub mod access;
+pub mod catalog;
+mod context;
+mod db;
+mod engine;
+mod error;
+mod index;
+pub mod query;
+mod table;
+mod value;
+
+pub use context::Context;
+pub use db::{Db, TableStats};
+pub use engine::{Engine, EngineOptions};
+pub use error::{Class, Code, Error, Result};
+pub use table::{DeleteSummary, Table, WriteMode, WriteSummary};
+pub use value::{Object, Value};

@@ -1,0 +1,87 @@
+//! What a query says, independent of the protocol that carried it.
+
+use crate::value::Value;
+
+/// How sibling conditions combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Operator {
+    /// Every condition must hold.
+    #[default]
+    And,
+    /// At least one condition must hold.
+    Or,
+}
+
+/// How an attribute's value is compared with the condition's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparator {
+    /// Equal (an array matches if any element is equal).
+    Equals,
+    /// Not equal.
+    NotEqual,
+    /// A string containing the value.
+    Contains,
+    /// A string starting with the value.
+    StartsWith,
+    /// A string ending with the value.
+    EndsWith,
+    /// Greater than, in key order (null < booleans < numbers < strings).
+    GreaterThan,
+    /// Greater than or equal.
+    GreaterThanEqual,
+    /// Less than.
+    LessThan,
+    /// Less than or equal.
+    LessThanEqual,
+    /// Between two values, both inclusive; the value is a two-element array.
+    Between,
+}
+
+/// A condition tree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Condition {
+    /// `attribute comparator value`.
+    Compare {
+        /// The attribute compared.
+        attribute: String,
+        /// How.
+        comparator: Comparator,
+        /// With what.
+        value: Value,
+    },
+    /// A nested group.
+    Group {
+        /// How the group's conditions combine.
+        operator: Operator,
+        /// The group's conditions.
+        conditions: Vec<Condition>,
+    },
+}
+
+/// One sort key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortKey {
+    /// The attribute sorted by.
+    pub attribute: String,
+    /// Largest first when true.
+    pub descending: bool,
+}
+
+/// A search over one table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Query {
+    /// How the top-level conditions combine.
+    pub operator: Operator,
+    /// The conditions; empty matches every record.
+    pub conditions: Vec<Condition>,
+    /// Sort keys, most significant first; empty keeps the driver's order.
+    pub sort: Vec<SortKey>,
+    /// Reverse the natural order when no sort is given.
+    pub descending: bool,
+    /// Matching records to skip.
+    pub offset: usize,
+    /// Most records to return.
+    pub limit: Option<usize>,
+    /// Which attributes to return.
+    pub select: super::Select,
+}

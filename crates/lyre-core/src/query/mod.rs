@@ -1,0 +1,18 @@
+//! Queries: a protocol-neutral condition tree, a planner that picks an index, and an
+//! executor that streams matching records to a sink.
+//!
+//! * [`ast`]: what a query says (conditions, sort, paging, projection).
+//! * [`plan`]: which index or key range drives it (most selective indexed condition
+//!   of an AND; a union for an OR of indexed conditions; an index walk for a sort).
+//! * [`exec`]: walks the driver, re-checks every condition on the record, sorts when
+//!   the driver's order is not the requested one, pages, projects, streams.
+
+mod ast;
+mod exec;
+mod filter;
+mod plan;
+mod select;
+
+pub use ast::{Comparator, Condition, Operator, Query, SortKey};
+pub use plan::Search;
+pub use select::Select;

@@ -1,0 +1,280 @@
+//! Choosing how to find a query's records.
+
+use std::ops::Bound;
+
+use lyre_store::{ReadTxn, TableStore, encode_key, encode_string_prefix_into, prefix_successor};
+
+use crate::catalog::{Attribute, TableSchema};
+use crate::error::{Error, Result};
+use crate::index::attribute_prefix;
+use crate::query::ast::{Comparator, Condition, Operator, Query, SortKey};
+use crate::table::Table;
+use crate::value::Value;
+
+/// An owned key range.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Range {
+    pub(crate) lo: Bound<Vec<u8>>,
+    pub(crate) hi: Bound<Vec<u8>>,
+}
+
+impl Range {
+    pub(crate) fn as_ref(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
+        (self.lo.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice))
+    }
+}
+
+/// Where candidate records come from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Driver {
+    /// Every record in primary-key order.
+    Scan { descending: bool },
+    /// These primary keys, in this order.
+    Keys(Vec<Vec<u8>>),
+    /// A primary-key range.
+    PrimaryRange { range: Range, descending: bool },
+    /// A secondary-index range of one attribute.
+    Index { attribute: Attribute, range: Range, descending: bool },
+    /// Every record ordered by an indexed attribute, records lacking it last.
+    SortIndex { attribute: Attribute, descending: bool },
+    /// The union of several drivers (an OR), de-duplicated.
+    Union(Vec<Driver>),
+}
+
+/// How results are ordered.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Order {
+    /// The driver's order is the requested one: stream.
+    Natural,
+    /// Collect and sort (bounded by offset + limit when a limit is given).
+    Sort(Vec<SortKey>),
+}
+
+/// A planned search over one snapshot. `Send`: run it on a blocking thread.
+pub struct Search {
+    pub(crate) table: Table,
+    pub(crate) txn: ReadTxn,
+    pub(crate) store: Option<TableStore>,
+    pub(crate) driver: Driver,
+    pub(crate) order: Order,
+    pub(crate) query: Query,
+}
+
+impl Search {
+    /// Validates `query` against the table and picks its driver.
+    pub(crate) fn plan(table: Table, query: Query) -> Result<Search> {
+        let schema = table.schema().clone();
+        for condition in &query.conditions {
+            validate_condition(&schema, condition)?;
+        }
+        for key in &query.sort {
+            if schema.attribute(&key.attribute).is_none() {
+                return Err(Error::NotDefinedAttribute(key.attribute.clone()));
+            }
+        }
+        query.select.validate(&schema)?;
+        let txn = table.db().store().read()?;
+        let store = txn.table(&schema.name)?;
+        let mut driver = match &store {
+            Some(store) => choose_driver(&txn, store, &schema, &query)?,
+            None => Driver::Keys(Vec::new()),
+        };
+        let order = order_for(&schema, &query, &mut driver);
+        Ok(Search { table, txn, store, driver, order, query })
+    }
+
+    /// A description of the plan, for tests and diagnostics.
+    pub fn explain(&self) -> String {
+        let driver = match &self.driver {
+            Driver::Scan { .. } => "scan".to_string(),
+            Driver::Keys(keys) => format!("keys({})", keys.len()),
+            Driver::PrimaryRange { .. } => "primary-range".to_string(),
+            Driver::Index { attribute, .. } => format!("index({})", attribute.name),
+            Driver::SortIndex { attribute, .. } => format!("sort-index({})", attribute.name),
+            Driver::Union(parts) => format!("union({})", parts.len()),
+        };
+        match self.order {
+            Order::Natural => driver,
+            Order::Sort(_) => format!("{driver}+sort"),
+        }
+    }
+}
+
+fn validate_condition(schema: &TableSchema, condition: &Condition) -> Result<()> {
+    match condition {
+        Condition::Group { conditions, .. } => conditions.iter().try_for_each(|c| validate_condition(schema, c)),
+        Condition::Compare { attribute, comparator, value } => {
+            if schema.attribute(attribute).is_none() {
+                return Err(Error::UnknownAttribute(attribute.clone()));
+            }
+            if *comparator == Comparator::Between && !matches!(value, Value::Array(b) if b.len() == 2) {
+                return Err(Error::invalid(format!("'between' on {attribute} needs a value of two elements: [low, high]")));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Picks the cheapest driver: for an AND, the indexed condition matching the fewest
+/// entries (counted up to the best so far); for an OR of indexed conditions, their
+/// union; otherwise a scan.
+fn choose_driver(txn: &ReadTxn, store: &TableStore, schema: &TableSchema, query: &Query) -> Result<Driver> {
+    let conditions = &query.conditions;
+    if conditions.is_empty() {
+        return Ok(Driver::Scan { descending: false });
+    }
+    if query.operator == Operator::Or && conditions.len() > 1 {
+        let parts: Option<Vec<Driver>> = conditions.iter().map(|c| indexed_driver(schema, c)).collect::<Result<_>>()?;
+        return Ok(parts.map_or(Driver::Scan { descending: false }, Driver::Union));
+    }
+    let mut best: Option<(u64, Driver)> = None;
+    for condition in conditions {
+        let Some(candidate) = indexed_driver(schema, condition)? else { continue };
+        let cap = best.as_ref().map_or(u64::MAX, |(count, _)| *count);
+        let count = estimate(txn, store, &candidate, cap)?;
+        if best.as_ref().is_none_or(|(c, _)| count < *c) {
+            best = Some((count, candidate));
+        }
+    }
+    Ok(best.map_or(Driver::Scan { descending: false }, |(_, d)| d))
+}
+
+/// Counts the candidates `driver` yields, stopping at `cap`.
+fn estimate(txn: &ReadTxn, store: &TableStore, driver: &Driver, cap: u64) -> Result<u64> {
+    let mut count = 0u64;
+    match driver {
+        Driver::Keys(keys) => return Ok(keys.len() as u64),
+        Driver::Index { range, .. } => {
+            for entry in txn.index_entries(store, range.as_ref(), false)? {
+                entry?;
+                count += 1;
+                if count >= cap {
+                    break;
+                }
+            }
+        }
+        Driver::PrimaryRange { range, .. } => {
+            for record in txn.records(store, range.as_ref(), false)? {
+                record?;
+                count += 1;
+                if count >= cap {
+                    break;
+                }
+            }
+        }
+        _ => return Ok(u64::MAX),
+    }
+    Ok(count)
+}
+
+/// The driver a single condition can use, if its attribute is indexed and its
+/// comparator maps to a key range.
+fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<Driver>> {
+    let Condition::Compare { attribute, comparator, value } = condition else { return Ok(None) };
+    let Some(attribute) = schema.attribute(attribute) else { return Ok(None) };
+    if !attribute.indexed && !attribute.is_primary_key {
+        return Ok(None);
+    }
+    let prefix: Vec<u8> = if attribute.is_primary_key { Vec::new() } else { attribute_prefix(attribute).to_vec() };
+    let start = if attribute.is_primary_key { Bound::Unbounded } else { Bound::Included(prefix.clone()) };
+    let end = if attribute.is_primary_key {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded((attribute.id + 1).to_be_bytes().to_vec())
+    };
+    // `at(v)`: the entries of exactly v; `after(v)`: the first entry past them.
+    let keyed = |v: &Value| -> Result<Option<(Vec<u8>, bool)>> {
+        let Some(key) = v.as_key() else { return Ok(None) };
+        let (encoded, truncated) = encode_key(key)?;
+        let mut full = prefix.clone();
+        full.extend_from_slice(&encoded);
+        Ok(Some((full, truncated)))
+    };
+    let after = |k: &[u8]| prefix_successor(k).map_or(Bound::Unbounded, Bound::Excluded);
+    let range = match comparator {
+        Comparator::Equals => {
+            let Some((k, truncated)) = keyed(value)? else { return Ok(None) };
+            if attribute.is_primary_key {
+                let exact = crate::table::is_primary_key_value(value) && !truncated;
+                return Ok(Some(Driver::Keys(if exact { vec![k] } else { Vec::new() })));
+            }
+            Range { hi: after(&k), lo: Bound::Included(k) }
+        }
+        Comparator::GreaterThan | Comparator::GreaterThanEqual => {
+            let Some((k, truncated)) = keyed(value)? else { return Ok(None) };
+            let strict = *comparator == Comparator::GreaterThan && !truncated;
+            let lo = if strict { bound_to_lo(after(&k)) } else { Bound::Included(k) };
+            Range { lo, hi: end }
+        }
+        Comparator::LessThan | Comparator::LessThanEqual => {
+            let Some((k, truncated)) = keyed(value)? else { return Ok(None) };
+            let strict = *comparator == Comparator::LessThan && !truncated;
+            let hi = if strict { Bound::Excluded(k) } else { min_hi(after(&k), &end) };
+            Range { lo: start, hi }
+        }
+        Comparator::Between => {
+            let Value::Array(bounds) = value else { return Ok(None) };
+            let (Some((lo, _)), Some((hi, _))) = (keyed(&bounds[0])?, keyed(&bounds[1])?) else { return Ok(None) };
+            Range { lo: Bound::Included(lo), hi: min_hi(after(&hi), &end) }
+        }
+        Comparator::StartsWith => {
+            let Value::String(s) = value else { return Ok(None) };
+            let mut k = prefix.clone();
+            encode_string_prefix_into(s, &mut k);
+            Range { hi: after(&k), lo: Bound::Included(k) }
+        }
+        Comparator::NotEqual | Comparator::Contains | Comparator::EndsWith => return Ok(None),
+    };
+    Ok(Some(if attribute.is_primary_key {
+        Driver::PrimaryRange { range, descending: false }
+    } else {
+        Driver::Index { attribute: attribute.clone(), range, descending: false }
+    }))
+}
+
+fn bound_to_lo(bound: Bound<Vec<u8>>) -> Bound<Vec<u8>> {
+    match bound {
+        // Past the last possible key: an empty range.
+        Bound::Unbounded => Bound::Excluded(vec![0xFF; 8]),
+        Bound::Excluded(k) => Bound::Included(k),
+        Bound::Included(k) => Bound::Included(k),
+    }
+}
+
+/// The tighter of two exclusive upper bounds.
+fn min_hi(a: Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
+    match (&a, b) {
+        (Bound::Excluded(x), Bound::Excluded(y)) if y < x => b.clone(),
+        (Bound::Unbounded, _) => b.clone(),
+        _ => a,
+    }
+}
+
+/// Decides whether the driver's order satisfies the sort, switching to an index walk
+/// when a single indexed sort key has no better driver.
+fn order_for(schema: &TableSchema, query: &Query, driver: &mut Driver) -> Order {
+    let [key] = query.sort.as_slice() else {
+        if query.sort.is_empty() {
+            set_descending(driver, query.descending);
+            return Order::Natural;
+        }
+        return Order::Sort(query.sort.clone());
+    };
+    let Some(attribute) = schema.attribute(&key.attribute) else { return Order::Sort(query.sort.clone()) };
+    match driver {
+        Driver::Scan { descending } if attribute.is_primary_key => *descending = key.descending,
+        Driver::Scan { .. } if attribute.indexed => *driver = Driver::SortIndex { attribute: attribute.clone(), descending: key.descending },
+        Driver::PrimaryRange { descending, .. } if attribute.is_primary_key => *descending = key.descending,
+        Driver::Index { attribute: driving, descending, .. } if driving.id == attribute.id && !driving.multi_valued => *descending = key.descending,
+        _ => return Order::Sort(query.sort.clone()),
+    }
+    Order::Natural
+}
+
+fn set_descending(driver: &mut Driver, reverse: bool) {
+    match driver {
+        Driver::Scan { descending } | Driver::PrimaryRange { descending, .. } | Driver::Index { descending, .. } | Driver::SortIndex { descending, .. } => *descending = reverse,
+        Driver::Keys(keys) if reverse => keys.reverse(),
+        Driver::Keys(_) | Driver::Union(_) => {}
+    }
+}

@@ -1,0 +1,275 @@
+//! Record writes: what runs before the writer (preparation) and inside it (apply).
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use lyre_store::{Flags, OwnedKey, RecordHeader, TableStore, WriteTxn, decode_key, encode_record};
+
+use crate::catalog::{AttributeSpec, CREATED_TIME, TableSchema, UPDATED_TIME};
+use crate::context::Context;
+use crate::db::{SchemaState, last_updated_key};
+use crate::error::{Error, Result};
+use crate::index::update_record_indexes;
+use crate::table::validate::{encode_primary_key, validate_record};
+use crate::table::{Table, decode_object};
+use crate::value::{Object, Value};
+
+/// How a write treats existing and missing records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Create; skip records whose key exists.
+    Insert,
+    /// Merge into existing records; skip records with no match.
+    Update,
+    /// Merge into existing records, creating missing ones.
+    Upsert,
+}
+
+impl WriteMode {
+    fn operation(self) -> &'static str {
+        match self {
+            WriteMode::Insert => "insert",
+            WriteMode::Update => "update",
+            WriteMode::Upsert => "upsert",
+        }
+    }
+}
+
+/// The outcome of an insert, update or upsert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteSummary {
+    /// Primary keys written, in request order (generated keys included).
+    pub written: Vec<Value>,
+    /// Primary keys skipped (existing on insert, missing on update).
+    pub skipped: Vec<Value>,
+    /// Attributes this write added to a dynamic table, in first-seen order.
+    pub new_attributes: Vec<String>,
+    /// The transaction's version (f64 ms).
+    pub txn_time: f64,
+}
+
+/// The outcome of a delete.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeleteSummary {
+    /// Primary keys deleted.
+    pub deleted: Vec<Value>,
+    /// Primary keys that matched no record.
+    pub skipped: Vec<Value>,
+    /// The transaction's version (f64 ms).
+    pub txn_time: f64,
+}
+
+/// A validated record waiting for the writer.
+pub(crate) struct Prepared {
+    /// The encoded primary key and its value; `None` when the key is to be generated.
+    key: Option<(Vec<u8>, Value)>,
+    record: Object,
+}
+
+/// Validates every record before anything is queued: one bad record rejects the batch.
+pub(crate) fn prepare(table: &TableSchema, mode: WriteMode, records: Vec<Object>) -> Result<Vec<Prepared>> {
+    records
+        .into_iter()
+        .map(|mut record| {
+            validate_record(table, &record)?;
+            if table.has_timestamps() {
+                record.shift_remove(CREATED_TIME);
+                record.shift_remove(UPDATED_TIME);
+            }
+            let key = match record.get(&table.primary_key) {
+                None | Some(Value::Null) if mode == WriteMode::Update => {
+                    return Err(Error::invalid("a valid hash attribute must be provided with update record, check log for more info"));
+                }
+                None | Some(Value::Null) => None,
+                Some(value) => Some((encode_primary_key(value)?, value.clone())),
+            };
+            Ok(Prepared { key, record })
+        })
+        .collect()
+}
+
+/// Queues prepared records as one logical transaction and waits for its commit.
+pub(crate) async fn apply(table: &Table, ctx: &Context, mode: WriteMode, records: Vec<Prepared>) -> Result<WriteSummary> {
+    let name = table.schema().name.clone();
+    let database = table.database().to_string();
+    table
+        .db()
+        .write(ctx, mode.operation(), move |txn, state| {
+            let mut job = WriteJob::start(txn, state, &database, &name)?;
+            let mut summary = WriteSummary { written: Vec::new(), skipped: Vec::new(), new_attributes: Vec::new(), txn_time: txn.version().time };
+            for prepared in records {
+                job.write_one(txn, state, mode, prepared, &mut summary)?;
+            }
+            job.finish(txn, state)?;
+            Ok(summary)
+        })
+        .await
+}
+
+/// Deletes records by primary key as one logical transaction.
+pub(crate) async fn delete(table: &Table, ctx: &Context, ids: Vec<Value>) -> Result<DeleteSummary> {
+    let keys = ids.into_iter().map(|id| Ok((encode_primary_key(&id)?, id))).collect::<Result<Vec<_>>>()?;
+    let name = table.schema().name.clone();
+    let database = table.database().to_string();
+    table
+        .db()
+        .write(ctx, "delete", move |txn, state| {
+            let mut job = WriteJob::start(txn, state, &database, &name)?;
+            let mut summary = DeleteSummary { deleted: Vec::new(), skipped: Vec::new(), txn_time: txn.version().time };
+            for (key, id) in keys {
+                let Some(stored) = txn.get_record(&job.store, &key)? else {
+                    summary.skipped.push(id);
+                    continue;
+                };
+                let old = decode_object(stored)?;
+                update_record_indexes(txn, &job.store, &job.table, &key, Some(&old), None)?;
+                txn.delete_record(&job.store, &key)?;
+                job.changed = true;
+                summary.deleted.push(id);
+            }
+            job.finish(txn, state)?;
+            Ok(summary)
+        })
+        .await
+}
+
+/// State of one write job over one table, inside the writer.
+struct WriteJob {
+    store: TableStore,
+    table: Arc<TableSchema>,
+    schema_changed: bool,
+    changed: bool,
+    next_generated: Option<i64>,
+}
+
+impl WriteJob {
+    fn start(txn: &WriteTxn<'_>, state: &SchemaState, database: &str, name: &str) -> Result<Self> {
+        let not_found = || Error::TableNotFound { database: database.to_string(), table: name.to_string() };
+        // The table may have been dropped while this write waited in the queue.
+        let table = state.table(name).cloned().ok_or_else(not_found)?;
+        let store = txn.table(name)?.ok_or_else(not_found)?;
+        Ok(Self { store, table, schema_changed: false, changed: false, next_generated: None })
+    }
+
+    fn write_one(&mut self, txn: &mut WriteTxn<'_>, state: &mut SchemaState, mode: WriteMode, prepared: Prepared, summary: &mut WriteSummary) -> Result<()> {
+        let Prepared { key, mut record } = prepared;
+        let (key, id) = match key {
+            Some(found) => found,
+            None => self.generate_key(txn)?,
+        };
+        let existing = txn.get_record(&self.store, &key)?.map(decode_object).transpose()?;
+        match (mode, &existing) {
+            (WriteMode::Insert, Some(_)) | (WriteMode::Update, None) => {
+                summary.skipped.push(id);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let version = txn.version();
+        let now = Value::Float(version.time);
+        record.shift_remove(&self.table.primary_key);
+        let new = match existing.clone() {
+            Some(mut merged) => {
+                for (k, v) in record {
+                    merged.insert(k, v);
+                }
+                if self.table.has_timestamps() {
+                    let created = merged.shift_remove(CREATED_TIME).unwrap_or_else(|| now.clone());
+                    merged.shift_remove(UPDATED_TIME);
+                    merged.insert(CREATED_TIME.to_string(), created);
+                    merged.insert(UPDATED_TIME.to_string(), now);
+                }
+                merged
+            }
+            None => {
+                let mut fresh = Object::with_capacity(record.len() + 3);
+                fresh.insert(self.table.primary_key.clone(), id.clone());
+                fresh.extend(record);
+                if self.table.has_timestamps() {
+                    fresh.insert(CREATED_TIME.to_string(), now.clone());
+                    fresh.insert(UPDATED_TIME.to_string(), now);
+                }
+                fresh
+            }
+        };
+        if !self.table.schema_defined {
+            self.add_new_attributes(state, &new, summary)?;
+        }
+        let newly_multi = update_record_indexes(txn, &self.store, &self.table, &key, existing.as_ref(), Some(&new))?;
+        if !newly_multi.is_empty() {
+            let schema = Arc::make_mut(state);
+            for attribute in &newly_multi {
+                schema.mark_multi_valued(&self.table.name, attribute)?;
+            }
+            self.refresh(state)?;
+        }
+        let header = RecordHeader { version: version.time, flags: Flags::empty(), node: version.node };
+        txn.put_record(&self.store, key, encode_record(&header, &Value::Object(new).to_msgpack()))?;
+        self.changed = true;
+        summary.written.push(id);
+        Ok(())
+    }
+
+    /// Adds attributes `record` has and the table lacks (dynamic tables index them all).
+    fn add_new_attributes(&mut self, state: &mut SchemaState, record: &Object, summary: &mut WriteSummary) -> Result<()> {
+        let missing: Vec<&String> = record.keys().filter(|k| self.table.attribute(k).is_none()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let schema = Arc::make_mut(state);
+        for name in missing {
+            schema.add_attribute(&self.table.name, AttributeSpec { name: name.clone(), type_name: None, indexed: true })?;
+            summary.new_attributes.push(name.clone());
+        }
+        self.refresh(state)
+    }
+
+    fn refresh(&mut self, state: &SchemaState) -> Result<()> {
+        self.table = state.table(&self.table.name).cloned().ok_or_else(|| Error::Corrupt("table vanished mid-write".into()))?;
+        self.schema_changed = true;
+        Ok(())
+    }
+
+    /// A new primary key: a UUID for string-keyed and dynamic tables, the next integer
+    /// for integer-keyed ones.
+    fn generate_key(&mut self, txn: &WriteTxn<'_>) -> Result<(Vec<u8>, Value)> {
+        let numeric = matches!(self.table.primary_key_attribute().and_then(|a| a.type_name.as_deref()), Some("Int" | "Long" | "Any" | "Float" | "BigInt"));
+        let id = if numeric {
+            let next = match self.next_generated {
+                Some(n) => n,
+                None => self.largest_integer_key(txn)?.map_or(1, |n| n.saturating_add(1)),
+            };
+            self.next_generated = Some(next.saturating_add(1));
+            Value::Int(next)
+        } else {
+            Value::String(uuid::Uuid::new_v4().to_string())
+        };
+        Ok((encode_primary_key(&id)?, id))
+    }
+
+    fn largest_integer_key(&self, txn: &WriteTxn<'_>) -> Result<Option<i64>> {
+        // Numbers sort before strings; the string tag bounds the numeric keys.
+        let strings = lyre_store::encode_key(lyre_store::KeyValue::Str(""))?.0;
+        let mut below_strings = txn.records(&self.store, (Bound::Unbounded, Bound::Excluded(&strings[..1])), true)?;
+        while let Some(item) = below_strings.next().transpose()? {
+            match decode_key(item.0)?.0 {
+                OwnedKey::Int(n) => return Ok(Some(n)),
+                OwnedKey::Float(f) => return Ok(Some(f.floor() as i64)),
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Persists schema changes and the table's last-write version.
+    fn finish(self, txn: &mut WriteTxn<'_>, state: &SchemaState) -> Result<()> {
+        if self.schema_changed {
+            txn.put_catalog(&TableSchema::catalog_key(&self.table.name), &self.table.encode()?)?;
+            txn.put_catalog(crate::catalog::COUNTERS_KEY, &state.encode_counters()?)?;
+        }
+        if self.changed {
+            txn.put_meta(&last_updated_key(&self.table.name), &txn.version().time.to_be_bytes())?;
+        }
+        Ok(())
+    }
+}

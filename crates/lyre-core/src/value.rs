@@ -1,0 +1,396 @@
+//! The dynamic record value: what a record, an attribute value and a query value are.
+//!
+//! Numbers keep their integer/float distinction; objects keep their key order.
+//! Stored as MessagePack; the protocols render it as JSON, CBOR or MessagePack.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use indexmap::IndexMap;
+use lyre_store::KeyValue;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A record or nested object: attribute names to values, in insertion order.
+pub type Object = IndexMap<String, Value>;
+
+/// A dynamically typed value.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Value {
+    /// JSON null.
+    #[default]
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A UTF-8 string.
+    String(String),
+    /// Raw bytes (from CBOR or MessagePack bodies).
+    Bytes(Vec<u8>),
+    /// An array.
+    Array(Vec<Value>),
+    /// An object.
+    Object(Object),
+}
+
+impl Value {
+    /// The value as an index or primary key, when it is a scalar that can be one.
+    pub fn as_key(&self) -> Option<KeyValue<'_>> {
+        match self {
+            Value::Null => Some(KeyValue::Null),
+            Value::Bool(b) => Some(KeyValue::Bool(*b)),
+            Value::Int(i) => Some(KeyValue::Int(*i)),
+            Value::Float(f) if !f.is_nan() => Some(KeyValue::Float(*f)),
+            Value::String(s) => Some(KeyValue::Str(s)),
+            _ => None,
+        }
+    }
+
+    /// The string, when the value is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The number as a float, when the value is one.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    /// The name of the value's type, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Int(_) | Value::Float(_) => "number",
+            Value::String(_) => "string",
+            Value::Bytes(_) => "bytes",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        }
+    }
+
+    /// Orders two scalars the way their index keys order: null < booleans < numbers <
+    /// strings; numbers numerically. `None` when either is not a scalar.
+    pub fn cmp_scalar(&self, other: &Value) -> Option<Ordering> {
+        let rank = |v: &Value| match v {
+            Value::Null => Some(0),
+            Value::Bool(_) => Some(1),
+            Value::Int(_) | Value::Float(_) => Some(2),
+            Value::String(_) => Some(3),
+            _ => None,
+        };
+        let (ra, rb) = (rank(self)?, rank(other)?);
+        if ra != rb {
+            return Some(ra.cmp(&rb));
+        }
+        Some(match (self, other) {
+            (Value::Bool(a), Value::Bool(b)) => a.cmp(b),
+            (Value::Int(a), Value::Int(b)) => a.cmp(b),
+            (Value::String(a), Value::String(b)) => a.as_bytes().cmp(b.as_bytes()),
+            (Value::Int(a), Value::Float(b)) => cmp_int_float(*a, *b)?,
+            (Value::Float(a), Value::Int(b)) => cmp_int_float(*b, *a)?.reverse(),
+            (Value::Float(a), Value::Float(b)) => a.partial_cmp(b)?,
+            _ => return None,
+        })
+    }
+
+    /// Decodes a value from MessagePack.
+    pub fn from_msgpack(bytes: &[u8]) -> Result<Value, rmp_serde::decode::Error> {
+        rmp_serde::from_slice(bytes)
+    }
+
+    /// Encodes the value as MessagePack.
+    pub fn to_msgpack(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        write_msgpack(self, &mut out);
+        out
+    }
+}
+
+/// Compares an integer with a float exactly (no rounding of the integer).
+fn cmp_int_float(i: i64, f: f64) -> Option<Ordering> {
+    if f.is_nan() {
+        return None;
+    }
+    // Beyond ±2^63 every i64 is on one side; within it, compare with the float's floor.
+    if f >= 9_223_372_036_854_775_808.0 {
+        return Some(Ordering::Less);
+    }
+    if f < -9_223_372_036_854_775_808.0 {
+        return Some(Ordering::Greater);
+    }
+    let whole = f.floor();
+    Some(match i128::from(i).cmp(&(whole as i128)) {
+        Ordering::Equal if f > whole => Ordering::Less,
+        other => other,
+    })
+}
+
+/// Writes `value` as MessagePack. Infallible: writing to a `Vec` cannot fail.
+fn write_msgpack(value: &Value, out: &mut Vec<u8>) {
+    use rmp::encode;
+    // Writes into a Vec return `Result<_, Infallible>`-like errors that cannot occur.
+    let _ = match value {
+        Value::Null => encode::write_nil(out).map_err(|_| ()),
+        Value::Bool(b) => encode::write_bool(out, *b).map_err(|_| ()),
+        Value::Int(i) => encode::write_sint(out, *i).map(|_| ()).map_err(|_| ()),
+        Value::Float(f) => encode::write_f64(out, *f).map_err(|_| ()),
+        Value::String(s) => encode::write_str(out, s).map_err(|_| ()),
+        Value::Bytes(b) => encode::write_bin(out, b).map_err(|_| ()),
+        Value::Array(items) => {
+            let _ = encode::write_array_len(out, items.len() as u32);
+            items.iter().for_each(|item| write_msgpack(item, out));
+            Ok(())
+        }
+        Value::Object(map) => {
+            let _ = encode::write_map_len(out, map.len() as u32);
+            for (k, v) in map {
+                let _ = encode::write_str(out, k);
+                write_msgpack(v, out);
+            }
+            Ok(())
+        }
+    };
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::String(s.to_string())
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::String(s)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(i: i64) -> Self {
+        Value::Int(i)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(f: f64) -> Self {
+        Value::Float(f)
+    }
+}
+
+impl From<bool> for Value {
+    fn from(b: bool) -> Self {
+        Value::Bool(b)
+    }
+}
+
+impl From<Object> for Value {
+    fn from(o: Object) -> Self {
+        Value::Object(o)
+    }
+}
+
+impl From<Vec<Value>> for Value {
+    fn from(v: Vec<Value>) -> Self {
+        Value::Array(v)
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.write_str("null"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::String(s) => f.write_str(s),
+            Value::Bytes(b) => write!(f, "<{} bytes>", b.len()),
+            Value::Array(_) => f.write_str("[array]"),
+            Value::Object(_) => f.write_str("[object]"),
+        }
+    }
+}
+
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Null => serializer.serialize_unit(),
+            Value::Bool(b) => serializer.serialize_bool(*b),
+            Value::Int(i) => serializer.serialize_i64(*i),
+            Value::Float(f) => serializer.serialize_f64(*f),
+            Value::String(s) => serializer.serialize_str(s),
+            Value::Bytes(b) => serializer.serialize_bytes(b),
+            Value::Array(items) => items.serialize(serializer),
+            Value::Object(map) => map.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(ValueVisitor)
+    }
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Value::deserialize(d)
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, i: i64) -> Result<Value, E> {
+        Ok(Value::Int(i))
+    }
+    fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
+        Ok(i64::try_from(u).map(Value::Int).unwrap_or(Value::Float(u as f64)))
+    }
+    fn visit_i128<E>(self, i: i128) -> Result<Value, E> {
+        Ok(i64::try_from(i).map(Value::Int).unwrap_or(Value::Float(i as f64)))
+    }
+    fn visit_u128<E>(self, u: u128) -> Result<Value, E> {
+        Ok(i64::try_from(u).map(Value::Int).unwrap_or(Value::Float(u as f64)))
+    }
+    fn visit_f64<E>(self, f: f64) -> Result<Value, E> {
+        Ok(Value::Float(f))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_string()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+    fn visit_bytes<E>(self, b: &[u8]) -> Result<Value, E> {
+        Ok(Value::Bytes(b.to_vec()))
+    }
+    fn visit_byte_buf<E>(self, b: Vec<u8>) -> Result<Value, E> {
+        Ok(Value::Bytes(b))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Object::with_capacity(map.size_hint().unwrap_or(0).min(4096));
+        while let Some(key) = map.next_key::<MapKey>()? {
+            object.insert(key.0, map.next_value()?);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// A map key: strings as they are, numbers and booleans (CBOR, MessagePack) as text.
+struct MapKey(String);
+
+impl<'de> Deserialize<'de> for MapKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MapKey, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = MapKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string map key")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<MapKey, E> {
+                Ok(MapKey(s.to_string()))
+            }
+            fn visit_string<E>(self, s: String) -> Result<MapKey, E> {
+                Ok(MapKey(s))
+            }
+            fn visit_i64<E>(self, i: i64) -> Result<MapKey, E> {
+                Ok(MapKey(i.to_string()))
+            }
+            fn visit_u64<E>(self, u: u64) -> Result<MapKey, E> {
+                Ok(MapKey(u.to_string()))
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<MapKey, E> {
+                Ok(MapKey(b.to_string()))
+            }
+            fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<MapKey, E> {
+                String::from_utf8(b.to_vec()).map(MapKey).map_err(|_| E::custom("map key is not UTF-8"))
+            }
+        }
+        deserializer.deserialize_any(KeyVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::Int),
+            any::<f64>().prop_filter("NaN never equals itself", |f| !f.is_nan()).prop_map(Value::Float),
+            ".{0,12}".prop_map(Value::String),
+            proptest::collection::vec(any::<u8>(), 0..8).prop_map(Value::Bytes),
+        ];
+        leaf.prop_recursive(3, 24, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                proptest::collection::vec(("[a-z]{1,4}", inner), 0..5)
+                    .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn msgpack_round_trips(v in value()) {
+            let bytes = v.to_msgpack();
+            prop_assert_eq!(Value::from_msgpack(&bytes).unwrap(), v.clone());
+            // Our writer and serde's agree.
+            prop_assert_eq!(rmp_serde::to_vec(&v).map(|b| Value::from_msgpack(&b).unwrap()).unwrap(), v);
+        }
+
+        #[test]
+        fn scalar_order_matches_key_order(a in value(), b in value()) {
+            if let (Some(order), Some(ka), Some(kb)) = (a.cmp_scalar(&b), a.as_key(), b.as_key()) {
+                let ea = lyre_store::encode_key(ka).unwrap();
+                let eb = lyre_store::encode_key(kb).unwrap();
+                if !ea.1 && !eb.1 {
+                    prop_assert_eq!(ea.0.cmp(&eb.0), order);
+                }
+            }
+        }
+
+        #[test]
+        fn garbage_msgpack_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = Value::from_msgpack(&bytes);
+        }
+    }
+
+    #[test]
+    fn json_keeps_integers_and_key_order() {
+        let v: Value = serde_json::from_str(r#"{"b":1,"a":2.5,"c":[true,null,"x"]}"#).unwrap();
+        assert_eq!(serde_json::to_string(&v).unwrap(), r#"{"b":1,"a":2.5,"c":[true,null,"x"]}"#);
+    }
+}

@@ -1,0 +1,460 @@
+//! Order-preserving key encoding: byte order of encoded keys equals value order.
+//!
+//! Order: null < false < true < numbers < strings. Numbers compare numerically across
+//! integers and floats (`5` and `5.0` encode identically); integers beyond 2^53 keep
+//! their exact value through a residual after the rounded float. Strings compare by
+//! their UTF-8 bytes.
+//!
+//! Encodings are self-delimiting, so a composite key (an index value followed by a
+//! primary key) orders by its first part, then its second.
+//!
+//! Layout per value:
+//! * null `10`, false `20`, true `21`
+//! * number `30`, 8 bytes of the f64 with its sign bit flipped (all bits flipped when
+//!   negative), then `01` when the value is exactly that float, or `00`/`02` and a
+//!   two-byte biased residual when an integer is below/above its rounded float
+//! * string `40`, the bytes with `00` escaped as `00 FF`, then `00 00`; a string whose
+//!   encoding exceeds [`MAX_KEY_STRING_BYTES`] is cut there and ends `00 01` instead,
+//!   so every longer string sharing that prefix shares one key (callers re-check the
+//!   full value).
+
+use crate::error::{Error, Result};
+
+/// Encoded string bytes kept in a key before it is truncated.
+pub const MAX_KEY_STRING_BYTES: usize = 250;
+
+const TAG_NULL: u8 = 0x10;
+const TAG_FALSE: u8 = 0x20;
+const TAG_TRUE: u8 = 0x21;
+const TAG_NUMBER: u8 = 0x30;
+const TAG_STRING: u8 = 0x40;
+
+const RESIDUAL_BELOW: u8 = 0x00;
+const EXACT: u8 = 0x01;
+const RESIDUAL_ABOVE: u8 = 0x02;
+
+const ESCAPE: u8 = 0x00;
+const ESCAPED_ZERO: u8 = 0xFF;
+const END: u8 = 0x00;
+const TRUNCATED_END: u8 = 0x01;
+
+/// A value to encode as a key, borrowed from the caller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KeyValue<'a> {
+    /// JSON null.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float; NaN is not a valid key.
+    Float(f64),
+    /// A string.
+    Str(&'a str),
+}
+
+/// A decoded key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OwnedKey {
+    /// JSON null.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer (also what an integral float decodes to).
+    Int(i64),
+    /// A non-integral or out-of-range float.
+    Float(f64),
+    /// A string; when `truncated`, only its stored prefix.
+    Str {
+        /// The string (or its prefix, lossily decoded when cut inside a character).
+        text: String,
+        /// Whether the key holds only a prefix of the original string.
+        truncated: bool,
+    },
+}
+
+/// Encodes `value`, appending to `out`. Returns whether a string was truncated.
+pub fn encode_key_into(value: KeyValue<'_>, out: &mut Vec<u8>) -> Result<bool> {
+    match value {
+        KeyValue::Null => out.push(TAG_NULL),
+        KeyValue::Bool(false) => out.push(TAG_FALSE),
+        KeyValue::Bool(true) => out.push(TAG_TRUE),
+        KeyValue::Float(f) => {
+            if f.is_nan() {
+                return Err(Error::InvalidKey("NaN is not a valid key"));
+            }
+            out.push(TAG_NUMBER);
+            out.extend_from_slice(&ordered_f64(f));
+            out.push(EXACT);
+        }
+        KeyValue::Int(i) => {
+            let rounded = i as f64;
+            // `as i128` on a float that came from an i64 is exact (|rounded| <= 2^63).
+            let residual = i128::from(i) - rounded as i128;
+            out.push(TAG_NUMBER);
+            out.extend_from_slice(&ordered_f64(rounded));
+            match residual {
+                0 => out.push(EXACT),
+                r => {
+                    out.push(if r < 0 { RESIDUAL_BELOW } else { RESIDUAL_ABOVE });
+                    // |r| <= 1024: half the spacing of floats near 2^63.
+                    let biased = (r as i16 as u16) ^ 0x8000;
+                    out.extend_from_slice(&biased.to_be_bytes());
+                }
+            }
+        }
+        KeyValue::Str(s) => {
+            out.push(TAG_STRING);
+            let mut written = 0usize;
+            for &b in s.as_bytes() {
+                let width = if b == 0 { 2 } else { 1 };
+                if written + width > MAX_KEY_STRING_BYTES {
+                    out.extend_from_slice(&[ESCAPE, TRUNCATED_END]);
+                    return Ok(true);
+                }
+                if b == 0 {
+                    out.extend_from_slice(&[ESCAPE, ESCAPED_ZERO]);
+                } else {
+                    out.push(b);
+                }
+                written += width;
+            }
+            out.extend_from_slice(&[ESCAPE, END]);
+        }
+    }
+    Ok(false)
+}
+
+/// Appends the key prefix shared by every string starting with `prefix`: the string
+/// tag and the escaped bytes without a terminator, cut where keys are truncated.
+pub fn encode_string_prefix_into(prefix: &str, out: &mut Vec<u8>) {
+    out.push(TAG_STRING);
+    let mut written = 0usize;
+    for &b in prefix.as_bytes() {
+        let width = if b == 0 { 2 } else { 1 };
+        if written + width > MAX_KEY_STRING_BYTES {
+            return;
+        }
+        if b == 0 {
+            out.extend_from_slice(&[ESCAPE, ESCAPED_ZERO]);
+        } else {
+            out.push(b);
+        }
+        written += width;
+    }
+}
+
+/// The smallest byte string greater than every string that starts with `prefix`, or
+/// `None` when no such bound exists (the prefix is all `FF`).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut bound = prefix.to_vec();
+    while let Some(last) = bound.pop() {
+        if last < 0xFF {
+            bound.push(last + 1);
+            return Some(bound);
+        }
+    }
+    None
+}
+
+/// Encodes `value` as a fresh key. Returns the key and whether it was truncated.
+pub fn encode_key(value: KeyValue<'_>) -> Result<(Vec<u8>, bool)> {
+    let mut out = Vec::with_capacity(16);
+    let truncated = encode_key_into(value, &mut out)?;
+    Ok((out, truncated))
+}
+
+/// Decodes the first key in `bytes`; returns it with the number of bytes it used.
+pub fn decode_key(bytes: &[u8]) -> Result<(OwnedKey, usize)> {
+    let corrupt = || Error::Corrupt("malformed key".to_string());
+    let (&tag, rest) = bytes.split_first().ok_or_else(corrupt)?;
+    match tag {
+        TAG_NULL => Ok((OwnedKey::Null, 1)),
+        TAG_FALSE => Ok((OwnedKey::Bool(false), 1)),
+        TAG_TRUE => Ok((OwnedKey::Bool(true), 1)),
+        TAG_NUMBER => {
+            let float_bytes: [u8; 8] = rest.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(corrupt)?;
+            let f = unordered_f64(float_bytes);
+            match rest.get(8).copied() {
+                Some(EXACT) => Ok((number_key(f), 10)),
+                Some(marker @ (RESIDUAL_BELOW | RESIDUAL_ABOVE)) => {
+                    let r: [u8; 2] = rest.get(9..11).and_then(|b| b.try_into().ok()).ok_or_else(corrupt)?;
+                    let residual = i128::from((u16::from_be_bytes(r) ^ 0x8000) as i16);
+                    let valid_sign = (marker == RESIDUAL_BELOW) == (residual < 0);
+                    let value = f as i128 + residual;
+                    match i64::try_from(value) {
+                        Ok(i) if valid_sign => Ok((OwnedKey::Int(i), 12)),
+                        _ => Err(corrupt()),
+                    }
+                }
+                _ => Err(corrupt()),
+            }
+        }
+        TAG_STRING => {
+            let mut text = Vec::new();
+            let mut i = 0;
+            loop {
+                match rest.get(i).copied() {
+                    None => return Err(corrupt()),
+                    Some(ESCAPE) => match rest.get(i + 1).copied() {
+                        Some(ESCAPED_ZERO) => text.push(0),
+                        Some(end @ (END | TRUNCATED_END)) => {
+                            let truncated = end == TRUNCATED_END;
+                            let text = match String::from_utf8(text) {
+                                Ok(s) => s,
+                                Err(e) if truncated => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                                Err(_) => return Err(corrupt()),
+                            };
+                            return Ok((OwnedKey::Str { text, truncated }, 1 + i + 2));
+                        }
+                        _ => return Err(corrupt()),
+                    },
+                    Some(b) => {
+                        text.push(b);
+                        i += 1;
+                        continue;
+                    }
+                }
+                i += 2;
+            }
+        }
+        _ => Err(corrupt()),
+    }
+}
+
+/// Length of the first key in `bytes`, without decoding it.
+pub fn skip_key(bytes: &[u8]) -> Result<usize> {
+    let corrupt = || Error::Corrupt("malformed key".to_string());
+    match bytes.first().copied() {
+        Some(TAG_NULL | TAG_FALSE | TAG_TRUE) => Ok(1),
+        Some(TAG_NUMBER) => match bytes.get(9).copied() {
+            Some(EXACT) => Ok(10),
+            Some(RESIDUAL_BELOW | RESIDUAL_ABOVE) => Ok(12),
+            _ => Err(corrupt()),
+        },
+        Some(TAG_STRING) => {
+            let mut i = 1;
+            while i < bytes.len() {
+                if bytes[i] == ESCAPE {
+                    match bytes.get(i + 1).copied() {
+                        Some(END | TRUNCATED_END) => return Ok(i + 2),
+                        Some(ESCAPED_ZERO) => i += 2,
+                        _ => return Err(corrupt()),
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            Err(corrupt())
+        }
+        _ => Err(corrupt()),
+    }
+}
+
+/// The encoded primary key at the end of an index entry `value ++ primary key`.
+pub fn index_entry_primary_key(entry: &[u8]) -> Result<&[u8]> {
+    let value_len = skip_key(entry)?;
+    Ok(&entry[value_len..])
+}
+
+fn number_key(f: f64) -> OwnedKey {
+    // i64 spans [-2^63, 2^63); floats in that range that are integral convert exactly.
+    if f.fract() == 0.0 && f >= -9_223_372_036_854_775_808.0 && f < 9_223_372_036_854_775_808.0 {
+        OwnedKey::Int(f as i64)
+    } else {
+        OwnedKey::Float(f)
+    }
+}
+
+fn ordered_f64(f: f64) -> [u8; 8] {
+    let f = if f == 0.0 { 0.0 } else { f }; // -0.0 and 0.0 are one key
+    let bits = f.to_bits();
+    let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
+    ordered.to_be_bytes()
+}
+
+fn unordered_f64(bytes: [u8; 8]) -> f64 {
+    let ordered = u64::from_be_bytes(bytes);
+    let bits = if ordered >> 63 == 1 { ordered & !(1 << 63) } else { !ordered };
+    f64::from_bits(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::cmp::Ordering;
+
+    #[derive(Debug, Clone)]
+    enum Sample {
+        Null,
+        Bool(bool),
+        Int(i64),
+        Float(f64),
+        Str(String),
+    }
+
+    impl Sample {
+        fn key(&self) -> KeyValue<'_> {
+            match self {
+                Sample::Null => KeyValue::Null,
+                Sample::Bool(b) => KeyValue::Bool(*b),
+                Sample::Int(i) => KeyValue::Int(*i),
+                Sample::Float(f) => KeyValue::Float(*f),
+                Sample::Str(s) => KeyValue::Str(s),
+            }
+        }
+
+        fn rank(&self) -> u8 {
+            match self {
+                Sample::Null => 0,
+                Sample::Bool(false) => 1,
+                Sample::Bool(true) => 2,
+                Sample::Int(_) | Sample::Float(_) => 3,
+                Sample::Str(_) => 4,
+            }
+        }
+
+        /// The reference order: type rank, then numeric value exactly, then bytes.
+        fn cmp_value(&self, other: &Sample) -> Ordering {
+            match (self, other) {
+                (Sample::Str(a), Sample::Str(b)) => a.as_bytes().cmp(b.as_bytes()),
+                (a, b) if a.rank() == 3 && b.rank() == 3 => cmp_numbers(a, b),
+                (a, b) => a.rank().cmp(&b.rank()),
+            }
+        }
+    }
+
+    fn cmp_numbers(a: &Sample, b: &Sample) -> Ordering {
+        match (a, b) {
+            (Sample::Int(x), Sample::Int(y)) => x.cmp(y),
+            (Sample::Float(x), Sample::Float(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
+            (Sample::Int(x), Sample::Float(y)) => cmp_int_float(*x, *y),
+            (Sample::Float(x), Sample::Int(y)) => cmp_int_float(*y, *x).reverse(),
+            _ => Ordering::Equal,
+        }
+    }
+
+    fn cmp_int_float(i: i64, f: f64) -> Ordering {
+        if f >= 9.3e18 {
+            return Ordering::Less;
+        }
+        if f <= -9.3e18 {
+            return Ordering::Greater;
+        }
+        let whole = f.floor();
+        match i128::from(i).cmp(&(whole as i128)) {
+            Ordering::Equal if f > whole => Ordering::Less,
+            other => other,
+        }
+    }
+
+    fn sample() -> impl Strategy<Value = Sample> {
+        prop_oneof![
+            Just(Sample::Null),
+            any::<bool>().prop_map(Sample::Bool),
+            any::<i64>().prop_map(Sample::Int),
+            (-1000i64..1000).prop_map(Sample::Int),
+            ((1i64 << 53) - 5..(1i64 << 53) + 5000).prop_map(Sample::Int),
+            any::<f64>().prop_filter("not NaN", |f| !f.is_nan()).prop_map(Sample::Float),
+            (-1000.0f64..1000.0).prop_map(Sample::Float),
+            "[a-c\\x00]{0,6}".prop_map(Sample::Str),
+            any::<String>().prop_map(Sample::Str),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn encoded_order_equals_value_order(a in sample(), b in sample()) {
+            let (ka, ta) = encode_key(a.key()).unwrap();
+            let (kb, tb) = encode_key(b.key()).unwrap();
+            prop_assume!(!ta && !tb);
+            prop_assert_eq!(ka.cmp(&kb), a.cmp_value(&b), "{:?} vs {:?}", a, b);
+        }
+
+        #[test]
+        fn composite_keys_order_by_first_then_second(a in sample(), b in sample(), pa in any::<i64>(), pb in any::<i64>()) {
+            let mut ka = encode_key(a.key()).unwrap().0;
+            encode_key_into(KeyValue::Int(pa), &mut ka).unwrap();
+            let mut kb = encode_key(b.key()).unwrap().0;
+            encode_key_into(KeyValue::Int(pb), &mut kb).unwrap();
+            let expected = a.cmp_value(&b).then(pa.cmp(&pb));
+            prop_assert_eq!(ka.cmp(&kb), expected);
+            prop_assert_eq!(decode_key(index_entry_primary_key(&ka).unwrap()).unwrap().0, OwnedKey::Int(pa));
+        }
+
+        #[test]
+        fn keys_round_trip(a in sample()) {
+            let (k, truncated) = encode_key(a.key()).unwrap();
+            let (decoded, used) = decode_key(&k).unwrap();
+            prop_assert_eq!(used, k.len());
+            prop_assert_eq!(skip_key(&k).unwrap(), k.len());
+            match (&a, decoded) {
+                (Sample::Null, OwnedKey::Null) => {}
+                (Sample::Bool(x), OwnedKey::Bool(y)) => prop_assert_eq!(*x, y),
+                (Sample::Int(x), OwnedKey::Int(y)) => prop_assert_eq!(*x, y),
+                (Sample::Float(x), OwnedKey::Float(y)) => prop_assert_eq!(*x, y),
+                (Sample::Float(x), OwnedKey::Int(y)) => prop_assert_eq!(*x, y as f64),
+                (Sample::Str(x), OwnedKey::Str { text, truncated: t }) => {
+                    prop_assert_eq!(t, truncated);
+                    let kept = text.trim_end_matches(char::REPLACEMENT_CHARACTER);
+                    if !t { prop_assert_eq!(x, &text) } else { prop_assert!(x.starts_with(kept)) }
+                }
+                (a, d) => prop_assert!(false, "{:?} decoded as {:?}", a, d),
+            }
+        }
+
+        #[test]
+        fn truncated_strings_keep_prefix_order(a in "[ab]{240,260}", b in "[ab]{240,260}") {
+            let (ka, _) = encode_key(KeyValue::Str(&a)).unwrap();
+            let (kb, _) = encode_key(KeyValue::Str(&b)).unwrap();
+            // Truncation may tie distinct strings but never inverts their order.
+            if ka != kb {
+                prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            }
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let _ = decode_key(&bytes);
+            let _ = skip_key(&bytes);
+        }
+    }
+
+    #[test]
+    fn integers_and_integral_floats_share_a_key() {
+        assert_eq!(encode_key(KeyValue::Int(5)).unwrap(), encode_key(KeyValue::Float(5.0)).unwrap());
+        assert_eq!(encode_key(KeyValue::Float(-0.0)).unwrap(), encode_key(KeyValue::Float(0.0)).unwrap());
+    }
+
+    proptest! {
+        #[test]
+        fn string_prefixes_bound_exactly_the_strings_that_start_with_them(p in "[ab\\x00]{0,4}", s in "[ab\\x00]{0,6}") {
+            let mut prefix = Vec::new();
+            encode_string_prefix_into(&p, &mut prefix);
+            let upper = prefix_successor(&prefix).unwrap();
+            let key = encode_key(KeyValue::Str(&s)).unwrap().0;
+            let inside = key.as_slice() >= prefix.as_slice() && key < upper;
+            prop_assert_eq!(inside, s.starts_with(&p), "{:?} {:?}", p, s);
+        }
+    }
+
+    #[test]
+    fn successor_skips_trailing_ff() {
+        assert_eq!(prefix_successor(&[1, 0xFF, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[0xFF]), None);
+    }
+
+    #[test]
+    fn nan_is_rejected() {
+        assert!(matches!(encode_key(KeyValue::Float(f64::NAN)), Err(Error::InvalidKey(_))));
+    }
+
+    #[test]
+    fn long_strings_are_truncated_and_flagged() {
+        let long = "x".repeat(1000);
+        let (k, truncated) = encode_key(KeyValue::Str(&long)).unwrap();
+        assert!(truncated);
+        assert_eq!(k.len(), 1 + MAX_KEY_STRING_BYTES + 2);
+    }
+}

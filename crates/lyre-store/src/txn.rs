@@ -1,0 +1,253 @@
+//! Read snapshots and the write transaction handed to write jobs.
+
+use std::ops::Bound;
+
+use heed::{RoTxn, RwTxn, WithoutTls};
+
+use crate::database::{Database, TableStore};
+use crate::error::{Error, Result};
+use crate::txlog::{Change, ChangeKind, LogEntry};
+use crate::version::Version;
+
+/// A byte range over keys, with each bound inclusive, exclusive or open.
+pub type KeyRange<'k> = (Bound<&'k [u8]>, Bound<&'k [u8]>);
+
+/// Primary records in key order: `(encoded primary key, stored record)`.
+pub type Records<'t> = Box<dyn Iterator<Item = Result<(&'t [u8], &'t [u8])>> + 't>;
+
+/// Index entries in key order: `attribute id ++ encoded value ++ encoded primary key`.
+pub type IndexEntries<'t> = Box<dyn Iterator<Item = Result<&'t [u8]>> + 't>;
+
+/// A consistent read snapshot of one database. `Send`, so a streamed result can be
+/// produced on another thread; keep it short-lived (it pins old pages).
+pub struct ReadTxn {
+    txn: RoTxn<'static, WithoutTls>,
+    db: Database,
+}
+
+impl ReadTxn {
+    pub(crate) fn new(db: Database) -> Result<Self> {
+        let txn = db.inner.env.clone().static_read_txn()?;
+        Ok(Self { txn, db })
+    }
+
+    /// The database this snapshot reads.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Handles of `table`, or `None` when its sub-databases do not exist.
+    pub fn table(&self, table: &str) -> Result<Option<TableStore>> {
+        Ok(self.db.open_table(table))
+    }
+
+    /// The stored record with primary key `key`.
+    pub fn get_record(&self, table: &TableStore, key: &[u8]) -> Result<Option<&[u8]>> {
+        Ok(table.records.get(&self.txn, key)?)
+    }
+
+    /// Records whose primary key lies in `range`, ascending or descending.
+    pub fn records(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<Records<'_>> {
+        records_in(&self.txn, table, range, descending)
+    }
+
+    /// Index entries in `range`, ascending or descending.
+    pub fn index_entries(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<IndexEntries<'_>> {
+        index_entries_in(&self.txn, table, range, descending)
+    }
+
+    /// The number of records in `table` (constant time).
+    pub fn count_records(&self, table: &TableStore) -> Result<u64> {
+        Ok(table.records.len(&self.txn)?)
+    }
+
+    /// Bytes the table's records and index entries occupy.
+    pub fn table_size(&self, table: &TableStore) -> Result<u64> {
+        let records = table.records.stat(&self.txn)?;
+        let index = table.index.stat(&self.txn)?;
+        Ok(stat_bytes(&records) + stat_bytes(&index))
+    }
+
+    /// Bytes the transaction log occupies.
+    pub fn log_size(&self) -> Result<u64> {
+        Ok(stat_bytes(&self.db.inner.txlog.stat(&self.txn)?))
+    }
+
+    /// Every catalog entry, in key order.
+    pub fn catalog_entries(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for item in self.db.inner.catalog.iter(&self.txn)? {
+            let (k, v) = item?;
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// A metadata value.
+    pub fn meta(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        Ok(self.db.inner.meta.get(&self.txn, key)?)
+    }
+
+    /// Transaction-log entries with sequence number `from` or later, in order.
+    pub fn log_from(&self, from: u64) -> Result<impl Iterator<Item = Result<LogEntry>> + '_> {
+        let iter = self.db.inner.txlog.range(&self.txn, &(from..))?;
+        Ok(iter.map(|item| {
+            let (_, bytes) = item?;
+            LogEntry::decode(bytes)
+        }))
+    }
+}
+
+fn stat_bytes(stat: &heed::DatabaseStat) -> u64 {
+    let pages = stat.branch_pages + stat.leaf_pages + stat.overflow_pages;
+    pages as u64 * u64::from(stat.page_size)
+}
+
+fn records_in<'t>(txn: &'t RoTxn<'_, WithoutTls>, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<Records<'t>> {
+    let map = |item: heed::Result<(&'t [u8], &'t [u8])>| item.map_err(Error::from);
+    Ok(if descending {
+        Box::new(table.records.rev_range(txn, &range)?.map(map))
+    } else {
+        Box::new(table.records.range(txn, &range)?.map(map))
+    })
+}
+
+fn index_entries_in<'t>(txn: &'t RoTxn<'_, WithoutTls>, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<IndexEntries<'t>> {
+    let map = |item: heed::Result<(&'t [u8], ())>| item.map(|(k, ())| k).map_err(Error::from);
+    Ok(if descending {
+        Box::new(table.index.rev_range(txn, &range)?.map(map))
+    } else {
+        Box::new(table.index.range(txn, &range)?.map(map))
+    })
+}
+
+/// The write transaction of one logical transaction (one write job).
+///
+/// Every record change made through it is appended to the transaction log when the
+/// job succeeds, in the same LMDB transaction. Catalog and index changes are not
+/// logged: they are derived from the catalog operations that made them.
+pub struct WriteTxn<'p> {
+    txn: RwTxn<'p>,
+    db: &'p Database,
+    version: Version,
+    changes: Vec<Change>,
+}
+
+impl<'p> WriteTxn<'p> {
+    pub(crate) fn new(txn: RwTxn<'p>, db: &'p Database, version: Version) -> Self {
+        Self { txn, db, version, changes: Vec::new() }
+    }
+
+    /// The version every change in this transaction carries.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Handles of `table`, or `None` when its storage does not exist; see
+    /// [`crate::Writer::prepare_table`].
+    pub fn table(&self, table: &str) -> Result<Option<TableStore>> {
+        Ok(self.db.open_table(table))
+    }
+
+    /// Removes every record and index entry of `table`. Not logged record by record:
+    /// the catalog change that drops the table is the fact.
+    pub fn clear_table(&mut self, table: &TableStore) -> Result<()> {
+        table.records.clear(&mut self.txn)?;
+        table.index.clear(&mut self.txn)?;
+        Ok(())
+    }
+
+    /// The stored record with primary key `key`, as of this transaction.
+    pub fn get_record(&self, table: &TableStore, key: &[u8]) -> Result<Option<&[u8]>> {
+        Ok(table.records.get(&self.txn, key)?)
+    }
+
+    /// Records whose primary key lies in `range`, ascending or descending.
+    pub fn records(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<Records<'_>> {
+        records_in(&self.txn, table, range, descending)
+    }
+
+    /// Index entries in `range`.
+    pub fn index_entries(&self, table: &TableStore, range: KeyRange<'_>) -> Result<IndexEntries<'_>> {
+        index_entries_in(&self.txn, table, range, false)
+    }
+
+    /// Writes `record` (header and body, see [`crate::encode_record`]) under `key`.
+    pub fn put_record(&mut self, table: &TableStore, key: Vec<u8>, record: Vec<u8>) -> Result<()> {
+        table.records.put(&mut self.txn, &key, &record).map_err(|e| classify(self.db, e))?;
+        self.changes.push(Change { table: table.name.to_string(), kind: ChangeKind::Put, key, record: Some(record) });
+        Ok(())
+    }
+
+    /// Deletes the record under `key`; returns whether it existed.
+    pub fn delete_record(&mut self, table: &TableStore, key: &[u8]) -> Result<bool> {
+        let existed = table.records.delete(&mut self.txn, key).map_err(|e| classify(self.db, e))?;
+        if existed {
+            self.changes.push(Change { table: table.name.to_string(), kind: ChangeKind::Delete, key: key.to_vec(), record: None });
+        }
+        Ok(existed)
+    }
+
+    /// Adds an index entry.
+    pub fn put_index_entry(&mut self, table: &TableStore, entry: &[u8]) -> Result<()> {
+        table.index.put(&mut self.txn, entry, &()).map_err(|e| classify(self.db, e))
+    }
+
+    /// Removes an index entry; returns whether it existed.
+    pub fn delete_index_entry(&mut self, table: &TableStore, entry: &[u8]) -> Result<bool> {
+        table.index.delete(&mut self.txn, entry).map_err(|e| classify(self.db, e))
+    }
+
+    /// Removes every index entry in `range`; returns how many.
+    pub fn delete_index_range(&mut self, table: &TableStore, range: KeyRange<'_>) -> Result<usize> {
+        table.index.delete_range(&mut self.txn, &range).map_err(|e| classify(self.db, e))
+    }
+
+    /// A catalog value.
+    pub fn catalog(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        Ok(self.db.inner.catalog.get(&self.txn, key)?)
+    }
+
+    /// Writes a catalog value.
+    pub fn put_catalog(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db.inner.catalog.put(&mut self.txn, key, value).map_err(|e| classify(self.db, e))
+    }
+
+    /// Deletes a catalog value.
+    pub fn delete_catalog(&mut self, key: &[u8]) -> Result<bool> {
+        self.db.inner.catalog.delete(&mut self.txn, key).map_err(|e| classify(self.db, e))
+    }
+
+    /// Writes a metadata value.
+    pub fn put_meta(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db.inner.meta.put(&mut self.txn, key, value).map_err(|e| classify(self.db, e))
+    }
+
+    /// Appends the log entry for this job (if it changed any record) and commits the
+    /// nested transaction into its batch.
+    pub(crate) fn finish(mut self, seq: &mut u64, user: &str, operation: &str) -> Result<()> {
+        if !self.changes.is_empty() {
+            *seq += 1;
+            let entry = LogEntry {
+                seq: *seq,
+                version: self.version.time,
+                node: self.version.node,
+                user: user.to_string(),
+                operation: operation.to_string(),
+                changes: std::mem::take(&mut self.changes),
+            };
+            let bytes = entry.encode()?;
+            self.db.inner.txlog.put(&mut self.txn, seq, &bytes).map_err(|e| classify(self.db, e))?;
+        }
+        let db = self.db;
+        self.txn.commit().map_err(|e| classify(db, e))
+    }
+}
+
+/// Converts a heed error, naming the map size when the map is full.
+pub(crate) fn classify(db: &Database, err: heed::Error) -> Error {
+    match err {
+        heed::Error::Mdb(heed::MdbError::MapFull) => db.map_full(),
+        other => other.into(),
+    }
+}

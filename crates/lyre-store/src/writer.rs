@@ -1,0 +1,324 @@
+//! The single writer of a database: queue, group commit, acknowledgement.
+//!
+//! Every write is a job submitted to its database's writer thread. The thread drains
+//! its queue and applies the queued jobs in order inside one LMDB write transaction,
+//! each in a nested transaction so a failing job undoes only itself; it commits once
+//! and then acknowledges each job. Because jobs run one at a time, a
+//! read-modify-write inside a job is serial by construction.
+//!
+//! The writer also carries a piece of caller state `S` (lyre-core's catalog): a job may
+//! change it, a failed job's change is rolled back with its transaction, and after each
+//! commit the caller's `on_commit` hook sees the committed state before any job of the
+//! batch is acknowledged.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::database::Database;
+use crate::error::{Error, Result};
+use crate::txn::{WriteTxn, classify};
+use crate::version::VersionClock;
+
+/// Tuning of a writer.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Jobs that may wait in the queue; beyond it submitters wait.
+    pub queue_capacity: usize,
+    /// How long a submitter waits for room in a full queue before it is told to retry.
+    pub queue_timeout: Duration,
+    /// Most jobs applied in one LMDB transaction.
+    pub max_batch: usize,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self { queue_capacity: 4096, queue_timeout: Duration::from_secs(45), max_batch: 512 }
+    }
+}
+
+/// Who made a write and how; recorded in the transaction log.
+#[derive(Debug, Clone)]
+pub struct JobMeta {
+    /// The user on whose behalf the write runs.
+    pub user: String,
+    /// The operation name (`insert`, `update`, `create_table`, ...).
+    pub operation: String,
+}
+
+/// Called after each commit with the committed state and last log sequence.
+pub type OnCommit<S> = Box<dyn FnMut(&S, u64) + Send>;
+
+trait Job<S>: Send {
+    fn meta(&self) -> &JobMeta;
+    /// Marks an applied job as failed (its changes could not be kept).
+    fn fail(&mut self, err: Error);
+    /// Runs the job; returns whether it succeeded (and its changes should be kept).
+    fn apply(&mut self, txn: &mut WriteTxn<'_>, state: &mut S) -> bool;
+    /// Delivers the outcome once the batch's commit is known.
+    fn complete(self: Box<Self>, commit: std::result::Result<(), &Error>);
+}
+
+struct TypedJob<F, T, E> {
+    meta: JobMeta,
+    work: Option<F>,
+    outcome: Option<std::result::Result<T, E>>,
+    reply: oneshot::Sender<std::result::Result<T, E>>,
+}
+
+impl<S, F, T, E> Job<S> for TypedJob<F, T, E>
+where
+    F: FnOnce(&mut WriteTxn<'_>, &mut S) -> std::result::Result<T, E> + Send,
+    T: Send,
+    E: From<Error> + Send,
+{
+    fn meta(&self) -> &JobMeta {
+        &self.meta
+    }
+
+    fn fail(&mut self, err: Error) {
+        self.outcome = Some(Err(E::from(err)));
+    }
+
+    fn apply(&mut self, txn: &mut WriteTxn<'_>, state: &mut S) -> bool {
+        let Some(work) = self.work.take() else { return false };
+        let outcome = work(txn, state);
+        let ok = outcome.is_ok();
+        self.outcome = Some(outcome);
+        ok
+    }
+
+    fn complete(self: Box<Self>, commit: std::result::Result<(), &Error>) {
+        let result = match (self.outcome, commit) {
+            (Some(Ok(value)), Ok(())) => Ok(value),
+            (Some(Ok(_)), Err(err)) => Err(E::from(duplicate(err))),
+            (Some(Err(err)), _) => Err(err),
+            (None, _) => Err(E::from(Error::JobPanicked("see the server log".into()))),
+        };
+        // The submitter may have given up waiting; nothing to do then.
+        let _ = self.reply.send(result);
+    }
+}
+
+enum Message<S> {
+    Job(Box<dyn Job<S>>),
+    /// Create a table's storage in a transaction of its own.
+    PrepareTable(String, oneshot::Sender<Result<()>>),
+    /// Finish the queued jobs, refuse new ones, exit.
+    Stop,
+}
+
+/// The writer of one database. Cheap to share behind an `Arc`.
+pub struct Writer<S> {
+    queue: mpsc::Sender<Message<S>>,
+    options: WriterOptions,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<S: Clone + Send + 'static> Writer<S> {
+    /// Starts the writer thread of `db`, owning `state`.
+    pub fn spawn(db: Database, clock: Arc<VersionClock>, state: S, on_commit: OnCommit<S>, options: WriterOptions) -> Result<Self> {
+        let (queue, messages) = mpsc::channel(options.queue_capacity);
+        let mut worker = Worker { db, clock, state, on_commit, max_batch: options.max_batch };
+        let thread = std::thread::Builder::new()
+            .name(format!("writer-{}", worker.db.name()))
+            .spawn(move || worker.run(messages))?;
+        Ok(Self { queue, options, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Submits a job and waits until it is committed (or failed). The job runs on the
+    /// writer thread with the transaction and the writer's state.
+    ///
+    /// Cancel safety: dropping the future before it completes does not withdraw a job
+    /// that was already queued; it will still be applied.
+    pub async fn submit<T, E, F>(&self, meta: JobMeta, work: F) -> std::result::Result<T, E>
+    where
+        F: FnOnce(&mut WriteTxn<'_>, &mut S) -> std::result::Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        let (reply, outcome) = oneshot::channel();
+        let job = Message::Job(Box::new(TypedJob { meta, work: Some(work), outcome: None, reply }));
+        match tokio::time::timeout(self.options.queue_timeout, self.queue.send(job)).await {
+            Err(_) => return Err(Error::Overloaded.into()),
+            Ok(Err(_)) => return Err(Error::Closed.into()),
+            Ok(Ok(())) => {}
+        }
+        outcome.await.unwrap_or_else(|_| Err(Error::Closed.into()))
+    }
+
+    /// Makes sure the storage of `table` exists, committing its creation on its own.
+    ///
+    /// Table storage is created apart from the catalog change that names the table,
+    /// because LMDB sub-database handles only become usable once their creating
+    /// transaction commits. Storage without a catalog entry is harmless: it is what a
+    /// dropped table leaves, and it is reused when the name is created again.
+    pub async fn prepare_table(&self, table: &str) -> Result<()> {
+        let (reply, done) = oneshot::channel();
+        let message = Message::PrepareTable(table.to_string(), reply);
+        match tokio::time::timeout(self.options.queue_timeout, self.queue.send(message)).await {
+            Err(_) => return Err(Error::Overloaded),
+            Ok(Err(_)) => return Err(Error::Closed),
+            Ok(Ok(())) => {}
+        }
+        done.await.unwrap_or(Err(Error::Closed))
+    }
+
+    /// Stops accepting jobs, applies the ones already queued, and waits for the thread
+    /// to exit. Later submissions fail with [`Error::Closed`]. Idempotent.
+    ///
+    /// Blocks the calling thread until the queue drains: call it from a blocking
+    /// context, not from an async task.
+    pub fn shutdown(&self) {
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
+            self.send_stop();
+            if thread.join().is_err() {
+                tracing::error!("a writer thread panicked");
+            }
+        }
+    }
+
+}
+
+impl<S> Writer<S> {
+    /// Queues the stop message behind the jobs already queued.
+    fn send_stop(&self) {
+        loop {
+            match self.queue.try_send(Message::Stop) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
+                Err(mpsc::error::TrySendError::Full(_)) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+}
+
+impl<S> Drop for Writer<S> {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            self.send_stop();
+            let _ = thread.join();
+        }
+    }
+}
+
+struct Worker<S> {
+    db: Database,
+    clock: Arc<VersionClock>,
+    state: S,
+    on_commit: OnCommit<S>,
+    max_batch: usize,
+}
+
+impl<S: Clone + Send + 'static> Worker<S> {
+    fn run(&mut self, mut messages: mpsc::Receiver<Message<S>>) {
+        let mut seq = *self.db.inner.committed.borrow();
+        let mut stopping = false;
+        while let Some(first) = messages.blocking_recv() {
+            let mut batch = Vec::new();
+            let mut next = Some(first);
+            while let Some(message) = next.take() {
+                match message {
+                    Message::Job(job) => batch.push(job),
+                    Message::PrepareTable(table, reply) => {
+                        // Jobs queued before it commit first, preserving queue order.
+                        if !batch.is_empty() {
+                            self.run_batch(std::mem::take(&mut batch), &mut seq);
+                        }
+                        let _ = reply.send(self.db.create_table_storage(&table).map(|_| ()));
+                    }
+                    Message::Stop => {
+                        // Refuse new jobs; the ones already queued still run.
+                        messages.close();
+                        stopping = true;
+                    }
+                }
+                if batch.len() < self.max_batch {
+                    next = messages.try_recv().ok();
+                }
+            }
+            if !batch.is_empty() {
+                self.run_batch(batch, &mut seq);
+            }
+        }
+        if stopping {
+            tracing::debug!(database = self.db.name(), "writer stopped");
+        }
+    }
+
+    fn run_batch(&mut self, mut batch: Vec<Box<dyn Job<S>>>, seq: &mut u64) {
+        let before = self.state.clone();
+        let seq_before = *seq;
+        let committed = self.apply_and_commit(&mut batch, seq);
+        match &committed {
+            Ok(()) => {
+                (self.on_commit)(&self.state, *seq);
+                self.db.inner.committed.send_replace(*seq);
+            }
+            Err(err) => {
+                tracing::error!(database = self.db.name(), error = %err, "write batch failed to commit");
+                self.state = before;
+                *seq = seq_before;
+            }
+        }
+        for job in batch {
+            job.complete(committed.as_ref().map(|_| ()));
+        }
+    }
+
+    fn apply_and_commit(&mut self, batch: &mut [Box<dyn Job<S>>], seq: &mut u64) -> Result<()> {
+        let env = &self.db.inner.env;
+        let mut parent = env.write_txn()?;
+        for job in batch.iter_mut() {
+            let saved_state = self.state.clone();
+            let saved_seq = *seq;
+            let child = env.nested_write_txn(&mut parent).map_err(|e| classify(&self.db, e))?;
+            let mut txn = WriteTxn::new(child, &self.db, self.clock.next());
+            let applied = catch_unwind(AssertUnwindSafe(|| job.apply(&mut txn, &mut self.state)));
+            let kept = match applied {
+                Ok(true) => {
+                    let meta = job.meta();
+                    match txn.finish(seq, &meta.user, &meta.operation) {
+                        Ok(()) => true,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "a write job could not be finished");
+                            job.fail(err);
+                            false
+                        }
+                    }
+                }
+                Ok(false) => false, // dropping `txn` aborts the nested transaction
+                Err(panic) => {
+                    tracing::error!(panic = panic_message(&panic), "a write job panicked");
+                    false
+                }
+            };
+            if !kept {
+                self.state = saved_state;
+                *seq = saved_seq;
+            }
+        }
+        parent.commit().map_err(|e| classify(&self.db, e))
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// A copy of `err` for each job of a failed batch.
+fn duplicate(err: &Error) -> Error {
+    match err {
+        Error::MapFull { map_size } => Error::MapFull { map_size: *map_size },
+        Error::Io(io) => Error::Io(std::io::Error::new(io.kind(), io.to_string())),
+        Error::Corrupt(m) => Error::Corrupt(m.clone()),
+        other => Error::Internal(other.to_string()),
+    }
+}
