@@ -8,7 +8,9 @@ use std::time::Duration;
 use lyre_store::{DatabaseOptions, Layout, VersionClock, WriterOptions};
 
 use crate::access::{AdminBootstrap, Users, require_super_user};
-use crate::catalog::{TableSpec, validate_attribute_name, validate_database_name, validate_table_name};
+use crate::catalog::{
+    TableSpec, validate_attribute_name, validate_database_name, validate_table_name,
+};
 use crate::context::Context;
 use crate::db::Db;
 use crate::error::{Error, Result};
@@ -57,20 +59,42 @@ impl Engine {
             if !entry.file_type().map_err(lyre_store::Error::from)?.is_dir() {
                 continue;
             }
-            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
-            let db = Db::open(&name, &entry.path(), options.storage.clone(), options.writer.clone(), clock.clone())?;
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let db = Db::open(
+                &name,
+                &entry.path(),
+                options.storage.clone(),
+                options.writer.clone(),
+                clock.clone(),
+            )?;
             databases.insert(name, db);
         }
         let system = match databases.get(SYSTEM_DATABASE) {
             Some(db) => db.clone(),
             None => {
-                let db = Db::open(SYSTEM_DATABASE, &layout.database_dir(SYSTEM_DATABASE), options.storage.clone(), options.writer.clone(), clock.clone())?;
+                let db = Db::open(
+                    SYSTEM_DATABASE,
+                    &layout.database_dir(SYSTEM_DATABASE),
+                    options.storage.clone(),
+                    options.writer.clone(),
+                    clock.clone(),
+                )?;
                 databases.insert(SYSTEM_DATABASE.to_string(), db.clone());
                 db
             }
         };
-        let (users, generated) = Users::bootstrap(system, &options.admin, options.auth_cache_ttl).await?;
-        let engine = Engine { layout, options, clock, databases: RwLock::new(databases), lifecycle: tokio::sync::Mutex::new(()), users };
+        let (users, generated) =
+            Users::bootstrap(system, &options.admin, options.auth_cache_ttl).await?;
+        let engine = Engine {
+            layout,
+            options,
+            clock,
+            databases: RwLock::new(databases),
+            lifecycle: tokio::sync::Mutex::new(()),
+            users,
+        };
         Ok((Arc::new(engine), generated))
     }
 
@@ -87,13 +111,20 @@ impl Engine {
     /// An open database.
     pub fn database(&self, name: &str) -> Result<Arc<Db>> {
         let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
-        databases.get(name).cloned().ok_or_else(|| Error::DatabaseNotFound(name.to_string()))
+        databases
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::DatabaseNotFound(name.to_string()))
     }
 
     /// User databases (not `system`), by name.
     pub fn databases(&self) -> Vec<Arc<Db>> {
         let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
-        databases.iter().filter(|(name, _)| name.as_str() != SYSTEM_DATABASE).map(|(_, db)| db.clone()).collect()
+        databases
+            .iter()
+            .filter(|(name, _)| name.as_str() != SYSTEM_DATABASE)
+            .map(|(_, db)| db.clone())
+            .collect()
     }
 
     /// Creates a database. Fails if it exists.
@@ -108,7 +139,13 @@ impl Engine {
     }
 
     fn open_database(&self, name: &str) -> Result<Arc<Db>> {
-        let db = Db::open(name, &self.layout.database_dir(name), self.options.storage.clone(), self.options.writer.clone(), self.clock.clone())?;
+        let db = Db::open(
+            name,
+            &self.layout.database_dir(name),
+            self.options.storage.clone(),
+            self.options.writer.clone(),
+            self.clock.clone(),
+        )?;
         let mut databases = self.databases.write().unwrap_or_else(|e| e.into_inner());
         databases.insert(name.to_string(), db.clone());
         Ok(db)
@@ -119,7 +156,8 @@ impl Engine {
         require_super_user(ctx)?;
         validate_database_name(database)?;
         validate_table_name(&spec.name)?;
-        validate_attribute_name(&spec.primary_key)?;
+        validate_attribute_name(&spec.primary_key)
+            .map_err(|_| Error::invalid("'primary_key' names cannot include backticks or forward slashes and cannot be empty"))?;
         let db = {
             let _guard = self.lifecycle.lock().await;
             match self.database(database) {
@@ -139,7 +177,9 @@ impl Engine {
         let _guard = self.lifecycle.lock().await;
         let db = {
             let mut databases = self.databases.write().unwrap_or_else(|e| e.into_inner());
-            databases.remove(name).ok_or_else(|| Error::DatabaseNotFound(name.to_string()))?
+            databases
+                .remove(name)
+                .ok_or_else(|| Error::DatabaseNotFound(name.to_string()))?
         };
         let dir = self.layout.database_dir(name);
         tokio::task::spawn_blocking(move || close_and_remove(db, dir))
@@ -154,7 +194,9 @@ impl Engine {
             let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
             databases.values().cloned().collect()
         };
-        let stopped = tokio::task::spawn_blocking(move || databases.iter().for_each(|db| db.shutdown())).await;
+        let stopped =
+            tokio::task::spawn_blocking(move || databases.iter().for_each(|db| db.shutdown()))
+                .await;
         if let Err(err) = stopped {
             tracing::error!(error = %err, "stopping the writers failed");
         }

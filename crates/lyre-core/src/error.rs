@@ -156,7 +156,9 @@ pub enum Error {
     #[error("Login failed")]
     LoginFailed,
     /// The user may not run this.
-    #[error("This operation is not authorized due to role restrictions and/or invalid database items")]
+    #[error(
+        "This operation is not authorized due to role restrictions and/or invalid database items"
+    )]
     Forbidden,
     /// A failure in the storage engine.
     #[error(transparent)]
@@ -175,7 +177,9 @@ impl Error {
             | Error::TableNotFound { .. }
             | Error::NotDefinedAttribute(_)
             | Error::AttributeNotFound(_) => Code::NotFound,
-            Error::DatabaseExists(_) | Error::TableExists { .. } | Error::AttributeExists { .. } => Code::AlreadyExists,
+            Error::DatabaseExists(_)
+            | Error::TableExists { .. }
+            | Error::AttributeExists { .. } => Code::AlreadyExists,
             Error::MustLogin => Code::MustLogin,
             Error::LoginFailed => Code::LoginFailed,
             Error::Forbidden => Code::Forbidden,
@@ -210,18 +214,35 @@ mod tests {
         for code in Code::ALL {
             let (status, class, retryable) = code.row();
             assert!((400..600).contains(&status), "{code:?}");
-            assert_eq!(retryable, class == Class::Unavailable && status == 503, "{code:?}");
+            assert_eq!(
+                retryable,
+                class == Class::Unavailable && status == 503,
+                "{code:?}"
+            );
             assert_eq!(class == Class::Internal, status == 500, "{code:?}");
-            assert_eq!(class == Class::Auth, matches!(status, 401 | 403), "{code:?}");
+            assert_eq!(
+                class == Class::Auth,
+                matches!(status, 401 | 403),
+                "{code:?}"
+            );
         }
     }
 
     #[test]
     fn messages_use_harpers_wording() {
-        let e = Error::TableNotFound { database: "dev".into(), table: "nope".into() };
+        let e = Error::TableNotFound {
+            database: "dev".into(),
+            table: "nope".into(),
+        };
         assert_eq!(e.to_string(), "Table 'dev.nope' does not exist");
         assert_eq!(e.code().status(), 404);
-        assert_eq!(Error::DatabaseExists("dev".into()).to_string(), "database 'dev' already exists");
-        assert_eq!(Error::Store(StoreError::Overloaded).code(), Code::Overloaded);
+        assert_eq!(
+            Error::DatabaseExists("dev".into()).to_string(),
+            "database 'dev' already exists"
+        );
+        assert_eq!(
+            Error::Store(StoreError::Overloaded).code(),
+            Code::Overloaded
+        );
     }
 }

@@ -19,7 +19,12 @@ pub(crate) fn attribute_prefix(attribute: &Attribute) -> [u8; 4] {
 
 /// Appends the index entries of `value` for `attribute` of the record keyed `pk`.
 /// Returns whether the value was an array (several entries per record).
-pub(crate) fn entries_for(attribute: &Attribute, value: &Value, pk: &[u8], out: &mut BTreeSet<Vec<u8>>) -> Result<bool> {
+pub(crate) fn entries_for(
+    attribute: &Attribute,
+    value: &Value,
+    pk: &[u8],
+    out: &mut BTreeSet<Vec<u8>>,
+) -> Result<bool> {
     match value {
         Value::Array(items) => {
             for item in items {
@@ -86,11 +91,21 @@ pub(crate) fn update_record_indexes(
 
 /// Indexes `attribute` over every existing record of `table` (a new index). Returns
 /// whether any record held an array for it.
-pub(crate) fn build_attribute_index(txn: &mut WriteTxn<'_>, table: &TableSchema, attribute: &Attribute) -> Result<bool> {
-    let Some(store) = txn.table(&table.name)? else { return Ok(false) };
+pub(crate) fn build_attribute_index(
+    txn: &mut WriteTxn<'_>,
+    table: &TableSchema,
+    attribute: &Attribute,
+) -> Result<bool> {
+    let Some(store) = txn.table(&table.name)? else {
+        return Ok(false);
+    };
     let mut entries = BTreeSet::new();
     let mut multi = false;
-    for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
+    for item in txn.records(
+        &store,
+        (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded),
+        false,
+    )? {
         let (pk, stored) = item?;
         let record = crate::table::decode_object(stored)?;
         if let Some(value) = record.get(&attribute.name) {
@@ -105,23 +120,42 @@ pub(crate) fn build_attribute_index(txn: &mut WriteTxn<'_>, table: &TableSchema,
 
 /// Removes `attribute`'s index entries and, in dynamic tables, its values from every
 /// record (Harper strips dropped attributes from dynamic tables).
-pub(crate) fn drop_attribute_values(txn: &mut WriteTxn<'_>, table: &TableSchema, attribute: &Attribute) -> Result<()> {
-    let Some(store) = txn.table(&table.name)? else { return Ok(()) };
+pub(crate) fn drop_attribute_values(
+    txn: &mut WriteTxn<'_>,
+    table: &TableSchema,
+    attribute: &Attribute,
+) -> Result<()> {
+    let Some(store) = txn.table(&table.name)? else {
+        return Ok(());
+    };
     if attribute.indexed {
         let prefix = attribute_prefix(attribute);
         let upper = (attribute.id + 1).to_be_bytes();
-        txn.delete_index_range(&store, (std::ops::Bound::Included(&prefix[..]), std::ops::Bound::Excluded(&upper[..])))?;
+        txn.delete_index_range(
+            &store,
+            (
+                std::ops::Bound::Included(&prefix[..]),
+                std::ops::Bound::Excluded(&upper[..]),
+            ),
+        )?;
     }
     if table.schema_defined {
         return Ok(());
     }
     let mut rewrites = Vec::new();
-    for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
+    for item in txn.records(
+        &store,
+        (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded),
+        false,
+    )? {
         let (pk, stored) = item?;
         let (header, body) = lyre_store::decode_record(stored)?;
         let mut record = crate::table::decode_body(body)?;
         if record.shift_remove(&attribute.name).is_some() {
-            rewrites.push((pk.to_vec(), lyre_store::encode_record(&header, &Value::Object(record).to_msgpack())));
+            rewrites.push((
+                pk.to_vec(),
+                lyre_store::encode_record(&header, &Value::Object(record).to_msgpack()),
+            ));
         }
     }
     for (pk, stored) in rewrites {

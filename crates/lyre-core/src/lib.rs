@@ -21,5 +21,9 @@ pub use context::Context;
 pub use db::{Db, TableStats};
 pub use engine::{Engine, EngineOptions};
 pub use error::{Class, Code, Error, Result};
+/// How databases are opened (map size, durability); see `lyre_store`.
+pub use lyre_store::DatabaseOptions as StorageOptions;
+/// How writers batch; see `lyre_store`.
+pub use lyre_store::WriterOptions;
 pub use table::{DeleteSummary, Table, WriteMode, WriteSummary};
 pub use value::{Object, Value};

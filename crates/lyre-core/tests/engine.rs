@@ -14,13 +14,19 @@ fn options(root: &std::path::Path) -> EngineOptions {
         node_id: 1,
         storage: lyre_store_options(),
         writer: Default::default(),
-        admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
+        admin: AdminBootstrap {
+            username: "admin".into(),
+            password: Some("password".into()),
+        },
         auth_cache_ttl: Duration::from_secs(30),
     }
 }
 
 fn lyre_store_options() -> lyre_store::DatabaseOptions {
-    lyre_store::DatabaseOptions { map_size: 1 << 30, durable: false }
+    lyre_store::DatabaseOptions {
+        map_size: 1 << 30,
+        durable: false,
+    }
 }
 
 fn record(json: &str) -> Object {
@@ -31,7 +37,13 @@ fn record(json: &str) -> Object {
 }
 
 fn dynamic(name: &str) -> TableSpec {
-    TableSpec { name: name.into(), primary_key: "id".into(), primary_key_type: None, attributes: None, audit: true }
+    TableSpec {
+        name: name.into(),
+        primary_key: "id".into(),
+        primary_key_type: None,
+        attributes: None,
+        audit: true,
+    }
 }
 
 fn collect(search: lyre_core::query::Search) -> Vec<Object> {
@@ -56,51 +68,110 @@ async fn writes_queries_and_restart() {
     {
         let (engine, generated) = Engine::open(options(dir.path())).await.unwrap();
         assert!(generated.is_none());
-        engine.create_table(&ctx, "dev", dynamic("dog")).await.unwrap();
+        engine
+            .create_table(&ctx, "dev", dynamic("dog"))
+            .await
+            .unwrap();
         let dog = engine.database("dev").unwrap().table("dog").unwrap();
         let summary = dog
-            .insert(&ctx, vec![
-                record(r#"{"id":1,"name":"Penny","age":5,"breed":"Lab"}"#),
-                record(r#"{"id":2,"name":"Kato","age":3,"breed":"Labrador Mix"}"#),
-                record(r#"{"id":3,"name":"Riley","age":8,"breed":"Husky","tags":["a","b"]}"#),
-                record(r#"{"name":"Rex","age":5}"#),
-            ])
+            .insert(
+                &ctx,
+                vec![
+                    record(r#"{"id":1,"name":"Penny","age":5,"breed":"Lab"}"#),
+                    record(r#"{"id":2,"name":"Kato","age":3,"breed":"Labrador Mix"}"#),
+                    record(r#"{"id":3,"name":"Riley","age":8,"breed":"Husky","tags":["a","b"]}"#),
+                    record(r#"{"name":"Rex","age":5}"#),
+                ],
+            )
             .await
             .unwrap();
         assert_eq!(summary.written.len(), 4);
         assert_eq!(summary.new_attributes, ["name", "age", "breed", "tags"]);
-        let again = dog.insert(&ctx, vec![record(r#"{"id":1,"name":"Dup"}"#)]).await.unwrap();
+        let again = dog
+            .insert(&ctx, vec![record(r#"{"id":1,"name":"Dup"}"#)])
+            .await
+            .unwrap();
         assert_eq!(again.skipped, vec![Value::Int(1)]);
 
         let dog = engine.database("dev").unwrap().table("dog").unwrap();
-        let eq = |attr: &str, c, v: Value| Condition::Compare { attribute: attr.into(), comparator: c, value: v };
-        let five = dog.search(&ctx, Query { conditions: vec![eq("age", Comparator::Equals, Value::Int(5))], ..Default::default() }).unwrap();
+        let eq = |attr: &str, c, v: Value| Condition::Compare {
+            attribute: attr.into(),
+            comparator: c,
+            value: v,
+        };
+        let five = dog
+            .search(
+                &ctx,
+                Query {
+                    conditions: vec![eq("age", Comparator::Equals, Value::Int(5))],
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         assert_eq!(five.explain(), "index(age)");
         assert_eq!(collect(five).len(), 2);
-        let lab = dog.search(&ctx, Query { conditions: vec![eq("breed", Comparator::StartsWith, "Lab".into())], ..Default::default() }).unwrap();
+        let lab = dog
+            .search(
+                &ctx,
+                Query {
+                    conditions: vec![eq("breed", Comparator::StartsWith, "Lab".into())],
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         assert_eq!(ids(&collect(lab)), [Value::Int(1), Value::Int(2)]);
         let sorted = dog
-            .search(&ctx, Query { sort: vec![SortKey { attribute: "age".into(), descending: true }], limit: Some(2), ..Default::default() })
+            .search(
+                &ctx,
+                Query {
+                    sort: vec![SortKey {
+                        attribute: "age".into(),
+                        descending: true,
+                    }],
+                    limit: Some(2),
+                    ..Default::default()
+                },
+            )
             .unwrap();
         assert_eq!(sorted.explain(), "sort-index(age)");
         let ages: Vec<Value> = collect(sorted).iter().map(|r| r["age"].clone()).collect();
         assert_eq!(ages, [Value::Int(8), Value::Int(5)]);
         let either = dog
-            .search(&ctx, Query {
-                operator: Operator::Or,
-                conditions: vec![eq("age", Comparator::GreaterThan, Value::Int(6)), eq("tags", Comparator::Equals, "a".into())],
-                ..Default::default()
-            })
+            .search(
+                &ctx,
+                Query {
+                    operator: Operator::Or,
+                    conditions: vec![
+                        eq("age", Comparator::GreaterThan, Value::Int(6)),
+                        eq("tags", Comparator::Equals, "a".into()),
+                    ],
+                    ..Default::default()
+                },
+            )
             .unwrap();
         assert_eq!(either.explain(), "union(2)");
         assert_eq!(ids(&collect(either)), [Value::Int(3)]);
-        let update = dog.update(&ctx, vec![record(r#"{"id":2,"age":4}"#), record(r#"{"id":99,"age":1}"#)]).await.unwrap();
+        let update = dog
+            .update(
+                &ctx,
+                vec![
+                    record(r#"{"id":2,"age":4}"#),
+                    record(r#"{"id":99,"age":1}"#),
+                ],
+            )
+            .await
+            .unwrap();
         assert_eq!(update.written, [Value::Int(2)]);
         assert_eq!(update.skipped, [Value::Int(99)]);
-        let got = dog.get_many(&ctx, &[Value::Int(2), Value::Int(42)], &Select::Raw).unwrap();
+        let got = dog
+            .get_many(&ctx, &[Value::Int(2), Value::Int(42)], &Select::Raw)
+            .unwrap();
         assert_eq!(got[0]["age"], Value::Int(4));
         assert_eq!(got[0]["name"], Value::from("Kato"));
-        let deleted = dog.delete(&ctx, vec![Value::Int(3), Value::Int(77)]).await.unwrap();
+        let deleted = dog
+            .delete(&ctx, vec![Value::Int(3), Value::Int(77)])
+            .await
+            .unwrap();
         assert_eq!(deleted.deleted, [Value::Int(3)]);
         engine.shutdown().await;
     }
@@ -108,8 +179,23 @@ async fn writes_queries_and_restart() {
     let dog = engine.database("dev").unwrap().table("dog").unwrap();
     let all = collect(dog.search(&ctx, Query::default()).unwrap());
     assert_eq!(all.len(), 3);
-    let tags = dog.search(&ctx, Query { conditions: vec![Condition::Compare { attribute: "tags".into(), comparator: Comparator::Equals, value: "a".into() }], ..Default::default() }).unwrap();
-    assert!(collect(tags).is_empty(), "index entries of a deleted record must be gone");
+    let tags = dog
+        .search(
+            &ctx,
+            Query {
+                conditions: vec![Condition::Compare {
+                    attribute: "tags".into(),
+                    comparator: Comparator::Equals,
+                    value: "a".into(),
+                }],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(
+        collect(tags).is_empty(),
+        "index entries of a deleted record must be gone"
+    );
     assert!(engine.users().authenticate("admin", "password").is_ok());
     assert!(engine.users().authenticate("admin", "wrong").is_err());
     engine.shutdown().await;

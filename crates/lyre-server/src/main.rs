@@ -1,1 +1,10 @@
-fn main() {}
+//! The `lyre` binary: parse the command line, load the configuration, run.
+
+use clap::Parser;
+
+fn main() -> anyhow::Result<()> {
+    let cli = lyre_server::cli::Cli::parse();
+    let args = cli.run_args();
+    let config = lyre_server::config::Config::load(args.root, &|name| std::env::var(name).ok())?;
+    lyre_server::run(config)
+}

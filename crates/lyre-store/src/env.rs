@@ -14,7 +14,10 @@ use crate::names::MAX_TABLES;
 pub(crate) fn open_env(dir: &Path, map_size: usize, durable: bool) -> Result<Env<WithoutTls>> {
     std::fs::create_dir_all(dir)?;
     let mut options = EnvOpenOptions::new().read_txn_without_tls();
-    options.map_size(map_size).max_dbs(2 * MAX_TABLES + 8).max_readers(1024);
+    options
+        .map_size(map_size)
+        .max_dbs(2 * MAX_TABLES + 8)
+        .max_readers(1024);
     if !durable {
         // SAFETY: NO_SYNC only weakens durability (the last commits may be lost on a
         // power failure); it never corrupts the environment.

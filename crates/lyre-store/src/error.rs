@@ -8,7 +8,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The environment's memory map is full; the write was rolled back.
-    #[error("database storage is full (the map size is {map_size} bytes); raise storage.maxDatabaseSize")]
+    #[error(
+        "database storage is full (the map size is {map_size} bytes); raise storage.maxDatabaseSize"
+    )]
     MapFull {
         /// The configured map size in bytes.
         map_size: usize,

@@ -47,12 +47,22 @@ impl ReadTxn {
     }
 
     /// Records whose primary key lies in `range`, ascending or descending.
-    pub fn records(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<Records<'_>> {
+    pub fn records(
+        &self,
+        table: &TableStore,
+        range: KeyRange<'_>,
+        descending: bool,
+    ) -> Result<Records<'_>> {
         records_in(&self.txn, table, range, descending)
     }
 
     /// Index entries in `range`, ascending or descending.
-    pub fn index_entries(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<IndexEntries<'_>> {
+    pub fn index_entries(
+        &self,
+        table: &TableStore,
+        range: KeyRange<'_>,
+        descending: bool,
+    ) -> Result<IndexEntries<'_>> {
         index_entries_in(&self.txn, table, range, descending)
     }
 
@@ -103,7 +113,12 @@ fn stat_bytes(stat: &heed::DatabaseStat) -> u64 {
     pages as u64 * u64::from(stat.page_size)
 }
 
-fn records_in<'t>(txn: &'t RoTxn<'_, WithoutTls>, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<Records<'t>> {
+fn records_in<'t>(
+    txn: &'t RoTxn<'_, WithoutTls>,
+    table: &TableStore,
+    range: KeyRange<'_>,
+    descending: bool,
+) -> Result<Records<'t>> {
     let map = |item: heed::Result<(&'t [u8], &'t [u8])>| item.map_err(Error::from);
     Ok(if descending {
         Box::new(table.records.rev_range(txn, &range)?.map(map))
@@ -112,7 +127,12 @@ fn records_in<'t>(txn: &'t RoTxn<'_, WithoutTls>, table: &TableStore, range: Key
     })
 }
 
-fn index_entries_in<'t>(txn: &'t RoTxn<'_, WithoutTls>, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<IndexEntries<'t>> {
+fn index_entries_in<'t>(
+    txn: &'t RoTxn<'_, WithoutTls>,
+    table: &TableStore,
+    range: KeyRange<'_>,
+    descending: bool,
+) -> Result<IndexEntries<'t>> {
     let map = |item: heed::Result<(&'t [u8], ())>| item.map(|(k, ())| k).map_err(Error::from);
     Ok(if descending {
         Box::new(table.index.rev_range(txn, &range)?.map(map))
@@ -135,7 +155,12 @@ pub struct WriteTxn<'p> {
 
 impl<'p> WriteTxn<'p> {
     pub(crate) fn new(txn: RwTxn<'p>, db: &'p Database, version: Version) -> Self {
-        Self { txn, db, version, changes: Vec::new() }
+        Self {
+            txn,
+            db,
+            version,
+            changes: Vec::new(),
+        }
     }
 
     /// The version every change in this transaction carries.
@@ -163,44 +188,78 @@ impl<'p> WriteTxn<'p> {
     }
 
     /// Records whose primary key lies in `range`, ascending or descending.
-    pub fn records(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<Records<'_>> {
+    pub fn records(
+        &self,
+        table: &TableStore,
+        range: KeyRange<'_>,
+        descending: bool,
+    ) -> Result<Records<'_>> {
         records_in(&self.txn, table, range, descending)
     }
 
     /// Index entries in `range`.
-    pub fn index_entries(&self, table: &TableStore, range: KeyRange<'_>) -> Result<IndexEntries<'_>> {
+    pub fn index_entries(
+        &self,
+        table: &TableStore,
+        range: KeyRange<'_>,
+    ) -> Result<IndexEntries<'_>> {
         index_entries_in(&self.txn, table, range, false)
     }
 
     /// Writes `record` (header and body, see [`crate::encode_record`]) under `key`.
     pub fn put_record(&mut self, table: &TableStore, key: Vec<u8>, record: Vec<u8>) -> Result<()> {
-        table.records.put(&mut self.txn, &key, &record).map_err(|e| classify(self.db, e))?;
-        self.changes.push(Change { table: table.name.to_string(), kind: ChangeKind::Put, key, record: Some(record) });
+        table
+            .records
+            .put(&mut self.txn, &key, &record)
+            .map_err(|e| classify(self.db, e))?;
+        self.changes.push(Change {
+            table: table.name.to_string(),
+            kind: ChangeKind::Put,
+            key,
+            record: Some(record),
+        });
         Ok(())
     }
 
     /// Deletes the record under `key`; returns whether it existed.
     pub fn delete_record(&mut self, table: &TableStore, key: &[u8]) -> Result<bool> {
-        let existed = table.records.delete(&mut self.txn, key).map_err(|e| classify(self.db, e))?;
+        let existed = table
+            .records
+            .delete(&mut self.txn, key)
+            .map_err(|e| classify(self.db, e))?;
         if existed {
-            self.changes.push(Change { table: table.name.to_string(), kind: ChangeKind::Delete, key: key.to_vec(), record: None });
+            self.changes.push(Change {
+                table: table.name.to_string(),
+                kind: ChangeKind::Delete,
+                key: key.to_vec(),
+                record: None,
+            });
         }
         Ok(existed)
     }
 
     /// Adds an index entry.
     pub fn put_index_entry(&mut self, table: &TableStore, entry: &[u8]) -> Result<()> {
-        table.index.put(&mut self.txn, entry, &()).map_err(|e| classify(self.db, e))
+        table
+            .index
+            .put(&mut self.txn, entry, &())
+            .map_err(|e| classify(self.db, e))
     }
 
     /// Removes an index entry; returns whether it existed.
     pub fn delete_index_entry(&mut self, table: &TableStore, entry: &[u8]) -> Result<bool> {
-        table.index.delete(&mut self.txn, entry).map_err(|e| classify(self.db, e))
+        table
+            .index
+            .delete(&mut self.txn, entry)
+            .map_err(|e| classify(self.db, e))
     }
 
     /// Removes every index entry in `range`; returns how many.
     pub fn delete_index_range(&mut self, table: &TableStore, range: KeyRange<'_>) -> Result<usize> {
-        table.index.delete_range(&mut self.txn, &range).map_err(|e| classify(self.db, e))
+        table
+            .index
+            .delete_range(&mut self.txn, &range)
+            .map_err(|e| classify(self.db, e))
     }
 
     /// A catalog value.
@@ -210,17 +269,29 @@ impl<'p> WriteTxn<'p> {
 
     /// Writes a catalog value.
     pub fn put_catalog(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.db.inner.catalog.put(&mut self.txn, key, value).map_err(|e| classify(self.db, e))
+        self.db
+            .inner
+            .catalog
+            .put(&mut self.txn, key, value)
+            .map_err(|e| classify(self.db, e))
     }
 
     /// Deletes a catalog value.
     pub fn delete_catalog(&mut self, key: &[u8]) -> Result<bool> {
-        self.db.inner.catalog.delete(&mut self.txn, key).map_err(|e| classify(self.db, e))
+        self.db
+            .inner
+            .catalog
+            .delete(&mut self.txn, key)
+            .map_err(|e| classify(self.db, e))
     }
 
     /// Writes a metadata value.
     pub fn put_meta(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.db.inner.meta.put(&mut self.txn, key, value).map_err(|e| classify(self.db, e))
+        self.db
+            .inner
+            .meta
+            .put(&mut self.txn, key, value)
+            .map_err(|e| classify(self.db, e))
     }
 
     /// Appends the log entry for this job (if it changed any record) and commits the
@@ -237,7 +308,11 @@ impl<'p> WriteTxn<'p> {
                 changes: std::mem::take(&mut self.changes),
             };
             let bytes = entry.encode()?;
-            self.db.inner.txlog.put(&mut self.txn, seq, &bytes).map_err(|e| classify(self.db, e))?;
+            self.db
+                .inner
+                .txlog
+                .put(&mut self.txn, seq, &bytes)
+                .map_err(|e| classify(self.db, e))?;
         }
         let db = self.db;
         self.txn.commit().map_err(|e| classify(db, e))

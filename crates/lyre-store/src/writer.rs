@@ -36,7 +36,11 @@ pub struct WriterOptions {
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        Self { queue_capacity: 4096, queue_timeout: Duration::from_secs(45), max_batch: 512 }
+        Self {
+            queue_capacity: 4096,
+            queue_timeout: Duration::from_secs(45),
+            max_batch: 512,
+        }
     }
 }
 
@@ -84,7 +88,9 @@ where
     }
 
     fn apply(&mut self, txn: &mut WriteTxn<'_>, state: &mut S) -> bool {
-        let Some(work) = self.work.take() else { return false };
+        let Some(work) = self.work.take() else {
+            return false;
+        };
         let outcome = work(txn, state);
         let ok = outcome.is_ok();
         self.outcome = Some(outcome);
@@ -120,13 +126,29 @@ pub struct Writer<S> {
 
 impl<S: Clone + Send + 'static> Writer<S> {
     /// Starts the writer thread of `db`, owning `state`.
-    pub fn spawn(db: Database, clock: Arc<VersionClock>, state: S, on_commit: OnCommit<S>, options: WriterOptions) -> Result<Self> {
+    pub fn spawn(
+        db: Database,
+        clock: Arc<VersionClock>,
+        state: S,
+        on_commit: OnCommit<S>,
+        options: WriterOptions,
+    ) -> Result<Self> {
         let (queue, messages) = mpsc::channel(options.queue_capacity);
-        let mut worker = Worker { db, clock, state, on_commit, max_batch: options.max_batch };
+        let mut worker = Worker {
+            db,
+            clock,
+            state,
+            on_commit,
+            max_batch: options.max_batch,
+        };
         let thread = std::thread::Builder::new()
             .name(format!("writer-{}", worker.db.name()))
             .spawn(move || worker.run(messages))?;
-        Ok(Self { queue, options, thread: Mutex::new(Some(thread)) })
+        Ok(Self {
+            queue,
+            options,
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
     /// Submits a job and waits until it is committed (or failed). The job runs on the
@@ -141,7 +163,12 @@ impl<S: Clone + Send + 'static> Writer<S> {
         E: From<Error> + Send + 'static,
     {
         let (reply, outcome) = oneshot::channel();
-        let job = Message::Job(Box::new(TypedJob { meta, work: Some(work), outcome: None, reply }));
+        let job = Message::Job(Box::new(TypedJob {
+            meta,
+            work: Some(work),
+            outcome: None,
+            reply,
+        }));
         match tokio::time::timeout(self.options.queue_timeout, self.queue.send(job)).await {
             Err(_) => return Err(Error::Overloaded.into()),
             Ok(Err(_)) => return Err(Error::Closed.into()),
@@ -181,7 +208,6 @@ impl<S: Clone + Send + 'static> Writer<S> {
             }
         }
     }
-
 }
 
 impl<S> Writer<S> {
@@ -190,7 +216,9 @@ impl<S> Writer<S> {
         loop {
             match self.queue.try_send(Message::Stop) {
                 Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
-                Err(mpsc::error::TrySendError::Full(_)) => std::thread::sleep(Duration::from_millis(1)),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
             }
         }
     }
@@ -198,7 +226,12 @@ impl<S> Writer<S> {
 
 impl<S> Drop for Writer<S> {
     fn drop(&mut self) {
-        if let Some(thread) = self.thread.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(thread) = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             self.send_stop();
             let _ = thread.join();
         }
@@ -275,7 +308,9 @@ impl<S: Clone + Send + 'static> Worker<S> {
         for job in batch.iter_mut() {
             let saved_state = self.state.clone();
             let saved_seq = *seq;
-            let child = env.nested_write_txn(&mut parent).map_err(|e| classify(&self.db, e))?;
+            let child = env
+                .nested_write_txn(&mut parent)
+                .map_err(|e| classify(&self.db, e))?;
             let mut txn = WriteTxn::new(child, &self.db, self.clock.next());
             let applied = catch_unwind(AssertUnwindSafe(|| job.apply(&mut txn, &mut self.state)));
             let kept = match applied {
@@ -316,7 +351,9 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// A copy of `err` for each job of a failed batch.
 fn duplicate(err: &Error) -> Error {
     match err {
-        Error::MapFull { map_size } => Error::MapFull { map_size: *map_size },
+        Error::MapFull { map_size } => Error::MapFull {
+            map_size: *map_size,
+        },
         Error::Io(io) => Error::Io(std::io::Error::new(io.kind(), io.to_string())),
         Error::Corrupt(m) => Error::Corrupt(m.clone()),
         other => Error::Internal(other.to_string()),

@@ -30,7 +30,11 @@ impl Action {
 
 /// Fails unless the user is a super user (schema changes, system operations).
 pub fn require_super_user(ctx: &Context) -> Result<()> {
-    if ctx.user.is_super_user() { Ok(()) } else { Err(Error::Forbidden) }
+    if ctx.user.is_super_user() {
+        Ok(())
+    } else {
+        Err(Error::Forbidden)
+    }
 }
 
 /// Fails unless the user may do `action` on `database.table`, following Harper's role
@@ -57,7 +61,11 @@ pub fn check_table(ctx: &Context, database: &str, table: &str, action: Action) -
             .is_some_and(|v| *v == Value::Bool(true)),
         _ => false,
     };
-    if allowed { Ok(()) } else { Err(Error::Forbidden) }
+    if allowed {
+        Ok(())
+    } else {
+        Err(Error::Forbidden)
+    }
 }
 
 #[cfg(test)]
@@ -70,7 +78,11 @@ mod tests {
         let permission: Value = serde_json::from_str(permission).unwrap();
         Context::new(Arc::new(User {
             username: "u".into(),
-            role: Role { name: "r".into(), super_user: false, permission },
+            role: Role {
+                name: "r".into(),
+                super_user: false,
+                permission,
+            },
             active: true,
         }))
     }

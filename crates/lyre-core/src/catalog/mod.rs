@@ -10,4 +10,6 @@ mod schema;
 
 pub use names::{validate_attribute_name, validate_database_name, validate_table_name};
 pub(crate) use schema::COUNTERS_KEY;
-pub use schema::{Attribute, AttributeSpec, CREATED_TIME, DatabaseSchema, TableSchema, TableSpec, UPDATED_TIME};
+pub use schema::{
+    Attribute, AttributeSpec, CREATED_TIME, DatabaseSchema, TableSchema, TableSpec, UPDATED_TIME,
+};

@@ -10,7 +10,9 @@ pub fn validate_database_name(name: &str) -> Result<()> {
         return Err(Error::invalid("'database' is not allowed to be empty"));
     }
     if name.contains(FORBIDDEN) || name == "." || name == ".." || name.contains('\0') {
-        return Err(Error::invalid("'database' names cannot include backticks or forward slashes"));
+        return Err(Error::invalid(
+            "'database' names cannot include backticks or forward slashes",
+        ));
     }
     check_length("database", name)
 }
@@ -21,7 +23,9 @@ pub fn validate_table_name(name: &str) -> Result<()> {
         return Err(Error::invalid("'table' is not allowed to be empty"));
     }
     if name.contains(FORBIDDEN) || name.contains('\0') {
-        return Err(Error::invalid("'table' names cannot include backticks or forward slashes"));
+        return Err(Error::invalid(
+            "'table' names cannot include backticks or forward slashes",
+        ));
     }
     check_length("table", name)
 }
@@ -32,7 +36,9 @@ pub fn validate_attribute_name(name: &str) -> Result<()> {
         return Err(Error::invalid("Invalid attribute name: ''"));
     }
     if name.contains(FORBIDDEN) {
-        return Err(Error::invalid("Attribute names cannot include backticks or forward slashes"));
+        return Err(Error::invalid(
+            "Attribute names cannot include backticks or forward slashes",
+        ));
     }
     check_length("attribute", name)
 }
@@ -40,7 +46,9 @@ pub fn validate_attribute_name(name: &str) -> Result<()> {
 fn check_length(what: &str, name: &str) -> Result<()> {
     // Names become sub-database and file names; keep them well inside OS limits.
     if name.len() > 200 {
-        return Err(Error::invalid(format!("'{what}' names cannot be longer than 200 bytes")));
+        return Err(Error::invalid(format!(
+            "'{what}' names cannot be longer than 200 bytes"
+        )));
     }
     Ok(())
 }
@@ -54,10 +62,19 @@ mod tests {
         assert!(validate_table_name("dog").is_ok());
         assert!(validate_table_name("has space").is_ok());
         assert!(validate_table_name("1abc").is_ok());
-        assert_eq!(validate_table_name("a/b").unwrap_err().to_string(), "'table' names cannot include backticks or forward slashes");
-        assert_eq!(validate_table_name("").unwrap_err().to_string(), "'table' is not allowed to be empty");
+        assert_eq!(
+            validate_table_name("a/b").unwrap_err().to_string(),
+            "'table' names cannot include backticks or forward slashes"
+        );
+        assert_eq!(
+            validate_table_name("").unwrap_err().to_string(),
+            "'table' is not allowed to be empty"
+        );
         assert!(validate_database_name("..").is_err());
-        assert_eq!(validate_attribute_name("").unwrap_err().to_string(), "Invalid attribute name: ''");
+        assert_eq!(
+            validate_attribute_name("").unwrap_err().to_string(),
+            "Invalid attribute name: ''"
+        );
         assert!(validate_attribute_name("a/b").is_err());
         assert!(validate_attribute_name(&"x".repeat(201)).is_err());
     }

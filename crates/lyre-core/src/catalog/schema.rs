@@ -97,21 +97,30 @@ impl TableSchema {
 
     /// Attributes with a secondary index (never the primary key).
     pub fn indexed_attributes(&self) -> impl Iterator<Item = &Attribute> {
-        self.attributes.iter().filter(|a| a.indexed && !a.is_primary_key)
+        self.attributes
+            .iter()
+            .filter(|a| a.indexed && !a.is_primary_key)
     }
 
     fn push_attribute(&mut self, attribute: Attribute) {
-        self.by_name.insert(attribute.name.clone(), self.attributes.len());
+        self.by_name
+            .insert(attribute.name.clone(), self.attributes.len());
         self.attributes.push(attribute);
     }
 
     fn reindex(&mut self) {
-        self.by_name = self.attributes.iter().enumerate().map(|(i, a)| (a.name.clone(), i)).collect();
+        self.by_name = self
+            .attributes
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.name.clone(), i))
+            .collect();
     }
 
     /// Encodes the schema for the catalog.
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
-        rmp_serde::to_vec_named(self).map_err(|e| Error::Corrupt(format!("encoding a table schema: {e}")))
+        rmp_serde::to_vec_named(self)
+            .map_err(|e| Error::Corrupt(format!("encoding a table schema: {e}")))
     }
 
     /// Decodes a schema stored by [`TableSchema::encode`].
@@ -146,7 +155,10 @@ pub(crate) const COUNTERS_KEY: &[u8] = b"counters";
 impl DatabaseSchema {
     /// An empty schema for database `name`.
     pub fn new(name: &str) -> Self {
-        Self { name: name.to_string(), ..Self::default() }
+        Self {
+            name: name.to_string(),
+            ..Self::default()
+        }
     }
 
     /// Rebuilds a schema from catalog entries.
@@ -163,7 +175,10 @@ impl DatabaseSchema {
             }
         }
         tables.sort_by_key(|t| t.created_seq);
-        schema.tables = tables.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect();
+        schema.tables = tables
+            .into_iter()
+            .map(|t| (t.name.clone(), Arc::new(t)))
+            .collect();
         Ok(schema)
     }
 
@@ -205,13 +220,27 @@ impl DatabaseSchema {
             None => {
                 for name in [CREATED_TIME, UPDATED_TIME] {
                     let id = self.allocate_attribute_id();
-                    table.push_attribute(Attribute { name: name.into(), id, type_name: None, indexed: true, is_primary_key: false, multi_valued: false });
+                    table.push_attribute(Attribute {
+                        name: name.into(),
+                        id,
+                        type_name: None,
+                        indexed: true,
+                        is_primary_key: false,
+                        multi_valued: false,
+                    });
                 }
             }
             Some(specs) => {
                 for spec in specs.iter().filter(|s| s.name != table_spec_pk) {
                     let id = self.allocate_attribute_id();
-                    table.push_attribute(Attribute { name: spec.name.clone(), id, type_name: spec.type_name.clone(), indexed: spec.indexed, is_primary_key: false, multi_valued: false });
+                    table.push_attribute(Attribute {
+                        name: spec.name.clone(),
+                        id,
+                        type_name: spec.type_name.clone(),
+                        indexed: spec.indexed,
+                        is_primary_key: false,
+                        multi_valued: false,
+                    });
                 }
             }
         }
@@ -222,7 +251,14 @@ impl DatabaseSchema {
     pub(crate) fn add_attribute(&mut self, table: &str, spec: AttributeSpec) -> Result<Attribute> {
         let id = self.allocate_attribute_id();
         let schema = self.table_mut(table)?;
-        let attribute = Attribute { name: spec.name, id, type_name: spec.type_name, indexed: spec.indexed, is_primary_key: false, multi_valued: false };
+        let attribute = Attribute {
+            name: spec.name,
+            id,
+            type_name: spec.type_name,
+            indexed: spec.indexed,
+            is_primary_key: false,
+            multi_valued: false,
+        };
         schema.push_attribute(attribute.clone());
         Ok(attribute)
     }
@@ -230,7 +266,10 @@ impl DatabaseSchema {
     /// Removes an attribute from `table`; returns it.
     pub(crate) fn remove_attribute(&mut self, table: &str, name: &str) -> Result<Attribute> {
         let schema = self.table_mut(table)?;
-        let index = *schema.by_name.get(name).ok_or_else(|| Error::AttributeNotFound(name.to_string()))?;
+        let index = *schema
+            .by_name
+            .get(name)
+            .ok_or_else(|| Error::AttributeNotFound(name.to_string()))?;
         let removed = schema.attributes.remove(index);
         schema.reindex();
         Ok(removed)
@@ -251,7 +290,10 @@ impl DatabaseSchema {
         let entry = self
             .tables
             .get_mut(table)
-            .ok_or_else(|| Error::TableNotFound { database, table: table.to_string() })?;
+            .ok_or_else(|| Error::TableNotFound {
+                database,
+                table: table.to_string(),
+            })?;
         Ok(Arc::make_mut(entry))
     }
 
@@ -267,7 +309,13 @@ mod tests {
     use super::*;
 
     fn dynamic(name: &str) -> TableSpec {
-        TableSpec { name: name.into(), primary_key: "id".into(), primary_key_type: None, attributes: None, audit: true }
+        TableSpec {
+            name: name.into(),
+            primary_key: "id".into(),
+            primary_key_type: None,
+            attributes: None,
+            audit: true,
+        }
     }
 
     #[test]
@@ -285,9 +333,27 @@ mod tests {
         let mut db = DatabaseSchema::new("dev");
         let t = db.new_table(&dynamic("dog"));
         db.tables.insert("dog".into(), Arc::new(t));
-        let a = db.add_attribute("dog", AttributeSpec { name: "x".into(), type_name: None, indexed: true }).unwrap();
+        let a = db
+            .add_attribute(
+                "dog",
+                AttributeSpec {
+                    name: "x".into(),
+                    type_name: None,
+                    indexed: true,
+                },
+            )
+            .unwrap();
         db.remove_attribute("dog", "x").unwrap();
-        let b = db.add_attribute("dog", AttributeSpec { name: "x".into(), type_name: None, indexed: true }).unwrap();
+        let b = db
+            .add_attribute(
+                "dog",
+                AttributeSpec {
+                    name: "x".into(),
+                    type_name: None,
+                    indexed: true,
+                },
+            )
+            .unwrap();
         assert_ne!(a.id, b.id);
         let table = db.table("dog").unwrap();
         let decoded = TableSchema::decode(&table.encode().unwrap()).unwrap();

@@ -7,9 +7,9 @@ use lyre_store::{ReadTxn, TableStore, index_entry_primary_key};
 
 use crate::error::Result;
 use crate::index::attribute_prefix;
+use crate::query::ast::SortKey;
 use crate::query::filter::{cmp_sort_values, matches_all};
 use crate::query::plan::{Driver, Order, Search};
-use crate::query::ast::SortKey;
 use crate::table::decode_object;
 use crate::value::Object;
 
@@ -21,7 +21,9 @@ impl Search {
     /// query sorts on something no index orders (then `offset + limit` records, or
     /// all matches when there is no limit, are held).
     pub fn run(self, sink: &mut Sink<'_>) -> Result<()> {
-        let Some(store) = self.store.clone() else { return Ok(()) };
+        let Some(store) = self.store.clone() else {
+            return Ok(());
+        };
         let schema = self.table.schema().clone();
         let query = &self.query;
         let conditions = &query.conditions;
@@ -45,7 +47,11 @@ impl Search {
                         return Ok(ControlFlow::Break(()));
                     }
                     remaining -= 1;
-                    Ok(if remaining == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+                    Ok(if remaining == 0 {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    })
                 })?
                 .is_break();
             }
@@ -55,7 +61,9 @@ impl Search {
                 let _complete = walk(&self.txn, &store, &self.driver, &mut |_, record| {
                     if matches_all(operator, conditions, &record) {
                         matched.push(record);
-                        if let Some(keep) = keep.filter(|k| matched.len() > k.saturating_mul(2).max(1024)) {
+                        if let Some(keep) =
+                            keep.filter(|k| matched.len() > k.saturating_mul(2).max(1024))
+                        {
                             sort_records(&mut matched, keys);
                             matched.truncate(keep);
                         }
@@ -64,7 +72,10 @@ impl Search {
                 })?
                 .is_continue();
                 sort_records(&mut matched, keys);
-                let page = matched.into_iter().skip(query.offset).take(query.limit.unwrap_or(usize::MAX));
+                let page = matched
+                    .into_iter()
+                    .skip(query.offset)
+                    .take(query.limit.unwrap_or(usize::MAX));
                 for record in page {
                     if sink(query.select.project(&schema, record)).is_break() {
                         break;
@@ -80,7 +91,11 @@ fn sort_records(records: &mut [Object], keys: &[SortKey]) {
     records.sort_by(|a, b| {
         for key in keys {
             let order = cmp_sort_values(a.get(&key.attribute), b.get(&key.attribute));
-            let order = if key.descending { order.reverse() } else { order };
+            let order = if key.descending {
+                order.reverse()
+            } else {
+                order
+            };
             if order.is_ne() {
                 return order;
             }
@@ -95,10 +110,17 @@ type Visit<'a> = dyn FnMut(&[u8], Object) -> Result<ControlFlow<()>> + 'a;
 const ALL: (Bound<&[u8]>, Bound<&[u8]>) = (Bound::Unbounded, Bound::Unbounded);
 
 /// Feeds every candidate record of `driver` to `visit`, in the driver's order.
-fn walk(txn: &ReadTxn, store: &TableStore, driver: &Driver, visit: &mut Visit<'_>) -> Result<ControlFlow<()>> {
+fn walk(
+    txn: &ReadTxn,
+    store: &TableStore,
+    driver: &Driver,
+    visit: &mut Visit<'_>,
+) -> Result<ControlFlow<()>> {
     match driver {
         Driver::Scan { descending } => scan(txn, store, ALL, *descending, visit),
-        Driver::PrimaryRange { range, descending } => scan(txn, store, range.as_ref(), *descending, visit),
+        Driver::PrimaryRange { range, descending } => {
+            scan(txn, store, range.as_ref(), *descending, visit)
+        }
         Driver::Keys(keys) => {
             for key in keys {
                 if let Some(stored) = txn.get_record(store, key)?
@@ -109,22 +131,60 @@ fn walk(txn: &ReadTxn, store: &TableStore, driver: &Driver, visit: &mut Visit<'_
             }
             Ok(ControlFlow::Continue(()))
         }
-        Driver::Index { attribute, range, descending } => index_walk(txn, store, range.as_ref(), *descending, attribute.multi_valued, visit),
-        Driver::SortIndex { attribute, descending } => {
+        Driver::Index {
+            attribute,
+            range,
+            descending,
+        } => index_walk(
+            txn,
+            store,
+            range.as_ref(),
+            *descending,
+            attribute.multi_valued,
+            visit,
+        ),
+        Driver::SortIndex {
+            attribute,
+            descending,
+        } => {
             let prefix = attribute_prefix(attribute);
             let end = (attribute.id + 1).to_be_bytes();
             let name = &attribute.name;
             // Records lacking the attribute sort after every value: last ascending,
             // first descending.
-            if *descending && scan(txn, store, ALL, false, &mut lacking_or_all(name, true, visit))?.is_break() {
+            if *descending
+                && scan(
+                    txn,
+                    store,
+                    ALL,
+                    false,
+                    &mut lacking_or_all(name, true, visit),
+                )?
+                .is_break()
+            {
                 return Ok(ControlFlow::Break(()));
             }
             let range = (Bound::Included(&prefix[..]), Bound::Excluded(&end[..]));
-            if index_walk(txn, store, range, *descending, attribute.multi_valued, &mut lacking_or_all(name, false, visit))?.is_break() {
+            if index_walk(
+                txn,
+                store,
+                range,
+                *descending,
+                attribute.multi_valued,
+                &mut lacking_or_all(name, false, visit),
+            )?
+            .is_break()
+            {
                 return Ok(ControlFlow::Break(()));
             }
             if !*descending {
-                return scan(txn, store, ALL, false, &mut lacking_or_all(name, true, visit));
+                return scan(
+                    txn,
+                    store,
+                    ALL,
+                    false,
+                    &mut lacking_or_all(name, true, visit),
+                );
             }
             Ok(ControlFlow::Continue(()))
         }
@@ -132,7 +192,11 @@ fn walk(txn: &ReadTxn, store: &TableStore, driver: &Driver, visit: &mut Visit<'_
             let mut seen = HashSet::new();
             for part in parts {
                 let mut once = |pk: &[u8], record: Object| {
-                    if seen.insert(pk.to_vec()) { visit(pk, record) } else { Ok(ControlFlow::Continue(())) }
+                    if seen.insert(pk.to_vec()) {
+                        visit(pk, record)
+                    } else {
+                        Ok(ControlFlow::Continue(()))
+                    }
                 };
                 if walk(txn, store, part, &mut once)?.is_break() {
                     return Ok(ControlFlow::Break(()));
@@ -144,13 +208,27 @@ fn walk(txn: &ReadTxn, store: &TableStore, driver: &Driver, visit: &mut Visit<'_
 }
 
 /// Passes every record on, or (when `only_lacking`) only those without `name`.
-fn lacking_or_all<'v>(name: &'v str, only_lacking: bool, visit: &'v mut Visit<'_>) -> impl FnMut(&[u8], Object) -> Result<ControlFlow<()>> + 'v {
+fn lacking_or_all<'v>(
+    name: &'v str,
+    only_lacking: bool,
+    visit: &'v mut Visit<'_>,
+) -> impl FnMut(&[u8], Object) -> Result<ControlFlow<()>> + 'v {
     move |pk, record| {
-        if only_lacking && record.contains_key(name) { Ok(ControlFlow::Continue(())) } else { visit(pk, record) }
+        if only_lacking && record.contains_key(name) {
+            Ok(ControlFlow::Continue(()))
+        } else {
+            visit(pk, record)
+        }
     }
 }
 
-fn scan(txn: &ReadTxn, store: &TableStore, range: (Bound<&[u8]>, Bound<&[u8]>), descending: bool, visit: &mut Visit<'_>) -> Result<ControlFlow<()>> {
+fn scan(
+    txn: &ReadTxn,
+    store: &TableStore,
+    range: (Bound<&[u8]>, Bound<&[u8]>),
+    descending: bool,
+    visit: &mut Visit<'_>,
+) -> Result<ControlFlow<()>> {
     for item in txn.records(store, range, descending)? {
         let (pk, stored) = item?;
         if visit(pk, decode_object(stored)?)?.is_break() {
@@ -160,7 +238,14 @@ fn scan(txn: &ReadTxn, store: &TableStore, range: (Bound<&[u8]>, Bound<&[u8]>), 
     Ok(ControlFlow::Continue(()))
 }
 
-fn index_walk(txn: &ReadTxn, store: &TableStore, range: (Bound<&[u8]>, Bound<&[u8]>), descending: bool, dedupe: bool, visit: &mut Visit<'_>) -> Result<ControlFlow<()>> {
+fn index_walk(
+    txn: &ReadTxn,
+    store: &TableStore,
+    range: (Bound<&[u8]>, Bound<&[u8]>),
+    descending: bool,
+    dedupe: bool,
+    visit: &mut Visit<'_>,
+) -> Result<ControlFlow<()>> {
     let mut seen = HashSet::new();
     for entry in txn.index_entries(store, range, descending)? {
         let entry = entry?;
@@ -171,7 +256,9 @@ fn index_walk(txn: &ReadTxn, store: &TableStore, range: (Bound<&[u8]>, Bound<&[u
         }
         // An entry without its record would be a bug in index maintenance; the
         // consistency checker reports those, a query skips them.
-        let Some(stored) = txn.get_record(store, pk)? else { continue };
+        let Some(stored) = txn.get_record(store, pk)? else {
+            continue;
+        };
         if visit(pk, decode_object(stored)?)?.is_break() {
             return Ok(ControlFlow::Break(()));
         }

@@ -16,8 +16,15 @@ pub(crate) fn matches_all(operator: Operator, conditions: &[Condition], record: 
 /// Whether `record` satisfies `condition`.
 pub(crate) fn matches(condition: &Condition, record: &Object) -> bool {
     match condition {
-        Condition::Group { operator, conditions } => matches_all(*operator, conditions, record),
-        Condition::Compare { attribute, comparator, value } => {
+        Condition::Group {
+            operator,
+            conditions,
+        } => matches_all(*operator, conditions, record),
+        Condition::Compare {
+            attribute,
+            comparator,
+            value,
+        } => {
             let found = record.get(attribute);
             match comparator {
                 Comparator::NotEqual => !found.is_some_and(|v| any_element(v, |x| equal(x, value))),
@@ -49,13 +56,23 @@ fn compare(x: &Value, comparator: Comparator, value: &Value) -> bool {
         Comparator::StartsWith => strings(x, value, |s, v| s.starts_with(v)),
         Comparator::EndsWith => strings(x, value, |s, v| s.ends_with(v)),
         Comparator::GreaterThan => x.cmp_scalar(value) == Some(Ordering::Greater),
-        Comparator::GreaterThanEqual => matches!(x.cmp_scalar(value), Some(Ordering::Greater | Ordering::Equal)),
+        Comparator::GreaterThanEqual => matches!(
+            x.cmp_scalar(value),
+            Some(Ordering::Greater | Ordering::Equal)
+        ),
         Comparator::LessThan => x.cmp_scalar(value) == Some(Ordering::Less),
-        Comparator::LessThanEqual => matches!(x.cmp_scalar(value), Some(Ordering::Less | Ordering::Equal)),
+        Comparator::LessThanEqual => {
+            matches!(x.cmp_scalar(value), Some(Ordering::Less | Ordering::Equal))
+        }
         Comparator::Between => match value {
             Value::Array(bounds) if bounds.len() >= 2 => {
-                matches!(x.cmp_scalar(&bounds[0]), Some(Ordering::Greater | Ordering::Equal))
-                    && matches!(x.cmp_scalar(&bounds[1]), Some(Ordering::Less | Ordering::Equal))
+                matches!(
+                    x.cmp_scalar(&bounds[0]),
+                    Some(Ordering::Greater | Ordering::Equal)
+                ) && matches!(
+                    x.cmp_scalar(&bounds[1]),
+                    Some(Ordering::Less | Ordering::Equal)
+                )
             }
             _ => false,
         },
@@ -97,32 +114,86 @@ mod tests {
     }
 
     fn cmp(attribute: &str, comparator: Comparator, value: Value) -> Condition {
-        Condition::Compare { attribute: attribute.into(), comparator, value }
+        Condition::Compare {
+            attribute: attribute.into(),
+            comparator,
+            value,
+        }
     }
 
     #[test]
     fn comparisons_follow_key_order_and_strict_types() {
         let r = record(r#"{"age":5,"name":"Labrador Mix","tags":["a","b"]}"#);
         assert!(matches(&cmp("age", Comparator::Equals, Value::Int(5)), &r));
-        assert!(matches(&cmp("age", Comparator::Equals, Value::Float(5.0)), &r));
+        assert!(matches(
+            &cmp("age", Comparator::Equals, Value::Float(5.0)),
+            &r
+        ));
         assert!(!matches(&cmp("age", Comparator::Equals, "5".into()), &r));
-        assert!(!matches(&cmp("age", Comparator::GreaterThan, "5".into()), &r));
-        assert!(matches(&cmp("age", Comparator::GreaterThan, Value::Bool(true)), &r));
-        assert!(matches(&cmp("name", Comparator::EndsWith, "Mix".into()), &r));
-        assert!(matches(&cmp("name", Comparator::Contains, "ador".into()), &r));
+        assert!(!matches(
+            &cmp("age", Comparator::GreaterThan, "5".into()),
+            &r
+        ));
+        assert!(matches(
+            &cmp("age", Comparator::GreaterThan, Value::Bool(true)),
+            &r
+        ));
+        assert!(matches(
+            &cmp("name", Comparator::EndsWith, "Mix".into()),
+            &r
+        ));
+        assert!(matches(
+            &cmp("name", Comparator::Contains, "ador".into()),
+            &r
+        ));
         assert!(matches(&cmp("tags", Comparator::Equals, "b".into()), &r));
-        assert!(matches(&cmp("missing", Comparator::NotEqual, Value::Int(1)), &r));
-        assert!(!matches(&cmp("missing", Comparator::Equals, Value::Null), &r));
-        assert!(matches(&cmp("age", Comparator::Between, vec![Value::Int(5), Value::Int(8)].into()), &r));
-        assert!(!matches(&cmp("age", Comparator::Between, vec![Value::Int(6), Value::Int(8)].into()), &r));
-        let either = Condition::Group { operator: Operator::Or, conditions: vec![cmp("age", Comparator::LessThan, Value::Int(0)), cmp("name", Comparator::StartsWith, "Lab".into())] };
+        assert!(matches(
+            &cmp("missing", Comparator::NotEqual, Value::Int(1)),
+            &r
+        ));
+        assert!(!matches(
+            &cmp("missing", Comparator::Equals, Value::Null),
+            &r
+        ));
+        assert!(matches(
+            &cmp(
+                "age",
+                Comparator::Between,
+                vec![Value::Int(5), Value::Int(8)].into()
+            ),
+            &r
+        ));
+        assert!(!matches(
+            &cmp(
+                "age",
+                Comparator::Between,
+                vec![Value::Int(6), Value::Int(8)].into()
+            ),
+            &r
+        ));
+        let either = Condition::Group {
+            operator: Operator::Or,
+            conditions: vec![
+                cmp("age", Comparator::LessThan, Value::Int(0)),
+                cmp("name", Comparator::StartsWith, "Lab".into()),
+            ],
+        };
         assert!(matches(&either, &r));
     }
 
     #[test]
     fn missing_values_sort_last() {
-        assert_eq!(cmp_sort_values(None, Some(&Value::Int(1))), Ordering::Greater);
-        assert_eq!(cmp_sort_values(Some(&Value::Null), Some(&Value::Int(1))), Ordering::Less);
-        assert_eq!(cmp_sort_values(Some(&Value::Int(2)), Some(&Value::Float(1.5))), Ordering::Greater);
+        assert_eq!(
+            cmp_sort_values(None, Some(&Value::Int(1))),
+            Ordering::Greater
+        );
+        assert_eq!(
+            cmp_sort_values(Some(&Value::Null), Some(&Value::Int(1))),
+            Ordering::Less
+        );
+        assert_eq!(
+            cmp_sort_values(Some(&Value::Int(2)), Some(&Value::Float(1.5))),
+            Ordering::Greater
+        );
     }
 }

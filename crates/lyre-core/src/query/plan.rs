@@ -20,7 +20,10 @@ pub(crate) struct Range {
 
 impl Range {
     pub(crate) fn as_ref(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
-        (self.lo.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice))
+        (
+            self.lo.as_ref().map(Vec::as_slice),
+            self.hi.as_ref().map(Vec::as_slice),
+        )
     }
 }
 
@@ -34,9 +37,16 @@ pub(crate) enum Driver {
     /// A primary-key range.
     PrimaryRange { range: Range, descending: bool },
     /// A secondary-index range of one attribute.
-    Index { attribute: Attribute, range: Range, descending: bool },
+    Index {
+        attribute: Attribute,
+        range: Range,
+        descending: bool,
+    },
     /// Every record ordered by an indexed attribute, records lacking it last.
-    SortIndex { attribute: Attribute, descending: bool },
+    SortIndex {
+        attribute: Attribute,
+        descending: bool,
+    },
     /// The union of several drivers (an OR), de-duplicated.
     Union(Vec<Driver>),
 }
@@ -80,7 +90,14 @@ impl Search {
             None => Driver::Keys(Vec::new()),
         };
         let order = order_for(&schema, &query, &mut driver);
-        Ok(Search { table, txn, store, driver, order, query })
+        Ok(Search {
+            table,
+            txn,
+            store,
+            driver,
+            order,
+            query,
+        })
     }
 
     /// A description of the plan, for tests and diagnostics.
@@ -102,13 +119,23 @@ impl Search {
 
 fn validate_condition(schema: &TableSchema, condition: &Condition) -> Result<()> {
     match condition {
-        Condition::Group { conditions, .. } => conditions.iter().try_for_each(|c| validate_condition(schema, c)),
-        Condition::Compare { attribute, comparator, value } => {
+        Condition::Group { conditions, .. } => conditions
+            .iter()
+            .try_for_each(|c| validate_condition(schema, c)),
+        Condition::Compare {
+            attribute,
+            comparator,
+            value,
+        } => {
             if schema.attribute(attribute).is_none() {
                 return Err(Error::UnknownAttribute(attribute.clone()));
             }
-            if *comparator == Comparator::Between && !matches!(value, Value::Array(b) if b.len() == 2) {
-                return Err(Error::invalid(format!("'between' on {attribute} needs a value of two elements: [low, high]")));
+            if *comparator == Comparator::Between
+                && !matches!(value, Value::Array(b) if b.len() == 2)
+            {
+                return Err(Error::invalid(format!(
+                    "'between' on {attribute} needs a value of two elements: [low, high]"
+                )));
             }
             Ok(())
         }
@@ -118,25 +145,71 @@ fn validate_condition(schema: &TableSchema, condition: &Condition) -> Result<()>
 /// Picks the cheapest driver: for an AND, the indexed condition matching the fewest
 /// entries (counted up to the best so far); for an OR of indexed conditions, their
 /// union; otherwise a scan.
-fn choose_driver(txn: &ReadTxn, store: &TableStore, schema: &TableSchema, query: &Query) -> Result<Driver> {
+fn choose_driver(
+    txn: &ReadTxn,
+    store: &TableStore,
+    schema: &TableSchema,
+    query: &Query,
+) -> Result<Driver> {
     let conditions = &query.conditions;
     if conditions.is_empty() {
         return Ok(Driver::Scan { descending: false });
     }
     if query.operator == Operator::Or && conditions.len() > 1 {
-        let parts: Option<Vec<Driver>> = conditions.iter().map(|c| indexed_driver(schema, c)).collect::<Result<_>>()?;
+        let parts: Option<Vec<Driver>> = conditions
+            .iter()
+            .map(|c| indexed_driver(schema, c))
+            .collect::<Result<_>>()?;
         return Ok(parts.map_or(Driver::Scan { descending: false }, Driver::Union));
     }
     let mut best: Option<(u64, Driver)> = None;
     for condition in conditions {
-        let Some(candidate) = indexed_driver(schema, condition)? else { continue };
+        let Some(candidate) = indexed_driver(schema, condition)? else {
+            continue;
+        };
         let cap = best.as_ref().map_or(u64::MAX, |(count, _)| *count);
         let count = estimate(txn, store, &candidate, cap)?;
         if best.as_ref().is_none_or(|(c, _)| count < *c) {
             best = Some((count, candidate));
         }
     }
-    Ok(best.map_or(Driver::Scan { descending: false }, |(_, d)| d))
+    Ok(best.map_or_else(|| walk_first_attribute(schema, conditions), |(_, d)| d))
+}
+
+/// With no range to drive an AND, walk the index of its first indexed attribute:
+/// as costly as a scan, but results come in that attribute's value order, as
+/// Harper returns them. Records lacking the attribute are included only when the
+/// comparator can match them (not-equal).
+fn walk_first_attribute(schema: &TableSchema, conditions: &[Condition]) -> Driver {
+    let first = conditions.iter().find_map(|c| match c {
+        Condition::Compare {
+            attribute,
+            comparator,
+            ..
+        } => schema
+            .attribute(attribute)
+            .filter(|a| a.indexed && !a.is_primary_key)
+            .map(|a| (a.clone(), *comparator)),
+        Condition::Group { .. } => None,
+    });
+    match first {
+        Some((attribute, Comparator::NotEqual)) => Driver::SortIndex {
+            attribute,
+            descending: false,
+        },
+        Some((attribute, _)) => {
+            let range = Range {
+                lo: Bound::Included(attribute_prefix(&attribute).to_vec()),
+                hi: Bound::Excluded((attribute.id + 1).to_be_bytes().to_vec()),
+            };
+            Driver::Index {
+                attribute,
+                range,
+                descending: false,
+            }
+        }
+        None => Driver::Scan { descending: false },
+    }
 }
 
 /// Counts the candidates `driver` yields, stopping at `cap`.
@@ -170,13 +243,30 @@ fn estimate(txn: &ReadTxn, store: &TableStore, driver: &Driver, cap: u64) -> Res
 /// The driver a single condition can use, if its attribute is indexed and its
 /// comparator maps to a key range.
 fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<Driver>> {
-    let Condition::Compare { attribute, comparator, value } = condition else { return Ok(None) };
-    let Some(attribute) = schema.attribute(attribute) else { return Ok(None) };
+    let Condition::Compare {
+        attribute,
+        comparator,
+        value,
+    } = condition
+    else {
+        return Ok(None);
+    };
+    let Some(attribute) = schema.attribute(attribute) else {
+        return Ok(None);
+    };
     if !attribute.indexed && !attribute.is_primary_key {
         return Ok(None);
     }
-    let prefix: Vec<u8> = if attribute.is_primary_key { Vec::new() } else { attribute_prefix(attribute).to_vec() };
-    let start = if attribute.is_primary_key { Bound::Unbounded } else { Bound::Included(prefix.clone()) };
+    let prefix: Vec<u8> = if attribute.is_primary_key {
+        Vec::new()
+    } else {
+        attribute_prefix(attribute).to_vec()
+    };
+    let start = if attribute.is_primary_key {
+        Bound::Unbounded
+    } else {
+        Bound::Included(prefix.clone())
+    };
     let end = if attribute.is_primary_key {
         Bound::Unbounded
     } else {
@@ -184,7 +274,9 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
     };
     // `at(v)`: the entries of exactly v; `after(v)`: the first entry past them.
     let keyed = |v: &Value| -> Result<Option<(Vec<u8>, bool)>> {
-        let Some(key) = v.as_key() else { return Ok(None) };
+        let Some(key) = v.as_key() else {
+            return Ok(None);
+        };
         let (encoded, truncated) = encode_key(key)?;
         let mut full = prefix.clone();
         full.extend_from_slice(&encoded);
@@ -193,42 +285,78 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
     let after = |k: &[u8]| prefix_successor(k).map_or(Bound::Unbounded, Bound::Excluded);
     let range = match comparator {
         Comparator::Equals => {
-            let Some((k, truncated)) = keyed(value)? else { return Ok(None) };
+            let Some((k, truncated)) = keyed(value)? else {
+                return Ok(None);
+            };
             if attribute.is_primary_key {
                 let exact = crate::table::is_primary_key_value(value) && !truncated;
                 return Ok(Some(Driver::Keys(if exact { vec![k] } else { Vec::new() })));
             }
-            Range { hi: after(&k), lo: Bound::Included(k) }
+            Range {
+                hi: after(&k),
+                lo: Bound::Included(k),
+            }
         }
         Comparator::GreaterThan | Comparator::GreaterThanEqual => {
-            let Some((k, truncated)) = keyed(value)? else { return Ok(None) };
+            let Some((k, truncated)) = keyed(value)? else {
+                return Ok(None);
+            };
             let strict = *comparator == Comparator::GreaterThan && !truncated;
-            let lo = if strict { bound_to_lo(after(&k)) } else { Bound::Included(k) };
+            let lo = if strict {
+                bound_to_lo(after(&k))
+            } else {
+                Bound::Included(k)
+            };
             Range { lo, hi: end }
         }
         Comparator::LessThan | Comparator::LessThanEqual => {
-            let Some((k, truncated)) = keyed(value)? else { return Ok(None) };
+            let Some((k, truncated)) = keyed(value)? else {
+                return Ok(None);
+            };
             let strict = *comparator == Comparator::LessThan && !truncated;
-            let hi = if strict { Bound::Excluded(k) } else { min_hi(after(&k), &end) };
+            let hi = if strict {
+                Bound::Excluded(k)
+            } else {
+                min_hi(after(&k), &end)
+            };
             Range { lo: start, hi }
         }
         Comparator::Between => {
-            let Value::Array(bounds) = value else { return Ok(None) };
-            let (Some((lo, _)), Some((hi, _))) = (keyed(&bounds[0])?, keyed(&bounds[1])?) else { return Ok(None) };
-            Range { lo: Bound::Included(lo), hi: min_hi(after(&hi), &end) }
+            let Value::Array(bounds) = value else {
+                return Ok(None);
+            };
+            let (Some((lo, _)), Some((hi, _))) = (keyed(&bounds[0])?, keyed(&bounds[1])?) else {
+                return Ok(None);
+            };
+            Range {
+                lo: Bound::Included(lo),
+                hi: min_hi(after(&hi), &end),
+            }
         }
         Comparator::StartsWith => {
-            let Value::String(s) = value else { return Ok(None) };
+            let Value::String(s) = value else {
+                return Ok(None);
+            };
             let mut k = prefix.clone();
             encode_string_prefix_into(s, &mut k);
-            Range { hi: after(&k), lo: Bound::Included(k) }
+            Range {
+                hi: after(&k),
+                lo: Bound::Included(k),
+            }
         }
         Comparator::NotEqual | Comparator::Contains | Comparator::EndsWith => return Ok(None),
     };
     Ok(Some(if attribute.is_primary_key {
-        Driver::PrimaryRange { range, descending: false }
+        Driver::PrimaryRange {
+            range,
+            descending: false,
+        }
     } else {
-        Driver::Index { attribute: attribute.clone(), range, descending: false }
+        Driver::Index {
+            attribute: attribute.clone(),
+            range,
+            descending: false,
+        }
     }))
 }
 
@@ -260,12 +388,25 @@ fn order_for(schema: &TableSchema, query: &Query, driver: &mut Driver) -> Order 
         }
         return Order::Sort(query.sort.clone());
     };
-    let Some(attribute) = schema.attribute(&key.attribute) else { return Order::Sort(query.sort.clone()) };
+    let Some(attribute) = schema.attribute(&key.attribute) else {
+        return Order::Sort(query.sort.clone());
+    };
     match driver {
         Driver::Scan { descending } if attribute.is_primary_key => *descending = key.descending,
-        Driver::Scan { .. } if attribute.indexed => *driver = Driver::SortIndex { attribute: attribute.clone(), descending: key.descending },
-        Driver::PrimaryRange { descending, .. } if attribute.is_primary_key => *descending = key.descending,
-        Driver::Index { attribute: driving, descending, .. } if driving.id == attribute.id && !driving.multi_valued => *descending = key.descending,
+        Driver::Scan { .. } if attribute.indexed => {
+            *driver = Driver::SortIndex {
+                attribute: attribute.clone(),
+                descending: key.descending,
+            }
+        }
+        Driver::PrimaryRange { descending, .. } if attribute.is_primary_key => {
+            *descending = key.descending
+        }
+        Driver::Index {
+            attribute: driving,
+            descending,
+            ..
+        } if driving.id == attribute.id && !driving.multi_valued => *descending = key.descending,
         _ => return Order::Sort(query.sort.clone()),
     }
     Order::Natural
@@ -273,7 +414,10 @@ fn order_for(schema: &TableSchema, query: &Query, driver: &mut Driver) -> Order 
 
 fn set_descending(driver: &mut Driver, reverse: bool) {
     match driver {
-        Driver::Scan { descending } | Driver::PrimaryRange { descending, .. } | Driver::Index { descending, .. } | Driver::SortIndex { descending, .. } => *descending = reverse,
+        Driver::Scan { descending }
+        | Driver::PrimaryRange { descending, .. }
+        | Driver::Index { descending, .. }
+        | Driver::SortIndex { descending, .. } => *descending = reverse,
         Driver::Keys(keys) if reverse => keys.reverse(),
         Driver::Keys(_) | Driver::Union(_) => {}
     }

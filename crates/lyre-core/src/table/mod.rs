@@ -77,18 +77,28 @@ impl Table {
         check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
         select.validate(&self.schema)?;
         let txn = self.db.store().read()?;
-        let Some(store) = txn.table(&self.schema.name)? else { return Ok(Vec::new()) };
+        let Some(store) = txn.table(&self.schema.name)? else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let Some(key) = id.as_key().filter(|_| is_primary_key_value(id)) else {
                 return Err(Error::invalid("'ids' must be strings or numbers"));
             };
-            let Ok((key, false)) = encode_key(key) else { continue };
+            let Ok((key, false)) = encode_key(key) else {
+                continue;
+            };
             if let Some(stored) = txn.get_record(&store, &key)? {
                 out.push(select.project(&self.schema, decode_object(stored)?));
             }
         }
         Ok(out)
+    }
+
+    /// Record count and sizes, for `describe_table`.
+    pub fn stats(&self, ctx: &Context) -> Result<crate::db::TableStats> {
+        check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
+        self.db.table_stats(&self.schema)
     }
 
     /// Plans a search on a fresh snapshot; run it with [`Search::run`]. Fails before
@@ -98,7 +108,12 @@ impl Table {
         Search::plan(self.clone(), query)
     }
 
-    async fn write(&self, ctx: &Context, mode: WriteMode, records: Vec<Object>) -> Result<WriteSummary> {
+    async fn write(
+        &self,
+        ctx: &Context,
+        mode: WriteMode,
+        records: Vec<Object>,
+    ) -> Result<WriteSummary> {
         let prepared = write::prepare(&self.schema, mode, records)?;
         write::apply(self, ctx, mode, prepared).await
     }
@@ -106,7 +121,8 @@ impl Table {
 
 /// Whether `value` may be a primary key: a string or a number.
 pub(crate) fn is_primary_key_value(value: &Value) -> bool {
-    matches!(value, Value::String(_) | Value::Int(_)) || matches!(value, Value::Float(f) if f.is_finite())
+    matches!(value, Value::String(_) | Value::Int(_))
+        || matches!(value, Value::Float(f) if f.is_finite())
 }
 
 /// Decodes a stored record (header and MessagePack body) into its object.
@@ -119,6 +135,9 @@ pub(crate) fn decode_object(stored: &[u8]) -> Result<Object> {
 pub(crate) fn decode_body(body: &[u8]) -> Result<Object> {
     match Value::from_msgpack(body)? {
         Value::Object(record) => Ok(record),
-        other => Err(Error::Corrupt(format!("a stored record is a {}", other.type_name()))),
+        other => Err(Error::Corrupt(format!(
+            "a stored record is a {}",
+            other.type_name()
+        ))),
     }
 }

@@ -26,22 +26,35 @@ pub(crate) fn validate_record(table: &TableSchema, record: &Object) -> Result<()
 /// Validates a client-supplied primary key and returns its encoded key.
 pub(crate) fn encode_primary_key(value: &Value) -> Result<Vec<u8>> {
     if !is_primary_key_value(value) {
-        return Err(Error::invalid(format!("Invalid primary key type: {}", value.type_name())));
+        return Err(Error::invalid(format!(
+            "Invalid primary key type: {}",
+            value.type_name()
+        )));
     }
-    let key = value.as_key().ok_or_else(|| Error::invalid("Invalid primary key"))?;
+    let key = value
+        .as_key()
+        .ok_or_else(|| Error::invalid("Invalid primary key"))?;
     match encode_key(key)? {
         (encoded, false) if encoded.len() <= MAX_PRIMARY_KEY_BYTES => Ok(encoded),
-        _ => Err(Error::invalid(format!("Primary key size is too large: {}", value.to_string().len()))),
+        _ => Err(Error::invalid(format!(
+            "Primary key size is too large: {}",
+            value.to_string().len()
+        ))),
     }
 }
 
 fn validate_type(attribute: &Attribute, value: &Value) -> Result<()> {
-    let Some(type_name) = attribute.type_name.as_deref() else { return Ok(()) };
+    let Some(type_name) = attribute.type_name.as_deref() else {
+        return Ok(());
+    };
     if matches!(value, Value::Null) {
         return Ok(());
     }
     let ok = match type_name {
-        "String" | "ID" => matches!(value, Value::String(_)) || (type_name == "ID" && matches!(value, Value::Int(_))),
+        "String" | "ID" => {
+            matches!(value, Value::String(_))
+                || (type_name == "ID" && matches!(value, Value::Int(_)))
+        }
         "Int" => matches!(value, Value::Int(i) if i32::try_from(*i).is_ok()),
         "Long" => matches!(value, Value::Int(i) if i.unsigned_abs() < (1 << 53)),
         "BigInt" => matches!(value, Value::Int(_)),
@@ -69,7 +82,10 @@ fn validate_type(attribute: &Attribute, value: &Value) -> Result<()> {
         "Bytes" => "must be binary data".to_string(),
         other => format!("must be of type {other}"),
     };
-    Err(Error::invalid(format!("Value {shown} in property {} {expected}", attribute.name)))
+    Err(Error::invalid(format!(
+        "Value {shown} in property {} {expected}",
+        attribute.name
+    )))
 }
 
 #[cfg(test)]
@@ -77,18 +93,32 @@ mod tests {
     use super::*;
 
     fn attr(type_name: &str) -> Attribute {
-        Attribute { name: "x".into(), id: 1, type_name: Some(type_name.into()), indexed: false, is_primary_key: false, multi_valued: false }
+        Attribute {
+            name: "x".into(),
+            id: 1,
+            type_name: Some(type_name.into()),
+            indexed: false,
+            is_primary_key: false,
+            multi_valued: false,
+        }
     }
 
     #[test]
     fn declared_types_are_enforced_with_harpers_messages() {
         assert!(validate_type(&attr("Int"), &Value::Int(5)).is_ok());
         assert_eq!(
-            validate_type(&attr("Int"), &Value::String("abc".into())).unwrap_err().to_string(),
+            validate_type(&attr("Int"), &Value::String("abc".into()))
+                .unwrap_err()
+                .to_string(),
             "Value \"abc\" in property x must be an integer (from -2147483648 to 2147483647)"
         );
         assert!(validate_type(&attr("Int"), &Value::Int(1 << 40)).is_err());
-        assert_eq!(validate_type(&attr("String"), &Value::Int(12345)).unwrap_err().to_string(), "Value 12345 in property x must be a string");
+        assert_eq!(
+            validate_type(&attr("String"), &Value::Int(12345))
+                .unwrap_err()
+                .to_string(),
+            "Value 12345 in property x must be a string"
+        );
         assert!(validate_type(&attr("Any"), &Value::Bool(true)).is_ok());
         assert!(validate_type(&attr("Float"), &Value::Null).is_ok());
     }
@@ -97,8 +127,18 @@ mod tests {
     fn primary_keys_must_be_short_strings_or_numbers() {
         assert!(encode_primary_key(&Value::Int(1)).is_ok());
         assert!(encode_primary_key(&Value::String("a".into())).is_ok());
-        assert_eq!(encode_primary_key(&Value::Bool(true)).unwrap_err().to_string(), "Invalid primary key type: boolean");
-        assert!(encode_primary_key(&Value::String("x".repeat(2000))).unwrap_err().to_string().contains("too large"));
+        assert_eq!(
+            encode_primary_key(&Value::Bool(true))
+                .unwrap_err()
+                .to_string(),
+            "Invalid primary key type: boolean"
+        );
+        assert!(
+            encode_primary_key(&Value::String("x".repeat(2000)))
+                .unwrap_err()
+                .to_string()
+                .contains("too large")
+        );
         assert!(encode_primary_key(&Value::Float(f64::NAN)).is_err());
     }
 }

@@ -67,7 +67,11 @@ pub(crate) struct Prepared {
 }
 
 /// Validates every record before anything is queued: one bad record rejects the batch.
-pub(crate) fn prepare(table: &TableSchema, mode: WriteMode, records: Vec<Object>) -> Result<Vec<Prepared>> {
+pub(crate) fn prepare(
+    table: &TableSchema,
+    mode: WriteMode,
+    records: Vec<Object>,
+) -> Result<Vec<Prepared>> {
     records
         .into_iter()
         .map(|mut record| {
@@ -89,14 +93,24 @@ pub(crate) fn prepare(table: &TableSchema, mode: WriteMode, records: Vec<Object>
 }
 
 /// Queues prepared records as one logical transaction and waits for its commit.
-pub(crate) async fn apply(table: &Table, ctx: &Context, mode: WriteMode, records: Vec<Prepared>) -> Result<WriteSummary> {
+pub(crate) async fn apply(
+    table: &Table,
+    ctx: &Context,
+    mode: WriteMode,
+    records: Vec<Prepared>,
+) -> Result<WriteSummary> {
     let name = table.schema().name.clone();
     let database = table.database().to_string();
     table
         .db()
         .write(ctx, mode.operation(), move |txn, state| {
             let mut job = WriteJob::start(txn, state, &database, &name)?;
-            let mut summary = WriteSummary { written: Vec::new(), skipped: Vec::new(), new_attributes: Vec::new(), txn_time: txn.version().time };
+            let mut summary = WriteSummary {
+                written: Vec::new(),
+                skipped: Vec::new(),
+                new_attributes: Vec::new(),
+                txn_time: txn.version().time,
+            };
             for prepared in records {
                 job.write_one(txn, state, mode, prepared, &mut summary)?;
             }
@@ -108,14 +122,21 @@ pub(crate) async fn apply(table: &Table, ctx: &Context, mode: WriteMode, records
 
 /// Deletes records by primary key as one logical transaction.
 pub(crate) async fn delete(table: &Table, ctx: &Context, ids: Vec<Value>) -> Result<DeleteSummary> {
-    let keys = ids.into_iter().map(|id| Ok((encode_primary_key(&id)?, id))).collect::<Result<Vec<_>>>()?;
+    let keys = ids
+        .into_iter()
+        .map(|id| Ok((encode_primary_key(&id)?, id)))
+        .collect::<Result<Vec<_>>>()?;
     let name = table.schema().name.clone();
     let database = table.database().to_string();
     table
         .db()
         .write(ctx, "delete", move |txn, state| {
             let mut job = WriteJob::start(txn, state, &database, &name)?;
-            let mut summary = DeleteSummary { deleted: Vec::new(), skipped: Vec::new(), txn_time: txn.version().time };
+            let mut summary = DeleteSummary {
+                deleted: Vec::new(),
+                skipped: Vec::new(),
+                txn_time: txn.version().time,
+            };
             for (key, id) in keys {
                 let Some(stored) = txn.get_record(&job.store, &key)? else {
                     summary.skipped.push(id);
@@ -144,20 +165,39 @@ struct WriteJob {
 
 impl WriteJob {
     fn start(txn: &WriteTxn<'_>, state: &SchemaState, database: &str, name: &str) -> Result<Self> {
-        let not_found = || Error::TableNotFound { database: database.to_string(), table: name.to_string() };
+        let not_found = || Error::TableNotFound {
+            database: database.to_string(),
+            table: name.to_string(),
+        };
         // The table may have been dropped while this write waited in the queue.
         let table = state.table(name).cloned().ok_or_else(not_found)?;
         let store = txn.table(name)?.ok_or_else(not_found)?;
-        Ok(Self { store, table, schema_changed: false, changed: false, next_generated: None })
+        Ok(Self {
+            store,
+            table,
+            schema_changed: false,
+            changed: false,
+            next_generated: None,
+        })
     }
 
-    fn write_one(&mut self, txn: &mut WriteTxn<'_>, state: &mut SchemaState, mode: WriteMode, prepared: Prepared, summary: &mut WriteSummary) -> Result<()> {
+    fn write_one(
+        &mut self,
+        txn: &mut WriteTxn<'_>,
+        state: &mut SchemaState,
+        mode: WriteMode,
+        prepared: Prepared,
+        summary: &mut WriteSummary,
+    ) -> Result<()> {
         let Prepared { key, mut record } = prepared;
         let (key, id) = match key {
             Some(found) => found,
             None => self.generate_key(txn)?,
         };
-        let existing = txn.get_record(&self.store, &key)?.map(decode_object).transpose()?;
+        let existing = txn
+            .get_record(&self.store, &key)?
+            .map(decode_object)
+            .transpose()?;
         match (mode, &existing) {
             (WriteMode::Insert, Some(_)) | (WriteMode::Update, None) => {
                 summary.skipped.push(id);
@@ -174,7 +214,9 @@ impl WriteJob {
                     merged.insert(k, v);
                 }
                 if self.table.has_timestamps() {
-                    let created = merged.shift_remove(CREATED_TIME).unwrap_or_else(|| now.clone());
+                    let created = merged
+                        .shift_remove(CREATED_TIME)
+                        .unwrap_or_else(|| now.clone());
                     merged.shift_remove(UPDATED_TIME);
                     merged.insert(CREATED_TIME.to_string(), created);
                     merged.insert(UPDATED_TIME.to_string(), now);
@@ -195,7 +237,14 @@ impl WriteJob {
         if !self.table.schema_defined {
             self.add_new_attributes(state, &new, summary)?;
         }
-        let newly_multi = update_record_indexes(txn, &self.store, &self.table, &key, existing.as_ref(), Some(&new))?;
+        let newly_multi = update_record_indexes(
+            txn,
+            &self.store,
+            &self.table,
+            &key,
+            existing.as_ref(),
+            Some(&new),
+        )?;
         if !newly_multi.is_empty() {
             let schema = Arc::make_mut(state);
             for attribute in &newly_multi {
@@ -203,29 +252,55 @@ impl WriteJob {
             }
             self.refresh(state)?;
         }
-        let header = RecordHeader { version: version.time, flags: Flags::empty(), node: version.node };
-        txn.put_record(&self.store, key, encode_record(&header, &Value::Object(new).to_msgpack()))?;
+        let header = RecordHeader {
+            version: version.time,
+            flags: Flags::empty(),
+            node: version.node,
+        };
+        txn.put_record(
+            &self.store,
+            key,
+            encode_record(&header, &Value::Object(new).to_msgpack()),
+        )?;
         self.changed = true;
         summary.written.push(id);
         Ok(())
     }
 
     /// Adds attributes `record` has and the table lacks (dynamic tables index them all).
-    fn add_new_attributes(&mut self, state: &mut SchemaState, record: &Object, summary: &mut WriteSummary) -> Result<()> {
-        let missing: Vec<&String> = record.keys().filter(|k| self.table.attribute(k).is_none()).collect();
+    fn add_new_attributes(
+        &mut self,
+        state: &mut SchemaState,
+        record: &Object,
+        summary: &mut WriteSummary,
+    ) -> Result<()> {
+        let missing: Vec<&String> = record
+            .keys()
+            .filter(|k| self.table.attribute(k).is_none())
+            .collect();
         if missing.is_empty() {
             return Ok(());
         }
         let schema = Arc::make_mut(state);
         for name in missing {
-            schema.add_attribute(&self.table.name, AttributeSpec { name: name.clone(), type_name: None, indexed: true })?;
+            schema.add_attribute(
+                &self.table.name,
+                AttributeSpec {
+                    name: name.clone(),
+                    type_name: None,
+                    indexed: true,
+                },
+            )?;
             summary.new_attributes.push(name.clone());
         }
         self.refresh(state)
     }
 
     fn refresh(&mut self, state: &SchemaState) -> Result<()> {
-        self.table = state.table(&self.table.name).cloned().ok_or_else(|| Error::Corrupt("table vanished mid-write".into()))?;
+        self.table = state
+            .table(&self.table.name)
+            .cloned()
+            .ok_or_else(|| Error::Corrupt("table vanished mid-write".into()))?;
         self.schema_changed = true;
         Ok(())
     }
@@ -233,11 +308,18 @@ impl WriteJob {
     /// A new primary key: a UUID for string-keyed and dynamic tables, the next integer
     /// for integer-keyed ones.
     fn generate_key(&mut self, txn: &WriteTxn<'_>) -> Result<(Vec<u8>, Value)> {
-        let numeric = matches!(self.table.primary_key_attribute().and_then(|a| a.type_name.as_deref()), Some("Int" | "Long" | "Any" | "Float" | "BigInt"));
+        let numeric = matches!(
+            self.table
+                .primary_key_attribute()
+                .and_then(|a| a.type_name.as_deref()),
+            Some("Int" | "Long" | "Any" | "Float" | "BigInt")
+        );
         let id = if numeric {
             let next = match self.next_generated {
                 Some(n) => n,
-                None => self.largest_integer_key(txn)?.map_or(1, |n| n.saturating_add(1)),
+                None => self
+                    .largest_integer_key(txn)?
+                    .map_or(1, |n| n.saturating_add(1)),
             };
             self.next_generated = Some(next.saturating_add(1));
             Value::Int(next)
@@ -251,24 +333,28 @@ impl WriteJob {
         // Numbers sort before strings; the string tag bounds the numeric keys.
         let strings = lyre_store::encode_key(lyre_store::KeyValue::Str(""))?.0;
         let mut below_strings = txn.records(&self.store, (Bound::Unbounded, Bound::Excluded(&strings[..1])), true)?;
-        while let Some(item) = below_strings.next().transpose()? {
-            match decode_key(item.0)?.0 {
-                OwnedKey::Int(n) => return Ok(Some(n)),
-                OwnedKey::Float(f) => return Ok(Some(f.floor() as i64)),
-                _ => return Ok(None),
-            }
-        }
-        Ok(None)
+        let Some(item) = below_strings.next().transpose()? else { return Ok(None) };
+        Ok(match decode_key(item.0)?.0 {
+            OwnedKey::Int(n) => Some(n),
+            OwnedKey::Float(f) => Some(f.floor() as i64),
+            _ => None,
+        })
     }
 
     /// Persists schema changes and the table's last-write version.
     fn finish(self, txn: &mut WriteTxn<'_>, state: &SchemaState) -> Result<()> {
         if self.schema_changed {
-            txn.put_catalog(&TableSchema::catalog_key(&self.table.name), &self.table.encode()?)?;
+            txn.put_catalog(
+                &TableSchema::catalog_key(&self.table.name),
+                &self.table.encode()?,
+            )?;
             txn.put_catalog(crate::catalog::COUNTERS_KEY, &state.encode_counters()?)?;
         }
         if self.changed {
-            txn.put_meta(&last_updated_key(&self.table.name), &txn.version().time.to_be_bytes())?;
+            txn.put_meta(
+                &last_updated_key(&self.table.name),
+                &txn.version().time.to_be_bytes(),
+            )?;
         }
         Ok(())
     }

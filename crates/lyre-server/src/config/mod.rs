@@ -1,0 +1,315 @@
+//! Configuration: `lyre-config.yaml` in the root, with Harper's key names, overridden
+//! by Harper's environment variables.
+//!
+//! Precedence, lowest first: built-in defaults, the config file, environment
+//! variables (`SECTION_SUB_KEY`, e.g. `HTTP_PORT`, `OPERATIONSAPI_NETWORK_PORT`),
+//! command-line flags. Every key of the default tree can be overridden by the
+//! environment variable named after its path.
+
+mod env;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Everything configurable. Field names follow Harper's config keys.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    /// The root directory holding databases, logs and components.
+    pub root_path: PathBuf,
+    /// The REST / application HTTP server.
+    pub http: HttpConfig,
+    /// The Operations API server.
+    pub operations_api: OperationsApiConfig,
+    /// The MQTT broker.
+    pub mqtt: MqttConfig,
+    /// Logging.
+    pub logging: LoggingConfig,
+    /// Worker threads.
+    pub threads: ThreadsConfig,
+    /// Authentication.
+    pub authentication: AuthenticationConfig,
+    /// Storage.
+    pub storage: StorageConfig,
+}
+
+/// `http.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Port of the REST interface.
+    pub port: u16,
+    /// Largest accepted request body, in bytes.
+    pub max_body_size: usize,
+}
+
+/// `operationsApi.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperationsApiConfig {
+    /// Network settings.
+    pub network: NetworkConfig,
+}
+
+/// `*.network.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// TCP port.
+    pub port: u16,
+    /// Largest accepted request body, in bytes.
+    #[serde(default = "default_ops_body")]
+    pub max_body_size: usize,
+}
+
+/// `mqtt.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MqttConfig {
+    /// Network settings.
+    pub network: MqttNetworkConfig,
+}
+
+/// `mqtt.network.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MqttNetworkConfig {
+    /// TCP port.
+    pub port: u16,
+}
+
+/// `logging.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoggingConfig {
+    /// `trace`, `debug`, `info`, `warn`, `error`, `fatal` or `notify`.
+    pub level: String,
+}
+
+/// `threads.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ThreadsConfig {
+    /// Request-handling threads; `0` means one per CPU.
+    pub count: usize,
+}
+
+/// `authentication.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthenticationConfig {
+    /// Treat requests from loopback without credentials as the super user.
+    pub authorize_local: bool,
+    /// How long a verified login is trusted, in milliseconds.
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: u64,
+}
+
+/// `storage.*`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Acknowledge writes before they are flushed to disk (Harper's key). Faster,
+    /// but a power failure may lose the last acknowledged writes.
+    pub write_async: bool,
+    /// Largest size a database may grow to, in bytes (address space, not disk).
+    pub max_database_size: usize,
+}
+
+fn default_ops_body() -> usize {
+    100 << 20
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root_path: PathBuf::from("./lyre-data"),
+            http: HttpConfig {
+                port: 9926,
+                max_body_size: 100 << 20,
+            },
+            operations_api: OperationsApiConfig {
+                network: NetworkConfig {
+                    port: 9925,
+                    max_body_size: default_ops_body(),
+                },
+            },
+            mqtt: MqttConfig {
+                network: MqttNetworkConfig { port: 1883 },
+            },
+            logging: LoggingConfig {
+                level: "info".into(),
+            },
+            threads: ThreadsConfig { count: 0 },
+            authentication: AuthenticationConfig {
+                authorize_local: false,
+                cache_ttl: 30_000,
+            },
+            storage: StorageConfig {
+                write_async: false,
+                max_database_size: 256 << 30,
+            },
+        }
+    }
+}
+
+/// Why configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read or written.
+    #[error("config file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// The config file is not valid YAML.
+    #[error("config file {path} is not valid YAML: {message}")]
+    Yaml {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with its position.
+        message: String,
+    },
+    /// A value has the wrong type or an unknown key.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads the configuration for `root` (from `--root`, else `ROOTPATH`, else the
+    /// default), writing the default file on first start.
+    pub fn load(
+        root: Option<PathBuf>,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let defaults = serde_json::to_value(Config::default())
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let root = root
+            .or_else(|| vars("ROOTPATH").map(PathBuf::from))
+            .unwrap_or_else(|| Config::default().root_path);
+        let file = root.join("lyre-config.yaml");
+        let mut tree = defaults.clone();
+        match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let from_file: serde_json::Value =
+                    serde_saphyr::from_str(&text).map_err(|e| ConfigError::Yaml {
+                        path: file.clone(),
+                        message: e.to_string(),
+                    })?;
+                if !from_file.is_null() {
+                    merge(&mut tree, from_file);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_default(&root, &file)?,
+            Err(source) => return Err(ConfigError::Io { path: file, source }),
+        }
+        env::apply_overrides(&mut tree, &defaults, vars);
+        tree["rootPath"] = serde_json::Value::String(root.to_string_lossy().into_owned());
+        serde_json::from_value(tree).map_err(|e| ConfigError::Invalid(e.to_string()))
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root_path
+    }
+}
+
+fn write_default(root: &Path, file: &Path) -> Result<(), ConfigError> {
+    let io = |source| ConfigError::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(root).map_err(io)?;
+    let defaults = Config { root_path: root.to_path_buf(), ..Config::default() };
+    let yaml =
+        serde_saphyr::to_string(&defaults).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let text = format!(
+        "# Lyre configuration (Harper's key names). Environment variables such as\n# HTTP_PORT or OPERATIONSAPI_NETWORK_PORT override these values.\n{yaml}"
+    );
+    std::fs::write(file, text).map_err(io)
+}
+
+/// Deep-merges `overlay` into `base`: objects merge key by key, anything else replaces.
+fn merge(base: &mut serde_json::Value, overlay: serde_json::Value) {
+    match (base, overlay) {
+        (serde_json::Value::Object(base), serde_json::Value::Object(overlay)) => {
+            for (key, value) in overlay {
+                match base.get_mut(&key) {
+                    Some(existing) => merge(existing, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, overlay) => *base = overlay,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_are_written_then_file_and_environment_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let config = Config::load(Some(root.clone()), &vars(&[])).unwrap();
+        assert_eq!(config.http.port, 9926);
+        assert_eq!(config.operations_api.network.port, 9925);
+        assert!(root.join("lyre-config.yaml").exists());
+
+        std::fs::write(
+            root.join("lyre-config.yaml"),
+            "http:\n  port: 8080\nlogging:\n  level: debug\n",
+        )
+        .unwrap();
+        let config = Config::load(
+            Some(root.clone()),
+            &vars(&[
+                ("OPERATIONSAPI_NETWORK_PORT", "7000"),
+                ("LOGGING_LEVEL", "warn"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.http.port, 8080);
+        assert_eq!(config.operations_api.network.port, 7000);
+        assert_eq!(config.logging.level, "warn");
+        assert_eq!(config.mqtt.network.port, 1883);
+        let config = Config::load(
+            Some(root.clone()),
+            &vars(&[("AUTHENTICATION_AUTHORIZELOCAL", "true")]),
+        )
+        .unwrap();
+        assert!(config.authentication.authorize_local);
+    }
+
+    #[test]
+    fn bad_files_and_values_name_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("lyre-config.yaml"), "http: [unclosed").unwrap();
+        assert!(matches!(
+            Config::load(Some(dir.path().into()), &vars(&[])),
+            Err(ConfigError::Yaml { .. })
+        ));
+        std::fs::write(dir.path().join("lyre-config.yaml"), "http:\n  port: 1\n").unwrap();
+        let err = Config::load(
+            Some(dir.path().into()),
+            &vars(&[("HTTP_PORT", "not-a-port")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("invalid"), "{err}");
+    }
+}

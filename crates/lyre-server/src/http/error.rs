@@ -1,0 +1,93 @@
+//! The one renderer of errors: status, headers and Harper's `{"error": ...}` body.
+
+use std::any::Any;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use lyre_core::{Class, Code};
+
+use crate::http::negotiate::Format;
+
+/// An error on its way to a client: a code from the core table and a message.
+#[derive(Debug)]
+pub struct ApiError {
+    code: Code,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with `code` and a client-facing `message`.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A 400 naming what is wrong.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(Code::BadRequest, message)
+    }
+
+    /// Renders the error in `format` (JSON, CBOR or MessagePack, as the client asked).
+    pub fn render(&self, format: Format) -> Response {
+        let status =
+            StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut body = lyre_core::Object::new();
+        body.insert("error".into(), self.message.clone().into());
+        let mut response = match format.encode(&lyre_core::Value::Object(body)) {
+            Ok(bytes) => (
+                status,
+                [(header::CONTENT_TYPE, format.content_type())],
+                bytes,
+            )
+                .into_response(),
+            Err(_) => (status, self.message.clone()).into_response(),
+        };
+        let headers = response.headers_mut();
+        match self.code {
+            Code::MustLogin | Code::LoginFailed => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"lyre\""),
+                );
+            }
+            code if code.retryable() => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl From<lyre_core::Error> for ApiError {
+    fn from(err: lyre_core::Error) -> Self {
+        let code = err.code();
+        if code.class() == Class::Internal {
+            let id = uuid_like();
+            tracing::error!(error = %err, request = %id, "internal error");
+            return ApiError::new(
+                code,
+                format!("internal error, see the server log (request {id})"),
+            );
+        }
+        ApiError::new(code, err.to_string())
+    }
+}
+
+/// A short random id tying a generic client message to the full log entry.
+fn uuid_like() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// The response when a handler panics: a 500 in Harper's shape; the process lives on.
+pub fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let detail = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown".into());
+    tracing::error!(panic = %detail, "a request handler panicked");
+    ApiError::new(Code::Internal, "internal error, see the server log").render(Format::Json)
+}

@@ -1,0 +1,171 @@
+//! Content negotiation: request bodies in JSON, CBOR or MessagePack; responses in the
+//! format the `Accept` header prefers.
+
+use axum::http::{HeaderMap, header};
+use lyre_core::{Code, Value};
+use serde::Serialize;
+
+use crate::http::error::ApiError;
+
+/// A wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `application/json`.
+    Json,
+    /// `application/cbor`.
+    Cbor,
+    /// `application/x-msgpack`.
+    MessagePack,
+}
+
+const SUPPORTED: &str = "application/json, application/cbor, application/x-msgpack";
+
+impl Format {
+    /// The `Content-Type` of a response in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Cbor => "application/cbor",
+            Format::MessagePack => "application/x-msgpack",
+        }
+    }
+
+    fn from_media_type(media: &str) -> Option<Format> {
+        match media {
+            "application/json" | "*/*" | "application/*" | "" => Some(Format::Json),
+            "application/cbor" => Some(Format::Cbor),
+            "application/x-msgpack" | "application/msgpack" => Some(Format::MessagePack),
+            _ => None,
+        }
+    }
+
+    /// Encodes a whole value.
+    pub fn encode<T: Serialize>(self, value: &T) -> Result<Vec<u8>, ApiError> {
+        let failed =
+            |e: String| ApiError::new(Code::Internal, format!("encoding the response failed: {e}"));
+        match self {
+            Format::Json => serde_json::to_vec(value).map_err(|e| failed(e.to_string())),
+            Format::Cbor => {
+                let mut out = Vec::new();
+                ciborium::into_writer(value, &mut out).map_err(|e| failed(e.to_string()))?;
+                Ok(out)
+            }
+            Format::MessagePack => rmp_serde::to_vec(value).map_err(|e| failed(e.to_string())),
+        }
+    }
+}
+
+/// The response format the client accepts best; 406 when it accepts none of ours.
+pub fn response_format(headers: &HeaderMap) -> Result<Format, ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT) else {
+        return Ok(Format::Json);
+    };
+    let accept = accept.to_str().map_err(|_| not_acceptable())?;
+    if accept.trim().is_empty() {
+        return Ok(Format::Json);
+    }
+    let mut choices: Vec<(f32, usize, &str)> = accept
+        .split(',')
+        .enumerate()
+        .map(|(position, part)| {
+            let mut pieces = part.split(';');
+            let media = pieces.next().unwrap_or("").trim();
+            let q = pieces
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            (q, position, media)
+        })
+        .filter(|(q, _, _)| *q > 0.0)
+        .collect();
+    choices.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    choices
+        .iter()
+        .find_map(|(_, _, media)| Format::from_media_type(&media.to_ascii_lowercase()))
+        .ok_or_else(not_acceptable)
+}
+
+fn not_acceptable() -> ApiError {
+    ApiError::new(
+        Code::NotAcceptable,
+        format!(
+            "No supported content types found in Accept header, supported types include: {SUPPORTED}"
+        ),
+    )
+}
+
+/// Decodes a request body by its `Content-Type` (JSON when absent).
+pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let content_type = match headers.get(header::CONTENT_TYPE) {
+        None => String::new(),
+        Some(v) => v
+            .to_str()
+            .map_err(|_| unsupported("<invalid header>"))?
+            .to_ascii_lowercase(),
+    };
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    let format = match media {
+        // curl's `-d` sends JSON labelled as a form; Harper's own examples are sent so.
+        "" | "text/plain" | "application/x-www-form-urlencoded"
+            if body
+                .first()
+                .is_some_and(|b| matches!(b, b'{' | b'[' | b' ' | b'\n')) =>
+        {
+            Format::Json
+        }
+        "" | "text/plain" => Format::Json,
+        "application/json" => Format::Json,
+        other => Format::from_media_type(other)
+            .filter(|f| *f != Format::Json)
+            .ok_or_else(|| unsupported(other))?,
+    };
+    if body.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Body cannot be empty when content-type is set to '{}'",
+            format.content_type()
+        )));
+    }
+    match format {
+        Format::Json => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}"))),
+        Format::Cbor => ciborium::from_reader(body)
+            .map_err(|e| ApiError::bad_request(format!("Invalid CBOR: {e}"))),
+        Format::MessagePack => rmp_serde::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("Invalid MessagePack: {e}"))),
+    }
+}
+
+fn unsupported(media: &str) -> ApiError {
+    ApiError::new(
+        Code::UnsupportedMediaType,
+        format!("Unsupported Media Type: {media}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn accept(value: &str) -> Result<Format, ApiError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, HeaderValue::from_str(value).unwrap());
+        response_format(&headers)
+    }
+
+    #[test]
+    fn accept_headers_pick_the_best_supported_format() {
+        assert_eq!(accept("application/cbor").unwrap(), Format::Cbor);
+        assert_eq!(
+            accept("text/html, application/x-msgpack;q=0.9, */*;q=0.1").unwrap(),
+            Format::MessagePack
+        );
+        assert_eq!(
+            accept("application/json;q=0.5, application/cbor").unwrap(),
+            Format::Cbor
+        );
+        assert_eq!(accept("*/*").unwrap(), Format::Json);
+        assert!(accept("application/xml").is_err());
+        assert_eq!(response_format(&HeaderMap::new()).unwrap(), Format::Json);
+    }
+}

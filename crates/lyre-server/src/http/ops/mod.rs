@@ -1,0 +1,147 @@
+//! The Operations API: `POST /` with `{"operation": ...}`. This file maps every
+//! operation name (and Harper's aliases) to its handler; each family lives in its
+//! own file.
+
+mod crud;
+mod params;
+mod schema;
+mod search;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use lyre_core::{Code, Context, Object, Value};
+
+use crate::http::AppState;
+use crate::http::auth::authenticate;
+use crate::http::error::ApiError;
+use crate::http::negotiate::{Format, decode_body, response_format};
+
+pub use params::Params;
+
+/// Bodies larger than this are decoded on a blocking thread.
+const INLINE_DECODE_LIMIT: usize = 64 * 1024;
+
+/// Handles one Operations API request.
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let format = match response_format(&headers) {
+        Ok(format) => format,
+        Err(err) => return err.render(Format::Json),
+    };
+    match handle_request(&state, peer, &headers, body, format).await {
+        Ok(response) => response,
+        Err(err) => err.render(format),
+    }
+}
+
+async fn handle_request(
+    state: &Arc<AppState>,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: Body,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let user = authenticate(state, headers, peer).await?;
+    let bytes = read_body(headers, body, state.ops_body_limit).await?;
+    let value = if bytes.len() > INLINE_DECODE_LIMIT {
+        let headers = headers.clone();
+        tokio::task::spawn_blocking(move || decode_body(&headers, &bytes))
+            .await
+            .map_err(|e| {
+                ApiError::new(Code::Internal, format!("decoding the body failed: {e}"))
+            })??
+    } else {
+        decode_body(headers, &bytes)?
+    };
+    let (operation, params) = Params::from_body(value)?;
+    let ctx = Context::new(user);
+    dispatch(state, &ctx, &operation, params, format).await
+}
+
+async fn dispatch(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    operation: &str,
+    params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let engine = &state.engine;
+    match operation {
+        "create_database" | "create_schema" => {
+            schema::create_database(engine, ctx, params, format).await
+        }
+        "drop_database" | "drop_schema" => schema::drop_database(engine, ctx, params, format).await,
+        "create_table" => schema::create_table(engine, ctx, params, format).await,
+        "drop_table" => schema::drop_table(engine, ctx, params, format).await,
+        "create_attribute" => schema::create_attribute(engine, ctx, params, format).await,
+        "drop_attribute" => schema::drop_attribute(engine, ctx, params, format).await,
+        "describe_all" => schema::describe_all(engine, ctx, params, format).await,
+        "describe_database" | "describe_schema" => {
+            schema::describe_database(engine, ctx, params, format).await
+        }
+        "describe_table" => schema::describe_table(engine, ctx, params, format).await,
+        "insert" => crud::insert(engine, ctx, params, format).await,
+        "update" => crud::update(engine, ctx, params, format).await,
+        "upsert" => crud::upsert(engine, ctx, params, format).await,
+        "delete" => crud::delete(engine, ctx, params, format).await,
+        "search_by_id" | "search_by_hash" => search::by_id(engine, ctx, params, format).await,
+        "search_by_value" => search::by_value(engine, ctx, params, format).await,
+        "search_by_conditions" => search::by_conditions(engine, ctx, params, format).await,
+        other => Err(ApiError::bad_request(format!(
+            "Operation '{other}' not found"
+        ))),
+    }
+}
+
+/// Reads the whole body, refusing (413) anything over `limit` before reading it when
+/// the length is declared, and as soon as it is exceeded otherwise.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<bytes::Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            Code::PayloadTooLarge,
+            format!("Request body exceeds the limit of {limit} bytes"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|err| {
+        if std::error::Error::source(&err)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        {
+            too_large()
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {err}"))
+        }
+    })
+}
+
+/// A whole reply in the negotiated format.
+pub fn reply(format: Format, value: &impl serde::Serialize) -> Result<Response, ApiError> {
+    let bytes = format.encode(value)?;
+    Ok(([(header::CONTENT_TYPE, format.content_type())], bytes).into_response())
+}
+
+/// `{"message": text}`.
+pub fn message(format: Format, text: impl Into<String>) -> Result<Response, ApiError> {
+    let mut body = Object::new();
+    body.insert("message".into(), Value::String(text.into()));
+    reply(format, &Value::Object(body))
+}

@@ -1,0 +1,268 @@
+//! Databases, tables and attributes: create, drop, describe.
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use lyre_core::catalog::{AttributeSpec, TableSpec};
+use lyre_core::{Context, Engine, Object, TableStats, Value};
+
+use crate::http::error::ApiError;
+use crate::http::negotiate::Format;
+use crate::http::ops::{Params, message, reply};
+
+pub async fn create_database(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.database()?;
+    engine.create_database(ctx, &database).await?;
+    message(
+        format,
+        format!("database '{database}' successfully created"),
+    )
+}
+
+pub async fn drop_database(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.required_string(&["database", "schema"])?;
+    engine.drop_database(ctx, &database).await?;
+    message(format, format!("successfully deleted '{database}'"))
+}
+
+pub async fn create_table(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.database()?;
+    let table = params.required_string(&["table"])?;
+    let primary_key = params.required_string(&["primary_key", "hash_attribute"])?;
+    let audit = params.bool(&["audit"])?.unwrap_or(true);
+    let declared = match params.array(&["attributes"])? {
+        None => None,
+        Some(items) => Some(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| attribute_spec(i, item))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let primary_key_type = declared
+        .as_ref()
+        .and_then(|attrs| attrs.iter().find(|a| a.name == primary_key))
+        .and_then(|a| a.type_name.clone());
+    let spec = TableSpec {
+        name: table.clone(),
+        primary_key,
+        primary_key_type,
+        attributes: declared,
+        audit,
+    };
+    engine.create_table(ctx, &database, spec).await?;
+    message(
+        format,
+        format!("table '{database}.{table}' successfully created."),
+    )
+}
+
+fn attribute_spec(index: usize, item: Value) -> Result<AttributeSpec, ApiError> {
+    let Value::Object(mut attribute) = item else {
+        return Err(ApiError::bad_request(format!(
+            "'attributes[{index}]' must be of type object"
+        )));
+    };
+    let name = match attribute.shift_remove("name") {
+        Some(Value::String(name)) => name,
+        _ => {
+            return Err(ApiError::bad_request(format!(
+                "'attributes[{index}].name' must be a string"
+            )));
+        }
+    };
+    let type_name = match attribute.shift_remove("type") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(t),
+        Some(_) => {
+            return Err(ApiError::bad_request(format!(
+                "'attributes[{index}].type' must be a string"
+            )));
+        }
+    };
+    let indexed = match attribute.shift_remove("indexed") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => {
+            return Err(ApiError::bad_request(format!(
+                "'attributes[{index}].indexed' must be a boolean"
+            )));
+        }
+    };
+    Ok(AttributeSpec {
+        name,
+        type_name,
+        indexed,
+    })
+}
+
+pub async fn drop_table(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.database()?;
+    let table = params.required_string(&["table"])?;
+    engine.database(&database)?.drop_table(ctx, &table).await?;
+    message(
+        format,
+        format!("successfully deleted table '{database}.{table}'"),
+    )
+}
+
+pub async fn create_attribute(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.database()?;
+    let table = params.required_string(&["table"])?;
+    let attribute = params
+        .string(&["attribute"])?
+        .ok_or_else(|| ApiError::bad_request("Attribute name is required"))?;
+    let indexed = params.bool(&["indexed"])?.unwrap_or(true);
+    let spec = AttributeSpec {
+        name: attribute.clone(),
+        type_name: None,
+        indexed,
+    };
+    engine
+        .database(&database)?
+        .create_attribute(ctx, &table, spec)
+        .await?;
+    message(
+        format,
+        format!("attribute '{database}.{table}.{attribute}' successfully created."),
+    )
+}
+
+pub async fn drop_attribute(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.database()?;
+    let table = params.required_string(&["table"])?;
+    let attribute = params.required_string(&["attribute"])?;
+    engine
+        .database(&database)?
+        .drop_attribute(ctx, &table, &attribute)
+        .await?;
+    message(
+        format,
+        format!("successfully deleted attribute '{attribute}'"),
+    )
+}
+
+pub async fn describe_all(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    _params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let mut all = Object::new();
+    for db in engine.databases() {
+        all.insert(
+            db.name().to_string(),
+            Value::Object(describe_tables(ctx, &db)?),
+        );
+    }
+    reply(format, &Value::Object(all))
+}
+
+pub async fn describe_database(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.database()?;
+    let db = engine.database(&database)?;
+    reply(format, &Value::Object(describe_tables(ctx, &db)?))
+}
+
+pub async fn describe_table(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.database()?;
+    let table = params.required_string(&["table"])?;
+    let table = engine.database(&database)?.table(&table)?;
+    let stats = table.stats(ctx)?;
+    reply(format, &Value::Object(describe(&stats)))
+}
+
+fn describe_tables(ctx: &Context, db: &Arc<lyre_core::Db>) -> Result<Object, ApiError> {
+    let mut tables = Object::new();
+    for name in db.schema().tables.keys() {
+        // Tables the user may not read are left out, as Harper filters by role.
+        let Ok(stats) = db.table(name).and_then(|t| t.stats(ctx)) else {
+            continue;
+        };
+        tables.insert(name.clone(), Value::Object(describe(&stats)));
+    }
+    Ok(tables)
+}
+
+/// Harper's `describe_table` shape, key order included.
+fn describe(stats: &TableStats) -> Object {
+    let table = &stats.schema;
+    let attributes = table
+        .attributes
+        .iter()
+        .map(|a| {
+            let mut attribute = Object::new();
+            attribute.insert("attribute".into(), a.name.clone().into());
+            if let Some(t) = &a.type_name {
+                attribute.insert("type".into(), t.clone().into());
+            }
+            if a.is_primary_key {
+                attribute.insert("is_primary_key".into(), true.into());
+            } else if a.indexed {
+                attribute.insert("indexed".into(), true.into());
+            }
+            Value::Object(attribute)
+        })
+        .collect::<Vec<_>>();
+    let mut out = Object::new();
+    out.insert("schema".into(), table.database.clone().into());
+    out.insert("name".into(), table.name.clone().into());
+    out.insert("hash_attribute".into(), table.primary_key.clone().into());
+    out.insert("audit".into(), table.audit.into());
+    out.insert("schema_defined".into(), table.schema_defined.into());
+    out.insert("attributes".into(), attributes.into());
+    out.insert("db_size".into(), count(stats.db_size));
+    out.insert("sources".into(), Value::Array(Vec::new()));
+    out.insert("record_count".into(), count(stats.record_count));
+    out.insert("table_size".into(), count(stats.table_size));
+    out.insert("db_audit_size".into(), count(stats.db_audit_size));
+    if let Some(version) = stats.last_updated_record {
+        out.insert("last_updated_record".into(), Value::Float(version));
+    }
+    out
+}
+
+fn count(n: u64) -> Value {
+    Value::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,318 @@
+//! search_by_id, search_by_value, search_by_conditions.
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use lyre_core::query::{Comparator, Condition, Operator, Query, Select, SortKey};
+use lyre_core::{Code, Context, Engine, Value};
+
+use crate::http::error::ApiError;
+use crate::http::negotiate::Format;
+use crate::http::ops::{Params, reply};
+use crate::http::stream::stream_search;
+
+/// Id lists longer than this are read on a blocking thread.
+const INLINE_IDS: usize = 64;
+
+pub async fn by_id(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let table = engine
+        .database(&params.database()?)?
+        .table(&params.required_string(&["table"])?)?;
+    let ids = params.required_array(&["ids", "hash_values"])?;
+    let select = select(&mut params)?;
+    let records = if ids.len() > INLINE_IDS {
+        let ctx = ctx.clone();
+        tokio::task::spawn_blocking(move || table.get_many(&ctx, &ids, &select))
+            .await
+            .map_err(|e| ApiError::new(Code::Internal, format!("search failed: {e}")))??
+    } else {
+        table.get_many(ctx, &ids, &select)?
+    };
+    reply(format, &records)
+}
+
+pub async fn by_value(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let table = engine
+        .database(&params.database()?)?
+        .table(&params.required_string(&["table"])?)?;
+    let attribute = params.required_string(&["attribute", "search_attribute"])?;
+    let value = params
+        .value_or_null(&["value", "search_value"])
+        .ok_or_else(|| ApiError::bad_request("'value' is required"))?;
+    let conditions = match wildcard(&value) {
+        Some(None) => Vec::new(),
+        Some(Some((comparator, text))) => vec![Condition::Compare {
+            attribute,
+            comparator,
+            value: Value::String(text),
+        }],
+        None => vec![Condition::Compare {
+            attribute: attribute.clone(),
+            comparator: Comparator::Equals,
+            value,
+        }],
+    };
+    let mut query = Query {
+        conditions,
+        ..Default::default()
+    };
+    paging(&mut params, &mut query)?;
+    let ctx = ctx.clone();
+    stream_search(format, move || table.search(&ctx, query)).await
+}
+
+/// Harper's wildcards in `search_by_value`: `*` alone matches everything, `x*`,
+/// `*x` and `*x*` are starts-with, ends-with and contains. `None`: no wildcard.
+fn wildcard(value: &Value) -> Option<Option<(Comparator, String)>> {
+    let Value::String(s) = value else { return None };
+    if s == "*" || s == "%" {
+        return Some(None);
+    }
+    let (starts, ends) = (s.starts_with('*'), s.ends_with('*'));
+    let inner = s.trim_start_matches('*').trim_end_matches('*').to_string();
+    match (starts, ends) {
+        (true, true) => Some(Some((Comparator::Contains, inner))),
+        (false, true) => Some(Some((Comparator::StartsWith, inner))),
+        (true, false) => Some(Some((Comparator::EndsWith, inner))),
+        (false, false) => None,
+    }
+}
+
+pub async fn by_conditions(
+    engine: &Arc<Engine>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let table = engine
+        .database(&params.database()?)?
+        .table(&params.required_string(&["table"])?)?;
+    let operator = operator(params.value(&["operator"]))?;
+    let conditions = params.required_array(&["conditions"])?;
+    if conditions.is_empty() {
+        return Err(ApiError::bad_request(
+            "'conditions' must contain at least 1 items",
+        ));
+    }
+    let conditions = conditions
+        .into_iter()
+        .map(condition)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut query = Query {
+        operator,
+        conditions,
+        ..Default::default()
+    };
+    paging(&mut params, &mut query)?;
+    let ctx = ctx.clone();
+    stream_search(format, move || table.search(&ctx, query)).await
+}
+
+/// `limit`, `offset`, `desc`/`reverse`, `sort`, `get_attributes`.
+fn paging(params: &mut Params, query: &mut Query) -> Result<(), ApiError> {
+    query.limit = params.count(&["limit"])?;
+    query.offset = params.count(&["offset"])?.unwrap_or(0);
+    query.descending = params.bool(&["desc", "reverse"])?.unwrap_or(false);
+    if let Some(sort) = params.value(&["sort"]) {
+        query.sort = sort_keys(sort)?;
+    }
+    query.select = select(params)?;
+    Ok(())
+}
+
+fn select(params: &mut Params) -> Result<Select, ApiError> {
+    let Some(attributes) = params.array(&["get_attributes", "select"])? else {
+        return Ok(Select::Raw);
+    };
+    if attributes.is_empty() {
+        return Err(ApiError::bad_request(
+            "'get_attributes' must contain at least 1 item",
+        ));
+    }
+    let names = attributes
+        .into_iter()
+        .map(|a| match a {
+            Value::String(s) => Ok(s),
+            _ => Err(ApiError::bad_request(
+                "'get_attributes' must contain only strings",
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(if names.iter().any(|n| n == "*") {
+        Select::All
+    } else {
+        Select::Attributes(names)
+    })
+}
+
+/// `sort: {attribute, descending, next: {...}}`, flattened into keys.
+fn sort_keys(mut sort: Value) -> Result<Vec<SortKey>, ApiError> {
+    let mut keys = Vec::new();
+    loop {
+        let Value::Object(mut object) = sort else {
+            return Err(ApiError::bad_request(
+                "'sort' must be an object with an 'attribute'",
+            ));
+        };
+        let attribute = match object.shift_remove("attribute") {
+            Some(Value::String(a)) => a,
+            Some(Value::Array(path)) => return Err(not_defined(&path)),
+            _ => return Err(ApiError::bad_request("'sort.attribute' must be a string")),
+        };
+        let descending = matches!(object.shift_remove("descending"), Some(Value::Bool(true)));
+        keys.push(SortKey {
+            attribute,
+            descending,
+        });
+        match object.shift_remove("next") {
+            None | Some(Value::Null) => return Ok(keys),
+            Some(next) => sort = next,
+        }
+    }
+}
+
+fn operator(value: Option<Value>) -> Result<Operator, ApiError> {
+    match value {
+        None => Ok(Operator::And),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("and") => Ok(Operator::And),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("or") => Ok(Operator::Or),
+        Some(_) => Err(ApiError::bad_request("'operator' must be one of [and, or]")),
+    }
+}
+
+/// One condition or nested group, in Harper's current or legacy field names.
+fn condition(value: Value) -> Result<Condition, ApiError> {
+    let Value::Object(object) = value else {
+        return Err(ApiError::bad_request("each condition must be an object"));
+    };
+    let mut params = Params::from_object(object);
+    if let Some(nested) = params.array(&["conditions"])? {
+        let operator = operator(params.value(&["operator"]))?;
+        let conditions = nested
+            .into_iter()
+            .map(condition)
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Condition::Group {
+            operator,
+            conditions,
+        });
+    }
+    let attribute = match params.value(&["attribute", "search_attribute"]) {
+        Some(Value::String(a)) => a,
+        Some(Value::Array(path)) => return Err(not_defined(&path)),
+        _ => {
+            return Err(ApiError::bad_request(
+                "each condition needs an 'attribute' string",
+            ));
+        }
+    };
+    let comparator = match params.value(&["comparator", "search_type"]) {
+        None => Comparator::Equals,
+        Some(Value::String(name)) => comparator(&name)
+            .ok_or_else(|| ApiError::bad_request(format!("Unknown query comparator \"{name}\"")))?,
+        Some(_) => return Err(ApiError::bad_request("'comparator' must be a string")),
+    };
+    let value = params
+        .value_or_null(&["value", "search_value"])
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "Search condition for {attribute} must have a value"
+            ))
+        })?;
+    Ok(Condition::Compare {
+        attribute,
+        comparator,
+        value,
+    })
+}
+
+fn not_defined(path: &[Value]) -> ApiError {
+    let joined = path
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    ApiError::new(
+        Code::NotFound,
+        format!("{joined} is not a defined attribute"),
+    )
+}
+
+/// Harper's comparator names and aliases.
+fn comparator(name: &str) -> Option<Comparator> {
+    Some(match name {
+        "equals" | "eq" | "equal" => Comparator::Equals,
+        "not_equal" | "ne" | "notEqual" => Comparator::NotEqual,
+        "contains" | "ct" => Comparator::Contains,
+        "starts_with" | "sw" | "startsWith" => Comparator::StartsWith,
+        "ends_with" | "ew" | "endsWith" => Comparator::EndsWith,
+        "greater_than" | "gt" | ">" | "greaterThan" => Comparator::GreaterThan,
+        "greater_than_equal" | "ge" | ">=" | "greaterThanEqual" => Comparator::GreaterThanEqual,
+        "less_than" | "lt" | "<" | "lessThan" => Comparator::LessThan,
+        "less_than_equal" | "le" | "<=" | "lessThanEqual" => Comparator::LessThanEqual,
+        "between" | "..." => Comparator::Between,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_map_to_string_comparators() {
+        assert_eq!(wildcard(&"*".into()), Some(None));
+        assert_eq!(
+            wildcard(&"Lab*".into()),
+            Some(Some((Comparator::StartsWith, "Lab".into())))
+        );
+        assert_eq!(
+            wildcard(&"*Mix".into()),
+            Some(Some((Comparator::EndsWith, "Mix".into())))
+        );
+        assert_eq!(
+            wildcard(&"*ab*".into()),
+            Some(Some((Comparator::Contains, "ab".into())))
+        );
+        assert_eq!(wildcard(&"Lab".into()), None);
+        assert_eq!(wildcard(&Value::Int(5)), None);
+    }
+
+    #[test]
+    fn every_documented_alias_is_accepted_and_others_are_not() {
+        for name in [
+            "equals",
+            "eq",
+            "equal",
+            "ne",
+            "ct",
+            "sw",
+            "ew",
+            "gt",
+            ">",
+            "ge",
+            ">=",
+            "lt",
+            "<",
+            "le",
+            "<=",
+            "between",
+            "greaterThanEqual",
+        ] {
+            assert!(comparator(name).is_some(), "{name}");
+        }
+        for name in ["gte", "lte", "neq", "==", "=", "!=", "EQUALS", "fuzzy"] {
+            assert!(comparator(name).is_none(), "{name}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Lyre's protocols, configuration and command line.
+//!
+//! Protocol code reaches data only through `lyre_core` ([`lyre_core::Engine`],
+//! [`lyre_core::Table`]); this crate has no dependency on lyre-store. Harper's wire
+//! shapes (messages, field names, status codes) live here and nowhere else.
+
+pub mod cli;
+pub mod config;
+mod http;
+mod listen;
+mod telemetry;
+
+pub use listen::run;

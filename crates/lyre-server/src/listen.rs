@@ -1,0 +1,132 @@
+//! Start-up, listeners and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use lyre_core::access::AdminBootstrap;
+use lyre_core::{Engine, EngineOptions};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::telemetry;
+
+/// Runs the server until SIGINT or SIGTERM: builds the runtime, opens the engine,
+/// serves, then drains in-flight requests and commits queued writes before exiting.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let _log_guard = telemetry::init(&config.root().join("log"), &config.logging.level)
+        .context("opening the log directory")?;
+    let threads = match config.threads.count {
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2),
+        n => n,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .thread_name("lyre-worker")
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let options = EngineOptions {
+        root: config.root().to_path_buf(),
+        node_id: 1,
+        storage: lyre_core::StorageOptions {
+            map_size: config.storage.max_database_size,
+            durable: !config.storage.write_async,
+        },
+        writer: Default::default(),
+        admin: AdminBootstrap {
+            username: env("HDB_ADMIN_USERNAME").unwrap_or_else(|| "HDB_ADMIN".into()),
+            password: env("HDB_ADMIN_PASSWORD"),
+        },
+        auth_cache_ttl: Duration::from_millis(config.authentication.cache_ttl),
+    };
+    let (engine, generated) = Engine::open(options)
+        .await
+        .context("opening the databases")?;
+    if let Some(password) = generated {
+        eprintln!(
+            "Created the super user '{}' with the generated password: {password}\n(shown once; set HDB_ADMIN_USERNAME and HDB_ADMIN_PASSWORD on first start to choose them)",
+            env("HDB_ADMIN_USERNAME").unwrap_or_else(|| "HDB_ADMIN".into())
+        );
+    }
+    let state = Arc::new(AppState {
+        engine: engine.clone(),
+        authorize_local: config.authentication.authorize_local,
+        ops_body_limit: config.operations_api.network.max_body_size,
+    });
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let ops_addr = SocketAddr::from(([0, 0, 0, 0], config.operations_api.network.port));
+    let ops_listener = TcpListener::bind(ops_addr)
+        .await
+        .with_context(|| format!("binding the Operations API to {ops_addr}"))?;
+    let ops_server = tokio::spawn(serve_router(
+        ops_listener,
+        http::operations_router(state.clone()),
+        stop_rx.clone(),
+    ));
+    tracing::info!(
+        operations_api = %ops_addr,
+        root = %config.root().display(),
+        ready_in_ms = started.elapsed().as_millis() as u64,
+        "Lyre is running"
+    );
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing in-flight requests");
+    let _ = stop_tx.send(true);
+    if let Err(err) = ops_server.await {
+        tracing::error!(error = %err, "the Operations API server failed");
+    }
+    engine.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn serve_router(
+    listener: TcpListener,
+    router: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let graceful = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    };
+    if let Err(err) = axum::serve(listener, service)
+        .with_graceful_shutdown(graceful)
+        .await
+    {
+        tracing::error!(error = %err, "server error");
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

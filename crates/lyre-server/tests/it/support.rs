@@ -1,0 +1,151 @@
+//! A real `lyre` process on free ports with a temporary root, and a client for it.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const USER: &str = "admin";
+pub const PASSWORD: &str = "password";
+
+/// A running server. Killed (SIGKILL) when dropped.
+pub struct TestServer {
+    child: Option<Child>,
+    root: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+    pub ops_port: u16,
+    pub client: reqwest::Client,
+    extra_env: Vec<(String, String)>,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl TestServer {
+    /// Starts a server on a fresh root.
+    pub async fn start() -> TestServer {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts a server on a fresh root with extra environment variables.
+    pub async fn start_with(env: &[(&str, &str)]) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("root");
+        let mut server = TestServer {
+            child: None,
+            root,
+            _dir: Some(dir),
+            ops_port: free_port(),
+            client: reqwest::Client::new(),
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        server.spawn().await;
+        server
+    }
+
+    async fn spawn(&mut self) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lyre"));
+        command
+            .args(["run", "--root"])
+            .arg(&self.root)
+            .env("OPERATIONSAPI_NETWORK_PORT", self.ops_port.to_string())
+            .env("HTTP_PORT", free_port().to_string())
+            .env("HDB_ADMIN_USERNAME", USER)
+            .env("HDB_ADMIN_PASSWORD", PASSWORD)
+            .env("LOGGING_LEVEL", "warn")
+            .env("STORAGE_WRITEASYNC", "true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in &self.extra_env {
+            command.env(k, v);
+        }
+        self.child = Some(command.spawn().expect("start lyre"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let health = self.client.get(self.url("/health")).send().await;
+            if matches!(health, Ok(ref r) if r.status().is_success()) {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("lyre exited during start-up: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lyre did not answer /health within 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the server with SIGTERM (graceful) and starts it again on the same root.
+    pub async fn restart(&mut self) {
+        self.stop_gracefully();
+        self.spawn().await;
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn stop_gracefully(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ops_port)
+    }
+
+    /// Sends an operation as JSON with the admin's credentials; returns status and body.
+    pub async fn op(&self, body: Value) -> (u16, Value) {
+        let response = self
+            .client
+            .post(self.url("/"))
+            .basic_auth(USER, Some(PASSWORD))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    /// Sends an operation and asserts it succeeded; returns the body.
+    pub async fn ok(&self, body: Value) -> Value {
+        let (status, value) = self.op(body.clone()).await;
+        assert_eq!(status, 200, "{body} answered {value}");
+        value
+    }
+
+    /// Sends an operation and asserts the error status and message.
+    pub async fn fails(&self, body: Value, status: u16, message: &str) {
+        let (got, value) = self.op(body.clone()).await;
+        assert_eq!(got, status, "{body} answered {value}");
+        assert_eq!(value["error"], message, "{body}");
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
