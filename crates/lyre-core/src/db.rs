@@ -111,7 +111,7 @@ impl Db {
     /// Runs `work` as one logical transaction on the writer.
     pub(crate) async fn write<T, F>(&self, ctx: &Context, operation: &str, work: F) -> Result<T>
     where
-        F: FnOnce(&mut WriteTxn<'_>, &mut SchemaState) -> Result<T> + Send + 'static,
+        F: FnOnce(&mut WriteTxn<'_, '_>, &mut SchemaState) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
         let meta = JobMeta {

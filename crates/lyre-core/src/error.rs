@@ -184,7 +184,9 @@ impl Error {
             Error::LoginFailed => Code::LoginFailed,
             Error::Forbidden => Code::Forbidden,
             Error::Store(e) => match e {
-                StoreError::Overloaded | StoreError::Closed => Code::Overloaded,
+                StoreError::Overloaded | StoreError::Closed | StoreError::BatchAborted(_) => {
+                    Code::Overloaded
+                }
                 StoreError::MapFull { .. } => Code::StorageFull,
                 StoreError::KeyTooLong { .. } | StoreError::InvalidKey(_) => Code::BadRequest,
                 _ => Code::Internal,

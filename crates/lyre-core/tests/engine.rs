@@ -200,3 +200,121 @@ async fn writes_queries_and_restart() {
     assert!(engine.users().authenticate("admin", "wrong").is_err());
     engine.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planner_uses_the_most_selective_index_and_never_scans_for_indexed_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Context::system();
+    let (engine, _) = Engine::open(options(dir.path())).await.unwrap();
+    engine
+        .create_table(&ctx, "dev", dynamic("t"))
+        .await
+        .unwrap();
+    let t = engine.database("dev").unwrap().table("t").unwrap();
+    let records = (0..400)
+        .map(|i| {
+            record(&format!(
+                r#"{{"id":{i},"status":"{}","code":"c{i:03}","n":{i}}}"#,
+                if i % 2 == 0 { "even" } else { "odd" }
+            ))
+        })
+        .collect();
+    t.insert(&ctx, records).await.unwrap();
+    let t = engine.database("dev").unwrap().table("t").unwrap();
+    let cmp = |attr: &str, c, v: Value| Condition::Compare {
+        attribute: attr.into(),
+        comparator: c,
+        value: v,
+    };
+    let plan = |conditions: Vec<Condition>| {
+        t.search(
+            &ctx,
+            Query {
+                conditions,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+
+    let both = plan(vec![
+        cmp("status", Comparator::Equals, "even".into()),
+        cmp("code", Comparator::Equals, "c010".into()),
+    ]);
+    assert_eq!(both.explain(), "index(code)", "the rarer value drives");
+    assert_eq!(ids(&collect(both)), [Value::Int(10)]);
+    let reversed = plan(vec![
+        cmp("code", Comparator::StartsWith, "c01".into()),
+        cmp("status", Comparator::Equals, "odd".into()),
+    ]);
+    assert_eq!(reversed.explain(), "index(code)");
+    assert_eq!(collect(reversed).len(), 5);
+    for (condition, expected) in [
+        (
+            cmp("n", Comparator::GreaterThan, Value::Int(390)),
+            "index(n)",
+        ),
+        (
+            cmp(
+                "n",
+                Comparator::Between,
+                vec![Value::Int(5), Value::Int(9)].into(),
+            ),
+            "index(n)",
+        ),
+        (
+            cmp("code", Comparator::StartsWith, "c39".into()),
+            "index(code)",
+        ),
+        (cmp("id", Comparator::Equals, Value::Int(7)), "keys(1)"),
+        (
+            cmp("id", Comparator::LessThan, Value::Int(3)),
+            "primary-range",
+        ),
+    ] {
+        assert_eq!(
+            plan(vec![condition.clone()]).explain(),
+            expected,
+            "{condition:?}"
+        );
+    }
+    let sorted = t
+        .search(
+            &ctx,
+            Query {
+                sort: vec![SortKey {
+                    attribute: "n".into(),
+                    descending: true,
+                }],
+                limit: Some(3),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        sorted.explain(),
+        "sort-index(n)",
+        "a sort on an indexed attribute streams"
+    );
+    assert_eq!(
+        ids(&collect(sorted)),
+        [Value::Int(399), Value::Int(398), Value::Int(397)]
+    );
+    let unsortable = t
+        .search(
+            &ctx,
+            Query {
+                conditions: vec![cmp("status", Comparator::Equals, "odd".into())],
+                sort: vec![SortKey {
+                    attribute: "n".into(),
+                    descending: false,
+                }],
+                limit: Some(2),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(unsortable.explain(), "index(status)+sort");
+    assert_eq!(ids(&collect(unsortable)), [Value::Int(1), Value::Int(3)]);
+    engine.shutdown().await;
+}

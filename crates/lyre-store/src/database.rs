@@ -194,9 +194,12 @@ impl Database {
         Closing(self.inner.env.clone().prepare_for_closing())
     }
 
-    /// Bytes of disk the environment uses.
+    /// Bytes the environment's pages occupy (the data file itself is sized to the
+    /// map and sparse, so its length says nothing).
     pub fn disk_size(&self) -> Result<u64> {
-        Ok(self.inner.env.real_disk_size()?)
+        let env = &self.inner.env;
+        let pages = env.info().last_page_number as u64 + 1;
+        Ok(pages * u64::from(env.unnamed_database_stat().page_size))
     }
 
     /// The table's handles when the table's storage exists.

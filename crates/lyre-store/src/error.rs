@@ -38,6 +38,10 @@ pub enum Error {
     /// A value cannot be used as a key (for example NaN).
     #[error("value cannot be used as a key: {0}")]
     InvalidKey(&'static str),
+    /// Another job in the same group commit failed after writing, so the whole batch
+    /// was rolled back; this write was not applied and may be retried.
+    #[error("the write was rolled back because another write in its batch failed ({0}); retry it")]
+    BatchAborted(String),
     /// A write job panicked; its changes were rolled back.
     #[error("internal error: a write job panicked: {0}")]
     JobPanicked(String),

@@ -271,7 +271,8 @@ pub fn index_entry_primary_key(entry: &[u8]) -> Result<&[u8]> {
 
 fn number_key(f: f64) -> OwnedKey {
     // i64 spans [-2^63, 2^63); floats in that range that are integral convert exactly.
-    if f.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
+    if f.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f)
+    {
         OwnedKey::Int(f as i64)
     } else {
         OwnedKey::Float(f)

@@ -146,20 +146,23 @@ fn index_entries_in<'t>(
 /// Every record change made through it is appended to the transaction log when the
 /// job succeeds, in the same LMDB transaction. Catalog and index changes are not
 /// logged: they are derived from the catalog operations that made them.
-pub struct WriteTxn<'p> {
-    txn: RwTxn<'p>,
-    db: &'p Database,
+pub struct WriteTxn<'t, 'e> {
+    txn: &'t mut RwTxn<'e>,
+    db: &'t Database,
     version: Version,
     changes: Vec<Change>,
+    /// Whether anything was written (see the job contract in `writer`).
+    wrote: bool,
 }
 
-impl<'p> WriteTxn<'p> {
-    pub(crate) fn new(txn: RwTxn<'p>, db: &'p Database, version: Version) -> Self {
+impl<'t, 'e> WriteTxn<'t, 'e> {
+    pub(crate) fn new(txn: &'t mut RwTxn<'e>, db: &'t Database, version: Version) -> Self {
         Self {
             txn,
             db,
             version,
             changes: Vec::new(),
+            wrote: false,
         }
     }
 
@@ -177,14 +180,14 @@ impl<'p> WriteTxn<'p> {
     /// Removes every record and index entry of `table`. Not logged record by record:
     /// the catalog change that drops the table is the fact.
     pub fn clear_table(&mut self, table: &TableStore) -> Result<()> {
-        table.records.clear(&mut self.txn)?;
-        table.index.clear(&mut self.txn)?;
+        table.records.clear(self.writing())?;
+        table.index.clear(self.writing())?;
         Ok(())
     }
 
     /// The stored record with primary key `key`, as of this transaction.
     pub fn get_record(&self, table: &TableStore, key: &[u8]) -> Result<Option<&[u8]>> {
-        Ok(table.records.get(&self.txn, key)?)
+        Ok(table.records.get(&*self.txn, key)?)
     }
 
     /// Records whose primary key lies in `range`, ascending or descending.
@@ -194,7 +197,7 @@ impl<'p> WriteTxn<'p> {
         range: KeyRange<'_>,
         descending: bool,
     ) -> Result<Records<'_>> {
-        records_in(&self.txn, table, range, descending)
+        records_in(&*self.txn, table, range, descending)
     }
 
     /// Index entries in `range`.
@@ -203,14 +206,14 @@ impl<'p> WriteTxn<'p> {
         table: &TableStore,
         range: KeyRange<'_>,
     ) -> Result<IndexEntries<'_>> {
-        index_entries_in(&self.txn, table, range, false)
+        index_entries_in(&*self.txn, table, range, false)
     }
 
     /// Writes `record` (header and body, see [`crate::encode_record`]) under `key`.
     pub fn put_record(&mut self, table: &TableStore, key: Vec<u8>, record: Vec<u8>) -> Result<()> {
         table
             .records
-            .put(&mut self.txn, &key, &record)
+            .put(self.writing(), &key, &record)
             .map_err(|e| classify(self.db, e))?;
         self.changes.push(Change {
             table: table.name.to_string(),
@@ -225,7 +228,7 @@ impl<'p> WriteTxn<'p> {
     pub fn delete_record(&mut self, table: &TableStore, key: &[u8]) -> Result<bool> {
         let existed = table
             .records
-            .delete(&mut self.txn, key)
+            .delete(self.writing(), key)
             .map_err(|e| classify(self.db, e))?;
         if existed {
             self.changes.push(Change {
@@ -242,7 +245,7 @@ impl<'p> WriteTxn<'p> {
     pub fn put_index_entry(&mut self, table: &TableStore, entry: &[u8]) -> Result<()> {
         table
             .index
-            .put(&mut self.txn, entry, &())
+            .put(self.writing(), entry, &())
             .map_err(|e| classify(self.db, e))
     }
 
@@ -250,7 +253,7 @@ impl<'p> WriteTxn<'p> {
     pub fn delete_index_entry(&mut self, table: &TableStore, entry: &[u8]) -> Result<bool> {
         table
             .index
-            .delete(&mut self.txn, entry)
+            .delete(self.writing(), entry)
             .map_err(|e| classify(self.db, e))
     }
 
@@ -258,13 +261,13 @@ impl<'p> WriteTxn<'p> {
     pub fn delete_index_range(&mut self, table: &TableStore, range: KeyRange<'_>) -> Result<usize> {
         table
             .index
-            .delete_range(&mut self.txn, &range)
+            .delete_range(self.writing(), &range)
             .map_err(|e| classify(self.db, e))
     }
 
     /// A catalog value.
     pub fn catalog(&self, key: &[u8]) -> Result<Option<&[u8]>> {
-        Ok(self.db.inner.catalog.get(&self.txn, key)?)
+        Ok(self.db.inner.catalog.get(&*self.txn, key)?)
     }
 
     /// Writes a catalog value.
@@ -272,7 +275,7 @@ impl<'p> WriteTxn<'p> {
         self.db
             .inner
             .catalog
-            .put(&mut self.txn, key, value)
+            .put(self.writing(), key, value)
             .map_err(|e| classify(self.db, e))
     }
 
@@ -281,7 +284,7 @@ impl<'p> WriteTxn<'p> {
         self.db
             .inner
             .catalog
-            .delete(&mut self.txn, key)
+            .delete(self.writing(), key)
             .map_err(|e| classify(self.db, e))
     }
 
@@ -290,12 +293,22 @@ impl<'p> WriteTxn<'p> {
         self.db
             .inner
             .meta
-            .put(&mut self.txn, key, value)
+            .put(self.writing(), key, value)
             .map_err(|e| classify(self.db, e))
     }
 
-    /// Appends the log entry for this job (if it changed any record) and commits the
-    /// nested transaction into its batch.
+    /// The transaction, for a write: from here on, failing this job aborts its batch.
+    fn writing(&mut self) -> &mut RwTxn<'e> {
+        self.wrote = true;
+        self.txn
+    }
+
+    /// Whether this job has written anything.
+    pub(crate) fn has_written(&self) -> bool {
+        self.wrote
+    }
+
+    /// Appends the log entry for this job, if it changed any record.
     pub(crate) fn finish(mut self, seq: &mut u64, user: &str, operation: &str) -> Result<()> {
         if !self.changes.is_empty() {
             *seq += 1;
@@ -311,11 +324,10 @@ impl<'p> WriteTxn<'p> {
             self.db
                 .inner
                 .txlog
-                .put(&mut self.txn, seq, &bytes)
+                .put(self.txn, seq, &bytes)
                 .map_err(|e| classify(self.db, e))?;
         }
-        let db = self.db;
-        self.txn.commit().map_err(|e| classify(db, e))
+        Ok(())
     }
 }
 

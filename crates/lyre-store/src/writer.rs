@@ -2,9 +2,19 @@
 //!
 //! Every write is a job submitted to its database's writer thread. The thread drains
 //! its queue and applies the queued jobs in order inside one LMDB write transaction,
-//! each in a nested transaction so a failing job undoes only itself; it commits once
-//! and then acknowledges each job. Because jobs run one at a time, a
-//! read-modify-write inside a job is serial by construction.
+//! commits once, and then acknowledges each job (group commit). Because jobs run one
+//! at a time, a read-modify-write inside a job is serial by construction.
+//!
+//! # The job contract: check, then write
+//!
+//! A job that fails must fail before its first write; its batch neighbours are then
+//! untouched. Jobs validate everything they can before the writer runs them, and
+//! check what depends on stored state (existence, conflicts) before writing. A job
+//! that fails *after* writing (a storage failure, a corrupt record, a bug) cannot be
+//! undone alone, so its whole batch is rolled back and every job in it fails with
+//! [`Error::BatchAborted`], which is safe to retry. No savepoints (LMDB nested
+//! transactions) are used: they cost a dirty-page lookup on every page touched and
+//! rule out the faster write-through map.
 //!
 //! The writer also carries a piece of caller state `S` (lyre-core's catalog): a job may
 //! change it, a failed job's change is rolled back with its transaction, and after each
@@ -61,7 +71,7 @@ trait Job<S>: Send {
     /// Marks an applied job as failed (its changes could not be kept).
     fn fail(&mut self, err: Error);
     /// Runs the job; returns whether it succeeded (and its changes should be kept).
-    fn apply(&mut self, txn: &mut WriteTxn<'_>, state: &mut S) -> bool;
+    fn apply(&mut self, txn: &mut WriteTxn<'_, '_>, state: &mut S) -> bool;
     /// Delivers the outcome once the batch's commit is known.
     fn complete(self: Box<Self>, commit: std::result::Result<(), &Error>);
 }
@@ -75,7 +85,7 @@ struct TypedJob<F, T, E> {
 
 impl<S, F, T, E> Job<S> for TypedJob<F, T, E>
 where
-    F: FnOnce(&mut WriteTxn<'_>, &mut S) -> std::result::Result<T, E> + Send,
+    F: FnOnce(&mut WriteTxn<'_, '_>, &mut S) -> std::result::Result<T, E> + Send,
     T: Send,
     E: From<Error> + Send,
 {
@@ -87,7 +97,7 @@ where
         self.outcome = Some(Err(E::from(err)));
     }
 
-    fn apply(&mut self, txn: &mut WriteTxn<'_>, state: &mut S) -> bool {
+    fn apply(&mut self, txn: &mut WriteTxn<'_, '_>, state: &mut S) -> bool {
         let Some(work) = self.work.take() else {
             return false;
         };
@@ -100,9 +110,9 @@ where
     fn complete(self: Box<Self>, commit: std::result::Result<(), &Error>) {
         let result = match (self.outcome, commit) {
             (Some(Ok(value)), Ok(())) => Ok(value),
-            (Some(Ok(_)), Err(err)) => Err(E::from(duplicate(err))),
             (Some(Err(err)), _) => Err(err),
-            (None, _) => Err(E::from(Error::JobPanicked("see the server log".into()))),
+            (_, Err(err)) => Err(E::from(duplicate(err))),
+            (None, Ok(())) => Err(E::from(Error::JobPanicked("see the server log".into()))),
         };
         // The submitter may have given up waiting; nothing to do then.
         let _ = self.reply.send(result);
@@ -158,7 +168,7 @@ impl<S: Clone + Send + 'static> Writer<S> {
     /// that was already queued; it will still be applied.
     pub async fn submit<T, E, F>(&self, meta: JobMeta, work: F) -> std::result::Result<T, E>
     where
-        F: FnOnce(&mut WriteTxn<'_>, &mut S) -> std::result::Result<T, E> + Send + 'static,
+        F: FnOnce(&mut WriteTxn<'_, '_>, &mut S) -> std::result::Result<T, E> + Send + 'static,
         T: Send + 'static,
         E: From<Error> + Send + 'static,
     {
@@ -303,40 +313,58 @@ impl<S: Clone + Send + 'static> Worker<S> {
     }
 
     fn apply_and_commit(&mut self, batch: &mut [Box<dyn Job<S>>], seq: &mut u64) -> Result<()> {
-        let env = &self.db.inner.env;
-        let mut parent = env.write_txn()?;
+        let db = self.db.clone();
+        let mut txn = db.inner.env.write_txn().map_err(|e| classify(&db, e))?;
         for job in batch.iter_mut() {
-            let saved_state = self.state.clone();
-            let saved_seq = *seq;
-            let child = env
-                .nested_write_txn(&mut parent)
-                .map_err(|e| classify(&self.db, e))?;
-            let mut txn = WriteTxn::new(child, &self.db, self.clock.next());
-            let applied = catch_unwind(AssertUnwindSafe(|| job.apply(&mut txn, &mut self.state)));
-            let kept = match applied {
-                Ok(true) => {
-                    let meta = job.meta();
-                    match txn.finish(seq, &meta.user, &meta.operation) {
-                        Ok(()) => true,
-                        Err(err) => {
-                            tracing::warn!(error = %err, "a write job could not be finished");
-                            job.fail(err);
-                            false
-                        }
-                    }
-                }
-                Ok(false) => false, // dropping `txn` aborts the nested transaction
-                Err(panic) => {
-                    tracing::error!(panic = panic_message(&panic), "a write job panicked");
-                    false
-                }
-            };
-            if !kept {
-                self.state = saved_state;
-                *seq = saved_seq;
+            if let Err(poisoned) = self.run_job(job.as_mut(), &mut txn, seq) {
+                // Dropping `txn` aborts everything the batch wrote.
+                return Err(Error::BatchAborted(poisoned.to_string()));
             }
         }
-        parent.commit().map_err(|e| classify(&self.db, e))
+        txn.commit().map_err(|e| classify(&db, e))
+    }
+
+    /// Runs one job. `Ok` when its changes are kept or it failed before writing (then
+    /// its state changes and log sequence are rolled back); `Err` when it failed after
+    /// writing, which poisons the whole transaction.
+    fn run_job(
+        &mut self,
+        job: &mut dyn Job<S>,
+        txn: &mut heed::RwTxn<'_>,
+        seq: &mut u64,
+    ) -> Result<()> {
+        let saved_state = self.state.clone();
+        let saved_seq = *seq;
+        let mut write = WriteTxn::new(txn, &self.db, self.clock.next());
+        let applied = catch_unwind(AssertUnwindSafe(|| job.apply(&mut write, &mut self.state)));
+        let wrote = write.has_written();
+        let failure = match applied {
+            Ok(true) => {
+                let meta = job.meta();
+                let (user, operation) = (meta.user.clone(), meta.operation.clone());
+                match write.finish(seq, &user, &operation) {
+                    Ok(()) => return Ok(()),
+                    Err(err) => {
+                        let message = err.to_string();
+                        job.fail(err);
+                        message
+                    }
+                }
+            }
+            Ok(false) => "a write job failed after writing".to_string(),
+            Err(panic) => {
+                let message = panic_message(&panic);
+                tracing::error!(panic = %message, "a write job panicked");
+                format!("a write job panicked: {message}")
+            }
+        };
+        self.state = saved_state;
+        *seq = saved_seq;
+        if wrote {
+            tracing::error!(database = self.db.name(), failure = %failure, "a write job failed after writing; rolling back its batch");
+            return Err(Error::Internal(failure));
+        }
+        Ok(())
     }
 }
 
@@ -356,6 +384,7 @@ fn duplicate(err: &Error) -> Error {
         },
         Error::Io(io) => Error::Io(std::io::Error::new(io.kind(), io.to_string())),
         Error::Corrupt(m) => Error::Corrupt(m.clone()),
+        Error::BatchAborted(m) => Error::BatchAborted(m.clone()),
         other => Error::Internal(other.to_string()),
     }
 }

@@ -9,7 +9,7 @@ use crate::catalog::{AttributeSpec, CREATED_TIME, TableSchema, UPDATED_TIME};
 use crate::context::Context;
 use crate::db::{SchemaState, last_updated_key};
 use crate::error::{Error, Result};
-use crate::index::update_record_indexes;
+use crate::index::{IndexChanges, update_record_indexes};
 use crate::table::validate::{encode_primary_key, validate_record};
 use crate::table::{Table, decode_object};
 use crate::value::{Object, Value};
@@ -143,7 +143,7 @@ pub(crate) async fn delete(table: &Table, ctx: &Context, ids: Vec<Value>) -> Res
                     continue;
                 };
                 let old = decode_object(stored)?;
-                update_record_indexes(txn, &job.store, &job.table, &key, Some(&old), None)?;
+                update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old), None)?;
                 txn.delete_record(&job.store, &key)?;
                 job.changed = true;
                 summary.deleted.push(id);
@@ -161,10 +161,16 @@ struct WriteJob {
     schema_changed: bool,
     changed: bool,
     next_generated: Option<i64>,
+    index_changes: IndexChanges,
 }
 
 impl WriteJob {
-    fn start(txn: &WriteTxn<'_>, state: &SchemaState, database: &str, name: &str) -> Result<Self> {
+    fn start(
+        txn: &WriteTxn<'_, '_>,
+        state: &SchemaState,
+        database: &str,
+        name: &str,
+    ) -> Result<Self> {
         let not_found = || Error::TableNotFound {
             database: database.to_string(),
             table: name.to_string(),
@@ -178,12 +184,13 @@ impl WriteJob {
             schema_changed: false,
             changed: false,
             next_generated: None,
+            index_changes: IndexChanges::default(),
         })
     }
 
     fn write_one(
         &mut self,
-        txn: &mut WriteTxn<'_>,
+        txn: &mut WriteTxn<'_, '_>,
         state: &mut SchemaState,
         mode: WriteMode,
         prepared: Prepared,
@@ -238,8 +245,7 @@ impl WriteJob {
             self.add_new_attributes(state, &new, summary)?;
         }
         let newly_multi = update_record_indexes(
-            txn,
-            &self.store,
+            &mut self.index_changes,
             &self.table,
             &key,
             existing.as_ref(),
@@ -307,7 +313,7 @@ impl WriteJob {
 
     /// A new primary key: a UUID for string-keyed and dynamic tables, the next integer
     /// for integer-keyed ones.
-    fn generate_key(&mut self, txn: &WriteTxn<'_>) -> Result<(Vec<u8>, Value)> {
+    fn generate_key(&mut self, txn: &WriteTxn<'_, '_>) -> Result<(Vec<u8>, Value)> {
         let numeric = matches!(
             self.table
                 .primary_key_attribute()
@@ -329,11 +335,17 @@ impl WriteJob {
         Ok((encode_primary_key(&id)?, id))
     }
 
-    fn largest_integer_key(&self, txn: &WriteTxn<'_>) -> Result<Option<i64>> {
+    fn largest_integer_key(&self, txn: &WriteTxn<'_, '_>) -> Result<Option<i64>> {
         // Numbers sort before strings; the string tag bounds the numeric keys.
         let strings = lyre_store::encode_key(lyre_store::KeyValue::Str(""))?.0;
-        let mut below_strings = txn.records(&self.store, (Bound::Unbounded, Bound::Excluded(&strings[..1])), true)?;
-        let Some(item) = below_strings.next().transpose()? else { return Ok(None) };
+        let mut below_strings = txn.records(
+            &self.store,
+            (Bound::Unbounded, Bound::Excluded(&strings[..1])),
+            true,
+        )?;
+        let Some(item) = below_strings.next().transpose()? else {
+            return Ok(None);
+        };
         Ok(match decode_key(item.0)?.0 {
             OwnedKey::Int(n) => Some(n),
             OwnedKey::Float(f) => Some(f.floor() as i64),
@@ -341,8 +353,10 @@ impl WriteJob {
         })
     }
 
-    /// Persists schema changes and the table's last-write version.
-    fn finish(self, txn: &mut WriteTxn<'_>, state: &SchemaState) -> Result<()> {
+    /// Applies the index changes, persists schema changes and the table's last-write
+    /// version.
+    fn finish(self, txn: &mut WriteTxn<'_, '_>, state: &SchemaState) -> Result<()> {
+        self.index_changes.apply(txn, &self.store)?;
         if self.schema_changed {
             txn.put_catalog(
                 &TableSchema::catalog_key(&self.table.name),

@@ -223,7 +223,10 @@ fn write_default(root: &Path, file: &Path) -> Result<(), ConfigError> {
         source,
     };
     std::fs::create_dir_all(root).map_err(io)?;
-    let defaults = Config { root_path: root.to_path_buf(), ..Config::default() };
+    let defaults = Config {
+        root_path: root.to_path_buf(),
+        ..Config::default()
+    };
     let yaml =
         serde_saphyr::to_string(&defaults).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let text = format!(

@@ -1,6 +1,7 @@
 //! Black-box tests: each starts the real `lyre` binary and talks to it over HTTP.
 
 mod envelope;
+mod lifecycle;
 mod ops_crud;
 mod ops_schema;
 mod ops_search;

@@ -60,9 +60,10 @@ impl TestServer {
             .env("HDB_ADMIN_USERNAME", USER)
             .env("HDB_ADMIN_PASSWORD", PASSWORD)
             .env("LOGGING_LEVEL", "warn")
-            .env("STORAGE_WRITEASYNC", "true")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        // Tests do not need power-failure durability; crash tests set it back.
+        command.env("STORAGE_WRITEASYNC", "true");
         for (k, v) in &self.extra_env {
             command.env(k, v);
         }
@@ -90,19 +91,26 @@ impl TestServer {
 
     /// Stops the server with SIGTERM (graceful) and starts it again on the same root.
     pub async fn restart(&mut self) {
-        self.stop_gracefully();
+        self.stop("-TERM");
         self.spawn().await;
     }
 
-    /// Sends SIGTERM and waits for the process to exit.
-    pub fn stop_gracefully(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            let _ = child.wait();
-        }
+    /// Sends `signal` (`-TERM`, `-KILL`, ...) and waits for the process to exit;
+    /// returns whether it exited successfully.
+    pub fn stop(&mut self, signal: &str) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status();
+        child.wait().is_ok_and(|status| status.success())
+    }
+
+    /// Starts the server again on the same root after [`TestServer::stop`].
+    pub async fn start_again(&mut self) {
+        self.spawn().await;
     }
 
     pub fn url(&self, path: &str) -> String {

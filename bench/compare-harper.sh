@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of Lyre against Harper 4.7.29 on this machine.
+#
+# Both servers run at once, each pinned to CPU 0; the load generator runs on CPU 1 and
+# alternates between them round by round (A B A B ...), so machine noise hits both.
+# Each workload gets freshly started servers. Results: bench/results/<date>.md plus the
+# raw JSON of every run under bench/results/<date>/.
+#
+#   bench/compare-harper.sh                       # default durability on both sides
+#   DURABILITY=async bench/compare-harper.sh      # storage.writeAsync=true on both
+#   WORKLOADS="ops-insert" ROUNDS=5 bench/compare-harper.sh
+#
+# Both run one request thread (THREADS_COUNT=1) on their one core.
+# Durability: "default" is each server's default (Lyre flushes every commit to disk
+# before acknowledging it; Harper 4.7 acknowledges on commit and flushes in the
+# background, lmdb-js overlappingSync). "async" sets storage.writeAsync=true on both:
+# neither flushes, both survive a process crash, neither promises an OS crash.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${LYRE_BENCH_CACHE:-$HOME/.cache/lyre-bench}
+HARPER_DIR=$CACHE/harper-4.7.29
+DURABILITY=${DURABILITY:-default}
+ROUNDS=${ROUNDS:-3}
+RECORDS=${RECORDS:-100000}
+WORKLOADS=${WORKLOADS:-"ops-insert ops-search-id ops-search-value"}
+DATE=$(date -u +%Y-%m-%d)
+OUT=$ROOT/bench/results/$DATE-$DURABILITY
+WORK=$(mktemp -d /tmp/lyre-bench.XXXXXX)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
+LYRE=$CARGO_TARGET_DIR/release/lyre
+BENCH=$CARGO_TARGET_DIR/release/lyre-bench
+LYRE_PORT=9935
+ASYNC=false
+[ "$DURABILITY" = async ] && ASYNC=true
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]:-}"; do
+    [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true
+  done
+  sleep 1
+  for pid in "${PIDS[@]:-}"; do
+    [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
+  done
+  PIDS=()
+}
+trap 'cleanup; rm -rf "$WORK"' EXIT INT TERM
+
+wait_health() {
+  for _ in $(seq 1 600); do
+    curl -fs -m 2 "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "server on port $1 did not start" >&2
+  return 1
+}
+
+install_harper() {
+  if [ ! -d "$HARPER_DIR/node_modules/harperdb" ]; then
+    mkdir -p "$HARPER_DIR"
+    (cd "$HARPER_DIR" && npm install --no-audit --no-fund --loglevel=error harperdb@4.7.29)
+  fi
+}
+
+# Fails if something already answers on `port`: a leftover server would silently
+# take part of the load.
+port_free() {
+  if curl -fs -m 2 "http://127.0.0.1:$1/health" >/dev/null 2>&1; then
+    echo "port $1 is already in use; stop the server there first" >&2
+    return 1
+  fi
+}
+
+# Starts a fresh Harper on CPU 0; sets HARPER_PID (its process group leader).
+start_harper() {
+  port_free 9925
+  local dir=$WORK/harper-$1
+  mkdir -p "$dir/home"
+  # setsid makes the server a process-group leader, so the whole npm tree can be
+  # stopped by its group id.
+  setsid taskset -c 0 env -C "$HARPER_DIR" HOME="$dir/home" TC_AGREEMENT=yes HDB_ADMIN_USERNAME=admin \
+    HDB_ADMIN_PASSWORD=password ROOTPATH="$dir/root" REPLICATION_HOSTNAME=localhost DEFAULTS_MODE=dev \
+    THREADS_COUNT=1 STORAGE_WRITEASYNC=$ASYNC LOGGING_LEVEL=warn npx harperdb run >"$dir/harper.log" 2>&1 &
+  HARPER_PID=$!
+  PIDS+=("$HARPER_PID")
+  wait_health 9925
+}
+
+# Starts a fresh Lyre on CPU 0; sets LYRE_PID.
+start_lyre() {
+  port_free $LYRE_PORT
+  local dir=$WORK/lyre-$1
+  mkdir -p "$dir"
+  setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT=$LYRE_PORT \
+    HTTP_PORT=9936 MQTT_NETWORK_PORT=1893 STORAGE_WRITEASYNC=$ASYNC LOGGING_LEVEL=warn THREADS_COUNT=1 \
+    "$LYRE" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
+  LYRE_PID=$!
+  PIDS+=("$LYRE_PID")
+  wait_health $LYRE_PORT
+}
+
+run_workload() {
+  local name=$1; shift
+  start_harper "$name"
+  start_lyre "$name"
+  # Harper runs under npm: measure the node process that serves (the newest match).
+  local harper_node
+  harper_node=$(pgrep -n -f "harperdb run" || echo "$HARPER_PID")
+  taskset -c 1 "$BENCH" "$@" --rounds "$ROUNDS" \
+    --name lyre --url "http://127.0.0.1:$LYRE_PORT" --pid "$LYRE_PID" \
+    --compare-name harper --compare-url http://127.0.0.1:9925 --compare-pid "$harper_node" \
+    --json "$OUT/$name.json" | tee "$OUT/$name.txt"
+  cleanup
+}
+
+mkdir -p "$OUT"
+(cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
+install_harper
+for workload in $WORKLOADS; do
+  case $workload in
+    ops-insert) run_workload ops-insert ops-insert --records "$RECORDS" --batch 1000 --concurrency 4 ;;
+    ops-search-id) run_workload ops-search-id ops-search --kind id --records "$RECORDS" --requests 10000 --concurrency 16 ;;
+    ops-search-value) run_workload ops-search-value ops-search --kind value --records "$RECORDS" --requests 10000 --concurrency 16 ;;
+    ops-search-conditions) run_workload ops-search-conditions ops-search --kind conditions --records "$RECORDS" --requests 5000 --concurrency 16 ;;
+    *) echo "unknown workload $workload" >&2; exit 2 ;;
+  esac
+done
+
+{
+  echo "# Lyre vs Harper 4.7.29 — $DATE, durability: $DURABILITY"
+  echo
+  echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB."
+  echo "Servers pinned to CPU 0, load generator on CPU 1, $ROUNDS alternating rounds, medians (min–max)."
+  echo
+  for workload in $WORKLOADS; do
+    echo "## $workload"
+    echo
+    echo '```'
+    cat "$OUT/$workload.txt"
+    echo '```'
+    echo
+  done
+} >"$ROOT/bench/results/$DATE-$DURABILITY.md"
+echo "wrote bench/results/$DATE-$DURABILITY.md"

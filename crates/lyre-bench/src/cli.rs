@@ -1,0 +1,217 @@
+//! The command line: one subcommand per workload, a target, optionally a second
+//! target to compare against.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::client::OpsClient;
+use crate::report;
+use crate::stats::Measurement;
+use crate::target::Target;
+use crate::workload::ops::{self, InsertParams, SearchKind, SearchParams};
+
+/// Load generators and side-by-side benchmarks for Lyre and Harper.
+#[derive(Debug, Parser)]
+#[command(name = "lyre-bench", version, about)]
+pub struct Cli {
+    /// The workload.
+    #[command(subcommand)]
+    pub command: Command,
+    /// The server to measure.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// A second server, measured in alternation with the first (A B A B ...).
+    #[command(flatten)]
+    pub compare: CompareArgs,
+    /// Rounds per server (at least 3 when comparing).
+    #[arg(long, default_value_t = 3, global = true)]
+    pub rounds: usize,
+    /// Write every measurement and the summary as JSON here.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Seconds to wait after loading data before the timed rounds, so background work
+    /// a server does after a bulk load (flushing, compaction) does not land in a round.
+    #[arg(long, default_value_t = 5, global = true)]
+    pub settle: u64,
+    /// Load-generator threads.
+    #[arg(long, default_value_t = 1, global = true)]
+    pub threads: usize,
+}
+
+/// The workloads.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Bulk insert through the Operations API into a fresh dynamic table.
+    OpsInsert {
+        /// Records to insert.
+        #[arg(long, default_value_t = 100_000)]
+        records: u64,
+        /// Records per insert request.
+        #[arg(long, default_value_t = 1000)]
+        batch: u64,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+    },
+    /// Searches through the Operations API over a loaded dataset (loaded untimed).
+    OpsSearch {
+        /// Which search.
+        #[arg(long, value_enum, default_value_t = SearchKind::Id)]
+        kind: SearchKind,
+        /// Records in the dataset.
+        #[arg(long, default_value_t = 100_000)]
+        records: u64,
+        /// Requests per round.
+        #[arg(long, default_value_t = 10_000)]
+        requests: u64,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
+}
+
+/// The measured server.
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// Its label in reports.
+    #[arg(long, default_value = "lyre", global = true)]
+    pub name: String,
+    /// Its Operations API URL.
+    #[arg(long, default_value = "http://127.0.0.1:9925", global = true)]
+    pub url: String,
+    /// Login name.
+    #[arg(long, default_value = "admin", global = true)]
+    pub user: String,
+    /// Password.
+    #[arg(long, default_value = "password", global = true)]
+    pub password: String,
+    /// Its process id (for CPU time per operation and peak memory).
+    #[arg(long, global = true)]
+    pub pid: Option<u32>,
+}
+
+/// The reference server, when comparing.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The reference server's Operations API URL; enables the comparison.
+    #[arg(id = "compare_url", long = "compare-url", global = true)]
+    pub url: Option<String>,
+    /// Its label.
+    #[arg(
+        id = "compare_name",
+        long = "compare-name",
+        default_value = "harper",
+        global = true
+    )]
+    pub name: String,
+    /// Login name.
+    #[arg(
+        id = "compare_user",
+        long = "compare-user",
+        default_value = "admin",
+        global = true
+    )]
+    pub user: String,
+    /// Password.
+    #[arg(
+        id = "compare_password",
+        long = "compare-password",
+        default_value = "password",
+        global = true
+    )]
+    pub password: String,
+    /// Its process id.
+    #[arg(id = "compare_pid", long = "compare-pid", global = true)]
+    pub pid: Option<u32>,
+}
+
+impl Cli {
+    fn targets(&self) -> Vec<Target> {
+        let t = &self.target;
+        let mut targets = vec![Target {
+            name: t.name.clone(),
+            url: t.url.clone(),
+            user: t.user.clone(),
+            password: t.password.clone(),
+            pid: t.pid,
+        }];
+        if let Some(url) = &self.compare.url {
+            let c = &self.compare;
+            targets.push(Target {
+                name: c.name.clone(),
+                url: url.clone(),
+                user: c.user.clone(),
+                password: c.password.clone(),
+                pid: c.pid,
+            });
+        }
+        targets
+    }
+}
+
+/// Runs the chosen workload and reports it.
+pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
+    let targets = cli.targets();
+    let rounds = if targets.len() > 1 {
+        cli.rounds.max(3)
+    } else {
+        cli.rounds.max(1)
+    };
+    let clients = targets
+        .iter()
+        .map(OpsClient::new)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for client in &clients {
+        client.wait_ready().await?;
+    }
+    let mut measurements = Vec::new();
+    let params = match cli.command {
+        Command::OpsInsert {
+            records,
+            batch,
+            concurrency,
+        } => {
+            let params = InsertParams {
+                records,
+                batch: batch.max(1),
+                concurrency,
+            };
+            for round in 0..rounds {
+                for (target, client) in targets.iter().zip(&clients) {
+                    measurements.push(ops::insert(target, client, params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
+        Command::OpsSearch {
+            kind,
+            records,
+            requests,
+            concurrency,
+        } => {
+            let params = SearchParams {
+                records,
+                requests,
+                concurrency,
+                kind,
+            };
+            for client in &clients {
+                ops::ensure_loaded(client, records).await?;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(cli.settle)).await;
+            for round in 0..rounds {
+                for (target, client) in targets.iter().zip(&clients) {
+                    measurements.push(ops::search(target, client, params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
+    };
+    let summary = report::summarize(&measurements, &targets);
+    report::print(&measurements, &summary);
+    if let Some(path) = &cli.json {
+        report::write_json(path, &params, &measurements, &summary)?;
+    }
+    Ok(measurements)
+}

@@ -1,0 +1,5 @@
+//! Clients for the protocols a workload speaks.
+
+mod http;
+
+pub use http::OpsClient;

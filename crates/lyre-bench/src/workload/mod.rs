@@ -1,0 +1,8 @@
+//! Workloads. Each prepares its data (untimed) and runs a timed load, returning a
+//! [`Measurement`](crate::stats::Measurement).
+
+mod load;
+pub mod ops;
+pub mod records;
+
+pub use load::{LoadSpec, RequestFn, run_load};
