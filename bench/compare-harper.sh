@@ -72,18 +72,31 @@ port_free() {
   fi
 }
 
+# Launches Harper on CPU 0 with root `$1` and writeAsync `$2`; sets HARPER_PID. setsid
+# makes it a process-group leader, so the whole npm tree can be stopped by its group.
+launch_harper() {
+  setsid taskset -c 0 env -C "$HARPER_DIR" HOME="$1/home" TC_AGREEMENT=yes HDB_ADMIN_USERNAME=admin \
+    HDB_ADMIN_PASSWORD=password ROOTPATH="$1/root" REPLICATION_HOSTNAME=localhost DEFAULTS_MODE=dev \
+    THREADS_COUNT=1 STORAGE_WRITEASYNC="$2" LOGGING_LEVEL=warn npx harperdb run >>"$1/harper.log" 2>&1 &
+  HARPER_PID=$!
+  PIDS+=("$HARPER_PID")
+}
+
 # Starts a fresh Harper on CPU 0; sets HARPER_PID (its process group leader).
 start_harper() {
   port_free 9925
   local dir=$WORK/harper-$1
   mkdir -p "$dir/home"
-  # setsid makes the server a process-group leader, so the whole npm tree can be
-  # stopped by its group id.
-  setsid taskset -c 0 env -C "$HARPER_DIR" HOME="$dir/home" TC_AGREEMENT=yes HDB_ADMIN_USERNAME=admin \
-    HDB_ADMIN_PASSWORD=password ROOTPATH="$dir/root" REPLICATION_HOSTNAME=localhost DEFAULTS_MODE=dev \
-    THREADS_COUNT=1 STORAGE_WRITEASYNC=$ASYNC LOGGING_LEVEL=warn npx harperdb run >"$dir/harper.log" 2>&1 &
-  HARPER_PID=$!
-  PIDS+=("$HARPER_PID")
+  if [ "$ASYNC" = true ]; then
+    # Harper 4.7 cannot install with writeAsync on ("Can not set noSync on a database
+    # that was opened with overlappingSync"): install with the default, then restart.
+    launch_harper "$dir" false
+    wait_health 9925
+    kill -TERM -- "-$HARPER_PID"
+    while curl -fs -m 1 http://127.0.0.1:9925/health >/dev/null 2>&1; do sleep 0.2; done
+    sleep 1
+  fi
+  launch_harper "$dir" "$ASYNC"
   wait_health 9925
 }
 
@@ -107,7 +120,7 @@ run_workload() {
   # Harper runs under npm: measure the node process that serves (the newest match).
   local harper_node
   harper_node=$(pgrep -n -f "harperdb run" || echo "$HARPER_PID")
-  taskset -c 1 "$BENCH" "$@" --rounds "$ROUNDS" \
+  taskset -c 1 "$BENCH" "$@" --rounds "$ROUNDS" --settle 30 \
     --name lyre --url "http://127.0.0.1:$LYRE_PORT" --pid "$LYRE_PID" \
     --compare-name harper --compare-url http://127.0.0.1:9925 --compare-pid "$harper_node" \
     --json "$OUT/$name.json" | tee "$OUT/$name.txt"
