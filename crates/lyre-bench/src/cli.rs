@@ -98,28 +98,13 @@ pub struct CompareArgs {
     #[arg(id = "compare_url", long = "compare-url", global = true)]
     pub url: Option<String>,
     /// Its label.
-    #[arg(
-        id = "compare_name",
-        long = "compare-name",
-        default_value = "harper",
-        global = true
-    )]
+    #[arg(id = "compare_name", long = "compare-name", default_value = "harper", global = true)]
     pub name: String,
     /// Login name.
-    #[arg(
-        id = "compare_user",
-        long = "compare-user",
-        default_value = "admin",
-        global = true
-    )]
+    #[arg(id = "compare_user", long = "compare-user", default_value = "admin", global = true)]
     pub user: String,
     /// Password.
-    #[arg(
-        id = "compare_password",
-        long = "compare-password",
-        default_value = "password",
-        global = true
-    )]
+    #[arg(id = "compare_password", long = "compare-password", default_value = "password", global = true)]
     pub password: String,
     /// Its process id.
     #[arg(id = "compare_pid", long = "compare-pid", global = true)]
@@ -153,30 +138,15 @@ impl Cli {
 /// Runs the chosen workload and reports it.
 pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
     let targets = cli.targets();
-    let rounds = if targets.len() > 1 {
-        cli.rounds.max(3)
-    } else {
-        cli.rounds.max(1)
-    };
-    let clients = targets
-        .iter()
-        .map(OpsClient::new)
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let rounds = if targets.len() > 1 { cli.rounds.max(3) } else { cli.rounds.max(1) };
+    let clients = targets.iter().map(OpsClient::new).collect::<anyhow::Result<Vec<_>>>()?;
     for client in &clients {
         client.wait_ready().await?;
     }
     let mut measurements = Vec::new();
     let params = match cli.command {
-        Command::OpsInsert {
-            records,
-            batch,
-            concurrency,
-        } => {
-            let params = InsertParams {
-                records,
-                batch: batch.max(1),
-                concurrency,
-            };
+        Command::OpsInsert { records, batch, concurrency } => {
+            let params = InsertParams { records, batch: batch.max(1), concurrency };
             for round in 0..rounds {
                 for (target, client) in targets.iter().zip(&clients) {
                     measurements.push(ops::insert(target, client, params, round).await?);
@@ -184,18 +154,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             }
             serde_json::to_value(params)?
         }
-        Command::OpsSearch {
-            kind,
-            records,
-            requests,
-            concurrency,
-        } => {
-            let params = SearchParams {
-                records,
-                requests,
-                concurrency,
-                kind,
-            };
+        Command::OpsSearch { kind, records, requests, concurrency } => {
+            let params = SearchParams { records, requests, concurrency, kind };
             for client in &clients {
                 ops::ensure_loaded(client, records).await?;
             }

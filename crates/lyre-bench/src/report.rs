@@ -48,15 +48,9 @@ pub fn summarize(measurements: &[Measurement], targets: &[Target]) -> Summary {
     let per_target: Vec<TargetSummary> = targets
         .iter()
         .filter_map(|t| {
-            let mine: Vec<&Measurement> =
-                measurements.iter().filter(|m| m.target == t.name).collect();
-            let spread = |f: &dyn Fn(&Measurement) -> f64| {
-                Spread::of(&mine.iter().map(|m| f(m)).collect::<Vec<_>>())
-            };
-            let cpu: Vec<f64> = mine
-                .iter()
-                .filter_map(|m| m.server.map(|s| s.cpu_us_per_request))
-                .collect();
+            let mine: Vec<&Measurement> = measurements.iter().filter(|m| m.target == t.name).collect();
+            let spread = |f: &dyn Fn(&Measurement) -> f64| Spread::of(&mine.iter().map(|m| f(m)).collect::<Vec<_>>());
+            let cpu: Vec<f64> = mine.iter().filter_map(|m| m.server.map(|s| s.cpu_us_per_request)).collect();
             Some(TargetSummary {
                 target: t.name.clone(),
                 items_per_sec: spread(&|m| m.items_per_sec)?,
@@ -64,43 +58,28 @@ pub fn summarize(measurements: &[Measurement], targets: &[Target]) -> Summary {
                 p50_us: spread(&|m| m.latency.p50_us as f64)?,
                 p99_us: spread(&|m| m.latency.p99_us as f64)?,
                 cpu_us_per_request: Spread::of(&cpu),
-                peak_rss_kib: mine
-                    .iter()
-                    .filter_map(|m| m.server.map(|s| s.peak_rss_kib as f64))
-                    .reduce(f64::max),
+                peak_rss_kib: mine.iter().filter_map(|m| m.server.map(|s| s.peak_rss_kib as f64)).reduce(f64::max),
             })
         })
         .collect();
     let (throughput_ratio, p99_ratio) = match per_target.as_slice() {
-        [a, b] => (
-            Some(a.items_per_sec.median / b.items_per_sec.median),
-            Some(b.p99_us.median / a.p99_us.median.max(1.0)),
-        ),
+        [a, b] => {
+            (Some(a.items_per_sec.median / b.items_per_sec.median), Some(b.p99_us.median / a.p99_us.median.max(1.0)))
+        }
         _ => (None, None),
     };
     let mut round_throughput_ratios = Vec::new();
     if let [a, b] = targets {
-        let rounds = measurements
-            .iter()
-            .map(|m| m.round)
-            .max()
-            .map_or(0, |r| r + 1);
+        let rounds = measurements.iter().map(|m| m.round).max().map_or(0, |r| r + 1);
         for round in 0..rounds {
-            let find = |name: &str| {
-                measurements
-                    .iter()
-                    .find(|m| m.round == round && m.target == name)
-            };
+            let find = |name: &str| measurements.iter().find(|m| m.round == round && m.target == name);
             if let (Some(x), Some(y)) = (find(&a.name), find(&b.name)) {
                 round_throughput_ratios.push(x.items_per_sec / y.items_per_sec);
             }
         }
     }
     Summary {
-        workload: measurements
-            .first()
-            .map(|m| m.workload.clone())
-            .unwrap_or_default(),
+        workload: measurements.first().map(|m| m.workload.clone()).unwrap_or_default(),
         targets: per_target,
         throughput_ratio,
         p99_ratio,
@@ -135,11 +114,8 @@ pub fn print(measurements: &[Measurement], summary: &Summary) {
             m.latency.p99_us.to_string(),
             m.latency.p999_us.to_string(),
             m.errors.to_string(),
-            m.server
-                .map_or("-".into(), |s| format!("{:.1}", s.cpu_us_per_request)),
-            m.server.map_or("-".into(), |s| {
-                format!("{:.1}", s.peak_rss_kib as f64 / 1024.0)
-            }),
+            m.server.map_or("-".into(), |s| format!("{:.1}", s.cpu_us_per_request)),
+            m.server.map_or("-".into(), |s| format!("{:.1}", s.peak_rss_kib as f64 / 1024.0)),
         ]);
     }
     println!("{}\n{rounds}", summary.workload);
@@ -154,30 +130,16 @@ pub fn print(measurements: &[Measurement], summary: &Summary) {
     for t in &summary.targets {
         medians.add_row([
             t.target.clone(),
-            format!(
-                "{:.0} ({:.0}–{:.0})",
-                t.items_per_sec.median, t.items_per_sec.min, t.items_per_sec.max
-            ),
+            format!("{:.0} ({:.0}–{:.0})", t.items_per_sec.median, t.items_per_sec.min, t.items_per_sec.max),
             format!("{:.0}", t.p50_us.median),
-            format!(
-                "{:.0} ({:.0}–{:.0})",
-                t.p99_us.median, t.p99_us.min, t.p99_us.max
-            ),
-            t.cpu_us_per_request
-                .map_or("-".into(), |c| format!("{:.1}", c.median)),
+            format!("{:.0} ({:.0}–{:.0})", t.p99_us.median, t.p99_us.min, t.p99_us.max),
+            t.cpu_us_per_request.map_or("-".into(), |c| format!("{:.1}", c.median)),
         ]);
     }
     println!("{medians}");
     if let (Some(throughput), Some(p99)) = (summary.throughput_ratio, summary.p99_ratio) {
-        let rounds: Vec<String> = summary
-            .round_throughput_ratios
-            .iter()
-            .map(|r| format!("{r:.2}"))
-            .collect();
-        println!(
-            "throughput ratio (first/second, medians): {throughput:.2}x   per round: [{}]",
-            rounds.join(", ")
-        );
+        let rounds: Vec<String> = summary.round_throughput_ratios.iter().map(|r| format!("{r:.2}")).collect();
+        println!("throughput ratio (first/second, medians): {throughput:.2}x   per round: [{}]", rounds.join(", "));
         println!("p99 ratio (second/first, medians): {p99:.2}x");
     }
 }
@@ -189,8 +151,7 @@ pub fn write_json(
     measurements: &[Measurement],
     summary: &Summary,
 ) -> anyhow::Result<()> {
-    let document =
-        serde_json::json!({"params": params, "measurements": measurements, "summary": summary});
+    let document = serde_json::json!({"params": params, "measurements": measurements, "summary": summary});
     std::fs::write(path, serde_json::to_vec_pretty(&document)?)?;
     Ok(())
 }

@@ -36,8 +36,7 @@ impl Target {
         // Fields after the parenthesised command name; utime and stime are 14 and 15.
         let after = stat.rsplit_once(')')?.1;
         let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: f64 =
-            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let kib = |key: &str| {
             status
@@ -59,10 +58,7 @@ impl Target {
         let root = self.sample()?;
         let mut total = root;
         for child in children(self.pid?) {
-            let t = Target {
-                pid: Some(child),
-                ..self.clone()
-            };
+            let t = Target { pid: Some(child), ..self.clone() };
             if let Some(s) = t.sample_tree() {
                 total.cpu_seconds += s.cpu_seconds;
                 total.peak_rss_kib += s.peak_rss_kib;
@@ -77,9 +73,7 @@ fn children(pid: u32) -> Vec<u32> {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) else {
         return Vec::new();
     };
-    text.split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
+    text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
 }
 
 /// `sysconf(_SC_CLK_TCK)`: 100 on every Linux this runs on.

@@ -20,9 +20,7 @@ impl Context {
 
     /// The server itself (bootstrap, maintenance): a super user named `lyre`.
     pub fn system() -> Self {
-        Self {
-            user: Arc::new(User::system()),
-        }
+        Self { user: Arc::new(User::system()) }
     }
 
     /// The name recorded in the transaction log.

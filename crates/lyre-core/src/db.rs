@@ -3,13 +3,13 @@
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use lyre_store::{
-    Database, DatabaseOptions, JobMeta, VersionClock, WriteTxn, Writer, WriterOptions,
-};
+use lyre_store::{Database, DatabaseOptions, JobMeta, VersionClock, WriteTxn, Writer, WriterOptions};
 
 use crate::access::require_super_user;
+use crate::catalog::define;
 use crate::catalog::{
-    AttributeSpec, DatabaseSchema, TableSchema, TableSpec, validate_attribute_name,
+    AttributeSpec, DatabaseSchema, TableDefinition, TableSchema, TableSpec, validate_attribute_name,
+    validate_table_name,
 };
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -68,12 +68,7 @@ impl Db {
             }
         });
         let writer = Writer::spawn(store.clone(), clock, state, on_commit, writer)?;
-        Ok(Arc::new(Db {
-            name: name.to_string(),
-            store,
-            writer,
-            published,
-        }))
+        Ok(Arc::new(Db { name: name.to_string(), store, writer, published }))
     }
 
     /// The database's name.
@@ -94,18 +89,12 @@ impl Db {
     /// A handle on table `name`.
     pub fn table(self: &Arc<Self>, name: &str) -> Result<Table> {
         let schema = self.schema();
-        let table = schema
-            .table(name)
-            .cloned()
-            .ok_or_else(|| self.table_not_found(name))?;
+        let table = schema.table(name).cloned().ok_or_else(|| self.table_not_found(name))?;
         Ok(Table::new(self.clone(), table))
     }
 
     pub(crate) fn table_not_found(&self, table: &str) -> Error {
-        Error::TableNotFound {
-            database: self.name.clone(),
-            table: table.to_string(),
-        }
+        Error::TableNotFound { database: self.name.clone(), table: table.to_string() }
     }
 
     /// Runs `work` as one logical transaction on the writer.
@@ -114,10 +103,7 @@ impl Db {
         F: FnOnce(&mut WriteTxn<'_, '_>, &mut SchemaState) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let meta = JobMeta {
-            user: ctx.username().to_string(),
-            operation: operation.to_string(),
-        };
+        let meta = JobMeta { user: ctx.username().to_string(), operation: operation.to_string() };
         self.writer.submit(meta, work).await
     }
 
@@ -125,23 +111,17 @@ impl Db {
     pub async fn create_table(&self, ctx: &Context, spec: TableSpec) -> Result<()> {
         require_super_user(ctx)?;
         if self.schema().table(&spec.name).is_some() {
-            return Err(Error::TableExists {
-                database: self.name.clone(),
-                table: spec.name,
-            });
+            return Err(Error::TableExists { database: self.name.clone(), table: spec.name });
         }
         self.writer.prepare_table(&spec.name).await?;
         let database = self.name.clone();
         self.write(ctx, "create_table", move |txn, state| {
             if state.table(&spec.name).is_some() {
-                return Err(Error::TableExists {
-                    database,
-                    table: spec.name,
-                });
+                return Err(Error::TableExists { database, table: spec.name });
             }
-            let store = txn.table(&spec.name)?.ok_or_else(|| {
-                Error::Corrupt(format!("storage of table '{}' is missing", spec.name))
-            })?;
+            let store = txn
+                .table(&spec.name)?
+                .ok_or_else(|| Error::Corrupt(format!("storage of table '{}' is missing", spec.name)))?;
             // Storage left by an earlier table of the same name is emptied first.
             txn.clear_table(&store)?;
             let schema = Arc::make_mut(state);
@@ -154,6 +134,22 @@ impl Db {
         .await
     }
 
+    /// Creates or alters a table to match a schema definition (`schema.graphql`):
+    /// missing attributes are added and new indexes built over existing records in
+    /// one write; readers keep reading their snapshots meanwhile. Attributes the
+    /// definition no longer names are kept (their data stays). Returns whether
+    /// anything changed.
+    pub async fn define_table(&self, ctx: &Context, definition: TableDefinition) -> Result<bool> {
+        require_super_user(ctx)?;
+        validate_table_name(&definition.table)?;
+        validate_attribute_name(&definition.primary_key)?;
+        for attribute in &definition.attributes {
+            validate_attribute_name(&attribute.name)?;
+        }
+        self.writer.prepare_table(&definition.table).await?;
+        self.write(ctx, "define_table", move |txn, state| define::apply(txn, state, definition)).await
+    }
+
     /// Drops a table and all its records.
     pub async fn drop_table(&self, ctx: &Context, table: &str) -> Result<()> {
         require_super_user(ctx)?;
@@ -161,10 +157,7 @@ impl Db {
         let database = self.name.clone();
         self.write(ctx, "drop_table", move |txn, state| {
             if state.table(&name).is_none() {
-                return Err(Error::TableNotFound {
-                    database,
-                    table: name,
-                });
+                return Err(Error::TableNotFound { database, table: name });
             }
             if let Some(store) = txn.table(&name)? {
                 txn.clear_table(&store)?;
@@ -177,44 +170,28 @@ impl Db {
     }
 
     /// Adds an attribute to a table and indexes the existing records for it.
-    pub async fn create_attribute(
-        &self,
-        ctx: &Context,
-        table: &str,
-        spec: AttributeSpec,
-    ) -> Result<()> {
+    pub async fn create_attribute(&self, ctx: &Context, table: &str, spec: AttributeSpec) -> Result<()> {
         require_super_user(ctx)?;
         validate_attribute_name(&spec.name)?;
         let table = table.to_string();
         let database = self.name.clone();
         self.write(ctx, "create_attribute", move |txn, state| {
-            let existing = state.table(&table).ok_or_else(|| Error::TableNotFound {
-                database: database.clone(),
-                table: table.clone(),
-            })?;
+            let existing = state
+                .table(&table)
+                .ok_or_else(|| Error::TableNotFound { database: database.clone(), table: table.clone() })?;
             if existing.attribute(&spec.name).is_some() {
-                return Err(Error::AttributeExists {
-                    database,
-                    table,
-                    attribute: spec.name,
-                });
+                return Err(Error::AttributeExists { database, table, attribute: spec.name });
             }
             let schema = Arc::make_mut(state);
             let attribute = schema.add_attribute(&table, spec)?;
-            let updated = schema
-                .table(&table)
-                .cloned()
-                .ok_or_else(|| Error::Corrupt("table vanished".into()))?;
+            let updated = schema.table(&table).cloned().ok_or_else(|| Error::Corrupt("table vanished".into()))?;
             if attribute.indexed {
                 let multi = index::build_attribute_index(txn, &updated, &attribute)?;
                 if multi {
                     schema.mark_multi_valued(&table, &attribute.name)?;
                 }
             }
-            let updated = schema
-                .table(&table)
-                .cloned()
-                .ok_or_else(|| Error::Corrupt("table vanished".into()))?;
+            let updated = schema.table(&table).cloned().ok_or_else(|| Error::Corrupt("table vanished".into()))?;
             txn.put_catalog(&TableSchema::catalog_key(&table), &updated.encode()?)?;
             txn.put_catalog(crate::catalog::COUNTERS_KEY, &schema.encode_counters()?)?;
             Ok(())
@@ -229,35 +206,23 @@ impl Db {
         let attribute = attribute.to_string();
         let database = self.name.clone();
         self.write(ctx, "drop_attribute", move |txn, state| {
-            let existing = state.table(&table).ok_or_else(|| Error::TableNotFound {
-                database,
-                table: table.clone(),
-            })?;
-            let found = existing
-                .attribute(&attribute)
-                .ok_or_else(|| Error::AttributeNotFound(attribute.clone()))?;
+            let existing =
+                state.table(&table).ok_or_else(|| Error::TableNotFound { database, table: table.clone() })?;
+            let found = existing.attribute(&attribute).ok_or_else(|| Error::AttributeNotFound(attribute.clone()))?;
             if found.is_primary_key {
-                return Err(Error::invalid(format!(
-                    "cannot drop the primary key attribute: {attribute}"
-                )));
+                return Err(Error::invalid(format!("cannot drop the primary key attribute: {attribute}")));
             }
             if existing.has_timestamps()
-                && (attribute == crate::catalog::CREATED_TIME
-                    || attribute == crate::catalog::UPDATED_TIME)
+                && (attribute == crate::catalog::CREATED_TIME || attribute == crate::catalog::UPDATED_TIME)
             {
-                return Err(Error::invalid(format!(
-                    "cannot drop internal timestamp attribute: {attribute}"
-                )));
+                return Err(Error::invalid(format!("cannot drop internal timestamp attribute: {attribute}")));
             }
             let dropped = found.clone();
             let existing = existing.clone();
             index::drop_attribute_values(txn, &existing, &dropped)?;
             let schema = Arc::make_mut(state);
             schema.remove_attribute(&table, &attribute)?;
-            let updated = schema
-                .table(&table)
-                .cloned()
-                .ok_or_else(|| Error::Corrupt("table vanished".into()))?;
+            let updated = schema.table(&table).cloned().ok_or_else(|| Error::Corrupt("table vanished".into()))?;
             txn.put_catalog(&TableSchema::catalog_key(&table), &updated.encode()?)?;
             Ok(())
         })
@@ -271,10 +236,8 @@ impl Db {
             Some(store) => (txn.count_records(&store)?, txn.table_size(&store)?),
             None => (0, 0),
         };
-        let last_updated_record = txn
-            .meta(&last_updated_key(&table.name))?
-            .and_then(|b| b.try_into().ok())
-            .map(f64::from_be_bytes);
+        let last_updated_record =
+            txn.meta(&last_updated_key(&table.name))?.and_then(|b| b.try_into().ok()).map(f64::from_be_bytes);
         Ok(TableStats {
             schema: table.clone(),
             record_count,

@@ -9,7 +9,7 @@ use lyre_store::{DatabaseOptions, Layout, VersionClock, WriterOptions};
 
 use crate::access::{AdminBootstrap, Users, require_super_user};
 use crate::catalog::{
-    TableSpec, validate_attribute_name, validate_database_name, validate_table_name,
+    TableDefinition, TableSpec, validate_attribute_name, validate_database_name, validate_table_name,
 };
 use crate::context::Context;
 use crate::db::Db;
@@ -62,13 +62,7 @@ impl Engine {
             let Some(name) = entry.file_name().to_str().map(str::to_string) else {
                 continue;
             };
-            let db = Db::open(
-                &name,
-                &entry.path(),
-                options.storage.clone(),
-                options.writer.clone(),
-                clock.clone(),
-            )?;
+            let db = Db::open(&name, &entry.path(), options.storage.clone(), options.writer.clone(), clock.clone())?;
             databases.insert(name, db);
         }
         let system = match databases.get(SYSTEM_DATABASE) {
@@ -85,8 +79,7 @@ impl Engine {
                 db
             }
         };
-        let (users, generated) =
-            Users::bootstrap(system, &options.admin, options.auth_cache_ttl).await?;
+        let (users, generated) = Users::bootstrap(system, &options.admin, options.auth_cache_ttl).await?;
         let engine = Engine {
             layout,
             options,
@@ -111,20 +104,13 @@ impl Engine {
     /// An open database.
     pub fn database(&self, name: &str) -> Result<Arc<Db>> {
         let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
-        databases
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::DatabaseNotFound(name.to_string()))
+        databases.get(name).cloned().ok_or_else(|| Error::DatabaseNotFound(name.to_string()))
     }
 
     /// User databases (not `system`), by name.
     pub fn databases(&self) -> Vec<Arc<Db>> {
         let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
-        databases
-            .iter()
-            .filter(|(name, _)| name.as_str() != SYSTEM_DATABASE)
-            .map(|(_, db)| db.clone())
-            .collect()
+        databases.iter().filter(|(name, _)| name.as_str() != SYSTEM_DATABASE).map(|(_, db)| db.clone()).collect()
     }
 
     /// Creates a database. Fails if it exists.
@@ -156,8 +142,9 @@ impl Engine {
         require_super_user(ctx)?;
         validate_database_name(database)?;
         validate_table_name(&spec.name)?;
-        validate_attribute_name(&spec.primary_key)
-            .map_err(|_| Error::invalid("'primary_key' names cannot include backticks or forward slashes and cannot be empty"))?;
+        validate_attribute_name(&spec.primary_key).map_err(|_| {
+            Error::invalid("'primary_key' names cannot include backticks or forward slashes and cannot be empty")
+        })?;
         let db = {
             let _guard = self.lifecycle.lock().await;
             match self.database(database) {
@@ -166,6 +153,28 @@ impl Engine {
             }
         };
         db.create_table(ctx, spec).await
+    }
+
+    /// Creates or alters the tables a `schema.graphql` defines, creating databases as
+    /// needed. Returns the names (`db.table`) of tables that changed.
+    pub async fn define_tables(&self, ctx: &Context, definitions: Vec<TableDefinition>) -> Result<Vec<String>> {
+        require_super_user(ctx)?;
+        let mut changed = Vec::new();
+        for definition in definitions {
+            validate_database_name(&definition.database)?;
+            let db = {
+                let _guard = self.lifecycle.lock().await;
+                match self.database(&definition.database) {
+                    Ok(db) => db,
+                    Err(_) => self.open_database(&definition.database)?,
+                }
+            };
+            let name = format!("{}.{}", definition.database, definition.table);
+            if db.define_table(ctx, definition).await? {
+                changed.push(name);
+            }
+        }
+        Ok(changed)
     }
 
     /// Drops a database: stops its writer, closes it, deletes its directory.
@@ -177,9 +186,7 @@ impl Engine {
         let _guard = self.lifecycle.lock().await;
         let db = {
             let mut databases = self.databases.write().unwrap_or_else(|e| e.into_inner());
-            databases
-                .remove(name)
-                .ok_or_else(|| Error::DatabaseNotFound(name.to_string()))?
+            databases.remove(name).ok_or_else(|| Error::DatabaseNotFound(name.to_string()))?
         };
         let dir = self.layout.database_dir(name);
         tokio::task::spawn_blocking(move || close_and_remove(db, dir))
@@ -194,9 +201,7 @@ impl Engine {
             let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
             databases.values().cloned().collect()
         };
-        let stopped =
-            tokio::task::spawn_blocking(move || databases.iter().for_each(|db| db.shutdown()))
-                .await;
+        let stopped = tokio::task::spawn_blocking(move || databases.iter().for_each(|db| db.shutdown())).await;
         if let Err(err) = stopped {
             tracing::error!(error = %err, "stopping the writers failed");
         }

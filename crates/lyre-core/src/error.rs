@@ -34,6 +34,12 @@ pub enum Code {
     NotFound,
     /// The thing to create already exists.
     AlreadyExists,
+    /// A record to create exists (REST `POST`), or a conditional write lost its race.
+    Conflict,
+    /// The resource does not implement the method.
+    MethodNotAllowed,
+    /// The method is not one the server knows.
+    NotImplemented,
     /// The request body exceeds the configured limit.
     PayloadTooLarge,
     /// The body's media type is not one we read.
@@ -50,8 +56,11 @@ pub enum Code {
 
 impl Code {
     /// Every code, for exhaustive table tests.
-    pub const ALL: [Code; 12] = [
+    pub const ALL: [Code; 15] = [
         Code::BadRequest,
+        Code::Conflict,
+        Code::MethodNotAllowed,
+        Code::NotImplemented,
         Code::MustLogin,
         Code::LoginFailed,
         Code::Forbidden,
@@ -75,6 +84,9 @@ impl Code {
             Code::NotFound => (404, Class::User, false),
             // Harper answers "already exists" with 400.
             Code::AlreadyExists => (400, Class::User, false),
+            Code::Conflict => (409, Class::User, false),
+            Code::MethodNotAllowed => (405, Class::User, false),
+            Code::NotImplemented => (501, Class::User, false),
             Code::PayloadTooLarge => (413, Class::User, false),
             Code::UnsupportedMediaType => (415, Class::User, false),
             Code::NotAcceptable => (406, Class::User, false),
@@ -149,6 +161,9 @@ pub enum Error {
     /// An attribute to drop does not exist.
     #[error("attribute '{0}' does not exist")]
     AttributeNotFound(String),
+    /// A record to create already exists.
+    #[error("{0}")]
+    Conflict(String),
     /// No credentials.
     #[error("Must login")]
     MustLogin,
@@ -156,9 +171,7 @@ pub enum Error {
     #[error("Login failed")]
     LoginFailed,
     /// The user may not run this.
-    #[error(
-        "This operation is not authorized due to role restrictions and/or invalid database items"
-    )]
+    #[error("This operation is not authorized due to role restrictions and/or invalid database items")]
     Forbidden,
     /// A failure in the storage engine.
     #[error(transparent)]
@@ -177,16 +190,13 @@ impl Error {
             | Error::TableNotFound { .. }
             | Error::NotDefinedAttribute(_)
             | Error::AttributeNotFound(_) => Code::NotFound,
-            Error::DatabaseExists(_)
-            | Error::TableExists { .. }
-            | Error::AttributeExists { .. } => Code::AlreadyExists,
+            Error::DatabaseExists(_) | Error::TableExists { .. } | Error::AttributeExists { .. } => Code::AlreadyExists,
+            Error::Conflict(_) => Code::Conflict,
             Error::MustLogin => Code::MustLogin,
             Error::LoginFailed => Code::LoginFailed,
             Error::Forbidden => Code::Forbidden,
             Error::Store(e) => match e {
-                StoreError::Overloaded | StoreError::Closed | StoreError::BatchAborted(_) => {
-                    Code::Overloaded
-                }
+                StoreError::Overloaded | StoreError::Closed | StoreError::BatchAborted(_) => Code::Overloaded,
                 StoreError::MapFull { .. } => Code::StorageFull,
                 StoreError::KeyTooLong { .. } | StoreError::InvalidKey(_) => Code::BadRequest,
                 _ => Code::Internal,
@@ -216,35 +226,18 @@ mod tests {
         for code in Code::ALL {
             let (status, class, retryable) = code.row();
             assert!((400..600).contains(&status), "{code:?}");
-            assert_eq!(
-                retryable,
-                class == Class::Unavailable && status == 503,
-                "{code:?}"
-            );
+            assert_eq!(retryable, class == Class::Unavailable && status == 503, "{code:?}");
             assert_eq!(class == Class::Internal, status == 500, "{code:?}");
-            assert_eq!(
-                class == Class::Auth,
-                matches!(status, 401 | 403),
-                "{code:?}"
-            );
+            assert_eq!(class == Class::Auth, matches!(status, 401 | 403), "{code:?}");
         }
     }
 
     #[test]
     fn messages_use_harpers_wording() {
-        let e = Error::TableNotFound {
-            database: "dev".into(),
-            table: "nope".into(),
-        };
+        let e = Error::TableNotFound { database: "dev".into(), table: "nope".into() };
         assert_eq!(e.to_string(), "Table 'dev.nope' does not exist");
         assert_eq!(e.code().status(), 404);
-        assert_eq!(
-            Error::DatabaseExists("dev".into()).to_string(),
-            "database 'dev' already exists"
-        );
-        assert_eq!(
-            Error::Store(StoreError::Overloaded).code(),
-            Code::Overloaded
-        );
+        assert_eq!(Error::DatabaseExists("dev".into()).to_string(), "database 'dev' already exists");
+        assert_eq!(Error::Store(StoreError::Overloaded).code(), Code::Overloaded);
     }
 }

@@ -148,11 +148,7 @@ pub(crate) fn build_attribute_index(
     };
     let mut entries = BTreeSet::new();
     let mut multi = false;
-    for item in txn.records(
-        &store,
-        (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded),
-        false,
-    )? {
+    for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
         let (pk, stored) = item?;
         let record = crate::table::decode_object(stored)?;
         if let Some(value) = record.get(&attribute.name) {
@@ -163,6 +159,18 @@ pub(crate) fn build_attribute_index(
         txn.put_index_entry(&store, entry)?;
     }
     Ok(multi)
+}
+
+/// Removes every index entry of `attribute`.
+pub(crate) fn drop_attribute_index(
+    txn: &mut WriteTxn<'_, '_>,
+    store: &TableStore,
+    attribute: &Attribute,
+) -> Result<()> {
+    let prefix = attribute_prefix(attribute);
+    let upper = (attribute.id + 1).to_be_bytes();
+    txn.delete_index_range(store, (std::ops::Bound::Included(&prefix[..]), std::ops::Bound::Excluded(&upper[..])))?;
+    Ok(())
 }
 
 /// Removes `attribute`'s index entries and, in dynamic tables, its values from every
@@ -176,33 +184,18 @@ pub(crate) fn drop_attribute_values(
         return Ok(());
     };
     if attribute.indexed {
-        let prefix = attribute_prefix(attribute);
-        let upper = (attribute.id + 1).to_be_bytes();
-        txn.delete_index_range(
-            &store,
-            (
-                std::ops::Bound::Included(&prefix[..]),
-                std::ops::Bound::Excluded(&upper[..]),
-            ),
-        )?;
+        drop_attribute_index(txn, &store, attribute)?;
     }
     if table.schema_defined {
         return Ok(());
     }
     let mut rewrites = Vec::new();
-    for item in txn.records(
-        &store,
-        (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded),
-        false,
-    )? {
+    for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
         let (pk, stored) = item?;
         let (header, body) = lyre_store::decode_record(stored)?;
         let mut record = crate::table::decode_body(body)?;
         if record.shift_remove(&attribute.name).is_some() {
-            rewrites.push((
-                pk.to_vec(),
-                lyre_store::encode_record(&header, &Value::Object(record).to_msgpack()),
-            ));
+            rewrites.push((pk.to_vec(), lyre_store::encode_record(&header, &Value::Object(record).to_msgpack())));
         }
     }
     for (pk, stored) in rewrites {

@@ -25,5 +25,5 @@ pub use error::{Class, Code, Error, Result};
 pub use lyre_store::DatabaseOptions as StorageOptions;
 /// How writers batch; see `lyre_store`.
 pub use lyre_store::WriterOptions;
-pub use table::{DeleteSummary, Table, WriteMode, WriteSummary};
+pub use table::{DeleteSummary, RecordVersion, Table, WriteMode, WriteSummary};
 pub use value::{Object, Value};

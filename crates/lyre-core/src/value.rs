@@ -271,19 +271,13 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(Value::Int(i))
     }
     fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
-        Ok(i64::try_from(u)
-            .map(Value::Int)
-            .unwrap_or(Value::Float(u as f64)))
+        Ok(i64::try_from(u).map(Value::Int).unwrap_or(Value::Float(u as f64)))
     }
     fn visit_i128<E>(self, i: i128) -> Result<Value, E> {
-        Ok(i64::try_from(i)
-            .map(Value::Int)
-            .unwrap_or(Value::Float(i as f64)))
+        Ok(i64::try_from(i).map(Value::Int).unwrap_or(Value::Float(i as f64)))
     }
     fn visit_u128<E>(self, u: u128) -> Result<Value, E> {
-        Ok(i64::try_from(u)
-            .map(Value::Int)
-            .unwrap_or(Value::Float(u as f64)))
+        Ok(i64::try_from(u).map(Value::Int).unwrap_or(Value::Float(u as f64)))
     }
     fn visit_f64<E>(self, f: f64) -> Result<Value, E> {
         Ok(Value::Float(f))
@@ -343,9 +337,7 @@ impl<'de> Deserialize<'de> for MapKey {
                 Ok(MapKey(b.to_string()))
             }
             fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<MapKey, E> {
-                String::from_utf8(b.to_vec())
-                    .map(MapKey)
-                    .map_err(|_| E::custom("map key is not UTF-8"))
+                String::from_utf8(b.to_vec()).map(MapKey).map_err(|_| E::custom("map key is not UTF-8"))
             }
         }
         deserializer.deserialize_any(KeyVisitor)
@@ -362,9 +354,7 @@ mod tests {
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::Int),
-            any::<f64>()
-                .prop_filter("NaN never equals itself", |f| !f.is_nan())
-                .prop_map(Value::Float),
+            any::<f64>().prop_filter("NaN never equals itself", |f| !f.is_nan()).prop_map(Value::Float),
             ".{0,12}".prop_map(Value::String),
             proptest::collection::vec(any::<u8>(), 0..8).prop_map(Value::Bytes),
         ];
@@ -404,9 +394,6 @@ mod tests {
     #[test]
     fn json_keeps_integers_and_key_order() {
         let v: Value = serde_json::from_str(r#"{"b":1,"a":2.5,"c":[true,null,"x"]}"#).unwrap();
-        assert_eq!(
-            serde_json::to_string(&v).unwrap(),
-            r#"{"b":1,"a":2.5,"c":[true,null,"x"]}"#
-        );
+        assert_eq!(serde_json::to_string(&v).unwrap(), r#"{"b":1,"a":2.5,"c":[true,null,"x"]}"#);
     }
 }

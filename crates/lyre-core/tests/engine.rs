@@ -14,19 +14,13 @@ fn options(root: &std::path::Path) -> EngineOptions {
         node_id: 1,
         storage: lyre_store_options(),
         writer: Default::default(),
-        admin: AdminBootstrap {
-            username: "admin".into(),
-            password: Some("password".into()),
-        },
+        admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
         auth_cache_ttl: Duration::from_secs(30),
     }
 }
 
 fn lyre_store_options() -> lyre_store::DatabaseOptions {
-    lyre_store::DatabaseOptions {
-        map_size: 1 << 30,
-        durable: false,
-    }
+    lyre_store::DatabaseOptions { map_size: 1 << 30, durable: false }
 }
 
 fn record(json: &str) -> Object {
@@ -37,20 +31,17 @@ fn record(json: &str) -> Object {
 }
 
 fn dynamic(name: &str) -> TableSpec {
-    TableSpec {
-        name: name.into(),
-        primary_key: "id".into(),
-        primary_key_type: None,
-        attributes: None,
-        audit: true,
-    }
+    TableSpec { name: name.into(), primary_key: "id".into(), primary_key_type: None, attributes: None, audit: true }
 }
 
 fn collect(search: lyre_core::query::Search) -> Vec<Object> {
     let mut out = Vec::new();
     search
         .run(&mut |r| {
-            out.push(r);
+            match r {
+                Value::Object(o) => out.push(o),
+                other => panic!("expected an object, got {other:?}"),
+            }
             ControlFlow::Continue(())
         })
         .unwrap();
@@ -68,10 +59,7 @@ async fn writes_queries_and_restart() {
     {
         let (engine, generated) = Engine::open(options(dir.path())).await.unwrap();
         assert!(generated.is_none());
-        engine
-            .create_table(&ctx, "dev", dynamic("dog"))
-            .await
-            .unwrap();
+        engine.create_table(&ctx, "dev", dynamic("dog")).await.unwrap();
         let dog = engine.database("dev").unwrap().table("dog").unwrap();
         let summary = dog
             .insert(
@@ -87,25 +75,15 @@ async fn writes_queries_and_restart() {
             .unwrap();
         assert_eq!(summary.written.len(), 4);
         assert_eq!(summary.new_attributes, ["name", "age", "breed", "tags"]);
-        let again = dog
-            .insert(&ctx, vec![record(r#"{"id":1,"name":"Dup"}"#)])
-            .await
-            .unwrap();
+        let again = dog.insert(&ctx, vec![record(r#"{"id":1,"name":"Dup"}"#)]).await.unwrap();
         assert_eq!(again.skipped, vec![Value::Int(1)]);
 
         let dog = engine.database("dev").unwrap().table("dog").unwrap();
-        let eq = |attr: &str, c, v: Value| Condition::Compare {
-            attribute: attr.into(),
-            comparator: c,
-            value: v,
-        };
+        let eq = |attr: &str, c, v: Value| Condition::Compare { attribute: attr.into(), comparator: c, value: v };
         let five = dog
             .search(
                 &ctx,
-                Query {
-                    conditions: vec![eq("age", Comparator::Equals, Value::Int(5))],
-                    ..Default::default()
-                },
+                Query { conditions: vec![eq("age", Comparator::Equals, Value::Int(5))], ..Default::default() },
             )
             .unwrap();
         assert_eq!(five.explain(), "index(age)");
@@ -113,10 +91,7 @@ async fn writes_queries_and_restart() {
         let lab = dog
             .search(
                 &ctx,
-                Query {
-                    conditions: vec![eq("breed", Comparator::StartsWith, "Lab".into())],
-                    ..Default::default()
-                },
+                Query { conditions: vec![eq("breed", Comparator::StartsWith, "Lab".into())], ..Default::default() },
             )
             .unwrap();
         assert_eq!(ids(&collect(lab)), [Value::Int(1), Value::Int(2)]);
@@ -124,10 +99,7 @@ async fn writes_queries_and_restart() {
             .search(
                 &ctx,
                 Query {
-                    sort: vec![SortKey {
-                        attribute: "age".into(),
-                        descending: true,
-                    }],
+                    sort: vec![SortKey { attribute: "age".into(), descending: true }],
                     limit: Some(2),
                     ..Default::default()
                 },
@@ -151,27 +123,14 @@ async fn writes_queries_and_restart() {
             .unwrap();
         assert_eq!(either.explain(), "union(2)");
         assert_eq!(ids(&collect(either)), [Value::Int(3)]);
-        let update = dog
-            .update(
-                &ctx,
-                vec![
-                    record(r#"{"id":2,"age":4}"#),
-                    record(r#"{"id":99,"age":1}"#),
-                ],
-            )
-            .await
-            .unwrap();
+        let update =
+            dog.update(&ctx, vec![record(r#"{"id":2,"age":4}"#), record(r#"{"id":99,"age":1}"#)]).await.unwrap();
         assert_eq!(update.written, [Value::Int(2)]);
         assert_eq!(update.skipped, [Value::Int(99)]);
-        let got = dog
-            .get_many(&ctx, &[Value::Int(2), Value::Int(42)], &Select::Raw)
-            .unwrap();
+        let got = dog.get_many(&ctx, &[Value::Int(2), Value::Int(42)], &Select::Raw).unwrap();
         assert_eq!(got[0]["age"], Value::Int(4));
         assert_eq!(got[0]["name"], Value::from("Kato"));
-        let deleted = dog
-            .delete(&ctx, vec![Value::Int(3), Value::Int(77)])
-            .await
-            .unwrap();
+        let deleted = dog.delete(&ctx, vec![Value::Int(3), Value::Int(77)]).await.unwrap();
         assert_eq!(deleted.deleted, [Value::Int(3)]);
         engine.shutdown().await;
     }
@@ -192,10 +151,7 @@ async fn writes_queries_and_restart() {
             },
         )
         .unwrap();
-    assert!(
-        collect(tags).is_empty(),
-        "index entries of a deleted record must be gone"
-    );
+    assert!(collect(tags).is_empty(), "index entries of a deleted record must be gone");
     assert!(engine.users().authenticate("admin", "password").is_ok());
     assert!(engine.users().authenticate("admin", "wrong").is_err());
     engine.shutdown().await;
@@ -206,10 +162,7 @@ async fn the_planner_uses_the_most_selective_index_and_never_scans_for_indexed_c
     let dir = tempfile::tempdir().unwrap();
     let ctx = Context::system();
     let (engine, _) = Engine::open(options(dir.path())).await.unwrap();
-    engine
-        .create_table(&ctx, "dev", dynamic("t"))
-        .await
-        .unwrap();
+    engine.create_table(&ctx, "dev", dynamic("t")).await.unwrap();
     let t = engine.database("dev").unwrap().table("t").unwrap();
     let records = (0..400)
         .map(|i| {
@@ -221,94 +174,44 @@ async fn the_planner_uses_the_most_selective_index_and_never_scans_for_indexed_c
         .collect();
     t.insert(&ctx, records).await.unwrap();
     let t = engine.database("dev").unwrap().table("t").unwrap();
-    let cmp = |attr: &str, c, v: Value| Condition::Compare {
-        attribute: attr.into(),
-        comparator: c,
-        value: v,
-    };
-    let plan = |conditions: Vec<Condition>| {
-        t.search(
-            &ctx,
-            Query {
-                conditions,
-                ..Default::default()
-            },
-        )
-        .unwrap()
-    };
+    let cmp = |attr: &str, c, v: Value| Condition::Compare { attribute: attr.into(), comparator: c, value: v };
+    let plan = |conditions: Vec<Condition>| t.search(&ctx, Query { conditions, ..Default::default() }).unwrap();
 
-    let both = plan(vec![
-        cmp("status", Comparator::Equals, "even".into()),
-        cmp("code", Comparator::Equals, "c010".into()),
-    ]);
+    let both =
+        plan(vec![cmp("status", Comparator::Equals, "even".into()), cmp("code", Comparator::Equals, "c010".into())]);
     assert_eq!(both.explain(), "index(code)", "the rarer value drives");
     assert_eq!(ids(&collect(both)), [Value::Int(10)]);
-    let reversed = plan(vec![
-        cmp("code", Comparator::StartsWith, "c01".into()),
-        cmp("status", Comparator::Equals, "odd".into()),
-    ]);
+    let reversed =
+        plan(vec![cmp("code", Comparator::StartsWith, "c01".into()), cmp("status", Comparator::Equals, "odd".into())]);
     assert_eq!(reversed.explain(), "index(code)");
     assert_eq!(collect(reversed).len(), 5);
     for (condition, expected) in [
-        (
-            cmp("n", Comparator::GreaterThan, Value::Int(390)),
-            "index(n)",
-        ),
-        (
-            cmp(
-                "n",
-                Comparator::Between,
-                vec![Value::Int(5), Value::Int(9)].into(),
-            ),
-            "index(n)",
-        ),
-        (
-            cmp("code", Comparator::StartsWith, "c39".into()),
-            "index(code)",
-        ),
+        (cmp("n", Comparator::GreaterThan, Value::Int(390)), "index(n)"),
+        (cmp("n", Comparator::Between, vec![Value::Int(5), Value::Int(9)].into()), "index(n)"),
+        (cmp("code", Comparator::StartsWith, "c39".into()), "index(code)"),
         (cmp("id", Comparator::Equals, Value::Int(7)), "keys(1)"),
-        (
-            cmp("id", Comparator::LessThan, Value::Int(3)),
-            "primary-range",
-        ),
+        (cmp("id", Comparator::LessThan, Value::Int(3)), "primary-range"),
     ] {
-        assert_eq!(
-            plan(vec![condition.clone()]).explain(),
-            expected,
-            "{condition:?}"
-        );
+        assert_eq!(plan(vec![condition.clone()]).explain(), expected, "{condition:?}");
     }
     let sorted = t
         .search(
             &ctx,
             Query {
-                sort: vec![SortKey {
-                    attribute: "n".into(),
-                    descending: true,
-                }],
+                sort: vec![SortKey { attribute: "n".into(), descending: true }],
                 limit: Some(3),
                 ..Default::default()
             },
         )
         .unwrap();
-    assert_eq!(
-        sorted.explain(),
-        "sort-index(n)",
-        "a sort on an indexed attribute streams"
-    );
-    assert_eq!(
-        ids(&collect(sorted)),
-        [Value::Int(399), Value::Int(398), Value::Int(397)]
-    );
+    assert_eq!(sorted.explain(), "sort-index(n)", "a sort on an indexed attribute streams");
+    assert_eq!(ids(&collect(sorted)), [Value::Int(399), Value::Int(398), Value::Int(397)]);
     let unsortable = t
         .search(
             &ctx,
             Query {
                 conditions: vec![cmp("status", Comparator::Equals, "odd".into())],
-                sort: vec![SortKey {
-                    attribute: "n".into(),
-                    descending: false,
-                }],
+                sort: vec![SortKey { attribute: "n".into(), descending: false }],
                 limit: Some(2),
                 ..Default::default()
             },

@@ -19,6 +19,16 @@ pub struct Cli {
 pub enum Command {
     /// Run the server in the foreground until SIGINT or SIGTERM.
     Run(RunArgs),
+    /// Run the server with one application directory loaded from where it is (as
+    /// `harperdb dev .`); the directory's name is the component's name.
+    Dev {
+        /// The application directory (with `config.yaml` and `schema.graphql`).
+        #[arg(value_name = "APP_DIR", default_value = ".")]
+        app: PathBuf,
+        /// Root directory for data, logs and configuration.
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
 }
 
 /// Flags of `lyre run`.
@@ -35,7 +45,16 @@ impl Cli {
     pub fn run_args(&self) -> RunArgs {
         match &self.command {
             Some(Command::Run(args)) => args.clone(),
+            Some(Command::Dev { root, .. }) => RunArgs { root: root.clone() },
             None => RunArgs::default(),
+        }
+    }
+
+    /// The application directory `lyre dev` was given.
+    pub fn dev_app(&self) -> Option<PathBuf> {
+        match &self.command {
+            Some(Command::Dev { app, .. }) => Some(app.clone()),
+            _ => None,
         }
     }
 }

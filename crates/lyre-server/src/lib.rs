@@ -5,6 +5,7 @@
 //! shapes (messages, field names, status codes) live here and nowhere else.
 
 pub mod cli;
+mod components;
 pub mod config;
 mod http;
 mod listen;

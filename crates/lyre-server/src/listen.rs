@@ -1,6 +1,8 @@
 //! Start-up, listeners and graceful shutdown.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,19 +12,18 @@ use lyre_core::{Engine, EngineOptions};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::components::Components;
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::telemetry;
 
 /// Runs the server until SIGINT or SIGTERM: builds the runtime, opens the engine,
 /// serves, then drains in-flight requests and commits queued writes before exiting.
-pub fn run(config: Config) -> anyhow::Result<()> {
-    let _log_guard = telemetry::init(&config.root().join("log"), &config.logging.level)
-        .context("opening the log directory")?;
+pub fn run(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
+    let _log_guard =
+        telemetry::init(&config.root().join("log"), &config.logging.level).context("opening the log directory")?;
     let threads = match config.threads.count {
-        0 => std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2),
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
         n => n,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -31,10 +32,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .thread_name("lyre-worker")
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, dev_app))
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     let started = Instant::now();
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let options = EngineOptions {
@@ -51,33 +52,40 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         },
         auth_cache_ttl: Duration::from_millis(config.authentication.cache_ttl),
     };
-    let (engine, generated) = Engine::open(options)
-        .await
-        .context("opening the databases")?;
+    let (engine, generated) = Engine::open(options).await.context("opening the databases")?;
     if let Some(password) = generated {
         eprintln!(
             "Created the super user '{}' with the generated password: {password}\n(shown once; set HDB_ADMIN_USERNAME and HDB_ADMIN_PASSWORD on first start to choose them)",
             env("HDB_ADMIN_USERNAME").unwrap_or_else(|| "HDB_ADMIN".into())
         );
     }
+    let mut extra = BTreeMap::new();
+    if let Some(app) = dev_app {
+        let name = app.file_name().and_then(|n| n.to_str()).unwrap_or("app").to_string();
+        extra.insert(name, app);
+    }
+    let components = Arc::new(Components::new(engine.clone(), config.root().join("components"), extra));
+    components.load_all().await;
     let state = Arc::new(AppState {
         engine: engine.clone(),
+        components,
         authorize_local: config.authentication.authorize_local,
         ops_body_limit: config.operations_api.network.max_body_size,
+        rest_body_limit: config.http.max_body_size,
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let ops_addr = SocketAddr::from(([0, 0, 0, 0], config.operations_api.network.port));
-    let ops_listener = TcpListener::bind(ops_addr)
-        .await
-        .with_context(|| format!("binding the Operations API to {ops_addr}"))?;
-    let ops_server = tokio::spawn(serve_router(
-        ops_listener,
-        http::operations_router(state.clone()),
-        stop_rx.clone(),
-    ));
+    let ops_listener =
+        TcpListener::bind(ops_addr).await.with_context(|| format!("binding the Operations API to {ops_addr}"))?;
+    let ops_server = tokio::spawn(serve_router(ops_listener, http::operations_router(state.clone()), stop_rx.clone()));
+    let rest_addr = SocketAddr::from(([0, 0, 0, 0], config.http.port));
+    let rest_listener = TcpListener::bind(rest_addr).await.with_context(|| format!("binding the REST interface to {rest_addr}"))?;
+    let rest_router = http::rest_router(state.clone(), config.http.compression_threshold, config.http.cors);
+    let rest_server = tokio::spawn(serve_router(rest_listener, rest_router, stop_rx.clone()));
     tracing::info!(
         operations_api = %ops_addr,
+        rest = %rest_addr,
         root = %config.root().display(),
         ready_in_ms = started.elapsed().as_millis() as u64,
         "Lyre is running"
@@ -86,27 +94,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight requests");
     let _ = stop_tx.send(true);
-    if let Err(err) = ops_server.await {
-        tracing::error!(error = %err, "the Operations API server failed");
+    for server in [ops_server, rest_server] {
+        if let Err(err) = server.await {
+            tracing::error!(error = %err, "a server task failed");
+        }
     }
     engine.shutdown().await;
     tracing::info!("stopped");
     Ok(())
 }
 
-async fn serve_router(
-    listener: TcpListener,
-    router: axum::Router,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn serve_router(listener: TcpListener, router: axum::Router, mut stop: watch::Receiver<bool>) {
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     let graceful = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };
-    if let Err(err) = axum::serve(listener, service)
-        .with_graceful_shutdown(graceful)
-        .await
-    {
+    if let Err(err) = axum::serve(listener, service).with_graceful_shutdown(graceful).await {
         tracing::error!(error = %err, "server error");
     }
 }

@@ -16,24 +16,13 @@ pub fn init(log_dir: &Path, level: &str) -> std::io::Result<WorkerGuard> {
         "fatal" | "notify" => "error",
         other => other,
     };
-    let filter = || {
-        EnvFilter::try_new(format!("{level},h2=warn,hyper=warn"))
-            .unwrap_or_else(|_| EnvFilter::new("info"))
-    };
+    let filter =
+        || EnvFilter::try_new(format!("{level},h2=warn,hyper=warn")).unwrap_or_else(|_| EnvFilter::new("info"));
     let file = tracing_appender::rolling::never(log_dir, "lyre.log");
     let (writer, guard) = tracing_appender::non_blocking(file);
     let result = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_filter(filter()),
-        )
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .with_writer(writer)
-                .with_filter(filter()),
-        )
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter()))
+        .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(writer).with_filter(filter()))
         .try_init();
     if let Err(err) = result {
         eprintln!("logging was already initialised: {err}");

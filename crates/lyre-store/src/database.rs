@@ -29,10 +29,7 @@ pub struct DatabaseOptions {
 
 impl Default for DatabaseOptions {
     fn default() -> Self {
-        Self {
-            map_size: 256 << 30,
-            durable: true,
-        }
+        Self { map_size: 256 << 30, durable: true }
     }
 }
 
@@ -84,10 +81,7 @@ pub(crate) struct Inner {
 
 impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Database")
-            .field("name", &self.inner.name)
-            .field("dir", &self.inner.dir)
-            .finish()
+        f.debug_struct("Database").field("name", &self.inner.name).field("dir", &self.inner.dir).finish()
     }
 }
 
@@ -135,9 +129,7 @@ impl Database {
         let env = &self.inner.env;
         let main: Option<heed::Database<'static, Bytes, heed::types::DecodeIgnore>> = env
             .open_databases_and_commit(env.read_txn()?, |opener, rtxn| {
-                opener
-                    .open_database(rtxn, None)
-                    .map(CommitOrAbort::<_, ()>::Commit)
+                opener.open_database(rtxn, None).map(CommitOrAbort::<_, ()>::Commit)
             })?
             .unwrap_commit();
         let Some(main) = main else { return Ok(()) };
@@ -232,19 +224,13 @@ impl Database {
     }
 
     fn remember_table(&self, table: &str, records: BytesDb, index: IndexDb) -> TableStore {
-        let store = TableStore {
-            name: table.into(),
-            records,
-            index,
-        };
+        let store = TableStore { name: table.into(), records, index };
         let mut tables = self.inner.tables.write().unwrap_or_else(|e| e.into_inner());
         tables.insert(table.to_string(), store.clone());
         store
     }
 
     pub(crate) fn map_full(&self) -> Error {
-        Error::MapFull {
-            map_size: self.inner.options.map_size,
-        }
+        Error::MapFull { map_size: self.inner.options.map_size }
     }
 }

@@ -14,10 +14,7 @@ use crate::names::MAX_TABLES;
 pub(crate) fn open_env(dir: &Path, map_size: usize, durable: bool) -> Result<Env<WithoutTls>> {
     std::fs::create_dir_all(dir)?;
     let mut options = EnvOpenOptions::new().read_txn_without_tls();
-    options
-        .map_size(map_size)
-        .max_dbs(2 * MAX_TABLES + 8)
-        .max_readers(1024);
+    options.map_size(map_size).max_dbs(2 * MAX_TABLES + 8).max_readers(1024);
     // SAFETY: WRITE_MAP makes LMDB write pages through a writable map instead of
     // copying them with write(2); only LMDB writes into the map (Rust code never gets
     // a mutable view of it). The data file is sized to the map up front, sparsely.

@@ -8,9 +8,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The environment's memory map is full; the write was rolled back.
-    #[error(
-        "database storage is full (the map size is {map_size} bytes); raise storage.maxDatabaseSize"
-    )]
+    #[error("database storage is full (the map size is {map_size} bytes); raise storage.maxDatabaseSize")]
     MapFull {
         /// The configured map size in bytes.
         map_size: usize,
@@ -56,9 +54,9 @@ impl From<heed::Error> for Error {
         match err {
             heed::Error::Io(io) => Error::Io(io),
             heed::Error::Mdb(MdbError::MapFull) => Error::MapFull { map_size: 0 },
-            heed::Error::Mdb(
-                MdbError::Invalid | MdbError::Corrupted | MdbError::VersionMismatch,
-            ) => Error::Corrupt(err.to_string()),
+            heed::Error::Mdb(MdbError::Invalid | MdbError::Corrupted | MdbError::VersionMismatch) => {
+                Error::Corrupt(err.to_string())
+            }
             other => Error::Internal(other.to_string()),
         }
     }

@@ -96,11 +96,7 @@ pub fn encode_key_into(value: KeyValue<'_>, out: &mut Vec<u8>) -> Result<bool> {
             match residual {
                 0 => out.push(EXACT),
                 r => {
-                    out.push(if r < 0 {
-                        RESIDUAL_BELOW
-                    } else {
-                        RESIDUAL_ABOVE
-                    });
+                    out.push(if r < 0 { RESIDUAL_BELOW } else { RESIDUAL_ABOVE });
                     // |r| <= 1024: half the spacing of floats near 2^63.
                     let biased = (r as i16 as u16) ^ 0x8000;
                     out.extend_from_slice(&biased.to_be_bytes());
@@ -177,18 +173,12 @@ pub fn decode_key(bytes: &[u8]) -> Result<(OwnedKey, usize)> {
         TAG_FALSE => Ok((OwnedKey::Bool(false), 1)),
         TAG_TRUE => Ok((OwnedKey::Bool(true), 1)),
         TAG_NUMBER => {
-            let float_bytes: [u8; 8] = rest
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(corrupt)?;
+            let float_bytes: [u8; 8] = rest.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(corrupt)?;
             let f = unordered_f64(float_bytes);
             match rest.get(8).copied() {
                 Some(EXACT) => Ok((number_key(f), 10)),
                 Some(marker @ (RESIDUAL_BELOW | RESIDUAL_ABOVE)) => {
-                    let r: [u8; 2] = rest
-                        .get(9..11)
-                        .and_then(|b| b.try_into().ok())
-                        .ok_or_else(corrupt)?;
+                    let r: [u8; 2] = rest.get(9..11).and_then(|b| b.try_into().ok()).ok_or_else(corrupt)?;
                     let residual = i128::from((u16::from_be_bytes(r) ^ 0x8000) as i16);
                     let valid_sign = (marker == RESIDUAL_BELOW) == (residual < 0);
                     let value = f as i128 + residual;
@@ -212,9 +202,7 @@ pub fn decode_key(bytes: &[u8]) -> Result<(OwnedKey, usize)> {
                             let truncated = end == TRUNCATED_END;
                             let text = match String::from_utf8(text) {
                                 Ok(s) => s,
-                                Err(e) if truncated => {
-                                    String::from_utf8_lossy(e.as_bytes()).into_owned()
-                                }
+                                Err(e) if truncated => String::from_utf8_lossy(e.as_bytes()).into_owned(),
                                 Err(_) => return Err(corrupt()),
                             };
                             return Ok((OwnedKey::Str { text, truncated }, 1 + i + 2));
@@ -271,8 +259,7 @@ pub fn index_entry_primary_key(entry: &[u8]) -> Result<&[u8]> {
 
 fn number_key(f: f64) -> OwnedKey {
     // i64 spans [-2^63, 2^63); floats in that range that are integral convert exactly.
-    if f.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f)
-    {
+    if f.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
         OwnedKey::Int(f as i64)
     } else {
         OwnedKey::Float(f)
@@ -282,21 +269,13 @@ fn number_key(f: f64) -> OwnedKey {
 fn ordered_f64(f: f64) -> [u8; 8] {
     let f = if f == 0.0 { 0.0 } else { f }; // -0.0 and 0.0 are one key
     let bits = f.to_bits();
-    let ordered = if bits >> 63 == 1 {
-        !bits
-    } else {
-        bits | (1 << 63)
-    };
+    let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
     ordered.to_be_bytes()
 }
 
 fn unordered_f64(bytes: [u8; 8]) -> f64 {
     let ordered = u64::from_be_bytes(bytes);
-    let bits = if ordered >> 63 == 1 {
-        ordered & !(1 << 63)
-    } else {
-        !ordered
-    };
+    let bits = if ordered >> 63 == 1 { ordered & !(1 << 63) } else { !ordered };
     f64::from_bits(bits)
 }
 
@@ -377,9 +356,7 @@ mod tests {
             any::<i64>().prop_map(Sample::Int),
             (-1000i64..1000).prop_map(Sample::Int),
             ((1i64 << 53) - 5..(1i64 << 53) + 5000).prop_map(Sample::Int),
-            any::<f64>()
-                .prop_filter("not NaN", |f| !f.is_nan())
-                .prop_map(Sample::Float),
+            any::<f64>().prop_filter("not NaN", |f| !f.is_nan()).prop_map(Sample::Float),
             (-1000.0f64..1000.0).prop_map(Sample::Float),
             "[a-c\\x00]{0,6}".prop_map(Sample::Str),
             any::<String>().prop_map(Sample::Str),
@@ -446,14 +423,8 @@ mod tests {
 
     #[test]
     fn integers_and_integral_floats_share_a_key() {
-        assert_eq!(
-            encode_key(KeyValue::Int(5)).unwrap(),
-            encode_key(KeyValue::Float(5.0)).unwrap()
-        );
-        assert_eq!(
-            encode_key(KeyValue::Float(-0.0)).unwrap(),
-            encode_key(KeyValue::Float(0.0)).unwrap()
-        );
+        assert_eq!(encode_key(KeyValue::Int(5)).unwrap(), encode_key(KeyValue::Float(5.0)).unwrap());
+        assert_eq!(encode_key(KeyValue::Float(-0.0)).unwrap(), encode_key(KeyValue::Float(0.0)).unwrap());
     }
 
     proptest! {
@@ -476,10 +447,7 @@ mod tests {
 
     #[test]
     fn nan_is_rejected() {
-        assert!(matches!(
-            encode_key(KeyValue::Float(f64::NAN)),
-            Err(Error::InvalidKey(_))
-        ));
+        assert!(matches!(encode_key(KeyValue::Float(f64::NAN)), Err(Error::InvalidKey(_))));
     }
 
     #[test]

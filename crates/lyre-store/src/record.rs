@@ -95,16 +95,10 @@ pub fn encode_record(header: &RecordHeader, body: &[u8]) -> Vec<u8> {
 /// Splits a stored record into its header and body.
 pub fn decode_record(bytes: &[u8]) -> Result<(RecordHeader, &[u8])> {
     if bytes.len() < HEADER_LEN {
-        return Err(Error::Corrupt(format!(
-            "record of {} bytes is shorter than its header",
-            bytes.len()
-        )));
+        return Err(Error::Corrupt(format!("record of {} bytes is shorter than its header", bytes.len())));
     }
     if bytes[8] != FORMAT_V1 {
-        return Err(Error::Corrupt(format!(
-            "unknown record format {}",
-            bytes[8]
-        )));
+        return Err(Error::Corrupt(format!("unknown record format {}", bytes[8])));
     }
     let mut version = [0u8; 8];
     version.copy_from_slice(&bytes[..8]);
@@ -141,9 +135,7 @@ mod tests {
 
     #[test]
     fn flags_compose() {
-        let f = Flags::empty()
-            .with(Flags::TOMBSTONE)
-            .with(Flags::HAS_EXPIRY);
+        let f = Flags::empty().with(Flags::TOMBSTONE).with(Flags::HAS_EXPIRY);
         assert!(f.contains(Flags::TOMBSTONE));
         assert!(!f.contains(Flags::VERSION_NOT_UNIQUE));
         assert!(!f.without(Flags::TOMBSTONE).contains(Flags::TOMBSTONE));

@@ -47,22 +47,12 @@ impl ReadTxn {
     }
 
     /// Records whose primary key lies in `range`, ascending or descending.
-    pub fn records(
-        &self,
-        table: &TableStore,
-        range: KeyRange<'_>,
-        descending: bool,
-    ) -> Result<Records<'_>> {
+    pub fn records(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<Records<'_>> {
         records_in(&self.txn, table, range, descending)
     }
 
     /// Index entries in `range`, ascending or descending.
-    pub fn index_entries(
-        &self,
-        table: &TableStore,
-        range: KeyRange<'_>,
-        descending: bool,
-    ) -> Result<IndexEntries<'_>> {
+    pub fn index_entries(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<IndexEntries<'_>> {
         index_entries_in(&self.txn, table, range, descending)
     }
 
@@ -157,13 +147,7 @@ pub struct WriteTxn<'t, 'e> {
 
 impl<'t, 'e> WriteTxn<'t, 'e> {
     pub(crate) fn new(txn: &'t mut RwTxn<'e>, db: &'t Database, version: Version) -> Self {
-        Self {
-            txn,
-            db,
-            version,
-            changes: Vec::new(),
-            wrote: false,
-        }
+        Self { txn, db, version, changes: Vec::new(), wrote: false }
     }
 
     /// The version every change in this transaction carries.
@@ -191,45 +175,25 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     }
 
     /// Records whose primary key lies in `range`, ascending or descending.
-    pub fn records(
-        &self,
-        table: &TableStore,
-        range: KeyRange<'_>,
-        descending: bool,
-    ) -> Result<Records<'_>> {
+    pub fn records(&self, table: &TableStore, range: KeyRange<'_>, descending: bool) -> Result<Records<'_>> {
         records_in(&*self.txn, table, range, descending)
     }
 
     /// Index entries in `range`.
-    pub fn index_entries(
-        &self,
-        table: &TableStore,
-        range: KeyRange<'_>,
-    ) -> Result<IndexEntries<'_>> {
+    pub fn index_entries(&self, table: &TableStore, range: KeyRange<'_>) -> Result<IndexEntries<'_>> {
         index_entries_in(&*self.txn, table, range, false)
     }
 
     /// Writes `record` (header and body, see [`crate::encode_record`]) under `key`.
     pub fn put_record(&mut self, table: &TableStore, key: Vec<u8>, record: Vec<u8>) -> Result<()> {
-        table
-            .records
-            .put(self.writing(), &key, &record)
-            .map_err(|e| classify(self.db, e))?;
-        self.changes.push(Change {
-            table: table.name.to_string(),
-            kind: ChangeKind::Put,
-            key,
-            record: Some(record),
-        });
+        table.records.put(self.writing(), &key, &record).map_err(|e| classify(self.db, e))?;
+        self.changes.push(Change { table: table.name.to_string(), kind: ChangeKind::Put, key, record: Some(record) });
         Ok(())
     }
 
     /// Deletes the record under `key`; returns whether it existed.
     pub fn delete_record(&mut self, table: &TableStore, key: &[u8]) -> Result<bool> {
-        let existed = table
-            .records
-            .delete(self.writing(), key)
-            .map_err(|e| classify(self.db, e))?;
+        let existed = table.records.delete(self.writing(), key).map_err(|e| classify(self.db, e))?;
         if existed {
             self.changes.push(Change {
                 table: table.name.to_string(),
@@ -243,26 +207,17 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
 
     /// Adds an index entry.
     pub fn put_index_entry(&mut self, table: &TableStore, entry: &[u8]) -> Result<()> {
-        table
-            .index
-            .put(self.writing(), entry, &())
-            .map_err(|e| classify(self.db, e))
+        table.index.put(self.writing(), entry, &()).map_err(|e| classify(self.db, e))
     }
 
     /// Removes an index entry; returns whether it existed.
     pub fn delete_index_entry(&mut self, table: &TableStore, entry: &[u8]) -> Result<bool> {
-        table
-            .index
-            .delete(self.writing(), entry)
-            .map_err(|e| classify(self.db, e))
+        table.index.delete(self.writing(), entry).map_err(|e| classify(self.db, e))
     }
 
     /// Removes every index entry in `range`; returns how many.
     pub fn delete_index_range(&mut self, table: &TableStore, range: KeyRange<'_>) -> Result<usize> {
-        table
-            .index
-            .delete_range(self.writing(), &range)
-            .map_err(|e| classify(self.db, e))
+        table.index.delete_range(self.writing(), &range).map_err(|e| classify(self.db, e))
     }
 
     /// A catalog value.
@@ -272,29 +227,17 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
 
     /// Writes a catalog value.
     pub fn put_catalog(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.db
-            .inner
-            .catalog
-            .put(self.writing(), key, value)
-            .map_err(|e| classify(self.db, e))
+        self.db.inner.catalog.put(self.writing(), key, value).map_err(|e| classify(self.db, e))
     }
 
     /// Deletes a catalog value.
     pub fn delete_catalog(&mut self, key: &[u8]) -> Result<bool> {
-        self.db
-            .inner
-            .catalog
-            .delete(self.writing(), key)
-            .map_err(|e| classify(self.db, e))
+        self.db.inner.catalog.delete(self.writing(), key).map_err(|e| classify(self.db, e))
     }
 
     /// Writes a metadata value.
     pub fn put_meta(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.db
-            .inner
-            .meta
-            .put(self.writing(), key, value)
-            .map_err(|e| classify(self.db, e))
+        self.db.inner.meta.put(self.writing(), key, value).map_err(|e| classify(self.db, e))
     }
 
     /// The transaction, for a write: from here on, failing this job aborts its batch.
@@ -321,11 +264,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
                 changes: std::mem::take(&mut self.changes),
             };
             let bytes = entry.encode()?;
-            self.db
-                .inner
-                .txlog
-                .put(self.txn, seq, &bytes)
-                .map_err(|e| classify(self.db, e))?;
+            self.db.inner.txlog.put(self.txn, seq, &bytes).map_err(|e| classify(self.db, e))?;
         }
         Ok(())
     }

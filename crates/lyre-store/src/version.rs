@@ -16,9 +16,7 @@ pub struct Version {
 impl Version {
     /// Total order: time first, node id breaks ties.
     pub fn cmp_order(&self, other: &Version) -> std::cmp::Ordering {
-        self.time
-            .total_cmp(&other.time)
-            .then(self.node.cmp(&other.node))
+        self.time.total_cmp(&other.time).then(self.node.cmp(&other.node))
     }
 }
 
@@ -33,10 +31,7 @@ impl VersionClock {
     /// A clock for `node`, never issuing a time at or below `floor` (the highest version
     /// already stored, so a restart with a slower clock stays monotonic).
     pub fn new(node: u16, floor: f64) -> Self {
-        Self {
-            node,
-            last: AtomicU64::new(floor.max(0.0).to_bits()),
-        }
+        Self { node, last: AtomicU64::new(floor.max(0.0).to_bits()) }
     }
 
     /// The node this clock issues versions for.
@@ -46,30 +41,15 @@ impl VersionClock {
 
     /// The next version: the wall clock, or the smallest float above the last one.
     pub fn next(&self) -> Version {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs_f64() * 1000.0)
-            .unwrap_or(0.0);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0);
         let mut last = self.last.load(Ordering::Relaxed);
         loop {
             let last_time = f64::from_bits(last);
             // Positive floats order like their bits, so +1 is the next representable float.
-            let time = if now > last_time {
-                now
-            } else {
-                f64::from_bits(last + 1)
-            };
-            match self.last.compare_exchange_weak(
-                last,
-                time.to_bits(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            let time = if now > last_time { now } else { f64::from_bits(last + 1) };
+            match self.last.compare_exchange_weak(last, time.to_bits(), Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
-                    return Version {
-                        time,
-                        node: self.node,
-                    };
+                    return Version { time, node: self.node };
                 }
                 Err(current) => last = current,
             }

@@ -46,11 +46,7 @@ pub struct WriterOptions {
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        Self {
-            queue_capacity: 4096,
-            queue_timeout: Duration::from_secs(45),
-            max_batch: 512,
-        }
+        Self { queue_capacity: 4096, queue_timeout: Duration::from_secs(45), max_batch: 512 }
     }
 }
 
@@ -144,21 +140,11 @@ impl<S: Clone + Send + 'static> Writer<S> {
         options: WriterOptions,
     ) -> Result<Self> {
         let (queue, messages) = mpsc::channel(options.queue_capacity);
-        let mut worker = Worker {
-            db,
-            clock,
-            state,
-            on_commit,
-            max_batch: options.max_batch,
-        };
+        let mut worker = Worker { db, clock, state, on_commit, max_batch: options.max_batch };
         let thread = std::thread::Builder::new()
             .name(format!("writer-{}", worker.db.name()))
             .spawn(move || worker.run(messages))?;
-        Ok(Self {
-            queue,
-            options,
-            thread: Mutex::new(Some(thread)),
-        })
+        Ok(Self { queue, options, thread: Mutex::new(Some(thread)) })
     }
 
     /// Submits a job and waits until it is committed (or failed). The job runs on the
@@ -173,12 +159,7 @@ impl<S: Clone + Send + 'static> Writer<S> {
         E: From<Error> + Send + 'static,
     {
         let (reply, outcome) = oneshot::channel();
-        let job = Message::Job(Box::new(TypedJob {
-            meta,
-            work: Some(work),
-            outcome: None,
-            reply,
-        }));
+        let job = Message::Job(Box::new(TypedJob { meta, work: Some(work), outcome: None, reply }));
         match tokio::time::timeout(self.options.queue_timeout, self.queue.send(job)).await {
             Err(_) => return Err(Error::Overloaded.into()),
             Ok(Err(_)) => return Err(Error::Closed.into()),
@@ -226,9 +207,7 @@ impl<S> Writer<S> {
         loop {
             match self.queue.try_send(Message::Stop) {
                 Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
+                Err(mpsc::error::TrySendError::Full(_)) => std::thread::sleep(Duration::from_millis(1)),
             }
         }
     }
@@ -236,12 +215,7 @@ impl<S> Writer<S> {
 
 impl<S> Drop for Writer<S> {
     fn drop(&mut self) {
-        if let Some(thread) = self
-            .thread
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        if let Some(thread) = self.thread.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
             self.send_stop();
             let _ = thread.join();
         }
@@ -327,12 +301,7 @@ impl<S: Clone + Send + 'static> Worker<S> {
     /// Runs one job. `Ok` when its changes are kept or it failed before writing (then
     /// its state changes and log sequence are rolled back); `Err` when it failed after
     /// writing, which poisons the whole transaction.
-    fn run_job(
-        &mut self,
-        job: &mut dyn Job<S>,
-        txn: &mut heed::RwTxn<'_>,
-        seq: &mut u64,
-    ) -> Result<()> {
+    fn run_job(&mut self, job: &mut dyn Job<S>, txn: &mut heed::RwTxn<'_>, seq: &mut u64) -> Result<()> {
         let saved_state = self.state.clone();
         let saved_seq = *seq;
         let mut write = WriteTxn::new(txn, &self.db, self.clock.next());
@@ -379,9 +348,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// A copy of `err` for each job of a failed batch.
 fn duplicate(err: &Error) -> Error {
     match err {
-        Error::MapFull { map_size } => Error::MapFull {
-            map_size: *map_size,
-        },
+        Error::MapFull { map_size } => Error::MapFull { map_size: *map_size },
         Error::Io(io) => Error::Io(std::io::Error::new(io.kind(), io.to_string())),
         Error::Corrupt(m) => Error::Corrupt(m.clone()),
         Error::BatchAborted(m) => Error::BatchAborted(m.clone()),

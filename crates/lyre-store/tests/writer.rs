@@ -3,44 +3,25 @@
 use std::sync::Arc;
 
 use lyre_store::{
-    Database, DatabaseOptions, Error, Flags, JobMeta, RecordHeader, VersionClock, Writer,
-    WriterOptions, decode_record, encode_record,
+    Database, DatabaseOptions, Error, Flags, JobMeta, RecordHeader, VersionClock, Writer, WriterOptions, decode_record,
+    encode_record,
 };
 
 fn options() -> DatabaseOptions {
-    DatabaseOptions {
-        map_size: 1 << 30,
-        durable: false,
-    }
+    DatabaseOptions { map_size: 1 << 30, durable: false }
 }
 
 fn meta() -> JobMeta {
-    JobMeta {
-        user: "tester".into(),
-        operation: "test".into(),
-    }
+    JobMeta { user: "tester".into(), operation: "test".into() }
 }
 
 fn spawn(db: &Database) -> Writer<u64> {
-    Writer::spawn(
-        db.clone(),
-        Arc::new(VersionClock::new(1, 0.0)),
-        0u64,
-        Box::new(|_, _| {}),
-        WriterOptions::default(),
-    )
-    .unwrap()
+    Writer::spawn(db.clone(), Arc::new(VersionClock::new(1, 0.0)), 0u64, Box::new(|_, _| {}), WriterOptions::default())
+        .unwrap()
 }
 
 fn record(body: &[u8]) -> Vec<u8> {
-    encode_record(
-        &RecordHeader {
-            version: 1.0,
-            flags: Flags::empty(),
-            node: 1,
-        },
-        body,
-    )
+    encode_record(&RecordHeader { version: 1.0, flags: Flags::empty(), node: 1 }, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,9 +41,7 @@ async fn reopening_a_database_keeps_tables_and_log() {
             .await
             .unwrap();
         let w = Arc::new(writer);
-        tokio::task::spawn_blocking(move || w.shutdown())
-            .await
-            .unwrap();
+        tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap();
     }
     let db = Database::open("t", dir.path(), options()).unwrap();
     let txn = db.read().unwrap();

@@ -28,24 +28,15 @@ impl OpsClient {
     /// A client for `target`.
     pub fn new(target: &Target) -> anyhow::Result<Self> {
         let base = target.url.trim_end_matches('/');
-        let uri: Uri = format!("{base}/")
-            .parse()
-            .with_context(|| format!("bad URL {}", target.url))?;
+        let uri: Uri = format!("{base}/").parse().with_context(|| format!("bad URL {}", target.url))?;
         let health: Uri = format!("{base}/health").parse()?;
-        let credentials = base64::engine::general_purpose::STANDARD
-            .encode(format!("{}:{}", target.user, target.password));
+        let credentials =
+            base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", target.user, target.password));
         let auth = HeaderValue::from_str(&format!("Basic {credentials}"))?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(1024)
-            .build(connector);
-        Ok(Self {
-            client,
-            uri,
-            health,
-            auth,
-        })
+        let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
+        Ok(Self { client, uri, health, auth })
     }
 
     /// Sends one operation body; returns the status and the whole response body.
@@ -66,11 +57,7 @@ impl OpsClient {
     pub async fn op(&self, body: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
         let (status, bytes) = self.send(Bytes::from(body.to_string())).await?;
         if status != 200 {
-            bail!(
-                "{} answered {status}: {}",
-                body["operation"],
-                String::from_utf8_lossy(&bytes)
-            );
+            bail!("{} answered {status}: {}", body["operation"], String::from_utf8_lossy(&bytes));
         }
         Ok(serde_json::from_slice(&bytes)?)
     }
@@ -79,9 +66,7 @@ impl OpsClient {
     pub async fn wait_ready(&self) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
-            let request = Request::builder()
-                .uri(self.health.clone())
-                .body(Full::new(Bytes::new()))?;
+            let request = Request::builder().uri(self.health.clone()).body(Full::new(Bytes::new()))?;
             if let Ok(response) = self.client.request(request).await
                 && response.status().is_success()
             {

@@ -32,22 +32,13 @@ pub struct LoadSpec<'a> {
 }
 
 /// Runs `spec` against `target` and measures it.
-pub async fn run_load(
-    target: &Target,
-    client: &OpsClient,
-    spec: LoadSpec<'_>,
-) -> anyhow::Result<Measurement> {
+pub async fn run_load(target: &Target, client: &OpsClient, spec: LoadSpec<'_>) -> anyhow::Result<Measurement> {
     let next = Arc::new(AtomicU64::new(0));
     let before = target.sample_tree();
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..spec.concurrency.max(1) {
-        let (client, next, request, check) = (
-            client.clone(),
-            next.clone(),
-            spec.request.clone(),
-            spec.check.clone(),
-        );
+        let (client, next, request, check) = (client.clone(), next.clone(), spec.request.clone(), spec.check.clone());
         let total = spec.requests;
         workers.push(tokio::spawn(async move {
             let mut latencies = histogram();
@@ -62,10 +53,7 @@ pub async fn run_load(
                 let outcome = client.send(body).await;
                 let micros = sent.elapsed().as_micros().clamp(1, u128::from(u64::MAX)) as u64;
                 let _ = latencies.record(micros.min(100_000_000));
-                match outcome
-                    .map_err(|e| e.to_string())
-                    .and_then(|(status, bytes)| check(status, &bytes))
-                {
+                match outcome.map_err(|e| e.to_string()).and_then(|(status, bytes)| check(status, &bytes)) {
                     Ok(n) => items += n,
                     Err(err) => {
                         errors += 1;
@@ -80,9 +68,7 @@ pub async fn run_load(
     let (mut items, mut errors) = (0, 0);
     for worker in workers {
         let (h, n, e, first_error) = worker.await?;
-        latencies
-            .add(&h)
-            .map_err(|e| anyhow::anyhow!("merging histograms: {e}"))?;
+        latencies.add(&h).map_err(|e| anyhow::anyhow!("merging histograms: {e}"))?;
         items += n;
         errors += e;
         if let Some(err) = first_error {
@@ -90,9 +76,7 @@ pub async fn run_load(
         }
     }
     let elapsed = started.elapsed();
-    let server = before
-        .zip(target.sample_tree())
-        .map(|(b, a)| ServerUse::between(b, a, spec.requests));
+    let server = before.zip(target.sample_tree()).map(|(b, a)| ServerUse::between(b, a, spec.requests));
     Ok(Measurement::new(
         spec.workload,
         &target.name,

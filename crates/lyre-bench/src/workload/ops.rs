@@ -21,9 +21,7 @@ pub const TABLE: &str = "ycsb";
 /// as Harper does for tables without a schema).
 pub async fn reset_table(client: &OpsClient) -> anyhow::Result<()> {
     // Absent on a fresh server; any other failure shows up in create_table.
-    let _ = client
-        .op(&json!({"operation": "drop_table", "database": DATABASE, "table": TABLE}))
-        .await;
+    let _ = client.op(&json!({"operation": "drop_table", "database": DATABASE, "table": TABLE})).await;
     client.op(&json!({"operation": "create_table", "database": DATABASE, "table": TABLE, "primary_key": "id"})).await?;
     Ok(())
 }
@@ -31,40 +29,25 @@ pub async fn reset_table(client: &OpsClient) -> anyhow::Result<()> {
 /// An insert body for records `from..to` of a dataset of `records`.
 fn insert_body(from: u64, to: u64, records: u64) -> Bytes {
     let batch: Vec<Value> = (from..to).map(|id| record(id, records)).collect();
-    Bytes::from(
-        json!({"operation": "insert", "database": DATABASE, "table": TABLE, "records": batch})
-            .to_string(),
-    )
+    Bytes::from(json!({"operation": "insert", "database": DATABASE, "table": TABLE, "records": batch}).to_string())
 }
 
 /// Counts `inserted_hashes` in an insert answer.
 fn count_inserted(status: u16, body: &[u8]) -> Result<u64, String> {
     if status != 200 {
-        return Err(format!(
-            "status {status}: {}",
-            String::from_utf8_lossy(body)
-        ));
+        return Err(format!("status {status}: {}", String::from_utf8_lossy(body)));
     }
     let value: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    value["inserted_hashes"]
-        .as_array()
-        .map(|a| a.len() as u64)
-        .ok_or_else(|| "no inserted_hashes".to_string())
+    value["inserted_hashes"].as_array().map(|a| a.len() as u64).ok_or_else(|| "no inserted_hashes".to_string())
 }
 
 /// Counts the records in a search answer (a JSON array).
 fn count_results(status: u16, body: &[u8]) -> Result<u64, String> {
     if status != 200 {
-        return Err(format!(
-            "status {status}: {}",
-            String::from_utf8_lossy(body)
-        ));
+        return Err(format!("status {status}: {}", String::from_utf8_lossy(body)));
     }
     let value: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    value
-        .as_array()
-        .map(|a| a.len() as u64)
-        .ok_or_else(|| "not an array".to_string())
+    value.as_array().map(|a| a.len() as u64).ok_or_else(|| "not an array".to_string())
 }
 
 /// Parameters of the bulk-insert workload.
@@ -86,11 +69,7 @@ pub async fn insert(
     round: usize,
 ) -> anyhow::Result<Measurement> {
     reset_table(client).await?;
-    let InsertParams {
-        records,
-        batch,
-        concurrency,
-    } = params;
+    let InsertParams { records, batch, concurrency } = params;
     let requests = records.div_ceil(batch);
     let spec = LoadSpec {
         workload: "ops-insert",
@@ -102,28 +81,20 @@ pub async fn insert(
     };
     let measurement = run_load(target, client, spec).await?;
     if measurement.items != records {
-        anyhow::bail!(
-            "{}: inserted {} of {records} records",
-            target.name,
-            measurement.items
-        );
+        anyhow::bail!("{}: inserted {} of {records} records", target.name, measurement.items);
     }
     Ok(measurement)
 }
 
 /// Loads the dataset untimed, unless the table already holds it.
 pub async fn ensure_loaded(client: &OpsClient, records: u64) -> anyhow::Result<()> {
-    let described = client
-        .op(&json!({"operation": "describe_table", "database": DATABASE, "table": TABLE}))
-        .await;
+    let described = client.op(&json!({"operation": "describe_table", "database": DATABASE, "table": TABLE})).await;
     if described.ok().and_then(|d| d["record_count"].as_u64()) == Some(records) {
         return Ok(());
     }
     reset_table(client).await?;
     for from in (0..records).step_by(1000) {
-        let (status, body) = client
-            .send(insert_body(from, (from + 1000).min(records), records))
-            .await?;
+        let (status, body) = client.send(insert_body(from, (from + 1000).min(records), records)).await?;
         count_inserted(status, &body).map_err(anyhow::Error::msg)?;
     }
     Ok(())
@@ -160,12 +131,7 @@ pub async fn search(
     params: SearchParams,
     round: usize,
 ) -> anyhow::Result<Measurement> {
-    let SearchParams {
-        records,
-        requests,
-        concurrency,
-        kind,
-    } = params;
+    let SearchParams { records, requests, concurrency, kind } = params;
     let categories = (records / PER_CATEGORY).max(1);
     let request: RequestFn = Arc::new(move |_| {
         let mut rng = rand::rng();
@@ -193,13 +159,6 @@ pub async fn search(
         SearchKind::Value => "ops-search-value",
         SearchKind::Conditions => "ops-search-conditions",
     };
-    let spec = LoadSpec {
-        workload,
-        round,
-        requests,
-        concurrency,
-        request,
-        check: Arc::new(count_results),
-    };
+    let spec = LoadSpec { workload, round, requests, concurrency, request, check: Arc::new(count_results) };
     run_load(target, client, spec).await
 }

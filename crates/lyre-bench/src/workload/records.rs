@@ -21,9 +21,7 @@ pub fn record(id: u64, records: u64) -> Value {
     fields.insert("id".into(), json!(id));
     fields.insert("field0".into(), json!(category(id, records)));
     for f in 1..10 {
-        let text: String = (0..100)
-            .map(|_| char::from(b'a' + rng.random_range(0..26)))
-            .collect();
+        let text: String = (0..100).map(|_| char::from(b'a' + rng.random_range(0..26))).collect();
         fields.insert(format!("field{f}"), Value::String(text));
     }
     Value::Object(fields)
@@ -38,11 +36,7 @@ mod tests {
         let r = record(7, 1000);
         assert_eq!(r, record(7, 1000));
         for f in 0..10 {
-            assert_eq!(
-                r[format!("field{f}")].as_str().unwrap().len(),
-                100,
-                "field{f}"
-            );
+            assert_eq!(r[format!("field{f}")].as_str().unwrap().len(), 100, "field{f}");
         }
         assert_eq!(category(7, 1000), category(107, 1000));
         assert_ne!(category(7, 1000), category(8, 1000));

@@ -30,11 +30,7 @@ impl Action {
 
 /// Fails unless the user is a super user (schema changes, system operations).
 pub fn require_super_user(ctx: &Context) -> Result<()> {
-    if ctx.user.is_super_user() {
-        Ok(())
-    } else {
-        Err(Error::Forbidden)
-    }
+    if ctx.user.is_super_user() { Ok(()) } else { Err(Error::Forbidden) }
 }
 
 /// Fails unless the user may do `action` on `database.table`, following Harper's role
@@ -61,11 +57,7 @@ pub fn check_table(ctx: &Context, database: &str, table: &str, action: Action) -
             .is_some_and(|v| *v == Value::Bool(true)),
         _ => false,
     };
-    if allowed {
-        Ok(())
-    } else {
-        Err(Error::Forbidden)
-    }
+    if allowed { Ok(()) } else { Err(Error::Forbidden) }
 }
 
 #[cfg(test)]
@@ -78,11 +70,7 @@ mod tests {
         let permission: Value = serde_json::from_str(permission).unwrap();
         Context::new(Arc::new(User {
             username: "u".into(),
-            role: Role {
-                name: "r".into(),
-                super_user: false,
-                permission,
-            },
+            role: Role { name: "r".into(), super_user: false, permission },
             active: true,
         }))
     }

@@ -29,11 +29,7 @@ impl User {
     pub fn system() -> Self {
         User {
             username: "lyre".to_string(),
-            role: Role {
-                name: "super_user".to_string(),
-                super_user: true,
-                permission: Value::Null,
-            },
+            role: Role { name: "super_user".to_string(), super_user: true, permission: Value::Null },
             active: true,
         }
     }

@@ -66,21 +66,10 @@ impl Users {
                 system.create_table(&ctx, spec).await?;
             }
         }
-        let users = Users {
-            system,
-            cache: Mutex::new(HashMap::new()),
-            ttl,
-            salt: rand::rng().random(),
-        };
+        let users = Users { system, cache: Mutex::new(HashMap::new()), ttl, salt: rand::rng().random() };
         let mut generated = None;
         let user_table = users.system.table(USER_TABLE)?;
-        let any_user = user_table.search(
-            &ctx,
-            crate::query::Query {
-                limit: Some(1),
-                ..Default::default()
-            },
-        )?;
+        let any_user = user_table.search(&ctx, crate::query::Query { limit: Some(1), ..Default::default() })?;
         let mut found = false;
         any_user.run(&mut |_| {
             found = true;
@@ -90,18 +79,13 @@ impl Users {
             let password = match &admin.password {
                 Some(p) => p.clone(),
                 None => {
-                    let p: String = rand::rng()
-                        .sample_iter(rand::distr::Alphanumeric)
-                        .take(24)
-                        .map(char::from)
-                        .collect();
+                    let p: String =
+                        rand::rng().sample_iter(rand::distr::Alphanumeric).take(24).map(char::from).collect();
                     generated = Some(p.clone());
                     p
                 }
             };
-            users
-                .create_super_user(&ctx, &admin.username, &password)
-                .await?;
+            users.create_super_user(&ctx, &admin.username, &password).await?;
         }
         Ok((users, generated))
     }
@@ -122,10 +106,7 @@ impl Users {
         user.insert("password".into(), hash.into());
         user.insert("role".into(), SUPER_USER_ROLE.into());
         user.insert("active".into(), Value::Bool(true));
-        self.system
-            .table(USER_TABLE)?
-            .insert(ctx, vec![user])
-            .await?;
+        self.system.table(USER_TABLE)?.insert(ctx, vec![user]).await?;
         tracing::info!(username, "created the first super user");
         Ok(())
     }
@@ -147,62 +128,33 @@ impl Users {
         }
         let ctx = Context::system();
         let users = self.system.table(USER_TABLE)?;
-        let Some(record) = users
-            .get_many(&ctx, &[Value::from(username)], &Select::Raw)?
-            .pop()
-        else {
+        let Some(record) = users.get_many(&ctx, &[Value::from(username)], &Select::Raw)?.pop() else {
             return Err(Error::LoginFailed);
         };
-        let stored = record
-            .get("password")
-            .and_then(Value::as_str)
-            .ok_or(Error::LoginFailed)?;
-        if Argon2::default()
-            .verify_password(password.as_bytes(), stored)
-            .is_err()
-        {
+        let stored = record.get("password").and_then(Value::as_str).ok_or(Error::LoginFailed)?;
+        if Argon2::default().verify_password(password.as_bytes(), stored).is_err() {
             return Err(Error::LoginFailed);
         }
         if record.get("active") == Some(&Value::Bool(false)) {
             return Err(Error::LoginFailed);
         }
-        let role_name = record
-            .get("role")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let role_name = record.get("role").and_then(Value::as_str).unwrap_or_default().to_string();
         let role = self.role(&role_name)?;
-        let user = Arc::new(User {
-            username: username.to_string(),
-            role,
-            active: true,
-        });
+        let user = Arc::new(User { username: username.to_string(), role, active: true });
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache.insert(
             username.to_string(),
-            CachedLogin {
-                digest: self.digest(password),
-                user: user.clone(),
-                expires: Instant::now() + self.ttl,
-            },
+            CachedLogin { digest: self.digest(password), user: user.clone(), expires: Instant::now() + self.ttl },
         );
         Ok(user)
     }
 
     fn role(&self, name: &str) -> Result<Role> {
         let roles = self.system.table(ROLE_TABLE)?;
-        let record = roles
-            .get_many(&Context::system(), &[Value::from(name)], &Select::Raw)?
-            .pop();
-        let permission = record
-            .and_then(|mut r| r.shift_remove("permission"))
-            .unwrap_or(Value::Null);
+        let record = roles.get_many(&Context::system(), &[Value::from(name)], &Select::Raw)?.pop();
+        let permission = record.and_then(|mut r| r.shift_remove("permission")).unwrap_or(Value::Null);
         let super_user = matches!(&permission, Value::Object(p) if p.get("super_user") == Some(&Value::Bool(true)));
-        Ok(Role {
-            name: name.to_string(),
-            super_user,
-            permission,
-        })
+        Ok(Role { name: name.to_string(), super_user, permission })
     }
 
     fn digest(&self, password: &str) -> [u8; 32] {

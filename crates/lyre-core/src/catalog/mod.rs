@@ -5,11 +5,15 @@
 //! the same transaction, and published to readers as an immutable snapshot after
 //! each commit.
 
+pub(crate) mod define;
 mod names;
 mod schema;
+mod sdl;
 
 pub use names::{validate_attribute_name, validate_database_name, validate_table_name};
 pub(crate) use schema::COUNTERS_KEY;
 pub use schema::{
-    Attribute, AttributeSpec, CREATED_TIME, DatabaseSchema, TableSchema, TableSpec, UPDATED_TIME,
+    Attribute, AttributeSpec, CREATED_TIME, DatabaseSchema, NestedField, Relationship, Shape, Stamp, TableSchema,
+    TableSpec, UPDATED_TIME,
 };
+pub use sdl::{DeclaredAttribute, SdlError, TableDefinition, parse_sdl};

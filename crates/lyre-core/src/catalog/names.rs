@@ -10,9 +10,7 @@ pub fn validate_database_name(name: &str) -> Result<()> {
         return Err(Error::invalid("'database' is not allowed to be empty"));
     }
     if name.contains(FORBIDDEN) || name == "." || name == ".." || name.contains('\0') {
-        return Err(Error::invalid(
-            "'database' names cannot include backticks or forward slashes",
-        ));
+        return Err(Error::invalid("'database' names cannot include backticks or forward slashes"));
     }
     check_length("database", name)
 }
@@ -23,9 +21,7 @@ pub fn validate_table_name(name: &str) -> Result<()> {
         return Err(Error::invalid("'table' is not allowed to be empty"));
     }
     if name.contains(FORBIDDEN) || name.contains('\0') {
-        return Err(Error::invalid(
-            "'table' names cannot include backticks or forward slashes",
-        ));
+        return Err(Error::invalid("'table' names cannot include backticks or forward slashes"));
     }
     check_length("table", name)
 }
@@ -36,9 +32,7 @@ pub fn validate_attribute_name(name: &str) -> Result<()> {
         return Err(Error::invalid("Invalid attribute name: ''"));
     }
     if name.contains(FORBIDDEN) {
-        return Err(Error::invalid(
-            "Attribute names cannot include backticks or forward slashes",
-        ));
+        return Err(Error::invalid("Attribute names cannot include backticks or forward slashes"));
     }
     check_length("attribute", name)
 }
@@ -46,9 +40,7 @@ pub fn validate_attribute_name(name: &str) -> Result<()> {
 fn check_length(what: &str, name: &str) -> Result<()> {
     // Names become sub-database and file names; keep them well inside OS limits.
     if name.len() > 200 {
-        return Err(Error::invalid(format!(
-            "'{what}' names cannot be longer than 200 bytes"
-        )));
+        return Err(Error::invalid(format!("'{what}' names cannot be longer than 200 bytes")));
     }
     Ok(())
 }
@@ -66,15 +58,9 @@ mod tests {
             validate_table_name("a/b").unwrap_err().to_string(),
             "'table' names cannot include backticks or forward slashes"
         );
-        assert_eq!(
-            validate_table_name("").unwrap_err().to_string(),
-            "'table' is not allowed to be empty"
-        );
+        assert_eq!(validate_table_name("").unwrap_err().to_string(), "'table' is not allowed to be empty");
         assert!(validate_database_name("..").is_err());
-        assert_eq!(
-            validate_attribute_name("").unwrap_err().to_string(),
-            "Invalid attribute name: ''"
-        );
+        assert_eq!(validate_attribute_name("").unwrap_err().to_string(), "Invalid attribute name: ''");
         assert!(validate_attribute_name("a/b").is_err());
         assert!(validate_attribute_name(&"x".repeat(201)).is_err());
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::TableDefinition;
 use crate::error::{Error, Result};
 
 /// Attribute set on create in dynamic tables (Harper's name).
@@ -30,6 +31,64 @@ pub struct Attribute {
     /// de-duplication, since one record has several index entries).
     #[serde(default)]
     pub multi_valued: bool,
+    /// The declared shape beyond the type name (list, required, nested fields, time
+    /// stamp), for tables defined by a schema.
+    #[serde(default)]
+    pub shape: Shape,
+}
+
+/// What a declared attribute must look like, beyond its type name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    /// `[T]`: an array of `T`.
+    #[serde(default)]
+    pub list: bool,
+    /// `T!`: may not be null or missing.
+    #[serde(default)]
+    pub required: bool,
+    /// Fields of a nested (non-table) object type.
+    #[serde(default)]
+    pub fields: Vec<NestedField>,
+    /// Set by the server on write.
+    #[serde(default)]
+    pub stamp: Option<Stamp>,
+}
+
+/// A field of a nested object type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NestedField {
+    /// The field's name.
+    pub name: String,
+    /// Its type name.
+    pub type_name: String,
+    /// Its shape.
+    pub shape: Shape,
+}
+
+/// An attribute the server fills in on write (`@createdTime`, `@updatedTime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stamp {
+    /// Set when the record is created.
+    Created,
+    /// Set on every write.
+    Updated,
+}
+
+/// A `@relationship` field: a join to another table, not a stored attribute.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Relationship {
+    /// The field's name.
+    pub name: String,
+    /// The database of the related table.
+    pub database: String,
+    /// The related table.
+    pub table: String,
+    /// `from`: the attribute of this table holding the related record's key(s).
+    pub from: Option<String>,
+    /// `to`: the attribute of the related table holding this record's key.
+    pub to: Option<String>,
+    /// Whether the field is a list.
+    pub list: bool,
 }
 
 /// How to create an attribute.
@@ -75,6 +134,12 @@ pub struct TableSchema {
     pub schema_defined: bool,
     /// Creation order within the database.
     pub created_seq: u64,
+    /// `@sealed`: properties not declared are rejected.
+    #[serde(default)]
+    pub sealed: bool,
+    /// `@relationship` fields.
+    #[serde(default)]
+    pub relationships: Vec<Relationship>,
     #[serde(skip)]
     by_name: HashMap<String, usize>,
 }
@@ -97,30 +162,21 @@ impl TableSchema {
 
     /// Attributes with a secondary index (never the primary key).
     pub fn indexed_attributes(&self) -> impl Iterator<Item = &Attribute> {
-        self.attributes
-            .iter()
-            .filter(|a| a.indexed && !a.is_primary_key)
+        self.attributes.iter().filter(|a| a.indexed && !a.is_primary_key)
     }
 
     fn push_attribute(&mut self, attribute: Attribute) {
-        self.by_name
-            .insert(attribute.name.clone(), self.attributes.len());
+        self.by_name.insert(attribute.name.clone(), self.attributes.len());
         self.attributes.push(attribute);
     }
 
     fn reindex(&mut self) {
-        self.by_name = self
-            .attributes
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (a.name.clone(), i))
-            .collect();
+        self.by_name = self.attributes.iter().enumerate().map(|(i, a)| (a.name.clone(), i)).collect();
     }
 
     /// Encodes the schema for the catalog.
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
-        rmp_serde::to_vec_named(self)
-            .map_err(|e| Error::Corrupt(format!("encoding a table schema: {e}")))
+        rmp_serde::to_vec_named(self).map_err(|e| Error::Corrupt(format!("encoding a table schema: {e}")))
     }
 
     /// Decodes a schema stored by [`TableSchema::encode`].
@@ -134,6 +190,19 @@ impl TableSchema {
     pub(crate) fn catalog_key(name: &str) -> Vec<u8> {
         format!("table:{name}").into_bytes()
     }
+}
+
+/// What [`DatabaseSchema::define`] asks of storage.
+#[derive(Debug, Default)]
+pub(crate) struct Definition {
+    /// The table did not exist.
+    pub created: bool,
+    /// Anything about the table changed.
+    pub changed: bool,
+    /// Attributes whose index must be built over the existing records.
+    pub build: Vec<Attribute>,
+    /// Attributes whose index entries must be removed.
+    pub drop: Vec<Attribute>,
 }
 
 /// The schema of one database: its tables in creation order.
@@ -155,10 +224,7 @@ pub(crate) const COUNTERS_KEY: &[u8] = b"counters";
 impl DatabaseSchema {
     /// An empty schema for database `name`.
     pub fn new(name: &str) -> Self {
-        Self {
-            name: name.to_string(),
-            ..Self::default()
-        }
+        Self { name: name.to_string(), ..Self::default() }
     }
 
     /// Rebuilds a schema from catalog entries.
@@ -175,10 +241,7 @@ impl DatabaseSchema {
             }
         }
         tables.sort_by_key(|t| t.created_seq);
-        schema.tables = tables
-            .into_iter()
-            .map(|t| (t.name.clone(), Arc::new(t)))
-            .collect();
+        schema.tables = tables.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect();
         Ok(schema)
     }
 
@@ -203,6 +266,8 @@ impl DatabaseSchema {
             audit: spec.audit,
             schema_defined: spec.attributes.is_some(),
             created_seq: self.next_table_seq,
+            sealed: false,
+            relationships: Vec::new(),
             by_name: HashMap::new(),
         };
         self.next_table_seq += 1;
@@ -213,6 +278,7 @@ impl DatabaseSchema {
             indexed: true,
             is_primary_key: true,
             multi_valued: false,
+            shape: Default::default(),
         };
         table.push_attribute(pk);
         let table_spec_pk = spec.primary_key.as_str();
@@ -227,6 +293,7 @@ impl DatabaseSchema {
                         indexed: true,
                         is_primary_key: false,
                         multi_valued: false,
+                        shape: Default::default(),
                     });
                 }
             }
@@ -240,11 +307,88 @@ impl DatabaseSchema {
                         indexed: spec.indexed,
                         is_primary_key: false,
                         multi_valued: false,
+                        shape: Default::default(),
                     });
                 }
             }
         }
         table
+    }
+
+    /// Makes `table` match a schema definition, creating it if absent. Returns what
+    /// storage work that needs: indexes to build and to drop. Fails (changing
+    /// nothing) when the definition contradicts the table's primary key.
+    pub(crate) fn define(&mut self, definition: &TableDefinition) -> Result<Definition> {
+        let mut outcome = Definition::default();
+        if self.table(&definition.table).is_none() {
+            let spec = TableSpec {
+                name: definition.table.clone(),
+                primary_key: definition.primary_key.clone(),
+                primary_key_type: Some(definition.primary_key_type.clone()),
+                attributes: Some(Vec::new()),
+                audit: definition.audit,
+            };
+            let table = self.new_table(&spec);
+            self.tables.insert(table.name.clone(), Arc::new(table));
+            outcome.created = true;
+        }
+        let database = self.name.clone();
+        let current = self
+            .table(&definition.table)
+            .cloned()
+            .ok_or_else(|| Error::TableNotFound { database, table: definition.table.clone() })?;
+        if current.primary_key != definition.primary_key {
+            return Err(Error::invalid(format!(
+                "the primary key of table '{}' is '{}'; a schema cannot change it to '{}'",
+                current.name, current.primary_key, definition.primary_key
+            )));
+        }
+        let mut next = (*current).clone();
+        next.schema_defined = true;
+        next.sealed = definition.sealed;
+        next.audit = definition.audit;
+        next.relationships = definition.relationships.clone();
+        if let Some(pk) = next.by_name.get(&next.primary_key).copied() {
+            next.attributes[pk].type_name = Some(definition.primary_key_type.clone());
+        }
+        for declared in &definition.attributes {
+            match next.by_name.get(&declared.name).copied() {
+                None => {
+                    let attribute = Attribute {
+                        name: declared.name.clone(),
+                        id: self.allocate_attribute_id(),
+                        type_name: Some(declared.type_name.clone()),
+                        indexed: declared.indexed,
+                        is_primary_key: false,
+                        multi_valued: false,
+                        shape: declared.shape.clone(),
+                    };
+                    if attribute.indexed {
+                        outcome.build.push(attribute.clone());
+                    }
+                    next.push_attribute(attribute);
+                }
+                Some(i) => {
+                    let attribute = &mut next.attributes[i];
+                    match (attribute.indexed, declared.indexed) {
+                        (false, true) => outcome.build.push(attribute.clone()),
+                        (true, false) => outcome.drop.push(attribute.clone()),
+                        _ => {}
+                    }
+                    attribute.indexed = declared.indexed;
+                    attribute.type_name = Some(declared.type_name.clone());
+                    attribute.shape = declared.shape.clone();
+                }
+            }
+        }
+        outcome.changed = outcome.created
+            || next.attributes != current.attributes
+            || next.sealed != current.sealed
+            || next.audit != current.audit
+            || next.relationships != current.relationships
+            || !current.schema_defined;
+        self.tables.insert(next.name.clone(), Arc::new(next));
+        Ok(outcome)
     }
 
     /// Adds an attribute to `table` (copy-on-write) and returns it.
@@ -258,6 +402,7 @@ impl DatabaseSchema {
             indexed: spec.indexed,
             is_primary_key: false,
             multi_valued: false,
+            shape: Default::default(),
         };
         schema.push_attribute(attribute.clone());
         Ok(attribute)
@@ -266,10 +411,7 @@ impl DatabaseSchema {
     /// Removes an attribute from `table`; returns it.
     pub(crate) fn remove_attribute(&mut self, table: &str, name: &str) -> Result<Attribute> {
         let schema = self.table_mut(table)?;
-        let index = *schema
-            .by_name
-            .get(name)
-            .ok_or_else(|| Error::AttributeNotFound(name.to_string()))?;
+        let index = *schema.by_name.get(name).ok_or_else(|| Error::AttributeNotFound(name.to_string()))?;
         let removed = schema.attributes.remove(index);
         schema.reindex();
         Ok(removed)
@@ -287,13 +429,8 @@ impl DatabaseSchema {
     /// A mutable (copied-on-write) table schema.
     pub(crate) fn table_mut(&mut self, table: &str) -> Result<&mut TableSchema> {
         let database = self.name.clone();
-        let entry = self
-            .tables
-            .get_mut(table)
-            .ok_or_else(|| Error::TableNotFound {
-                database,
-                table: table.to_string(),
-            })?;
+        let entry =
+            self.tables.get_mut(table).ok_or_else(|| Error::TableNotFound { database, table: table.to_string() })?;
         Ok(Arc::make_mut(entry))
     }
 
@@ -309,13 +446,7 @@ mod tests {
     use super::*;
 
     fn dynamic(name: &str) -> TableSpec {
-        TableSpec {
-            name: name.into(),
-            primary_key: "id".into(),
-            primary_key_type: None,
-            attributes: None,
-            audit: true,
-        }
+        TableSpec { name: name.into(), primary_key: "id".into(), primary_key_type: None, attributes: None, audit: true }
     }
 
     #[test]
@@ -333,27 +464,9 @@ mod tests {
         let mut db = DatabaseSchema::new("dev");
         let t = db.new_table(&dynamic("dog"));
         db.tables.insert("dog".into(), Arc::new(t));
-        let a = db
-            .add_attribute(
-                "dog",
-                AttributeSpec {
-                    name: "x".into(),
-                    type_name: None,
-                    indexed: true,
-                },
-            )
-            .unwrap();
+        let a = db.add_attribute("dog", AttributeSpec { name: "x".into(), type_name: None, indexed: true }).unwrap();
         db.remove_attribute("dog", "x").unwrap();
-        let b = db
-            .add_attribute(
-                "dog",
-                AttributeSpec {
-                    name: "x".into(),
-                    type_name: None,
-                    indexed: true,
-                },
-            )
-            .unwrap();
+        let b = db.add_attribute("dog", AttributeSpec { name: "x".into(), type_name: None, indexed: true }).unwrap();
         assert_ne!(a.id, b.id);
         let table = db.table("dog").unwrap();
         let decoded = TableSchema::decode(&table.encode().unwrap()).unwrap();

@@ -49,6 +49,14 @@ pub enum Condition {
         /// With what.
         value: Value,
     },
+    /// Records whose related records (through a `@relationship` field) satisfy
+    /// `condition`, evaluated on the related table (`rel.attr==v` in REST).
+    Related {
+        /// The relationship field's name.
+        relationship: String,
+        /// The condition on the related records.
+        condition: Box<Condition>,
+    },
     /// A nested group.
     Group {
         /// How the group's conditions combine.

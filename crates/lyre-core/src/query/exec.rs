@@ -10,11 +10,13 @@ use crate::index::attribute_prefix;
 use crate::query::ast::SortKey;
 use crate::query::filter::{cmp_sort_values, matches_all};
 use crate::query::plan::{Driver, Order, Search};
+use crate::query::related::Related;
 use crate::table::decode_object;
-use crate::value::Object;
+use crate::value::{Object, Value};
 
-/// Receives each result; returns `Break` to stop early (the client went away).
-pub type Sink<'a> = dyn FnMut(Object) -> ControlFlow<()> + 'a;
+/// Receives each result (an object, or a bare value or array for `select(a)` and
+/// `select([a,b])`); returns `Break` to stop early (the client went away).
+pub type Sink<'a> = dyn FnMut(Value) -> ControlFlow<()> + 'a;
 
 impl Search {
     /// Streams every result to `sink`, in order. Memory stays bounded unless the
@@ -25,6 +27,8 @@ impl Search {
             return Ok(());
         };
         let schema = self.table.schema().clone();
+        let related = Related::new(&self.txn, self.table.db(), &schema);
+        let related = Some(&related);
         let query = &self.query;
         let conditions = &query.conditions;
         let operator = query.operator;
@@ -36,22 +40,18 @@ impl Search {
                     return Ok(());
                 }
                 let _stopped_early = walk(&self.txn, &store, &self.driver, &mut |_, record| {
-                    if !matches_all(operator, conditions, &record) {
+                    if !matches_all(operator, conditions, &record, related)? {
                         return Ok(ControlFlow::Continue(()));
                     }
                     if skip > 0 {
                         skip -= 1;
                         return Ok(ControlFlow::Continue(()));
                     }
-                    if sink(query.select.project(&schema, record)).is_break() {
+                    if sink(query.select.project_value(&schema, record, related)?).is_break() {
                         return Ok(ControlFlow::Break(()));
                     }
                     remaining -= 1;
-                    Ok(if remaining == 0 {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    })
+                    Ok(if remaining == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
                 })?
                 .is_break();
             }
@@ -59,11 +59,9 @@ impl Search {
                 let keep = query.limit.map(|l| l.saturating_add(query.offset));
                 let mut matched: Vec<Object> = Vec::new();
                 let _complete = walk(&self.txn, &store, &self.driver, &mut |_, record| {
-                    if matches_all(operator, conditions, &record) {
+                    if matches_all(operator, conditions, &record, related)? {
                         matched.push(record);
-                        if let Some(keep) =
-                            keep.filter(|k| matched.len() > k.saturating_mul(2).max(1024))
-                        {
+                        if let Some(keep) = keep.filter(|k| matched.len() > k.saturating_mul(2).max(1024)) {
                             sort_records(&mut matched, keys);
                             matched.truncate(keep);
                         }
@@ -72,12 +70,9 @@ impl Search {
                 })?
                 .is_continue();
                 sort_records(&mut matched, keys);
-                let page = matched
-                    .into_iter()
-                    .skip(query.offset)
-                    .take(query.limit.unwrap_or(usize::MAX));
+                let page = matched.into_iter().skip(query.offset).take(query.limit.unwrap_or(usize::MAX));
                 for record in page {
-                    if sink(query.select.project(&schema, record)).is_break() {
+                    if sink(query.select.project_value(&schema, record, related)?).is_break() {
                         break;
                     }
                 }
@@ -91,11 +86,7 @@ fn sort_records(records: &mut [Object], keys: &[SortKey]) {
     records.sort_by(|a, b| {
         for key in keys {
             let order = cmp_sort_values(a.get(&key.attribute), b.get(&key.attribute));
-            let order = if key.descending {
-                order.reverse()
-            } else {
-                order
-            };
+            let order = if key.descending { order.reverse() } else { order };
             if order.is_ne() {
                 return order;
             }
@@ -105,12 +96,12 @@ fn sort_records(records: &mut [Object], keys: &[SortKey]) {
 }
 
 /// Receives each candidate's encoded primary key and record.
-type Visit<'a> = dyn FnMut(&[u8], Object) -> Result<ControlFlow<()>> + 'a;
+pub(crate) type Visit<'a> = dyn FnMut(&[u8], Object) -> Result<ControlFlow<()>> + 'a;
 
 const ALL: (Bound<&[u8]>, Bound<&[u8]>) = (Bound::Unbounded, Bound::Unbounded);
 
 /// Feeds every candidate record of `driver` to `visit`, in the driver's order.
-fn walk(
+pub(crate) fn walk(
     txn: &ReadTxn,
     store: &TableStore,
     driver: &Driver,
@@ -118,9 +109,7 @@ fn walk(
 ) -> Result<ControlFlow<()>> {
     match driver {
         Driver::Scan { descending } => scan(txn, store, ALL, *descending, visit),
-        Driver::PrimaryRange { range, descending } => {
-            scan(txn, store, range.as_ref(), *descending, visit)
-        }
+        Driver::PrimaryRange { range, descending } => scan(txn, store, range.as_ref(), *descending, visit),
         Driver::Keys(keys) => {
             for key in keys {
                 if let Some(stored) = txn.get_record(store, key)?
@@ -131,37 +120,16 @@ fn walk(
             }
             Ok(ControlFlow::Continue(()))
         }
-        Driver::Index {
-            attribute,
-            range,
-            descending,
-        } => index_walk(
-            txn,
-            store,
-            range.as_ref(),
-            *descending,
-            attribute.multi_valued,
-            visit,
-        ),
-        Driver::SortIndex {
-            attribute,
-            descending,
-        } => {
+        Driver::Index { attribute, range, descending } => {
+            index_walk(txn, store, range.as_ref(), *descending, attribute.multi_valued, visit)
+        }
+        Driver::SortIndex { attribute, descending } => {
             let prefix = attribute_prefix(attribute);
             let end = (attribute.id + 1).to_be_bytes();
             let name = &attribute.name;
             // Records lacking the attribute sort after every value: last ascending,
             // first descending.
-            if *descending
-                && scan(
-                    txn,
-                    store,
-                    ALL,
-                    false,
-                    &mut lacking_or_all(name, true, visit),
-                )?
-                .is_break()
-            {
+            if *descending && scan(txn, store, ALL, false, &mut lacking_or_all(name, true, visit))?.is_break() {
                 return Ok(ControlFlow::Break(()));
             }
             let range = (Bound::Included(&prefix[..]), Bound::Excluded(&end[..]));
@@ -178,13 +146,7 @@ fn walk(
                 return Ok(ControlFlow::Break(()));
             }
             if !*descending {
-                return scan(
-                    txn,
-                    store,
-                    ALL,
-                    false,
-                    &mut lacking_or_all(name, true, visit),
-                );
+                return scan(txn, store, ALL, false, &mut lacking_or_all(name, true, visit));
             }
             Ok(ControlFlow::Continue(()))
         }
@@ -192,11 +154,7 @@ fn walk(
             let mut seen = HashSet::new();
             for part in parts {
                 let mut once = |pk: &[u8], record: Object| {
-                    if seen.insert(pk.to_vec()) {
-                        visit(pk, record)
-                    } else {
-                        Ok(ControlFlow::Continue(()))
-                    }
+                    if seen.insert(pk.to_vec()) { visit(pk, record) } else { Ok(ControlFlow::Continue(())) }
                 };
                 if walk(txn, store, part, &mut once)?.is_break() {
                     return Ok(ControlFlow::Break(()));
@@ -214,11 +172,7 @@ fn lacking_or_all<'v>(
     visit: &'v mut Visit<'_>,
 ) -> impl FnMut(&[u8], Object) -> Result<ControlFlow<()>> + 'v {
     move |pk, record| {
-        if only_lacking && record.contains_key(name) {
-            Ok(ControlFlow::Continue(()))
-        } else {
-            visit(pk, record)
-        }
+        if only_lacking && record.contains_key(name) { Ok(ControlFlow::Continue(())) } else { visit(pk, record) }
     }
 }
 

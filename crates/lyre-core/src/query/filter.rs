@@ -2,36 +2,56 @@
 
 use std::cmp::Ordering;
 
+use crate::error::Result;
 use crate::query::ast::{Comparator, Condition, Operator};
+use crate::query::related::Related;
 use crate::value::{Object, Value};
 
-/// Whether `record` satisfies every (AND) or any (OR) of `conditions`.
-pub(crate) fn matches_all(operator: Operator, conditions: &[Condition], record: &Object) -> bool {
-    match operator {
-        Operator::And => conditions.iter().all(|c| matches(c, record)),
-        Operator::Or => conditions.iter().any(|c| matches(c, record)),
+/// Whether `record` satisfies every (AND) or any (OR) of `conditions`. `related`
+/// resolves relationship conditions; without it they never match.
+pub(crate) fn matches_all(
+    operator: Operator,
+    conditions: &[Condition],
+    record: &Object,
+    related: Option<&Related<'_>>,
+) -> Result<bool> {
+    for condition in conditions {
+        let hit = matches(condition, record, related)?;
+        match operator {
+            Operator::And if !hit => return Ok(false),
+            Operator::Or if hit => return Ok(true),
+            _ => {}
+        }
     }
+    Ok(operator == Operator::And)
 }
 
 /// Whether `record` satisfies `condition`.
-pub(crate) fn matches(condition: &Condition, record: &Object) -> bool {
-    match condition {
-        Condition::Group {
-            operator,
-            conditions,
-        } => matches_all(*operator, conditions, record),
-        Condition::Compare {
-            attribute,
-            comparator,
-            value,
-        } => {
+pub(crate) fn matches(condition: &Condition, record: &Object, related: Option<&Related<'_>>) -> Result<bool> {
+    Ok(match condition {
+        Condition::Group { operator, conditions } => matches_all(*operator, conditions, record, related)?,
+        Condition::Related { relationship, condition } => {
+            let Some(related) = related else { return Ok(false) };
+            let Some(found) = related.relationship(relationship) else { return Ok(false) };
+            let mut hit = false;
+            for target in related.records(record, found)? {
+                // Inner conditions are evaluated on the related table; deeper joins are
+                // not followed.
+                if matches(condition, &target, None)? {
+                    hit = true;
+                    break;
+                }
+            }
+            hit
+        }
+        Condition::Compare { attribute, comparator, value } => {
             let found = record.get(attribute);
             match comparator {
                 Comparator::NotEqual => !found.is_some_and(|v| any_element(v, |x| equal(x, value))),
                 _ => found.is_some_and(|v| any_element(v, |x| compare(x, *comparator, value))),
             }
         }
-    }
+    })
 }
 
 fn any_element(value: &Value, test: impl Fn(&Value) -> bool) -> bool {
@@ -56,23 +76,15 @@ fn compare(x: &Value, comparator: Comparator, value: &Value) -> bool {
         Comparator::StartsWith => strings(x, value, |s, v| s.starts_with(v)),
         Comparator::EndsWith => strings(x, value, |s, v| s.ends_with(v)),
         Comparator::GreaterThan => x.cmp_scalar(value) == Some(Ordering::Greater),
-        Comparator::GreaterThanEqual => matches!(
-            x.cmp_scalar(value),
-            Some(Ordering::Greater | Ordering::Equal)
-        ),
+        Comparator::GreaterThanEqual => matches!(x.cmp_scalar(value), Some(Ordering::Greater | Ordering::Equal)),
         Comparator::LessThan => x.cmp_scalar(value) == Some(Ordering::Less),
         Comparator::LessThanEqual => {
             matches!(x.cmp_scalar(value), Some(Ordering::Less | Ordering::Equal))
         }
         Comparator::Between => match value {
             Value::Array(bounds) if bounds.len() >= 2 => {
-                matches!(
-                    x.cmp_scalar(&bounds[0]),
-                    Some(Ordering::Greater | Ordering::Equal)
-                ) && matches!(
-                    x.cmp_scalar(&bounds[1]),
-                    Some(Ordering::Less | Ordering::Equal)
-                )
+                matches!(x.cmp_scalar(&bounds[0]), Some(Ordering::Greater | Ordering::Equal))
+                    && matches!(x.cmp_scalar(&bounds[1]), Some(Ordering::Less | Ordering::Equal))
             }
             _ => false,
         },
@@ -106,6 +118,10 @@ pub(crate) fn cmp_sort_values(a: Option<&Value>, b: Option<&Value>) -> Ordering 
 mod tests {
     use super::*;
 
+    fn hit(condition: &Condition, record: &Object) -> bool {
+        matches(condition, record, None).unwrap()
+    }
+
     fn record(json: &str) -> Object {
         match serde_json::from_str::<Value>(json).unwrap() {
             Value::Object(o) => o,
@@ -114,63 +130,24 @@ mod tests {
     }
 
     fn cmp(attribute: &str, comparator: Comparator, value: Value) -> Condition {
-        Condition::Compare {
-            attribute: attribute.into(),
-            comparator,
-            value,
-        }
+        Condition::Compare { attribute: attribute.into(), comparator, value }
     }
 
     #[test]
     fn comparisons_follow_key_order_and_strict_types() {
         let r = record(r#"{"age":5,"name":"Labrador Mix","tags":["a","b"]}"#);
-        assert!(matches(&cmp("age", Comparator::Equals, Value::Int(5)), &r));
-        assert!(matches(
-            &cmp("age", Comparator::Equals, Value::Float(5.0)),
-            &r
-        ));
-        assert!(!matches(&cmp("age", Comparator::Equals, "5".into()), &r));
-        assert!(!matches(
-            &cmp("age", Comparator::GreaterThan, "5".into()),
-            &r
-        ));
-        assert!(matches(
-            &cmp("age", Comparator::GreaterThan, Value::Bool(true)),
-            &r
-        ));
-        assert!(matches(
-            &cmp("name", Comparator::EndsWith, "Mix".into()),
-            &r
-        ));
-        assert!(matches(
-            &cmp("name", Comparator::Contains, "ador".into()),
-            &r
-        ));
-        assert!(matches(&cmp("tags", Comparator::Equals, "b".into()), &r));
-        assert!(matches(
-            &cmp("missing", Comparator::NotEqual, Value::Int(1)),
-            &r
-        ));
-        assert!(!matches(
-            &cmp("missing", Comparator::Equals, Value::Null),
-            &r
-        ));
-        assert!(matches(
-            &cmp(
-                "age",
-                Comparator::Between,
-                vec![Value::Int(5), Value::Int(8)].into()
-            ),
-            &r
-        ));
-        assert!(!matches(
-            &cmp(
-                "age",
-                Comparator::Between,
-                vec![Value::Int(6), Value::Int(8)].into()
-            ),
-            &r
-        ));
+        assert!(hit(&cmp("age", Comparator::Equals, Value::Int(5)), &r));
+        assert!(hit(&cmp("age", Comparator::Equals, Value::Float(5.0)), &r));
+        assert!(!hit(&cmp("age", Comparator::Equals, "5".into()), &r));
+        assert!(!hit(&cmp("age", Comparator::GreaterThan, "5".into()), &r));
+        assert!(hit(&cmp("age", Comparator::GreaterThan, Value::Bool(true)), &r));
+        assert!(hit(&cmp("name", Comparator::EndsWith, "Mix".into()), &r));
+        assert!(hit(&cmp("name", Comparator::Contains, "ador".into()), &r));
+        assert!(hit(&cmp("tags", Comparator::Equals, "b".into()), &r));
+        assert!(hit(&cmp("missing", Comparator::NotEqual, Value::Int(1)), &r));
+        assert!(!hit(&cmp("missing", Comparator::Equals, Value::Null), &r));
+        assert!(hit(&cmp("age", Comparator::Between, vec![Value::Int(5), Value::Int(8)].into()), &r));
+        assert!(!hit(&cmp("age", Comparator::Between, vec![Value::Int(6), Value::Int(8)].into()), &r));
         let either = Condition::Group {
             operator: Operator::Or,
             conditions: vec![
@@ -178,22 +155,13 @@ mod tests {
                 cmp("name", Comparator::StartsWith, "Lab".into()),
             ],
         };
-        assert!(matches(&either, &r));
+        assert!(hit(&either, &r));
     }
 
     #[test]
     fn missing_values_sort_last() {
-        assert_eq!(
-            cmp_sort_values(None, Some(&Value::Int(1))),
-            Ordering::Greater
-        );
-        assert_eq!(
-            cmp_sort_values(Some(&Value::Null), Some(&Value::Int(1))),
-            Ordering::Less
-        );
-        assert_eq!(
-            cmp_sort_values(Some(&Value::Int(2)), Some(&Value::Float(1.5))),
-            Ordering::Greater
-        );
+        assert_eq!(cmp_sort_values(None, Some(&Value::Int(1))), Ordering::Greater);
+        assert_eq!(cmp_sort_values(Some(&Value::Null), Some(&Value::Int(1))), Ordering::Less);
+        assert_eq!(cmp_sort_values(Some(&Value::Int(2)), Some(&Value::Float(1.5))), Ordering::Greater);
     }
 }

@@ -11,8 +11,10 @@ mod ast;
 mod exec;
 mod filter;
 mod plan;
+mod related;
 mod select;
 
 pub use ast::{Comparator, Condition, Operator, Query, SortKey};
 pub use plan::Search;
-pub use select::Select;
+pub(crate) use related::Related;
+pub use select::{Field, Select, Shaped};

@@ -4,10 +4,15 @@ use std::ops::Bound;
 
 use lyre_store::{ReadTxn, TableStore, encode_key, encode_string_prefix_into, prefix_successor};
 
+use std::sync::Arc;
+
 use crate::catalog::{Attribute, TableSchema};
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::index::attribute_prefix;
 use crate::query::ast::{Comparator, Condition, Operator, Query, SortKey};
+use crate::query::exec::walk;
+use crate::query::related::target_table;
 use crate::table::Table;
 use crate::value::Value;
 
@@ -20,10 +25,7 @@ pub(crate) struct Range {
 
 impl Range {
     pub(crate) fn as_ref(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
-        (
-            self.lo.as_ref().map(Vec::as_slice),
-            self.hi.as_ref().map(Vec::as_slice),
-        )
+        (self.lo.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice))
     }
 }
 
@@ -37,16 +39,9 @@ pub(crate) enum Driver {
     /// A primary-key range.
     PrimaryRange { range: Range, descending: bool },
     /// A secondary-index range of one attribute.
-    Index {
-        attribute: Attribute,
-        range: Range,
-        descending: bool,
-    },
+    Index { attribute: Attribute, range: Range, descending: bool },
     /// Every record ordered by an indexed attribute, records lacking it last.
-    SortIndex {
-        attribute: Attribute,
-        descending: bool,
-    },
+    SortIndex { attribute: Attribute, descending: bool },
     /// The union of several drivers (an OR), de-duplicated.
     Union(Vec<Driver>),
 }
@@ -75,7 +70,7 @@ impl Search {
     pub(crate) fn plan(table: Table, query: Query) -> Result<Search> {
         let schema = table.schema().clone();
         for condition in &query.conditions {
-            validate_condition(&schema, condition)?;
+            validate_condition(table.db(), &schema, condition)?;
         }
         for key in &query.sort {
             if schema.attribute(&key.attribute).is_none() {
@@ -86,18 +81,11 @@ impl Search {
         let txn = table.db().store().read()?;
         let store = txn.table(&schema.name)?;
         let mut driver = match &store {
-            Some(store) => choose_driver(&txn, store, &schema, &query)?,
+            Some(store) => choose_driver(&txn, table.db(), store, &schema, &query)?,
             None => Driver::Keys(Vec::new()),
         };
         let order = order_for(&schema, &query, &mut driver);
-        Ok(Search {
-            table,
-            txn,
-            store,
-            driver,
-            order,
-            query,
-        })
+        Ok(Search { table, txn, store, driver, order, query })
     }
 
     /// A description of the plan, for tests and diagnostics.
@@ -117,22 +105,23 @@ impl Search {
     }
 }
 
-fn validate_condition(schema: &TableSchema, condition: &Condition) -> Result<()> {
+fn validate_condition(db: &Arc<Db>, schema: &TableSchema, condition: &Condition) -> Result<()> {
     match condition {
-        Condition::Group { conditions, .. } => conditions
-            .iter()
-            .try_for_each(|c| validate_condition(schema, c)),
-        Condition::Compare {
-            attribute,
-            comparator,
-            value,
-        } => {
+        Condition::Group { conditions, .. } => conditions.iter().try_for_each(|c| validate_condition(db, schema, c)),
+        Condition::Related { relationship, condition } => {
+            let found = schema
+                .relationships
+                .iter()
+                .find(|r| &r.name == relationship)
+                .ok_or_else(|| Error::NotDefinedAttribute(relationship.clone()))?;
+            let target = target_table(db, found)?;
+            validate_condition(db, &target, condition)
+        }
+        Condition::Compare { attribute, comparator, value } => {
             if schema.attribute(attribute).is_none() {
                 return Err(Error::UnknownAttribute(attribute.clone()));
             }
-            if *comparator == Comparator::Between
-                && !matches!(value, Value::Array(b) if b.len() == 2)
-            {
+            if *comparator == Comparator::Between && !matches!(value, Value::Array(b) if b.len() == 2) {
                 return Err(Error::invalid(format!(
                     "'between' on {attribute} needs a value of two elements: [low, high]"
                 )));
@@ -147,6 +136,7 @@ fn validate_condition(schema: &TableSchema, condition: &Condition) -> Result<()>
 /// union; otherwise a scan.
 fn choose_driver(
     txn: &ReadTxn,
+    db: &Arc<Db>,
     store: &TableStore,
     schema: &TableSchema,
     query: &Query,
@@ -156,15 +146,13 @@ fn choose_driver(
         return Ok(Driver::Scan { descending: false });
     }
     if query.operator == Operator::Or && conditions.len() > 1 {
-        let parts: Option<Vec<Driver>> = conditions
-            .iter()
-            .map(|c| indexed_driver(schema, c))
-            .collect::<Result<_>>()?;
+        let parts: Option<Vec<Driver>> =
+            conditions.iter().map(|c| condition_driver(txn, db, schema, c)).collect::<Result<_>>()?;
         return Ok(parts.map_or(Driver::Scan { descending: false }, Driver::Union));
     }
     let mut best: Option<(u64, Driver)> = None;
     for condition in conditions {
-        let Some(candidate) = indexed_driver(schema, condition)? else {
+        let Some(candidate) = condition_driver(txn, db, schema, condition)? else {
             continue;
         };
         let cap = best.as_ref().map_or(u64::MAX, |(count, _)| *count);
@@ -182,31 +170,19 @@ fn choose_driver(
 /// comparator can match them (not-equal).
 fn walk_first_attribute(schema: &TableSchema, conditions: &[Condition]) -> Driver {
     let first = conditions.iter().find_map(|c| match c {
-        Condition::Compare {
-            attribute,
-            comparator,
-            ..
-        } => schema
-            .attribute(attribute)
-            .filter(|a| a.indexed && !a.is_primary_key)
-            .map(|a| (a.clone(), *comparator)),
-        Condition::Group { .. } => None,
+        Condition::Compare { attribute, comparator, .. } => {
+            schema.attribute(attribute).filter(|a| a.indexed && !a.is_primary_key).map(|a| (a.clone(), *comparator))
+        }
+        Condition::Group { .. } | Condition::Related { .. } => None,
     });
     match first {
-        Some((attribute, Comparator::NotEqual)) => Driver::SortIndex {
-            attribute,
-            descending: false,
-        },
+        Some((attribute, Comparator::NotEqual)) => Driver::SortIndex { attribute, descending: false },
         Some((attribute, _)) => {
             let range = Range {
                 lo: Bound::Included(attribute_prefix(&attribute).to_vec()),
                 hi: Bound::Excluded((attribute.id + 1).to_be_bytes().to_vec()),
             };
-            Driver::Index {
-                attribute,
-                range,
-                descending: false,
-            }
+            Driver::Index { attribute, range, descending: false }
         }
         None => Driver::Scan { descending: false },
     }
@@ -235,20 +211,97 @@ fn estimate(txn: &ReadTxn, store: &TableStore, driver: &Driver, cap: u64) -> Res
                 }
             }
         }
+        Driver::Union(parts) => {
+            let mut total = 0u64;
+            for part in parts {
+                total = total.saturating_add(estimate(txn, store, part, cap.saturating_sub(total))?);
+                if total >= cap {
+                    break;
+                }
+            }
+            return Ok(total);
+        }
         _ => return Ok(u64::MAX),
     }
     Ok(count)
 }
 
+/// The driver a single condition can use: an index range, or for a relationship
+/// condition the keys its related matches point at.
+fn condition_driver(
+    txn: &ReadTxn,
+    db: &Arc<Db>,
+    schema: &TableSchema,
+    condition: &Condition,
+) -> Result<Option<Driver>> {
+    match condition {
+        Condition::Related { relationship, condition } => related_driver(txn, db, schema, relationship, condition),
+        other => indexed_driver(schema, other),
+    }
+}
+
+/// Evaluates a relationship condition on the related table first, then drives this
+/// table by the keys that lead to the matches: their `to` values are this table's
+/// keys; for `from`, this table's index on the `from` attribute is probed with them.
+fn related_driver(
+    txn: &ReadTxn,
+    db: &Arc<Db>,
+    schema: &TableSchema,
+    name: &str,
+    inner: &Condition,
+) -> Result<Option<Driver>> {
+    let Some(relationship) = schema.relationships.iter().find(|r| r.name == name) else { return Ok(None) };
+    let target = target_table(db, relationship)?;
+    let Some(target_store) = txn.table(&target.name)? else { return Ok(Some(Driver::Keys(Vec::new()))) };
+    let inner_query = Query { conditions: vec![inner.clone()], ..Query::default() };
+    let driver = choose_driver(txn, db, &target_store, &target, &inner_query)?;
+    let mut matches = Vec::new();
+    let _ = walk(txn, &target_store, &driver, &mut |_, record| {
+        if crate::query::filter::matches(inner, &record, None)? {
+            matches.push(record);
+        }
+        Ok(std::ops::ControlFlow::Continue(()))
+    })?;
+    let mut keys = std::collections::BTreeSet::new();
+    if let Some(to) = &relationship.to {
+        for record in &matches {
+            let values: Vec<&Value> = match record.get(to) {
+                Some(Value::Array(items)) => items.iter().collect(),
+                Some(v) => vec![v],
+                None => Vec::new(),
+            };
+            for value in values.into_iter().filter(|v| crate::table::is_primary_key_value(v)) {
+                if let Some(key) = value.as_key() {
+                    keys.insert(encode_key(key)?.0);
+                }
+            }
+        }
+        return Ok(Some(Driver::Keys(keys.into_iter().collect())));
+    }
+    let Some(from) = relationship.from.as_deref().and_then(|f| schema.attribute(f)).filter(|a| a.indexed) else {
+        return Ok(None);
+    };
+    let parts = matches
+        .iter()
+        .filter_map(|record| record.get(&target.primary_key))
+        .map(|key| {
+            indexed_driver(
+                schema,
+                &Condition::Compare {
+                    attribute: from.name.clone(),
+                    comparator: Comparator::Equals,
+                    value: key.clone(),
+                },
+            )
+        })
+        .collect::<Result<Option<Vec<_>>>>()?;
+    Ok(parts.map(Driver::Union))
+}
+
 /// The driver a single condition can use, if its attribute is indexed and its
 /// comparator maps to a key range.
 fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<Driver>> {
-    let Condition::Compare {
-        attribute,
-        comparator,
-        value,
-    } = condition
-    else {
+    let Condition::Compare { attribute, comparator, value } = condition else {
         return Ok(None);
     };
     let Some(attribute) = schema.attribute(attribute) else {
@@ -257,16 +310,8 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
     if !attribute.indexed && !attribute.is_primary_key {
         return Ok(None);
     }
-    let prefix: Vec<u8> = if attribute.is_primary_key {
-        Vec::new()
-    } else {
-        attribute_prefix(attribute).to_vec()
-    };
-    let start = if attribute.is_primary_key {
-        Bound::Unbounded
-    } else {
-        Bound::Included(prefix.clone())
-    };
+    let prefix: Vec<u8> = if attribute.is_primary_key { Vec::new() } else { attribute_prefix(attribute).to_vec() };
+    let start = if attribute.is_primary_key { Bound::Unbounded } else { Bound::Included(prefix.clone()) };
     let end = if attribute.is_primary_key {
         Bound::Unbounded
     } else {
@@ -292,21 +337,14 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
                 let exact = crate::table::is_primary_key_value(value) && !truncated;
                 return Ok(Some(Driver::Keys(if exact { vec![k] } else { Vec::new() })));
             }
-            Range {
-                hi: after(&k),
-                lo: Bound::Included(k),
-            }
+            Range { hi: after(&k), lo: Bound::Included(k) }
         }
         Comparator::GreaterThan | Comparator::GreaterThanEqual => {
             let Some((k, truncated)) = keyed(value)? else {
                 return Ok(None);
             };
             let strict = *comparator == Comparator::GreaterThan && !truncated;
-            let lo = if strict {
-                bound_to_lo(after(&k))
-            } else {
-                Bound::Included(k)
-            };
+            let lo = if strict { bound_to_lo(after(&k)) } else { Bound::Included(k) };
             Range { lo, hi: end }
         }
         Comparator::LessThan | Comparator::LessThanEqual => {
@@ -314,11 +352,7 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
                 return Ok(None);
             };
             let strict = *comparator == Comparator::LessThan && !truncated;
-            let hi = if strict {
-                Bound::Excluded(k)
-            } else {
-                min_hi(after(&k), &end)
-            };
+            let hi = if strict { Bound::Excluded(k) } else { min_hi(after(&k), &end) };
             Range { lo: start, hi }
         }
         Comparator::Between => {
@@ -328,10 +362,7 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
             let (Some((lo, _)), Some((hi, _))) = (keyed(&bounds[0])?, keyed(&bounds[1])?) else {
                 return Ok(None);
             };
-            Range {
-                lo: Bound::Included(lo),
-                hi: min_hi(after(&hi), &end),
-            }
+            Range { lo: Bound::Included(lo), hi: min_hi(after(&hi), &end) }
         }
         Comparator::StartsWith => {
             let Value::String(s) = value else {
@@ -339,24 +370,14 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
             };
             let mut k = prefix.clone();
             encode_string_prefix_into(s, &mut k);
-            Range {
-                hi: after(&k),
-                lo: Bound::Included(k),
-            }
+            Range { hi: after(&k), lo: Bound::Included(k) }
         }
         Comparator::NotEqual | Comparator::Contains | Comparator::EndsWith => return Ok(None),
     };
     Ok(Some(if attribute.is_primary_key {
-        Driver::PrimaryRange {
-            range,
-            descending: false,
-        }
+        Driver::PrimaryRange { range, descending: false }
     } else {
-        Driver::Index {
-            attribute: attribute.clone(),
-            range,
-            descending: false,
-        }
+        Driver::Index { attribute: attribute.clone(), range, descending: false }
     }))
 }
 
@@ -394,19 +415,12 @@ fn order_for(schema: &TableSchema, query: &Query, driver: &mut Driver) -> Order 
     match driver {
         Driver::Scan { descending } if attribute.is_primary_key => *descending = key.descending,
         Driver::Scan { .. } if attribute.indexed => {
-            *driver = Driver::SortIndex {
-                attribute: attribute.clone(),
-                descending: key.descending,
-            }
+            *driver = Driver::SortIndex { attribute: attribute.clone(), descending: key.descending }
         }
-        Driver::PrimaryRange { descending, .. } if attribute.is_primary_key => {
+        Driver::PrimaryRange { descending, .. } if attribute.is_primary_key => *descending = key.descending,
+        Driver::Index { attribute: driving, descending, .. } if driving.id == attribute.id && !driving.multi_valued => {
             *descending = key.descending
         }
-        Driver::Index {
-            attribute: driving,
-            descending,
-            ..
-        } if driving.id == attribute.id && !driving.multi_valued => *descending = key.descending,
         _ => return Order::Sort(query.sort.clone()),
     }
     Order::Natural

@@ -2,6 +2,7 @@
 
 use crate::catalog::TableSchema;
 use crate::error::{Error, Result};
+use crate::query::related::Related;
 use crate::value::{Object, Value};
 
 /// Which attributes to return.
@@ -15,22 +16,72 @@ pub enum Select {
     All,
     /// Exactly these attributes, in this order, `null` where missing.
     Attributes(Vec<String>),
+    /// A projection tree (REST `select(...)`): attributes, relationship fields with
+    /// their own projection, and how each result is shaped.
+    Fields {
+        /// The fields, in order.
+        fields: Vec<Field>,
+        /// Objects, bare values (one field) or arrays of values.
+        shape: Shaped,
+    },
+}
+
+/// A field of a [`Select::Fields`] projection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field {
+    /// An attribute, a relationship field, or `$id` (the primary key).
+    pub name: String,
+    /// For relationship fields: the projection of the related records (`None`: whole
+    /// records).
+    pub nested: Option<Vec<Field>>,
+}
+
+/// How a [`Select::Fields`] result is shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shaped {
+    /// `select(a,b)`: an object per result.
+    Object,
+    /// `select(a)`: the bare value of the one field.
+    Value,
+    /// `select([a,b])`: an array of values per result.
+    Array,
 }
 
 impl Select {
     /// Fails when a named attribute is not in the table.
     pub fn validate(&self, table: &TableSchema) -> Result<()> {
-        if let Select::Attributes(names) = self {
-            for name in names {
-                if table.attribute(name).is_none() {
-                    return Err(Error::UnknownAttribute(name.clone()));
+        match self {
+            Select::Attributes(names) => {
+                for name in names {
+                    if table.attribute(name).is_none() {
+                        return Err(Error::UnknownAttribute(name.clone()));
+                    }
                 }
             }
+            // Unknown fields project as null, as Harper's `select(nosuch)` does.
+            Select::Fields { .. } | Select::Raw | Select::All => {}
         }
         Ok(())
     }
 
-    /// Applies the projection to `record`.
+    /// Applies the projection to `record`, following relationships through `related`
+    /// when the projection names them.
+    pub(crate) fn project_value(
+        &self,
+        table: &TableSchema,
+        record: Object,
+        related: Option<&Related<'_>>,
+    ) -> Result<Value> {
+        let Select::Fields { fields, shape } = self else { return Ok(Value::Object(self.project(table, record))) };
+        let values = project_fields(fields, table, &record, related)?;
+        Ok(match shape {
+            Shaped::Object => Value::Object(values),
+            Shaped::Value => values.into_iter().next().map(|(_, v)| v).unwrap_or(Value::Null),
+            Shaped::Array => Value::Array(values.into_iter().map(|(_, v)| v).collect()),
+        })
+    }
+
+    /// Applies a flat projection to `record` (relationship fields become `null`).
     pub fn project(&self, table: &TableSchema, mut record: Object) -> Object {
         match self {
             Select::Raw => record,
@@ -51,6 +102,55 @@ impl Select {
                 }
                 out
             }
+            Select::Fields { fields, .. } => project_fields(fields, table, &record, None).unwrap_or_default(),
         }
     }
+}
+
+/// The values of `fields` for `record`.
+fn project_fields(
+    fields: &[Field],
+    table: &TableSchema,
+    record: &Object,
+    related: Option<&Related<'_>>,
+) -> Result<Object> {
+    let mut out = Object::with_capacity(fields.len());
+    for field in fields {
+        let relationship = table.relationships.iter().find(|r| r.name == field.name);
+        let value = match (relationship, related) {
+            (Some(relationship), Some(related)) => {
+                let (target, _) = related.target(relationship)?;
+                let mut found = Vec::new();
+                for other in related.records(record, relationship)? {
+                    found.push(match &field.nested {
+                        Some(nested) => Value::Object(project_fields(nested, &target, &other, None)?),
+                        None => Value::Object(other),
+                    });
+                }
+                if relationship.list { Value::Array(found) } else { found.into_iter().next().unwrap_or(Value::Null) }
+            }
+            (Some(_), None) => Value::Null,
+            (None, _) if field.name == "$id" => record.get(&table.primary_key).cloned().unwrap_or(Value::Null),
+            (None, _) => match (record.get(&field.name), &field.nested) {
+                (Some(Value::Object(inner)), Some(nested)) => Value::Object(nested_fields(nested, inner)),
+                (found, _) => found.cloned().unwrap_or(Value::Null),
+            },
+        };
+        out.insert(field.name.clone(), value);
+    }
+    Ok(out)
+}
+
+/// A nested object's projection (`select(details{color})`).
+fn nested_fields(fields: &[Field], object: &Object) -> Object {
+    fields
+        .iter()
+        .map(|f| {
+            let value = match (object.get(&f.name), &f.nested) {
+                (Some(Value::Object(inner)), Some(nested)) => Value::Object(nested_fields(nested, inner)),
+                (found, _) => found.cloned().unwrap_or(Value::Null),
+            };
+            (f.name.clone(), value)
+        })
+        .collect()
 }

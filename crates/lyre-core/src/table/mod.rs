@@ -72,6 +72,44 @@ impl Table {
         write::delete(self, ctx, ids).await
     }
 
+    /// One record and the version of its last write (for ETags), if it exists.
+    pub fn get(&self, ctx: &Context, id: &Value) -> Result<Option<(Object, RecordVersion)>> {
+        check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
+        let key = validate::encode_primary_key(id)?;
+        let txn = self.db.store().read()?;
+        let Some(store) = txn.table(&self.schema.name)? else { return Ok(None) };
+        let Some(stored) = txn.get_record(&store, &key)? else { return Ok(None) };
+        let (header, body) = decode_record(stored)?;
+        Ok(Some((
+            decode_body(body)?,
+            RecordVersion {
+                time: header.version,
+                unique: !header.flags.contains(lyre_store::Flags::VERSION_NOT_UNIQUE),
+            },
+        )))
+    }
+
+    /// Replaces the record with primary key `id` by `body` (creating it if absent).
+    pub async fn put(&self, ctx: &Context, id: Value, body: Object) -> Result<WriteSummary> {
+        check_table(ctx, self.database(), &self.schema.name, Action::Insert)?;
+        check_table(ctx, self.database(), &self.schema.name, Action::Update)?;
+        self.write(ctx, WriteMode::Replace, vec![with_key(&self.schema, id, body)]).await
+    }
+
+    /// Merges `body` into the record with primary key `id` (creating it if absent).
+    pub async fn patch(&self, ctx: &Context, id: Value, body: Object) -> Result<WriteSummary> {
+        self.upsert(ctx, vec![with_key(&self.schema, id, body)]).await
+    }
+
+    /// Creates one record; `409` when its key exists. Returns the (maybe generated) key.
+    pub async fn create(&self, ctx: &Context, body: Object) -> Result<Value> {
+        let summary = self.insert(ctx, vec![body]).await?;
+        match summary.written.into_iter().next() {
+            Some(id) => Ok(id),
+            None => Err(Error::Conflict("Record already exists".to_string())),
+        }
+    }
+
     /// The records with these primary keys, in the order asked, missing ones omitted.
     pub fn get_many(&self, ctx: &Context, ids: &[Value], select: &Select) -> Result<Vec<Object>> {
         check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
@@ -101,6 +139,16 @@ impl Table {
         self.db.table_stats(&self.schema)
     }
 
+    /// Projects one record (as returned by [`Table::get`]) through `select`,
+    /// following relationships the projection names.
+    pub fn project(&self, ctx: &Context, record: Object, select: &Select) -> Result<Value> {
+        check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
+        select.validate(&self.schema)?;
+        let txn = self.db.store().read()?;
+        let related = crate::query::Related::new(&txn, &self.db, &self.schema);
+        select.project_value(&self.schema, record, Some(&related))
+    }
+
     /// Plans a search on a fresh snapshot; run it with [`Search::run`]. Fails before
     /// any result when the query names unknown attributes or is malformed.
     pub fn search(&self, ctx: &Context, query: Query) -> Result<Search> {
@@ -108,21 +156,31 @@ impl Table {
         Search::plan(self.clone(), query)
     }
 
-    async fn write(
-        &self,
-        ctx: &Context,
-        mode: WriteMode,
-        records: Vec<Object>,
-    ) -> Result<WriteSummary> {
+    async fn write(&self, ctx: &Context, mode: WriteMode, records: Vec<Object>) -> Result<WriteSummary> {
         let prepared = write::prepare(&self.schema, mode, records)?;
         write::apply(self, ctx, mode, prepared).await
     }
 }
 
+/// The version of a stored record, as ETags and conditional requests see it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecordVersion {
+    /// The version (f64 ms) of the record's last write.
+    pub time: f64,
+    /// False when an out-of-order write left the version unchanged: equal versions
+    /// then do not prove equal content, so caches must not trust them.
+    pub unique: bool,
+}
+
+/// `body` with its primary key set to `id` (the URL's key wins over the body's).
+fn with_key(schema: &TableSchema, id: Value, mut body: Object) -> Object {
+    body.insert(schema.primary_key.clone(), id);
+    body
+}
+
 /// Whether `value` may be a primary key: a string or a number.
 pub(crate) fn is_primary_key_value(value: &Value) -> bool {
-    matches!(value, Value::String(_) | Value::Int(_))
-        || matches!(value, Value::Float(f) if f.is_finite())
+    matches!(value, Value::String(_) | Value::Int(_)) || matches!(value, Value::Float(f) if f.is_finite())
 }
 
 /// Decodes a stored record (header and MessagePack body) into its object.
@@ -135,9 +193,6 @@ pub(crate) fn decode_object(stored: &[u8]) -> Result<Object> {
 pub(crate) fn decode_body(body: &[u8]) -> Result<Object> {
     match Value::from_msgpack(body)? {
         Value::Object(record) => Ok(record),
-        other => Err(Error::Corrupt(format!(
-            "a stored record is a {}",
-            other.type_name()
-        ))),
+        other => Err(Error::Corrupt(format!("a stored record is a {}", other.type_name()))),
     }
 }

@@ -3,7 +3,7 @@
 
 use lyre_store::{MAX_KEY_STRING_BYTES, encode_key};
 
-use crate::catalog::{Attribute, TableSchema, validate_attribute_name};
+use crate::catalog::{Shape, TableSchema, validate_attribute_name};
 use crate::error::{Error, Result};
 use crate::table::is_primary_key_value;
 use crate::value::{Object, Value};
@@ -12,49 +12,94 @@ use crate::value::{Object, Value};
 /// are at most 511 bytes).
 pub(crate) const MAX_PRIMARY_KEY_BYTES: usize = MAX_KEY_STRING_BYTES;
 
-/// Validates one record's attribute names and declared types.
-pub(crate) fn validate_record(table: &TableSchema, record: &Object) -> Result<()> {
+/// Validates one record: attribute names, declared types and shapes, sealed tables,
+/// and (for writes that replace the whole record) required attributes.
+pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool) -> Result<()> {
     for (name, value) in record {
         validate_attribute_name(name)?;
-        if let Some(attribute) = table.attribute(name) {
-            validate_type(attribute, value)?;
+        match table.attribute(name) {
+            Some(attribute) => {
+                validate_value(&attribute.name, attribute.type_name.as_deref(), &attribute.shape, value)?
+            }
+            None if table.sealed => {
+                return Err(Error::invalid(format!("Property {name} is not allowed: table {} is sealed", table.name)));
+            }
+            None => {}
+        }
+    }
+    if whole {
+        let missing = table.attributes.iter().find(|a| {
+            a.shape.required
+                && a.shape.stamp.is_none()
+                && !a.is_primary_key
+                && matches!(record.get(&a.name), None | Some(Value::Null))
+        });
+        if let Some(attribute) = missing {
+            return Err(Error::invalid(format!("Property {} is required", attribute.name)));
         }
     }
     Ok(())
 }
 
-/// Validates a client-supplied primary key and returns its encoded key.
-pub(crate) fn encode_primary_key(value: &Value) -> Result<Vec<u8>> {
-    if !is_primary_key_value(value) {
-        return Err(Error::invalid(format!(
-            "Invalid primary key type: {}",
-            value.type_name()
-        )));
+/// Checks `value` against a declared type and shape; `path` names it in errors.
+fn validate_value(path: &str, type_name: Option<&str>, shape: &Shape, value: &Value) -> Result<()> {
+    if matches!(value, Value::Null) {
+        return if shape.required { Err(Error::invalid(format!("Property {path} is required"))) } else { Ok(()) };
     }
-    let key = value
-        .as_key()
-        .ok_or_else(|| Error::invalid("Invalid primary key"))?;
-    match encode_key(key)? {
-        (encoded, false) if encoded.len() <= MAX_PRIMARY_KEY_BYTES => Ok(encoded),
-        _ => Err(Error::invalid(format!(
-            "Primary key size is too large: {}",
-            value.to_string().len()
-        ))),
+    if shape.list {
+        let Value::Array(items) = value else {
+            return Err(Error::invalid(format!("Value {} in property {path} must be an array", shown(value))));
+        };
+        let element = Shape { list: false, required: false, ..shape.clone() };
+        for (i, item) in items.iter().enumerate() {
+            validate_value(&format!("{path}[{i}]"), type_name, &element, item)?;
+        }
+        return Ok(());
+    }
+    if !shape.fields.is_empty() {
+        let Value::Object(object) = value else {
+            return Err(Error::invalid(format!("Value {} in property {path} must be an object", shown(value))));
+        };
+        for field in &shape.fields {
+            let inner = format!("{path}.{}", field.name);
+            match object.get(&field.name) {
+                Some(v) => validate_value(&inner, Some(&field.type_name), &field.shape, v)?,
+                None if field.shape.required => {
+                    return Err(Error::invalid(format!("Property {inner} is required")));
+                }
+                None => {}
+            }
+        }
+        return Ok(());
+    }
+    validate_scalar(path, type_name, value)
+}
+
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("\"{s}\""),
+        other => other.to_string(),
     }
 }
 
-fn validate_type(attribute: &Attribute, value: &Value) -> Result<()> {
-    let Some(type_name) = attribute.type_name.as_deref() else {
+/// Validates a client-supplied primary key and returns its encoded key.
+pub(crate) fn encode_primary_key(value: &Value) -> Result<Vec<u8>> {
+    if !is_primary_key_value(value) {
+        return Err(Error::invalid(format!("Invalid primary key type: {}", value.type_name())));
+    }
+    let key = value.as_key().ok_or_else(|| Error::invalid("Invalid primary key"))?;
+    match encode_key(key)? {
+        (encoded, false) if encoded.len() <= MAX_PRIMARY_KEY_BYTES => Ok(encoded),
+        _ => Err(Error::invalid(format!("Primary key size is too large: {}", value.to_string().len()))),
+    }
+}
+
+fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value) -> Result<()> {
+    let Some(type_name) = type_name else {
         return Ok(());
     };
-    if matches!(value, Value::Null) {
-        return Ok(());
-    }
     let ok = match type_name {
-        "String" | "ID" => {
-            matches!(value, Value::String(_))
-                || (type_name == "ID" && matches!(value, Value::Int(_)))
-        }
+        "String" | "ID" => matches!(value, Value::String(_)) || (type_name == "ID" && matches!(value, Value::Int(_))),
         "Int" => matches!(value, Value::Int(i) if i32::try_from(*i).is_ok()),
         "Long" => matches!(value, Value::Int(i) if i.unsigned_abs() < (1 << 53)),
         "BigInt" => matches!(value, Value::Int(_)),
@@ -67,10 +112,6 @@ fn validate_type(attribute: &Attribute, value: &Value) -> Result<()> {
     if ok {
         return Ok(());
     }
-    let shown = match value {
-        Value::String(s) => format!("\"{s}\""),
-        other => other.to_string(),
-    };
     let expected = match type_name {
         "String" | "ID" => "must be a string".to_string(),
         "Int" => "must be an integer (from -2147483648 to 2147483647)".to_string(),
@@ -82,45 +123,75 @@ fn validate_type(attribute: &Attribute, value: &Value) -> Result<()> {
         "Bytes" => "must be binary data".to_string(),
         other => format!("must be of type {other}"),
     };
-    Err(Error::invalid(format!(
-        "Value {shown} in property {} {expected}",
-        attribute.name
-    )))
+    Err(Error::invalid(format!("Value {} in property {path} {expected}", shown(value))))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn attr(type_name: &str) -> Attribute {
-        Attribute {
-            name: "x".into(),
-            id: 1,
-            type_name: Some(type_name.into()),
-            indexed: false,
-            is_primary_key: false,
-            multi_valued: false,
-        }
+    #[test]
+    fn declared_types_are_enforced_with_harpers_messages() {
+        assert!(validate_scalar("x", Some("Int"), &Value::Int(5)).is_ok());
+        assert_eq!(
+            validate_scalar("x", Some("Int"), &Value::String("abc".into())).unwrap_err().to_string(),
+            "Value \"abc\" in property x must be an integer (from -2147483648 to 2147483647)"
+        );
+        assert!(validate_scalar("x", Some("Int"), &Value::Int(1 << 40)).is_err());
+        assert_eq!(
+            validate_scalar("x", Some("String"), &Value::Int(12345)).unwrap_err().to_string(),
+            "Value 12345 in property x must be a string"
+        );
+        assert!(validate_scalar("x", Some("Any"), &Value::Bool(true)).is_ok());
+        assert!(validate_value("x", Some("Float"), &Shape::default(), &Value::Null).is_ok());
     }
 
     #[test]
-    fn declared_types_are_enforced_with_harpers_messages() {
-        assert!(validate_type(&attr("Int"), &Value::Int(5)).is_ok());
+    fn shapes_lists_nested_fields_and_required_are_enforced() {
+        use crate::catalog::NestedField;
+        let list = Shape { list: true, ..Shape::default() };
+        assert!(validate_value("tags", Some("String"), &list, &serde_json::from_str(r#"["a","b"]"#).unwrap()).is_ok());
         assert_eq!(
-            validate_type(&attr("Int"), &Value::String("abc".into()))
+            validate_value("tags", Some("String"), &list, &serde_json::from_str(r#"["a",5]"#).unwrap())
                 .unwrap_err()
                 .to_string(),
-            "Value \"abc\" in property x must be an integer (from -2147483648 to 2147483647)"
+            "Value 5 in property tags[1] must be a string"
         );
-        assert!(validate_type(&attr("Int"), &Value::Int(1 << 40)).is_err());
+        assert!(validate_value("tags", Some("String"), &list, &Value::from("a")).is_err());
+        let nested = Shape {
+            fields: vec![NestedField {
+                name: "weight".into(),
+                type_name: "Float".into(),
+                shape: Shape { required: true, ..Shape::default() },
+            }],
+            ..Shape::default()
+        };
+        assert!(
+            validate_value(
+                "details",
+                Some("Details"),
+                &nested,
+                &serde_json::from_str(r#"{"weight": 2.5, "other": 1}"#).unwrap()
+            )
+            .is_ok()
+        );
         assert_eq!(
-            validate_type(&attr("String"), &Value::Int(12345))
+            validate_value("details", Some("Details"), &nested, &serde_json::from_str(r#"{"weight": "x"}"#).unwrap())
                 .unwrap_err()
                 .to_string(),
-            "Value 12345 in property x must be a string"
+            "Value \"x\" in property details.weight must be a number"
         );
-        assert!(validate_type(&attr("Any"), &Value::Bool(true)).is_ok());
-        assert!(validate_type(&attr("Float"), &Value::Null).is_ok());
+        assert_eq!(
+            validate_value("details", Some("Details"), &nested, &serde_json::from_str("{}").unwrap())
+                .unwrap_err()
+                .to_string(),
+            "Property details.weight is required"
+        );
+        let required = Shape { required: true, ..Shape::default() };
+        assert_eq!(
+            validate_value("name", Some("String"), &required, &Value::Null).unwrap_err().to_string(),
+            "Property name is required"
+        );
     }
 
     #[test]
@@ -128,17 +199,10 @@ mod tests {
         assert!(encode_primary_key(&Value::Int(1)).is_ok());
         assert!(encode_primary_key(&Value::String("a".into())).is_ok());
         assert_eq!(
-            encode_primary_key(&Value::Bool(true))
-                .unwrap_err()
-                .to_string(),
+            encode_primary_key(&Value::Bool(true)).unwrap_err().to_string(),
             "Invalid primary key type: boolean"
         );
-        assert!(
-            encode_primary_key(&Value::String("x".repeat(2000)))
-                .unwrap_err()
-                .to_string()
-                .contains("too large")
-        );
+        assert!(encode_primary_key(&Value::String("x".repeat(2000))).unwrap_err().to_string().contains("too large"));
         assert!(encode_primary_key(&Value::Float(f64::NAN)).is_err());
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use lyre_store::{Flags, OwnedKey, RecordHeader, TableStore, WriteTxn, decode_key, encode_record};
 
-use crate::catalog::{AttributeSpec, CREATED_TIME, TableSchema, UPDATED_TIME};
+use crate::catalog::{AttributeSpec, CREATED_TIME, Stamp, TableSchema, UPDATED_TIME};
 use crate::context::Context;
 use crate::db::{SchemaState, last_updated_key};
 use crate::error::{Error, Result};
@@ -13,6 +13,42 @@ use crate::index::{IndexChanges, update_record_indexes};
 use crate::table::validate::{encode_primary_key, validate_record};
 use crate::table::{Table, decode_object};
 use crate::value::{Object, Value};
+
+/// A time stamp in the attribute's declared type: integer milliseconds for integer
+/// types, an ISO-8601 string for strings, float milliseconds otherwise (as Harper).
+fn stamp_value(type_name: Option<&str>, time: f64) -> Value {
+    match type_name {
+        Some("Long" | "Int" | "BigInt" | "Date") => Value::Int(time.floor() as i64),
+        Some("String") => {
+            let millis = time.floor() as i64;
+            let secs = millis.div_euclid(1000);
+            let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+            let (y, m, d) = civil_from_days(days);
+            Value::String(format!(
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+                rem / 3600,
+                rem % 3600 / 60,
+                rem % 60,
+                millis.rem_euclid(1000)
+            ))
+        }
+        _ => Value::Float(time),
+    }
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
 
 /// How a write treats existing and missing records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +59,8 @@ pub enum WriteMode {
     Update,
     /// Merge into existing records, creating missing ones.
     Upsert,
+    /// Replace the whole record, creating it if missing (REST `PUT`).
+    Replace,
 }
 
 impl WriteMode {
@@ -31,6 +69,7 @@ impl WriteMode {
             WriteMode::Insert => "insert",
             WriteMode::Update => "update",
             WriteMode::Upsert => "upsert",
+            WriteMode::Replace => "put",
         }
     }
 }
@@ -67,22 +106,20 @@ pub(crate) struct Prepared {
 }
 
 /// Validates every record before anything is queued: one bad record rejects the batch.
-pub(crate) fn prepare(
-    table: &TableSchema,
-    mode: WriteMode,
-    records: Vec<Object>,
-) -> Result<Vec<Prepared>> {
+pub(crate) fn prepare(table: &TableSchema, mode: WriteMode, records: Vec<Object>) -> Result<Vec<Prepared>> {
     records
         .into_iter()
         .map(|mut record| {
-            validate_record(table, &record)?;
+            validate_record(table, &record, matches!(mode, WriteMode::Insert | WriteMode::Replace))?;
             if table.has_timestamps() {
                 record.shift_remove(CREATED_TIME);
                 record.shift_remove(UPDATED_TIME);
             }
             let key = match record.get(&table.primary_key) {
                 None | Some(Value::Null) if mode == WriteMode::Update => {
-                    return Err(Error::invalid("a valid hash attribute must be provided with update record, check log for more info"));
+                    return Err(Error::invalid(
+                        "a valid hash attribute must be provided with update record, check log for more info",
+                    ));
                 }
                 None | Some(Value::Null) => None,
                 Some(value) => Some((encode_primary_key(value)?, value.clone())),
@@ -122,21 +159,14 @@ pub(crate) async fn apply(
 
 /// Deletes records by primary key as one logical transaction.
 pub(crate) async fn delete(table: &Table, ctx: &Context, ids: Vec<Value>) -> Result<DeleteSummary> {
-    let keys = ids
-        .into_iter()
-        .map(|id| Ok((encode_primary_key(&id)?, id)))
-        .collect::<Result<Vec<_>>>()?;
+    let keys = ids.into_iter().map(|id| Ok((encode_primary_key(&id)?, id))).collect::<Result<Vec<_>>>()?;
     let name = table.schema().name.clone();
     let database = table.database().to_string();
     table
         .db()
         .write(ctx, "delete", move |txn, state| {
             let mut job = WriteJob::start(txn, state, &database, &name)?;
-            let mut summary = DeleteSummary {
-                deleted: Vec::new(),
-                skipped: Vec::new(),
-                txn_time: txn.version().time,
-            };
+            let mut summary = DeleteSummary { deleted: Vec::new(), skipped: Vec::new(), txn_time: txn.version().time };
             for (key, id) in keys {
                 let Some(stored) = txn.get_record(&job.store, &key)? else {
                     summary.skipped.push(id);
@@ -165,16 +195,8 @@ struct WriteJob {
 }
 
 impl WriteJob {
-    fn start(
-        txn: &WriteTxn<'_, '_>,
-        state: &SchemaState,
-        database: &str,
-        name: &str,
-    ) -> Result<Self> {
-        let not_found = || Error::TableNotFound {
-            database: database.to_string(),
-            table: name.to_string(),
-        };
+    fn start(txn: &WriteTxn<'_, '_>, state: &SchemaState, database: &str, name: &str) -> Result<Self> {
+        let not_found = || Error::TableNotFound { database: database.to_string(), table: name.to_string() };
         // The table may have been dropped while this write waited in the queue.
         let table = state.table(name).cloned().ok_or_else(not_found)?;
         let store = txn.table(name)?.ok_or_else(not_found)?;
@@ -201,10 +223,7 @@ impl WriteJob {
             Some(found) => found,
             None => self.generate_key(txn)?,
         };
-        let existing = txn
-            .get_record(&self.store, &key)?
-            .map(decode_object)
-            .transpose()?;
+        let existing = txn.get_record(&self.store, &key)?.map(decode_object).transpose()?;
         match (mode, &existing) {
             (WriteMode::Insert, Some(_)) | (WriteMode::Update, None) => {
                 summary.skipped.push(id);
@@ -213,44 +232,13 @@ impl WriteJob {
             _ => {}
         }
         let version = txn.version();
-        let now = Value::Float(version.time);
         record.shift_remove(&self.table.primary_key);
-        let new = match existing.clone() {
-            Some(mut merged) => {
-                for (k, v) in record {
-                    merged.insert(k, v);
-                }
-                if self.table.has_timestamps() {
-                    let created = merged
-                        .shift_remove(CREATED_TIME)
-                        .unwrap_or_else(|| now.clone());
-                    merged.shift_remove(UPDATED_TIME);
-                    merged.insert(CREATED_TIME.to_string(), created);
-                    merged.insert(UPDATED_TIME.to_string(), now);
-                }
-                merged
-            }
-            None => {
-                let mut fresh = Object::with_capacity(record.len() + 3);
-                fresh.insert(self.table.primary_key.clone(), id.clone());
-                fresh.extend(record);
-                if self.table.has_timestamps() {
-                    fresh.insert(CREATED_TIME.to_string(), now.clone());
-                    fresh.insert(UPDATED_TIME.to_string(), now);
-                }
-                fresh
-            }
-        };
+        let new = self.next_record(mode, existing.as_ref(), record, &id, version.time);
         if !self.table.schema_defined {
             self.add_new_attributes(state, &new, summary)?;
         }
-        let newly_multi = update_record_indexes(
-            &mut self.index_changes,
-            &self.table,
-            &key,
-            existing.as_ref(),
-            Some(&new),
-        )?;
+        let newly_multi =
+            update_record_indexes(&mut self.index_changes, &self.table, &key, existing.as_ref(), Some(&new))?;
         if !newly_multi.is_empty() {
             let schema = Arc::make_mut(state);
             for attribute in &newly_multi {
@@ -258,19 +246,40 @@ impl WriteJob {
             }
             self.refresh(state)?;
         }
-        let header = RecordHeader {
-            version: version.time,
-            flags: Flags::empty(),
-            node: version.node,
-        };
-        txn.put_record(
-            &self.store,
-            key,
-            encode_record(&header, &Value::Object(new).to_msgpack()),
-        )?;
+        let header = RecordHeader { version: version.time, flags: Flags::empty(), node: version.node };
+        txn.put_record(&self.store, key, encode_record(&header, &Value::Object(new).to_msgpack()))?;
         self.changed = true;
         summary.written.push(id);
         Ok(())
+    }
+
+    /// The record a write leaves: the body merged into the existing record (update,
+    /// upsert) or the body alone (insert, replace), primary key first, with the
+    /// server-set time stamps applied.
+    fn next_record(&self, mode: WriteMode, existing: Option<&Object>, body: Object, id: &Value, time: f64) -> Object {
+        let pk = &self.table.primary_key;
+        let mut next = Object::with_capacity(body.len() + existing.map_or(0, |e| e.len()) + 1);
+        next.insert(pk.clone(), id.clone());
+        if let (WriteMode::Update | WriteMode::Upsert, Some(old)) = (mode, existing) {
+            next.extend(old.iter().filter(|(k, _)| *k != pk).map(|(k, v)| (k.clone(), v.clone())));
+        }
+        next.extend(body);
+        if self.table.has_timestamps() {
+            let created = existing.and_then(|e| e.get(CREATED_TIME).cloned()).unwrap_or(Value::Float(time));
+            next.shift_remove(CREATED_TIME);
+            next.shift_remove(UPDATED_TIME);
+            next.insert(CREATED_TIME.to_string(), created);
+            next.insert(UPDATED_TIME.to_string(), Value::Float(time));
+        }
+        for attribute in self.table.attributes.iter().filter(|a| a.shape.stamp.is_some()) {
+            let kept = match attribute.shape.stamp {
+                Some(Stamp::Created) => existing.and_then(|e| e.get(&attribute.name).cloned()),
+                _ => None,
+            };
+            let value = kept.unwrap_or_else(|| stamp_value(attribute.type_name.as_deref(), time));
+            next.insert(attribute.name.clone(), value);
+        }
+        next
     }
 
     /// Adds attributes `record` has and the table lacks (dynamic tables index them all).
@@ -280,10 +289,7 @@ impl WriteJob {
         record: &Object,
         summary: &mut WriteSummary,
     ) -> Result<()> {
-        let missing: Vec<&String> = record
-            .keys()
-            .filter(|k| self.table.attribute(k).is_none())
-            .collect();
+        let missing: Vec<&String> = record.keys().filter(|k| self.table.attribute(k).is_none()).collect();
         if missing.is_empty() {
             return Ok(());
         }
@@ -291,11 +297,7 @@ impl WriteJob {
         for name in missing {
             schema.add_attribute(
                 &self.table.name,
-                AttributeSpec {
-                    name: name.clone(),
-                    type_name: None,
-                    indexed: true,
-                },
+                AttributeSpec { name: name.clone(), type_name: None, indexed: true },
             )?;
             summary.new_attributes.push(name.clone());
         }
@@ -303,10 +305,8 @@ impl WriteJob {
     }
 
     fn refresh(&mut self, state: &SchemaState) -> Result<()> {
-        self.table = state
-            .table(&self.table.name)
-            .cloned()
-            .ok_or_else(|| Error::Corrupt("table vanished mid-write".into()))?;
+        self.table =
+            state.table(&self.table.name).cloned().ok_or_else(|| Error::Corrupt("table vanished mid-write".into()))?;
         self.schema_changed = true;
         Ok(())
     }
@@ -315,17 +315,13 @@ impl WriteJob {
     /// for integer-keyed ones.
     fn generate_key(&mut self, txn: &WriteTxn<'_, '_>) -> Result<(Vec<u8>, Value)> {
         let numeric = matches!(
-            self.table
-                .primary_key_attribute()
-                .and_then(|a| a.type_name.as_deref()),
+            self.table.primary_key_attribute().and_then(|a| a.type_name.as_deref()),
             Some("Int" | "Long" | "Any" | "Float" | "BigInt")
         );
         let id = if numeric {
             let next = match self.next_generated {
                 Some(n) => n,
-                None => self
-                    .largest_integer_key(txn)?
-                    .map_or(1, |n| n.saturating_add(1)),
+                None => self.largest_integer_key(txn)?.map_or(1, |n| n.saturating_add(1)),
             };
             self.next_generated = Some(next.saturating_add(1));
             Value::Int(next)
@@ -338,11 +334,7 @@ impl WriteJob {
     fn largest_integer_key(&self, txn: &WriteTxn<'_, '_>) -> Result<Option<i64>> {
         // Numbers sort before strings; the string tag bounds the numeric keys.
         let strings = lyre_store::encode_key(lyre_store::KeyValue::Str(""))?.0;
-        let mut below_strings = txn.records(
-            &self.store,
-            (Bound::Unbounded, Bound::Excluded(&strings[..1])),
-            true,
-        )?;
+        let mut below_strings = txn.records(&self.store, (Bound::Unbounded, Bound::Excluded(&strings[..1])), true)?;
         let Some(item) = below_strings.next().transpose()? else {
             return Ok(None);
         };
@@ -358,18 +350,25 @@ impl WriteJob {
     fn finish(self, txn: &mut WriteTxn<'_, '_>, state: &SchemaState) -> Result<()> {
         self.index_changes.apply(txn, &self.store)?;
         if self.schema_changed {
-            txn.put_catalog(
-                &TableSchema::catalog_key(&self.table.name),
-                &self.table.encode()?,
-            )?;
+            txn.put_catalog(&TableSchema::catalog_key(&self.table.name), &self.table.encode()?)?;
             txn.put_catalog(crate::catalog::COUNTERS_KEY, &state.encode_counters()?)?;
         }
         if self.changed {
-            txn.put_meta(
-                &last_updated_key(&self.table.name),
-                &txn.version().time.to_be_bytes(),
-            )?;
+            txn.put_meta(&last_updated_key(&self.table.name), &txn.version().time.to_be_bytes())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_take_the_declared_type() {
+        assert_eq!(stamp_value(Some("Long"), 1_700_000_000_123.75), Value::Int(1_700_000_000_123));
+        assert_eq!(stamp_value(None, 5.5), Value::Float(5.5));
+        assert_eq!(stamp_value(Some("String"), 1_700_000_000_123.0), Value::String("2023-11-14T22:13:20.123Z".into()));
+        assert_eq!(stamp_value(Some("String"), 0.0), Value::String("1970-01-01T00:00:00.000Z".into()));
     }
 }

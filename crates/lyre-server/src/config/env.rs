@@ -4,19 +4,11 @@ use serde_json::Value;
 
 /// For every leaf of `defaults` at path `a.b.c`, applies the variable `A_B_C` (matched
 /// case-insensitively on the key names) to `tree`, parsed as YAML-like scalar.
-pub(super) fn apply_overrides(
-    tree: &mut Value,
-    defaults: &Value,
-    vars: &dyn Fn(&str) -> Option<String>,
-) {
+pub(super) fn apply_overrides(tree: &mut Value, defaults: &Value, vars: &dyn Fn(&str) -> Option<String>) {
     let mut leaves = Vec::new();
     collect_leaves(defaults, &mut Vec::new(), &mut leaves);
     for path in leaves {
-        let name = path
-            .iter()
-            .map(|s| s.to_uppercase())
-            .collect::<Vec<_>>()
-            .join("_");
+        let name = path.iter().map(|s| s.to_uppercase()).collect::<Vec<_>>().join("_");
         if let Some(raw) = vars(&name) {
             set_path(tree, &path, parse_scalar(&raw));
         }

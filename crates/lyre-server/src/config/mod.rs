@@ -42,6 +42,11 @@ pub struct HttpConfig {
     pub port: u16,
     /// Largest accepted request body, in bytes.
     pub max_body_size: usize,
+    /// Responses larger than this many bytes are compressed (Brotli or gzip, as the
+    /// client accepts); 0 turns compression off.
+    pub compression_threshold: u16,
+    /// Answer cross-origin requests (CORS) from any origin.
+    pub cors: bool,
 }
 
 /// `operationsApi.*`.
@@ -125,31 +130,15 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             root_path: PathBuf::from("./lyre-data"),
-            http: HttpConfig {
-                port: 9926,
-                max_body_size: 100 << 20,
-            },
+            http: HttpConfig { port: 9926, max_body_size: 100 << 20, compression_threshold: 1200, cors: true },
             operations_api: OperationsApiConfig {
-                network: NetworkConfig {
-                    port: 9925,
-                    max_body_size: default_ops_body(),
-                },
+                network: NetworkConfig { port: 9925, max_body_size: default_ops_body() },
             },
-            mqtt: MqttConfig {
-                network: MqttNetworkConfig { port: 1883 },
-            },
-            logging: LoggingConfig {
-                level: "info".into(),
-            },
+            mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883 } },
+            logging: LoggingConfig { level: "info".into() },
             threads: ThreadsConfig { count: 0 },
-            authentication: AuthenticationConfig {
-                authorize_local: false,
-                cache_ttl: 30_000,
-            },
-            storage: StorageConfig {
-                write_async: false,
-                max_database_size: 256 << 30,
-            },
+            authentication: AuthenticationConfig { authorize_local: false, cache_ttl: 30_000 },
+            storage: StorageConfig { write_async: false, max_database_size: 256 << 30 },
         }
     }
 }
@@ -181,24 +170,15 @@ pub enum ConfigError {
 impl Config {
     /// Loads the configuration for `root` (from `--root`, else `ROOTPATH`, else the
     /// default), writing the default file on first start.
-    pub fn load(
-        root: Option<PathBuf>,
-        vars: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Config, ConfigError> {
-        let defaults = serde_json::to_value(Config::default())
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        let root = root
-            .or_else(|| vars("ROOTPATH").map(PathBuf::from))
-            .unwrap_or_else(|| Config::default().root_path);
+    pub fn load(root: Option<PathBuf>, vars: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let defaults = serde_json::to_value(Config::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let root = root.or_else(|| vars("ROOTPATH").map(PathBuf::from)).unwrap_or_else(|| Config::default().root_path);
         let file = root.join("lyre-config.yaml");
         let mut tree = defaults.clone();
         match std::fs::read_to_string(&file) {
             Ok(text) => {
-                let from_file: serde_json::Value =
-                    serde_saphyr::from_str(&text).map_err(|e| ConfigError::Yaml {
-                        path: file.clone(),
-                        message: e.to_string(),
-                    })?;
+                let from_file: serde_json::Value = serde_saphyr::from_str(&text)
+                    .map_err(|e| ConfigError::Yaml { path: file.clone(), message: e.to_string() })?;
                 if !from_file.is_null() {
                     merge(&mut tree, from_file);
                 }
@@ -218,17 +198,10 @@ impl Config {
 }
 
 fn write_default(root: &Path, file: &Path) -> Result<(), ConfigError> {
-    let io = |source| ConfigError::Io {
-        path: file.to_path_buf(),
-        source,
-    };
+    let io = |source| ConfigError::Io { path: file.to_path_buf(), source };
     std::fs::create_dir_all(root).map_err(io)?;
-    let defaults = Config {
-        root_path: root.to_path_buf(),
-        ..Config::default()
-    };
-    let yaml =
-        serde_saphyr::to_string(&defaults).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let defaults = Config { root_path: root.to_path_buf(), ..Config::default() };
+    let yaml = serde_saphyr::to_string(&defaults).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let text = format!(
         "# Lyre configuration (Harper's key names). Environment variables such as\n# HTTP_PORT or OPERATIONSAPI_NETWORK_PORT override these values.\n{yaml}"
     );
@@ -258,10 +231,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| map.get(k).cloned()
     }
 
@@ -274,28 +244,17 @@ mod tests {
         assert_eq!(config.operations_api.network.port, 9925);
         assert!(root.join("lyre-config.yaml").exists());
 
-        std::fs::write(
-            root.join("lyre-config.yaml"),
-            "http:\n  port: 8080\nlogging:\n  level: debug\n",
-        )
-        .unwrap();
+        std::fs::write(root.join("lyre-config.yaml"), "http:\n  port: 8080\nlogging:\n  level: debug\n").unwrap();
         let config = Config::load(
             Some(root.clone()),
-            &vars(&[
-                ("OPERATIONSAPI_NETWORK_PORT", "7000"),
-                ("LOGGING_LEVEL", "warn"),
-            ]),
+            &vars(&[("OPERATIONSAPI_NETWORK_PORT", "7000"), ("LOGGING_LEVEL", "warn")]),
         )
         .unwrap();
         assert_eq!(config.http.port, 8080);
         assert_eq!(config.operations_api.network.port, 7000);
         assert_eq!(config.logging.level, "warn");
         assert_eq!(config.mqtt.network.port, 1883);
-        let config = Config::load(
-            Some(root.clone()),
-            &vars(&[("AUTHENTICATION_AUTHORIZELOCAL", "true")]),
-        )
-        .unwrap();
+        let config = Config::load(Some(root.clone()), &vars(&[("AUTHENTICATION_AUTHORIZELOCAL", "true")])).unwrap();
         assert!(config.authentication.authorize_local);
     }
 
@@ -303,16 +262,9 @@ mod tests {
     fn bad_files_and_values_name_the_problem() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("lyre-config.yaml"), "http: [unclosed").unwrap();
-        assert!(matches!(
-            Config::load(Some(dir.path().into()), &vars(&[])),
-            Err(ConfigError::Yaml { .. })
-        ));
+        assert!(matches!(Config::load(Some(dir.path().into()), &vars(&[])), Err(ConfigError::Yaml { .. })));
         std::fs::write(dir.path().join("lyre-config.yaml"), "http:\n  port: 1\n").unwrap();
-        let err = Config::load(
-            Some(dir.path().into()),
-            &vars(&[("HTTP_PORT", "not-a-port")]),
-        )
-        .unwrap_err();
+        let err = Config::load(Some(dir.path().into()), &vars(&[("HTTP_PORT", "not-a-port")])).unwrap_err();
         assert!(err.to_string().contains("invalid"), "{err}");
     }
 }

@@ -18,10 +18,7 @@ pub struct ApiError {
 impl ApiError {
     /// An error with `code` and a client-facing `message`.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
+        Self { code, message: message.into() }
     }
 
     /// A 400 naming what is wrong.
@@ -31,29 +28,54 @@ impl ApiError {
 
     /// Renders the error in `format` (JSON, CBOR or MessagePack, as the client asked).
     pub fn render(&self, format: Format) -> Response {
-        let status =
-            StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut body = lyre_core::Object::new();
         body.insert("error".into(), self.message.clone().into());
         let mut response = match format.encode(&lyre_core::Value::Object(body)) {
-            Ok(bytes) => (
-                status,
-                [(header::CONTENT_TYPE, format.content_type())],
-                bytes,
-            )
-                .into_response(),
+            Ok(bytes) => (status, [(header::CONTENT_TYPE, format.content_type())], bytes).into_response(),
             Err(_) => (status, self.message.clone()).into_response(),
         };
         let headers = response.headers_mut();
         match self.code {
             Code::MustLogin | Code::LoginFailed => {
-                headers.insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Basic realm=\"lyre\""),
-                );
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"lyre\""));
             }
             code if code.retryable() => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl ApiError {
+    /// Renders the error as Harper's REST interface does: a JSON string
+    /// `"ClientError: <message>"` (`ServerError` for 5xx); a failed login is
+    /// `{"error": "Login failed"}` and a missing one `"AccessViolation: Must login"`.
+    pub fn render_rest(&self, format: Format) -> Response {
+        if matches!(self.code, Code::LoginFailed) {
+            return self.render(format);
+        }
+        let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let kind = match self.code {
+            Code::MustLogin | Code::Forbidden => "AccessViolation",
+            Code::NotFound => "HdbError",
+            code if code.status() >= 500 => "ServerError",
+            _ => "ClientError",
+        };
+        let body = lyre_core::Value::String(format!("{kind}: {}", self.message));
+        let format = if format == Format::Csv { Format::Json } else { format };
+        let mut response = match format.encode(&body) {
+            Ok(bytes) => (status, [(header::CONTENT_TYPE, format.content_type())], bytes).into_response(),
+            Err(_) => (status, self.message.clone()).into_response(),
+        };
+        match self.code {
+            Code::MustLogin => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+            }
+            code if code.retryable() => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
         }
@@ -67,10 +89,7 @@ impl From<lyre_core::Error> for ApiError {
         if code.class() == Class::Internal {
             let id = uuid_like();
             tracing::error!(error = %err, request = %id, "internal error");
-            return ApiError::new(
-                code,
-                format!("internal error, see the server log (request {id})"),
-            );
+            return ApiError::new(code, format!("internal error, see the server log (request {id})"));
         }
         ApiError::new(code, err.to_string())
     }

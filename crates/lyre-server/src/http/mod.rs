@@ -1,28 +1,37 @@
 //! HTTP: the Operations API router and what every handler shares.
 
 mod auth;
-mod error;
+pub(crate) mod error;
 mod negotiate;
 mod ops;
+pub mod rest;
 mod stream;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::{StatusCode, header};
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use lyre_core::Engine;
+use lyre_core::{Code, Engine};
+
+use crate::components::Components;
+use crate::http::error::ApiError;
 use tower_http::catch_panic::CatchPanicLayer;
 
 /// What every handler can reach.
 pub struct AppState {
     /// The open databases and users.
     pub engine: Arc<Engine>,
+    /// The loaded applications and the tables they export.
+    pub components: Arc<Components>,
     /// Whether loopback requests without credentials act as the super user.
     pub authorize_local: bool,
     /// Largest Operations API body, in bytes.
     pub ops_body_limit: usize,
+    /// Largest REST body, in bytes.
+    pub rest_body_limit: usize,
 }
 
 /// The Operations API: `POST /` with an operation, `GET /health`.
@@ -35,13 +44,41 @@ pub fn operations_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// The REST interface: exported tables, compressed above `compression_threshold`
+/// bytes (0 turns compression off), with CORS when `cors` is on.
+pub fn rest_router(state: Arc<AppState>, compression_threshold: u16, cors: bool) -> Router {
+    use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
+    let mut router = Router::new().fallback(rest::handle).layer(CatchPanicLayer::custom(error::panic_response));
+    if compression_threshold > 0 {
+        let predicate = SizeAbove::new(u64::from(compression_threshold)).and(NotForContentType::const_new("text/event-stream"));
+        router = router.layer(tower_http::compression::CompressionLayer::new().br(true).gzip(true).compress_when(predicate));
+    }
+    if cors {
+        router = router.layer(tower_http::cors::CorsLayer::very_permissive());
+    }
+    router.with_state(state)
+}
+
+/// Reads a whole request body, refusing (413) anything over `limit` before reading it
+/// when the length is declared, and as soon as it is exceeded otherwise.
+pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    let too_large = || ApiError::new(Code::PayloadTooLarge, format!("Request body exceeds the limit of {limit} bytes"));
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|err| {
+        if std::error::Error::source(&err).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
+            too_large()
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {err}"))
+        }
+    })
+}
+
 /// Harper's health answer, which monitors match on.
 async fn health() -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        "HarperDB is running.",
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "HarperDB is running.").into_response()
 }
 
 async fn not_found() -> Response {

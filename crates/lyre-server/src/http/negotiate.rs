@@ -16,9 +16,11 @@ pub enum Format {
     Cbor,
     /// `application/x-msgpack`.
     MessagePack,
+    /// `text/csv` (responses only).
+    Csv,
 }
 
-const SUPPORTED: &str = "application/json, application/cbor, application/x-msgpack";
+const SUPPORTED: &str = "application/json, application/cbor, application/x-msgpack, text/csv";
 
 impl Format {
     /// The `Content-Type` of a response in this format.
@@ -27,6 +29,7 @@ impl Format {
             Format::Json => "application/json",
             Format::Cbor => "application/cbor",
             Format::MessagePack => "application/x-msgpack",
+            Format::Csv => "text/csv",
         }
     }
 
@@ -35,14 +38,14 @@ impl Format {
             "application/json" | "*/*" | "application/*" | "" => Some(Format::Json),
             "application/cbor" => Some(Format::Cbor),
             "application/x-msgpack" | "application/msgpack" => Some(Format::MessagePack),
+            "text/csv" => Some(Format::Csv),
             _ => None,
         }
     }
 
     /// Encodes a whole value.
     pub fn encode<T: Serialize>(self, value: &T) -> Result<Vec<u8>, ApiError> {
-        let failed =
-            |e: String| ApiError::new(Code::Internal, format!("encoding the response failed: {e}"));
+        let failed = |e: String| ApiError::new(Code::Internal, format!("encoding the response failed: {e}"));
         match self {
             Format::Json => serde_json::to_vec(value).map_err(|e| failed(e.to_string())),
             Format::Cbor => {
@@ -51,6 +54,18 @@ impl Format {
                 Ok(out)
             }
             Format::MessagePack => rmp_serde::to_vec(value).map_err(|e| failed(e.to_string())),
+            Format::Csv => {
+                let value = serde_json::to_value(value).map_err(|e| failed(e.to_string()))?;
+                let rows = match value {
+                    serde_json::Value::Array(items) => items,
+                    other => vec![other],
+                };
+                let mut csv = CsvWriter::default();
+                for row in &rows {
+                    csv.row(row);
+                }
+                Ok(csv.finish())
+            }
         }
     }
 }
@@ -88,9 +103,7 @@ pub fn response_format(headers: &HeaderMap) -> Result<Format, ApiError> {
 fn not_acceptable() -> ApiError {
     ApiError::new(
         Code::NotAcceptable,
-        format!(
-            "No supported content types found in Accept header, supported types include: {SUPPORTED}"
-        ),
+        format!("No supported content types found in Accept header, supported types include: {SUPPORTED}"),
     )
 }
 
@@ -98,26 +111,19 @@ fn not_acceptable() -> ApiError {
 pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let content_type = match headers.get(header::CONTENT_TYPE) {
         None => String::new(),
-        Some(v) => v
-            .to_str()
-            .map_err(|_| unsupported("<invalid header>"))?
-            .to_ascii_lowercase(),
+        Some(v) => v.to_str().map_err(|_| unsupported("<invalid header>"))?.to_ascii_lowercase(),
     };
     let media = content_type.split(';').next().unwrap_or("").trim();
     let format = match media {
         // curl's `-d` sends JSON labelled as a form; Harper's own examples are sent so.
         "" | "text/plain" | "application/x-www-form-urlencoded"
-            if body
-                .first()
-                .is_some_and(|b| matches!(b, b'{' | b'[' | b' ' | b'\n')) =>
+            if body.first().is_some_and(|b| matches!(b, b'{' | b'[' | b' ' | b'\n')) =>
         {
             Format::Json
         }
         "" | "text/plain" => Format::Json,
         "application/json" => Format::Json,
-        other => Format::from_media_type(other)
-            .filter(|f| *f != Format::Json)
-            .ok_or_else(|| unsupported(other))?,
+        other => Format::from_media_type(other).filter(|f| *f != Format::Json).ok_or_else(|| unsupported(other))?,
     };
     if body.is_empty() {
         return Err(ApiError::bad_request(format!(
@@ -126,20 +132,72 @@ pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
         )));
     }
     match format {
-        Format::Json => serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}"))),
-        Format::Cbor => ciborium::from_reader(body)
-            .map_err(|e| ApiError::bad_request(format!("Invalid CBOR: {e}"))),
-        Format::MessagePack => rmp_serde::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("Invalid MessagePack: {e}"))),
+        Format::Json => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}"))),
+        Format::Cbor => ciborium::from_reader(body).map_err(|e| ApiError::bad_request(format!("Invalid CBOR: {e}"))),
+        Format::MessagePack => {
+            rmp_serde::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid MessagePack: {e}")))
+        }
+        Format::Csv => Err(unsupported("text/csv")),
+    }
+}
+
+/// Writes rows as Harper's CSV: a header of the first row's keys (all quoted), string
+/// values quoted, numbers and booleans bare, null empty, objects and arrays as quoted
+/// JSON; rows separated by `\n`, no trailing newline.
+#[derive(Default)]
+pub struct CsvWriter {
+    out: Vec<u8>,
+    columns: Option<Vec<String>>,
+}
+
+impl CsvWriter {
+    /// Appends one row (an object; any other value is one `value` column).
+    pub fn row(&mut self, row: &serde_json::Value) {
+        if self.columns.is_none() {
+            let columns: Vec<String> = match row {
+                serde_json::Value::Object(map) => map.keys().cloned().collect(),
+                _ => vec!["value".to_string()],
+            };
+            let header: Vec<String> = columns.iter().map(|c| quote(c)).collect();
+            self.out.extend_from_slice(header.join(",").as_bytes());
+            self.columns = Some(columns);
+        }
+        let columns = self.columns.as_deref().unwrap_or_default();
+        let cells: Vec<String> = match row {
+            serde_json::Value::Object(map) => columns.iter().map(|c| cell(map.get(c))).collect(),
+            other => vec![cell(Some(other))],
+        };
+        self.out.push(b'\n');
+        self.out.extend_from_slice(cells.join(",").as_bytes());
+    }
+
+    /// Takes what has been written so far.
+    pub fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// The whole output.
+    pub fn finish(self) -> Vec<u8> {
+        self.out
+    }
+}
+
+fn quote(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "\"\""))
+}
+
+fn cell(value: Option<&serde_json::Value>) -> String {
+    match value {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => quote(s),
+        Some(serde_json::Value::Number(n)) => n.to_string(),
+        Some(serde_json::Value::Bool(b)) => b.to_string(),
+        Some(other) => quote(&other.to_string()),
     }
 }
 
 fn unsupported(media: &str) -> ApiError {
-    ApiError::new(
-        Code::UnsupportedMediaType,
-        format!("Unsupported Media Type: {media}"),
-    )
+    ApiError::new(Code::UnsupportedMediaType, format!("Unsupported Media Type: {media}"))
 }
 
 #[cfg(test)]
@@ -154,16 +212,23 @@ mod tests {
     }
 
     #[test]
+    fn csv_matches_harpers_layout() {
+        let rows: serde_json::Value = serde_json::from_str(
+            r#"[{"id":"p1","name":"Fo\"o","price":10,"tags":["x"],"none":null},{"id":"p2","price":2.5}]"#,
+        )
+        .unwrap();
+        let bytes = Format::Csv.encode(&rows).unwrap();
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            "\"id\",\"name\",\"price\",\"tags\",\"none\"\n\"p1\",\"Fo\"\"o\",10,\"[\"\"x\"\"]\",\n\"p2\",,2.5,,"
+        );
+    }
+
+    #[test]
     fn accept_headers_pick_the_best_supported_format() {
         assert_eq!(accept("application/cbor").unwrap(), Format::Cbor);
-        assert_eq!(
-            accept("text/html, application/x-msgpack;q=0.9, */*;q=0.1").unwrap(),
-            Format::MessagePack
-        );
-        assert_eq!(
-            accept("application/json;q=0.5, application/cbor").unwrap(),
-            Format::Cbor
-        );
+        assert_eq!(accept("text/html, application/x-msgpack;q=0.9, */*;q=0.1").unwrap(), Format::MessagePack);
+        assert_eq!(accept("application/json;q=0.5, application/cbor").unwrap(), Format::Cbor);
         assert_eq!(accept("*/*").unwrap(), Format::Json);
         assert!(accept("application/xml").is_err());
         assert_eq!(response_format(&HeaderMap::new()).unwrap(), Format::Json);

@@ -14,11 +14,11 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use lyre_core::query::Search;
-use lyre_core::{Code, Object, Value};
+use lyre_core::{Code, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::http::error::ApiError;
-use crate::http::negotiate::Format;
+use crate::http::negotiate::{CsvWriter, Format};
 
 /// Size at which a chunk is handed to the socket.
 const CHUNK: usize = 64 * 1024;
@@ -31,34 +31,41 @@ enum Start {
     Failed(lyre_core::Error),
 }
 
+/// How a collection of MessagePack values is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// One array (the Operations API); MessagePack answers are then buffered, since an
+    /// array needs its length first.
+    Array,
+    /// MessagePack values one after another (REST, as Harper streams them).
+    Sequence,
+}
+
 /// Plans (via `plan`) and runs a search, answering with its results as an array in
 /// `format`.
-pub async fn stream_search<F>(format: Format, plan: F) -> Result<Response, ApiError>
+pub async fn stream_search<F>(format: Format, framing: Framing, plan: F) -> Result<Response, ApiError>
 where
     F: FnOnce() -> lyre_core::Result<Search> + Send + 'static,
 {
     let (start_tx, start_rx) = oneshot::channel();
     let (chunk_tx, mut chunk_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHUNKS_IN_FLIGHT);
-    tokio::task::spawn_blocking(move || produce(format, plan, start_tx, chunk_tx));
+    tokio::task::spawn_blocking(move || produce(format, framing, plan, start_tx, chunk_tx));
     let content_type = [(header::CONTENT_TYPE, format.content_type())];
     match start_rx.await {
         Ok(Start::Complete(bytes)) => Ok((content_type, bytes).into_response()),
         Ok(Start::Streaming(first)) => {
             let rest = futures_util::stream::poll_fn(move |cx| chunk_rx.poll_recv(cx));
-            let body =
-                futures_util::stream::once(async move { Ok(Bytes::from(first)) }).chain(rest);
+            let body = futures_util::stream::once(async move { Ok(Bytes::from(first)) }).chain(rest);
             Ok((content_type, Body::from_stream(body)).into_response())
         }
         Ok(Start::Failed(err)) => Err(err.into()),
-        Err(_) => Err(ApiError::new(
-            Code::Internal,
-            "the search stopped unexpectedly",
-        )),
+        Err(_) => Err(ApiError::new(Code::Internal, "the search stopped unexpectedly")),
     }
 }
 
 fn produce<F>(
     format: Format,
+    framing: Framing,
     plan: F,
     start_tx: oneshot::Sender<Start>,
     chunk_tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -72,7 +79,7 @@ fn produce<F>(
             return;
         }
     };
-    let mut writer = ArrayWriter::new(format);
+    let mut writer = ArrayWriter::new(format, framing);
     let mut start = Some(start_tx);
     let send = |chunk: Vec<u8>, start: &mut Option<oneshot::Sender<Start>>| -> bool {
         match start.take() {
@@ -110,27 +117,24 @@ fn produce<F>(
 /// array, MessagePack (whose arrays need their length first) buffered until the end.
 struct ArrayWriter {
     format: Format,
+    framing: Framing,
     buf: Vec<u8>,
     count: u32,
+    csv: CsvWriter,
 }
 
 impl ArrayWriter {
-    fn new(format: Format) -> Self {
+    fn new(format: Format, framing: Framing) -> Self {
         let mut buf = Vec::with_capacity(CHUNK + 4096);
         match format {
             Format::Json => buf.push(b'['),
             Format::Cbor => buf.push(0x9f),
-            Format::MessagePack => {}
+            Format::MessagePack | Format::Csv => {}
         }
-        Self {
-            format,
-            buf,
-            count: 0,
-        }
+        Self { format, framing, buf, count: 0, csv: CsvWriter::default() }
     }
 
-    fn push(&mut self, record: Object) {
-        let record = Value::Object(record);
+    fn push(&mut self, record: Value) {
         let written = match self.format {
             Format::Json => {
                 if self.count > 0 {
@@ -138,12 +142,14 @@ impl ArrayWriter {
                 }
                 serde_json::to_writer(&mut self.buf, &record).map_err(|e| e.to_string())
             }
-            Format::Cbor => {
-                ciborium::into_writer(&record, &mut self.buf).map_err(|e| e.to_string())
-            }
-            Format::MessagePack => {
-                rmp_serde::encode::write(&mut self.buf, &record).map_err(|e| e.to_string())
-            }
+            Format::Cbor => ciborium::into_writer(&record, &mut self.buf).map_err(|e| e.to_string()),
+            Format::MessagePack => rmp_serde::encode::write(&mut self.buf, &record).map_err(|e| e.to_string()),
+            Format::Csv => serde_json::to_value(&record)
+                .map(|row| {
+                    self.csv.row(&row);
+                    self.buf.extend_from_slice(&self.csv.take());
+                })
+                .map_err(|e| e.to_string()),
         };
         match written {
             Ok(()) => self.count += 1,
@@ -156,11 +162,7 @@ impl ArrayWriter {
 
     /// Bytes that may be sent now.
     fn ready(&self) -> usize {
-        if self.format == Format::MessagePack {
-            0
-        } else {
-            self.buf.len()
-        }
+        if self.format == Format::MessagePack && self.framing == Framing::Array { 0 } else { self.buf.len() }
     }
 
     fn take(&mut self) -> Vec<u8> {
@@ -171,6 +173,8 @@ impl ArrayWriter {
         match self.format {
             Format::Json => self.buf.push(b']'),
             Format::Cbor => self.buf.push(0xff),
+            Format::Csv => {}
+            Format::MessagePack if self.framing == Framing::Sequence => {}
             Format::MessagePack => {
                 let mut out = Vec::with_capacity(self.buf.len() + 5);
                 // Writing a length prefix into a Vec cannot fail.

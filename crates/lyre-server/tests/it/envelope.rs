@@ -5,21 +5,14 @@ use serde_json::{Value, json};
 use crate::support::{PASSWORD, TestServer, USER};
 
 async fn raw(s: &TestServer, content_type: Option<&str>, body: Vec<u8>) -> (u16, Value) {
-    let mut request = s
-        .client
-        .post(s.url("/"))
-        .basic_auth(USER, Some(PASSWORD))
-        .body(body);
+    let mut request = s.client.post(s.url("/")).basic_auth(USER, Some(PASSWORD)).body(body);
     if let Some(ct) = content_type {
         request = request.header("content-type", ct);
     }
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
     let text = response.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
 #[tokio::test]
@@ -36,63 +29,23 @@ async fn health_answers_without_credentials() {
 async fn missing_or_wrong_credentials_get_401() {
     let s = TestServer::start().await;
     let body = json!({"operation": "describe_all"}).to_string();
-    let none = s
-        .client
-        .post(s.url("/"))
-        .header("content-type", "application/json")
-        .body(body.clone())
-        .send()
-        .await
-        .unwrap();
+    let none =
+        s.client.post(s.url("/")).header("content-type", "application/json").body(body.clone()).send().await.unwrap();
     assert_eq!(none.status(), 401);
     assert!(none.headers().get("www-authenticate").is_some());
-    assert_eq!(
-        none.json::<Value>().await.unwrap(),
-        json!({"error": "Must login"})
-    );
+    assert_eq!(none.json::<Value>().await.unwrap(), json!({"error": "Must login"}));
     for (user, password) in [(USER, "wrong"), ("nobody", PASSWORD)] {
-        let wrong = s
-            .client
-            .post(s.url("/"))
-            .basic_auth(user, Some(password))
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
+        let wrong = s.client.post(s.url("/")).basic_auth(user, Some(password)).body(body.clone()).send().await.unwrap();
         assert_eq!(wrong.status(), 401);
-        assert_eq!(
-            wrong.json::<Value>().await.unwrap(),
-            json!({"error": "Login failed"})
-        );
+        assert_eq!(wrong.json::<Value>().await.unwrap(), json!({"error": "Login failed"}));
     }
-    for header in [
-        "Basic !!!notbase64!!!",
-        "Basic YWRtaW5wYXNzd29yZA==",
-        "Basic ",
-    ] {
-        let bad = s
-            .client
-            .post(s.url("/"))
-            .header("authorization", header)
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
+    for header in ["Basic !!!notbase64!!!", "Basic YWRtaW5wYXNzd29yZA==", "Basic "] {
+        let bad = s.client.post(s.url("/")).header("authorization", header).body(body.clone()).send().await.unwrap();
         assert_eq!(bad.status(), 401, "{header}");
     }
-    let bearer = s
-        .client
-        .post(s.url("/"))
-        .bearer_auth("garbage.token.here")
-        .body(body.clone())
-        .send()
-        .await
-        .unwrap();
+    let bearer = s.client.post(s.url("/")).bearer_auth("garbage.token.here").body(body.clone()).send().await.unwrap();
     assert_eq!(bearer.status(), 401);
-    assert_eq!(
-        bearer.json::<Value>().await.unwrap(),
-        json!({"error": "invalid token"})
-    );
+    assert_eq!(bearer.json::<Value>().await.unwrap(), json!({"error": "invalid token"}));
     // The right credentials still work after failures (and from the cache).
     for _ in 0..2 {
         assert_eq!(s.op(json!({"operation": "describe_all"})).await.0, 200);
@@ -116,30 +69,13 @@ async fn loopback_requests_may_be_trusted_when_configured() {
 #[tokio::test]
 async fn malformed_envelopes_get_400_with_the_reason() {
     let s = TestServer::start().await;
-    let (status, body) = raw(
-        &s,
-        Some("application/json"),
-        br#"{"operation": "describe_all","#.to_vec(),
-    )
-    .await;
+    let (status, body) = raw(&s, Some("application/json"), br#"{"operation": "describe_all","#.to_vec()).await;
     assert_eq!(status, 400);
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("Invalid JSON: "),
-        "{body}"
-    );
-    assert!(
-        body["error"].as_str().unwrap().contains("column"),
-        "the message names the position: {body}"
-    );
+    assert!(body["error"].as_str().unwrap().starts_with("Invalid JSON: "), "{body}");
+    assert!(body["error"].as_str().unwrap().contains("column"), "the message names the position: {body}");
     assert_eq!(
         raw(&s, Some("application/json"), Vec::new()).await,
-        (
-            400,
-            json!({"error": "Body cannot be empty when content-type is set to 'application/json'"})
-        )
+        (400, json!({"error": "Body cannot be empty when content-type is set to 'application/json'"}))
     );
     let no_operation = json!({"error": "Request body must include an 'operation' property."});
     for body in [
@@ -157,67 +93,31 @@ async fn malformed_envelopes_get_400_with_the_reason() {
         );
     }
     assert_eq!(
-        raw(
-            &s,
-            Some("application/json"),
-            br#"{"operation":"foo"}"#.to_vec()
-        )
-        .await,
+        raw(&s, Some("application/json"), br#"{"operation":"foo"}"#.to_vec()).await,
         (400, json!({"error": "Operation 'foo' not found"}))
     );
+    assert_eq!(raw(&s, Some("application/json"), br#"{"operation":"DESCRIBE_ALL"}"#.to_vec()).await.0, 400);
     assert_eq!(
-        raw(
-            &s,
-            Some("application/json"),
-            br#"{"operation":"DESCRIBE_ALL"}"#.to_vec()
-        )
-        .await
-        .0,
-        400
-    );
-    assert_eq!(
-        raw(
-            &s,
-            Some("application/json"),
-            br#"{"operation":123}"#.to_vec()
-        )
-        .await,
+        raw(&s, Some("application/json"), br#"{"operation":123}"#.to_vec()).await,
         (400, json!({"error": "'operation' must be a string"}))
     );
     assert_eq!(
         raw(&s, Some("application/xml"), b"<op/>".to_vec()).await,
-        (
-            415,
-            json!({"error": "Unsupported Media Type: application/xml"})
-        )
+        (415, json!({"error": "Unsupported Media Type: application/xml"}))
     );
     assert_eq!(
-        raw(
-            &s,
-            Some("application/json; charset=utf-8"),
-            br#"{"operation":"describe_all"}"#.to_vec()
-        )
-        .await,
+        raw(&s, Some("application/json; charset=utf-8"), br#"{"operation":"describe_all"}"#.to_vec()).await,
         (200, json!({}))
     );
-    assert_eq!(
-        raw(&s, None, br#"{"operation":"describe_all"}"#.to_vec()).await,
-        (200, json!({}))
-    );
+    assert_eq!(raw(&s, None, br#"{"operation":"describe_all"}"#.to_vec()).await, (200, json!({})));
     let (status, body) = raw(&s, Some("application/cbor"), vec![0xff, 0xff, 0xff]).await;
     assert_eq!(status, 400);
-    assert!(
-        body["error"].as_str().unwrap().starts_with("Invalid CBOR"),
-        "{body}"
-    );
+    assert!(body["error"].as_str().unwrap().starts_with("Invalid CBOR"), "{body}");
     let (status, _) = raw(&s, Some("application/x-msgpack"), vec![0xc1]).await;
     assert_eq!(status, 400);
     // Deeply nested input is refused, not a stack overflow.
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    assert_eq!(
-        raw(&s, Some("application/json"), deep.into_bytes()).await.0,
-        400
-    );
+    assert_eq!(raw(&s, Some("application/json"), deep.into_bytes()).await.0, 400);
     // The server is still healthy after all of it.
     assert_eq!(s.op(json!({"operation": "describe_all"})).await.0, 200);
 }
@@ -225,42 +125,26 @@ async fn malformed_envelopes_get_400_with_the_reason() {
 #[tokio::test]
 async fn oversized_bodies_get_413_and_write_nothing() {
     let s = TestServer::start_with(&[("OPERATIONSAPI_NETWORK_MAXBODYSIZE", "10000")]).await;
-    s.ok(
-        json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"}),
-    )
-    .await;
-    let records: Vec<Value> = (0..200)
-        .map(|i| json!({"id": i, "pad": "x".repeat(100)}))
-        .collect();
-    let (status, body) = s
-        .op(json!({"operation": "insert", "database": "dev", "table": "t", "records": records}))
-        .await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"})).await;
+    let records: Vec<Value> = (0..200).map(|i| json!({"id": i, "pad": "x".repeat(100)})).collect();
+    let (status, body) =
+        s.op(json!({"operation": "insert", "database": "dev", "table": "t", "records": records})).await;
     assert_eq!(status, 413);
-    assert_eq!(
-        body,
-        json!({"error": "Request body exceeds the limit of 10000 bytes"})
-    );
+    assert_eq!(body, json!({"error": "Request body exceeds the limit of 10000 bytes"}));
     // Without a declared length (chunked), the limit still holds.
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![
-        Ok(b"{\"operation\":\"describe_all\",\"pad\":\"".to_vec()),
-        Ok(vec![b'x'; 20_000]),
-        Ok(b"\"}".to_vec()),
-    ];
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        vec![Ok(b"{\"operation\":\"describe_all\",\"pad\":\"".to_vec()), Ok(vec![b'x'; 20_000]), Ok(b"\"}".to_vec())];
     let response = s
         .client
         .post(s.url("/"))
         .basic_auth(USER, Some(PASSWORD))
         .header("content-type", "application/json")
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-            chunks,
-        )))
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 413);
-    let count = s
-        .ok(json!({"operation": "describe_table", "database": "dev", "table": "t"}))
-        .await;
+    let count = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "t"})).await;
     assert_eq!(count["record_count"], 0);
 }
 
@@ -272,17 +156,10 @@ async fn cbor_and_msgpack_bodies_and_responses() {
     let mut cbor = Vec::new();
     ciborium::into_writer(&insert, &mut cbor).unwrap();
     let (status, body) = raw(&s, Some("application/cbor"), cbor).await;
-    assert_eq!(
-        (status, body["message"].clone()),
-        (200, json!("inserted 1 of 1 records"))
-    );
+    assert_eq!((status, body["message"].clone()), (200, json!("inserted 1 of 1 records")));
     let search = json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [1], "get_attributes": ["id", "name", "age"]});
     let msgpack = rmp_serde::to_vec_named(&search).unwrap();
-    for accept in [
-        "application/x-msgpack",
-        "application/cbor",
-        "application/json",
-    ] {
+    for accept in ["application/x-msgpack", "application/cbor", "application/json"] {
         let response = s
             .client
             .post(s.url("/"))
@@ -301,11 +178,7 @@ async fn cbor_and_msgpack_bodies_and_responses() {
             "application/cbor" => ciborium::from_reader(&bytes[..]).unwrap(),
             _ => serde_json::from_slice(&bytes).unwrap(),
         };
-        assert_eq!(
-            decoded,
-            json!([{"id": 1, "name": "Penny", "age": 5}]),
-            "{accept}"
-        );
+        assert_eq!(decoded, json!([{"id": 1, "name": "Penny", "age": 5}]), "{accept}");
     }
     // A streamed search in CBOR is an indefinite-length array that decodes whole.
     let response = s
@@ -319,10 +192,7 @@ async fn cbor_and_msgpack_bodies_and_responses() {
         .unwrap();
     let bytes = response.bytes().await.unwrap();
     assert_eq!(bytes[0], 0x9f);
-    assert_eq!(
-        ciborium::from_reader::<Value, _>(&bytes[..]).unwrap(),
-        json!([{"name": "Penny"}])
-    );
+    assert_eq!(ciborium::from_reader::<Value, _>(&bytes[..]).unwrap(), json!([{"name": "Penny"}]));
     let refused = s
         .client
         .post(s.url("/"))

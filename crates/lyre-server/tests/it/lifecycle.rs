@@ -24,9 +24,18 @@ async fn insert_batches(client: reqwest::Client, url: String) -> HashSet<u64> {
                 if batch >= BATCHES {
                     return acked;
                 }
-                let records: Vec<Value> = (0..PER_BATCH).map(|i| json!({"id": batch * PER_BATCH + i, "batch": batch, "pad": "x".repeat(200)})).collect();
-                let body = json!({"operation": "insert", "database": "dev", "table": "t", "records": records}).to_string();
-                let sent = client.post(&url).basic_auth(USER, Some(PASSWORD)).header("content-type", "application/json").body(body).send().await;
+                let records: Vec<Value> = (0..PER_BATCH)
+                    .map(|i| json!({"id": batch * PER_BATCH + i, "batch": batch, "pad": "x".repeat(200)}))
+                    .collect();
+                let body =
+                    json!({"operation": "insert", "database": "dev", "table": "t", "records": records}).to_string();
+                let sent = client
+                    .post(&url)
+                    .basic_auth(USER, Some(PASSWORD))
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
                 if let Ok(response) = sent
                     && response.status() == 200
                     && response.text().await.is_ok_and(|t| t.contains(&format!("inserted {PER_BATCH} of {PER_BATCH}")))
@@ -48,21 +57,13 @@ async fn assert_all_or_nothing(s: &TestServer, acked: &HashSet<u64>) {
     let all = s.ok(json!({"operation": "search_by_value", "database": "dev", "table": "t", "attribute": "id", "value": "*", "get_attributes": ["id", "batch"]})).await;
     let mut per_batch = std::collections::HashMap::<u64, u64>::new();
     for record in all.as_array().unwrap() {
-        *per_batch
-            .entry(record["batch"].as_u64().unwrap())
-            .or_default() += 1;
+        *per_batch.entry(record["batch"].as_u64().unwrap()).or_default() += 1;
     }
     for (batch, count) in &per_batch {
-        assert_eq!(
-            *count, PER_BATCH,
-            "batch {batch} is torn: {count} of {PER_BATCH} records"
-        );
+        assert_eq!(*count, PER_BATCH, "batch {batch} is torn: {count} of {PER_BATCH} records");
     }
     for batch in acked {
-        assert!(
-            per_batch.contains_key(batch),
-            "acknowledged batch {batch} is missing"
-        );
+        assert!(per_batch.contains_key(batch), "acknowledged batch {batch} is missing");
     }
     // The index agrees with the records.
     for batch in per_batch.keys().take(5) {
@@ -74,10 +75,7 @@ async fn assert_all_or_nothing(s: &TestServer, acked: &HashSet<u64>) {
 #[tokio::test]
 async fn sigterm_during_writes_commits_or_rejects_whole_batches() {
     let mut s = TestServer::start_with(&[("STORAGE_WRITEASYNC", "false")]).await;
-    s.ok(
-        json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"}),
-    )
-    .await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"})).await;
     let writer = tokio::spawn(insert_batches(s.client.clone(), s.url("/")));
     tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     assert!(s.stop("-TERM"), "a graceful shutdown exits with status 0");
@@ -89,10 +87,7 @@ async fn sigterm_during_writes_commits_or_rejects_whole_batches() {
 #[tokio::test]
 async fn kill_9_during_writes_loses_no_acknowledged_batch() {
     let mut s = TestServer::start_with(&[("STORAGE_WRITEASYNC", "false")]).await;
-    s.ok(
-        json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"}),
-    )
-    .await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"})).await;
     for round in 0..3 {
         let writer = tokio::spawn(insert_batches(s.client.clone(), s.url("/")));
         tokio::time::sleep(std::time::Duration::from_millis(100 + 40 * round)).await;
@@ -101,8 +96,7 @@ async fn kill_9_during_writes_loses_no_acknowledged_batch() {
         s.start_again().await;
         assert_all_or_nothing(&s, &acked).await;
         // Start the next round on an empty table.
-        s.ok(json!({"operation": "drop_table", "database": "dev", "table": "t"}))
-            .await;
+        s.ok(json!({"operation": "drop_table", "database": "dev", "table": "t"})).await;
         s.ok(json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"})).await;
     }
 }

@@ -41,10 +41,7 @@ impl TestServer {
             _dir: Some(dir),
             ops_port: free_port(),
             client: reqwest::Client::new(),
-            extra_env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
         server.spawn().await;
         server
@@ -74,17 +71,10 @@ impl TestServer {
             if matches!(health, Ok(ref r) if r.status().is_success()) {
                 return;
             }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("lyre exited during start-up: {status}");
             }
-            assert!(
-                Instant::now() < deadline,
-                "lyre did not answer /health within 20 s"
-            );
+            assert!(Instant::now() < deadline, "lyre did not answer /health within 20 s");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -101,10 +91,7 @@ impl TestServer {
         let Some(mut child) = self.child.take() else {
             return false;
         };
-        let _ = Command::new("kill")
-            .arg(signal)
-            .arg(child.id().to_string())
-            .status();
+        let _ = Command::new("kill").arg(signal).arg(child.id().to_string()).status();
         child.wait().is_ok_and(|status| status.success())
     }
 

@@ -15,9 +15,7 @@ pub async fn insert(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine
-        .database(&params.database()?)?
-        .table(&params.required_string(&["table"])?)?;
+    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let records = params.records()?;
     let total = records.len();
     let summary = table.insert(ctx, records).await?;
@@ -31,9 +29,7 @@ pub async fn update(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine
-        .database(&params.database()?)?
-        .table(&params.required_string(&["table"])?)?;
+    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let records = params.records()?;
     let total = records.len();
     let summary = table.update(ctx, records).await?;
@@ -47,9 +43,7 @@ pub async fn upsert(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine
-        .database(&params.database()?)?
-        .table(&params.required_string(&["table"])?)?;
+    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let records = params.records()?;
     let total = records.len();
     let summary = table.upsert(ctx, records).await?;
@@ -61,16 +55,7 @@ pub async fn upsert(
 fn written(message: String, summary: WriteSummary, keys_field: &str, with_skipped: bool) -> Value {
     let mut out = Object::new();
     out.insert("message".into(), message.into());
-    out.insert(
-        "new_attributes".into(),
-        Value::Array(
-            summary
-                .new_attributes
-                .into_iter()
-                .map(Value::String)
-                .collect(),
-        ),
-    );
+    out.insert("new_attributes".into(), Value::Array(summary.new_attributes.into_iter().map(Value::String).collect()));
     out.insert("txn_time".into(), Value::Float(summary.txn_time));
     out.insert(keys_field.into(), Value::Array(summary.written));
     if with_skipped {
@@ -85,22 +70,13 @@ pub async fn delete(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine
-        .database(&params.database()?)?
-        .table(&params.required_string(&["table"])?)?;
+    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let ids = params.required_array(&["ids", "hash_values"])?;
     let total = ids.len();
     let summary = table.delete(ctx, ids).await?;
     let noun = if total == 1 { "record" } else { "records" };
     let mut out = Object::new();
-    out.insert(
-        "message".into(),
-        format!(
-            "{} of {total} {noun} successfully deleted",
-            summary.deleted.len()
-        )
-        .into(),
-    );
+    out.insert("message".into(), format!("{} of {total} {noun} successfully deleted", summary.deleted.len()).into());
     out.insert("deleted_hashes".into(), Value::Array(summary.deleted));
     out.insert("skipped_hashes".into(), Value::Array(summary.skipped));
     out.insert("txn_time".into(), Value::Float(summary.txn_time));

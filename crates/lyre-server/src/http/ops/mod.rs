@@ -2,6 +2,7 @@
 //! operation name (and Harper's aliases) to its handler; each family lives in its
 //! own file.
 
+mod components;
 mod crud;
 mod params;
 mod schema;
@@ -51,14 +52,12 @@ async fn handle_request(
     format: Format,
 ) -> Result<Response, ApiError> {
     let user = authenticate(state, headers, peer).await?;
-    let bytes = read_body(headers, body, state.ops_body_limit).await?;
+    let bytes = crate::http::read_body(headers, body, state.ops_body_limit).await?;
     let value = if bytes.len() > INLINE_DECODE_LIMIT {
         let headers = headers.clone();
         tokio::task::spawn_blocking(move || decode_body(&headers, &bytes))
             .await
-            .map_err(|e| {
-                ApiError::new(Code::Internal, format!("decoding the body failed: {e}"))
-            })??
+            .map_err(|e| ApiError::new(Code::Internal, format!("decoding the body failed: {e}")))??
     } else {
         decode_body(headers, &bytes)?
     };
@@ -76,18 +75,14 @@ async fn dispatch(
 ) -> Result<Response, ApiError> {
     let engine = &state.engine;
     match operation {
-        "create_database" | "create_schema" => {
-            schema::create_database(engine, ctx, params, format).await
-        }
+        "create_database" | "create_schema" => schema::create_database(engine, ctx, params, format).await,
         "drop_database" | "drop_schema" => schema::drop_database(engine, ctx, params, format).await,
         "create_table" => schema::create_table(engine, ctx, params, format).await,
         "drop_table" => schema::drop_table(engine, ctx, params, format).await,
         "create_attribute" => schema::create_attribute(engine, ctx, params, format).await,
         "drop_attribute" => schema::drop_attribute(engine, ctx, params, format).await,
         "describe_all" => schema::describe_all(engine, ctx, params, format).await,
-        "describe_database" | "describe_schema" => {
-            schema::describe_database(engine, ctx, params, format).await
-        }
+        "describe_database" | "describe_schema" => schema::describe_database(engine, ctx, params, format).await,
         "describe_table" => schema::describe_table(engine, ctx, params, format).await,
         "insert" => crud::insert(engine, ctx, params, format).await,
         "update" => crud::update(engine, ctx, params, format).await,
@@ -96,41 +91,10 @@ async fn dispatch(
         "search_by_id" | "search_by_hash" => search::by_id(engine, ctx, params, format).await,
         "search_by_value" => search::by_value(engine, ctx, params, format).await,
         "search_by_conditions" => search::by_conditions(engine, ctx, params, format).await,
-        other => Err(ApiError::bad_request(format!(
-            "Operation '{other}' not found"
-        ))),
+        "add_component" | "deploy_component" | "package_component" | "drop_component" | "get_components"
+        | "get_component_file" | "set_component_file" => components::dispatch(state, ctx, operation, params, format).await,
+        other => Err(ApiError::bad_request(format!("Operation '{other}' not found"))),
     }
-}
-
-/// Reads the whole body, refusing (413) anything over `limit` before reading it when
-/// the length is declared, and as soon as it is exceeded otherwise.
-async fn read_body(
-    headers: &HeaderMap,
-    body: Body,
-    limit: usize,
-) -> Result<bytes::Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            Code::PayloadTooLarge,
-            format!("Request body exceeds the limit of {limit} bytes"),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    axum::body::to_bytes(body, limit).await.map_err(|err| {
-        if std::error::Error::source(&err)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-        {
-            too_large()
-        } else {
-            ApiError::bad_request(format!("could not read the request body: {err}"))
-        }
-    })
 }
 
 /// A whole reply in the negotiated format.

@@ -12,8 +12,7 @@ pub struct Params {
 impl Params {
     /// Splits a request body into its operation name and parameters.
     pub fn from_body(body: Value) -> Result<(String, Params), ApiError> {
-        let missing =
-            || ApiError::bad_request("Request body must include an 'operation' property.");
+        let missing = || ApiError::bad_request("Request body must include an 'operation' property.");
         let Value::Object(mut map) = body else {
             return Err(missing());
         };
@@ -32,12 +31,7 @@ impl Params {
 
     /// Takes the first present key among `keys` (a name and its legacy aliases).
     fn take(&mut self, keys: &[&str]) -> Option<(String, Value)> {
-        keys.iter().find_map(|k| {
-            self.map
-                .shift_remove(*k)
-                .filter(|v| *v != Value::Null)
-                .map(|v| (k.to_string(), v))
-        })
+        keys.iter().find_map(|k| self.map.shift_remove(*k).filter(|v| *v != Value::Null).map(|v| (k.to_string(), v)))
     }
 
     /// An optional string.
@@ -51,15 +45,12 @@ impl Params {
 
     /// A required string.
     pub fn required_string(&mut self, keys: &[&str]) -> Result<String, ApiError> {
-        self.string(keys)?
-            .ok_or_else(|| ApiError::bad_request(format!("'{}' is required", keys[0])))
+        self.string(keys)?.ok_or_else(|| ApiError::bad_request(format!("'{}' is required", keys[0])))
     }
 
     /// The database named by `database` or legacy `schema`, `data` by default.
     pub fn database(&mut self) -> Result<String, ApiError> {
-        Ok(self
-            .string(&["database", "schema"])?
-            .unwrap_or_else(|| "data".to_string()))
+        Ok(self.string(&["database", "schema"])?.unwrap_or_else(|| "data".to_string()))
     }
 
     /// An optional boolean.
@@ -75,12 +66,8 @@ impl Params {
     pub fn count(&mut self, keys: &[&str]) -> Result<Option<usize>, ApiError> {
         match self.take(keys) {
             None => Ok(None),
-            Some((_, Value::Int(i))) if i >= 0 => {
-                Ok(Some(usize::try_from(i).unwrap_or(usize::MAX)))
-            }
-            Some((key, _)) => Err(ApiError::bad_request(format!(
-                "'{key}' must be a non-negative integer"
-            ))),
+            Some((_, Value::Int(i))) if i >= 0 => Ok(Some(usize::try_from(i).unwrap_or(usize::MAX))),
+            Some((key, _)) => Err(ApiError::bad_request(format!("'{key}' must be a non-negative integer"))),
         }
     }
 
@@ -95,14 +82,10 @@ impl Params {
 
     /// A required array; an explicit `null` is a wrong type, not a missing key.
     pub fn required_array(&mut self, keys: &[&str]) -> Result<Vec<Value>, ApiError> {
-        if let Some(key) = keys
-            .iter()
-            .find(|k| self.map.get(**k) == Some(&Value::Null))
-        {
+        if let Some(key) = keys.iter().find(|k| self.map.get(**k) == Some(&Value::Null)) {
             return Err(ApiError::bad_request(format!("'{key}' must be an array")));
         }
-        self.array(keys)?
-            .ok_or_else(|| ApiError::bad_request(format!("'{}' is required", keys[0])))
+        self.array(keys)?.ok_or_else(|| ApiError::bad_request(format!("'{}' is required", keys[0])))
     }
 
     /// Any value.
@@ -122,9 +105,7 @@ impl Params {
             .enumerate()
             .map(|(i, record)| match record {
                 Value::Object(o) => Ok(o),
-                _ => Err(ApiError::bad_request(format!(
-                    "'records[{i}]' must be of type object"
-                ))),
+                _ => Err(ApiError::bad_request(format!("'records[{i}]' must be of type object"))),
             })
             .collect()
     }

@@ -18,10 +18,7 @@ pub async fn create_database(
 ) -> Result<Response, ApiError> {
     let database = params.database()?;
     engine.create_database(ctx, &database).await?;
-    message(
-        format,
-        format!("database '{database}' successfully created"),
-    )
+    message(format, format!("database '{database}' successfully created"))
 }
 
 pub async fn drop_database(
@@ -48,68 +45,43 @@ pub async fn create_table(
     let declared = match params.array(&["attributes"])? {
         None => None,
         Some(items) => Some(
-            items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| attribute_spec(i, item))
-                .collect::<Result<Vec<_>, _>>()?,
+            items.into_iter().enumerate().map(|(i, item)| attribute_spec(i, item)).collect::<Result<Vec<_>, _>>()?,
         ),
     };
     let primary_key_type = declared
         .as_ref()
         .and_then(|attrs| attrs.iter().find(|a| a.name == primary_key))
         .and_then(|a| a.type_name.clone());
-    let spec = TableSpec {
-        name: table.clone(),
-        primary_key,
-        primary_key_type,
-        attributes: declared,
-        audit,
-    };
+    let spec = TableSpec { name: table.clone(), primary_key, primary_key_type, attributes: declared, audit };
     engine.create_table(ctx, &database, spec).await?;
-    message(
-        format,
-        format!("table '{database}.{table}' successfully created."),
-    )
+    message(format, format!("table '{database}.{table}' successfully created."))
 }
 
 fn attribute_spec(index: usize, item: Value) -> Result<AttributeSpec, ApiError> {
     let Value::Object(mut attribute) = item else {
-        return Err(ApiError::bad_request(format!(
-            "'attributes[{index}]' must be of type object"
-        )));
+        return Err(ApiError::bad_request(format!("'attributes[{index}]' must be of type object")));
     };
     let name = match attribute.shift_remove("name") {
         Some(Value::String(name)) => name,
         _ => {
-            return Err(ApiError::bad_request(format!(
-                "'attributes[{index}].name' must be a string"
-            )));
+            return Err(ApiError::bad_request(format!("'attributes[{index}].name' must be a string")));
         }
     };
     let type_name = match attribute.shift_remove("type") {
         None | Some(Value::Null) => None,
         Some(Value::String(t)) => Some(t),
         Some(_) => {
-            return Err(ApiError::bad_request(format!(
-                "'attributes[{index}].type' must be a string"
-            )));
+            return Err(ApiError::bad_request(format!("'attributes[{index}].type' must be a string")));
         }
     };
     let indexed = match attribute.shift_remove("indexed") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => b,
         Some(_) => {
-            return Err(ApiError::bad_request(format!(
-                "'attributes[{index}].indexed' must be a boolean"
-            )));
+            return Err(ApiError::bad_request(format!("'attributes[{index}].indexed' must be a boolean")));
         }
     };
-    Ok(AttributeSpec {
-        name,
-        type_name,
-        indexed,
-    })
+    Ok(AttributeSpec { name, type_name, indexed })
 }
 
 pub async fn drop_table(
@@ -121,10 +93,7 @@ pub async fn drop_table(
     let database = params.database()?;
     let table = params.required_string(&["table"])?;
     engine.database(&database)?.drop_table(ctx, &table).await?;
-    message(
-        format,
-        format!("successfully deleted table '{database}.{table}'"),
-    )
+    message(format, format!("successfully deleted table '{database}.{table}'"))
 }
 
 pub async fn create_attribute(
@@ -135,23 +104,12 @@ pub async fn create_attribute(
 ) -> Result<Response, ApiError> {
     let database = params.database()?;
     let table = params.required_string(&["table"])?;
-    let attribute = params
-        .string(&["attribute"])?
-        .ok_or_else(|| ApiError::bad_request("Attribute name is required"))?;
+    let attribute =
+        params.string(&["attribute"])?.ok_or_else(|| ApiError::bad_request("Attribute name is required"))?;
     let indexed = params.bool(&["indexed"])?.unwrap_or(true);
-    let spec = AttributeSpec {
-        name: attribute.clone(),
-        type_name: None,
-        indexed,
-    };
-    engine
-        .database(&database)?
-        .create_attribute(ctx, &table, spec)
-        .await?;
-    message(
-        format,
-        format!("attribute '{database}.{table}.{attribute}' successfully created."),
-    )
+    let spec = AttributeSpec { name: attribute.clone(), type_name: None, indexed };
+    engine.database(&database)?.create_attribute(ctx, &table, spec).await?;
+    message(format, format!("attribute '{database}.{table}.{attribute}' successfully created."))
 }
 
 pub async fn drop_attribute(
@@ -163,14 +121,8 @@ pub async fn drop_attribute(
     let database = params.database()?;
     let table = params.required_string(&["table"])?;
     let attribute = params.required_string(&["attribute"])?;
-    engine
-        .database(&database)?
-        .drop_attribute(ctx, &table, &attribute)
-        .await?;
-    message(
-        format,
-        format!("successfully deleted attribute '{attribute}'"),
-    )
+    engine.database(&database)?.drop_attribute(ctx, &table, &attribute).await?;
+    message(format, format!("successfully deleted attribute '{attribute}'"))
 }
 
 pub async fn describe_all(
@@ -181,10 +133,7 @@ pub async fn describe_all(
 ) -> Result<Response, ApiError> {
     let mut all = Object::new();
     for db in engine.databases() {
-        all.insert(
-            db.name().to_string(),
-            Value::Object(describe_tables(ctx, &db)?),
-        );
+        all.insert(db.name().to_string(), Value::Object(describe_tables(ctx, &db)?));
     }
     reply(format, &Value::Object(all))
 }

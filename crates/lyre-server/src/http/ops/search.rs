@@ -9,7 +9,7 @@ use lyre_core::{Code, Context, Engine, Value};
 use crate::http::error::ApiError;
 use crate::http::negotiate::Format;
 use crate::http::ops::{Params, reply};
-use crate::http::stream::stream_search;
+use crate::http::stream::{Framing, stream_search};
 
 /// Id lists longer than this are read on a blocking thread.
 const INLINE_IDS: usize = 64;
@@ -20,9 +20,7 @@ pub async fn by_id(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine
-        .database(&params.database()?)?
-        .table(&params.required_string(&["table"])?)?;
+    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let ids = params.required_array(&["ids", "hash_values"])?;
     let select = select(&mut params)?;
     let records = if ids.len() > INLINE_IDS {
@@ -42,33 +40,21 @@ pub async fn by_value(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine
-        .database(&params.database()?)?
-        .table(&params.required_string(&["table"])?)?;
+    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let attribute = params.required_string(&["attribute", "search_attribute"])?;
-    let value = params
-        .value_or_null(&["value", "search_value"])
-        .ok_or_else(|| ApiError::bad_request("'value' is required"))?;
+    let value =
+        params.value_or_null(&["value", "search_value"]).ok_or_else(|| ApiError::bad_request("'value' is required"))?;
     let conditions = match wildcard(&value) {
         Some(None) => Vec::new(),
-        Some(Some((comparator, text))) => vec![Condition::Compare {
-            attribute,
-            comparator,
-            value: Value::String(text),
-        }],
-        None => vec![Condition::Compare {
-            attribute: attribute.clone(),
-            comparator: Comparator::Equals,
-            value,
-        }],
+        Some(Some((comparator, text))) => {
+            vec![Condition::Compare { attribute, comparator, value: Value::String(text) }]
+        }
+        None => vec![Condition::Compare { attribute: attribute.clone(), comparator: Comparator::Equals, value }],
     };
-    let mut query = Query {
-        conditions,
-        ..Default::default()
-    };
+    let mut query = Query { conditions, ..Default::default() };
     paging(&mut params, &mut query)?;
     let ctx = ctx.clone();
-    stream_search(format, move || table.search(&ctx, query)).await
+    stream_search(format, Framing::Array, move || table.search(&ctx, query)).await
 }
 
 /// Harper's wildcards in `search_by_value`: `*` alone matches everything, `x*`,
@@ -94,28 +80,17 @@ pub async fn by_conditions(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine
-        .database(&params.database()?)?
-        .table(&params.required_string(&["table"])?)?;
+    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let operator = operator(params.value(&["operator"]))?;
     let conditions = params.required_array(&["conditions"])?;
     if conditions.is_empty() {
-        return Err(ApiError::bad_request(
-            "'conditions' must contain at least 1 items",
-        ));
+        return Err(ApiError::bad_request("'conditions' must contain at least 1 items"));
     }
-    let conditions = conditions
-        .into_iter()
-        .map(condition)
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut query = Query {
-        operator,
-        conditions,
-        ..Default::default()
-    };
+    let conditions = conditions.into_iter().map(condition).collect::<Result<Vec<_>, _>>()?;
+    let mut query = Query { operator, conditions, ..Default::default() };
     paging(&mut params, &mut query)?;
     let ctx = ctx.clone();
-    stream_search(format, move || table.search(&ctx, query)).await
+    stream_search(format, Framing::Array, move || table.search(&ctx, query)).await
 }
 
 /// `limit`, `offset`, `desc`/`reverse`, `sort`, `get_attributes`.
@@ -135,24 +110,16 @@ fn select(params: &mut Params) -> Result<Select, ApiError> {
         return Ok(Select::Raw);
     };
     if attributes.is_empty() {
-        return Err(ApiError::bad_request(
-            "'get_attributes' must contain at least 1 item",
-        ));
+        return Err(ApiError::bad_request("'get_attributes' must contain at least 1 item"));
     }
     let names = attributes
         .into_iter()
         .map(|a| match a {
             Value::String(s) => Ok(s),
-            _ => Err(ApiError::bad_request(
-                "'get_attributes' must contain only strings",
-            )),
+            _ => Err(ApiError::bad_request("'get_attributes' must contain only strings")),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(if names.iter().any(|n| n == "*") {
-        Select::All
-    } else {
-        Select::Attributes(names)
-    })
+    Ok(if names.iter().any(|n| n == "*") { Select::All } else { Select::Attributes(names) })
 }
 
 /// `sort: {attribute, descending, next: {...}}`, flattened into keys.
@@ -160,9 +127,7 @@ fn sort_keys(mut sort: Value) -> Result<Vec<SortKey>, ApiError> {
     let mut keys = Vec::new();
     loop {
         let Value::Object(mut object) = sort else {
-            return Err(ApiError::bad_request(
-                "'sort' must be an object with an 'attribute'",
-            ));
+            return Err(ApiError::bad_request("'sort' must be an object with an 'attribute'"));
         };
         let attribute = match object.shift_remove("attribute") {
             Some(Value::String(a)) => a,
@@ -170,10 +135,7 @@ fn sort_keys(mut sort: Value) -> Result<Vec<SortKey>, ApiError> {
             _ => return Err(ApiError::bad_request("'sort.attribute' must be a string")),
         };
         let descending = matches!(object.shift_remove("descending"), Some(Value::Bool(true)));
-        keys.push(SortKey {
-            attribute,
-            descending,
-        });
+        keys.push(SortKey { attribute, descending });
         match object.shift_remove("next") {
             None | Some(Value::Null) => return Ok(keys),
             Some(next) => sort = next,
@@ -198,54 +160,32 @@ fn condition(value: Value) -> Result<Condition, ApiError> {
     let mut params = Params::from_object(object);
     if let Some(nested) = params.array(&["conditions"])? {
         let operator = operator(params.value(&["operator"]))?;
-        let conditions = nested
-            .into_iter()
-            .map(condition)
-            .collect::<Result<Vec<_>, _>>()?;
-        return Ok(Condition::Group {
-            operator,
-            conditions,
-        });
+        let conditions = nested.into_iter().map(condition).collect::<Result<Vec<_>, _>>()?;
+        return Ok(Condition::Group { operator, conditions });
     }
     let attribute = match params.value(&["attribute", "search_attribute"]) {
         Some(Value::String(a)) => a,
         Some(Value::Array(path)) => return Err(not_defined(&path)),
         _ => {
-            return Err(ApiError::bad_request(
-                "each condition needs an 'attribute' string",
-            ));
+            return Err(ApiError::bad_request("each condition needs an 'attribute' string"));
         }
     };
     let comparator = match params.value(&["comparator", "search_type"]) {
         None => Comparator::Equals,
-        Some(Value::String(name)) => comparator(&name)
-            .ok_or_else(|| ApiError::bad_request(format!("Unknown query comparator \"{name}\"")))?,
+        Some(Value::String(name)) => {
+            comparator(&name).ok_or_else(|| ApiError::bad_request(format!("Unknown query comparator \"{name}\"")))?
+        }
         Some(_) => return Err(ApiError::bad_request("'comparator' must be a string")),
     };
     let value = params
         .value_or_null(&["value", "search_value"])
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "Search condition for {attribute} must have a value"
-            ))
-        })?;
-    Ok(Condition::Compare {
-        attribute,
-        comparator,
-        value,
-    })
+        .ok_or_else(|| ApiError::bad_request(format!("Search condition for {attribute} must have a value")))?;
+    Ok(Condition::Compare { attribute, comparator, value })
 }
 
 fn not_defined(path: &[Value]) -> ApiError {
-    let joined = path
-        .iter()
-        .map(Value::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    ApiError::new(
-        Code::NotFound,
-        format!("{joined} is not a defined attribute"),
-    )
+    let joined = path.iter().map(Value::to_string).collect::<Vec<_>>().join(",");
+    ApiError::new(Code::NotFound, format!("{joined} is not a defined attribute"))
 }
 
 /// Harper's comparator names and aliases.
@@ -272,18 +212,9 @@ mod tests {
     #[test]
     fn wildcards_map_to_string_comparators() {
         assert_eq!(wildcard(&"*".into()), Some(None));
-        assert_eq!(
-            wildcard(&"Lab*".into()),
-            Some(Some((Comparator::StartsWith, "Lab".into())))
-        );
-        assert_eq!(
-            wildcard(&"*Mix".into()),
-            Some(Some((Comparator::EndsWith, "Mix".into())))
-        );
-        assert_eq!(
-            wildcard(&"*ab*".into()),
-            Some(Some((Comparator::Contains, "ab".into())))
-        );
+        assert_eq!(wildcard(&"Lab*".into()), Some(Some((Comparator::StartsWith, "Lab".into()))));
+        assert_eq!(wildcard(&"*Mix".into()), Some(Some((Comparator::EndsWith, "Mix".into()))));
+        assert_eq!(wildcard(&"*ab*".into()), Some(Some((Comparator::Contains, "ab".into()))));
         assert_eq!(wildcard(&"Lab".into()), None);
         assert_eq!(wildcard(&Value::Int(5)), None);
     }

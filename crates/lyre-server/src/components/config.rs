@@ -1,0 +1,88 @@
+//! A component's `config.yaml`: which plugins it uses (Harper's keys).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The parts of a component's `config.yaml` Lyre acts on.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentConfig {
+    /// `rest: true` serves the exported tables over REST.
+    #[serde(default = "yes")]
+    pub rest: bool,
+    /// `graphqlSchema: {files: ...}`: the schema files (globs, relative).
+    #[serde(default)]
+    pub graphql_schema: Option<SchemaFiles>,
+}
+
+/// `graphqlSchema.files`: one pattern or several.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SchemaFiles {
+    /// The file patterns.
+    pub files: Patterns,
+}
+
+/// One glob or a list of them.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Patterns {
+    /// A single pattern.
+    One(String),
+    /// Several patterns.
+    Many(Vec<String>),
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl ComponentConfig {
+    /// Reads `config.yaml` in `dir`; a component without one uses Harper's defaults
+    /// (REST on, `*.graphql` schemas).
+    pub fn read(dir: &Path) -> Result<ComponentConfig, String> {
+        let path = dir.join("config.yaml");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_saphyr::from_str::<Option<ComponentConfig>>(&text)
+                .map(|c| c.unwrap_or_else(ComponentConfig::default_config))
+                .map_err(|e| format!("{}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ComponentConfig::default_config()),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    fn default_config() -> ComponentConfig {
+        ComponentConfig { rest: true, graphql_schema: None }
+    }
+
+    /// The schema file patterns (`*.graphql` when none are configured).
+    pub fn schema_patterns(&self) -> Vec<String> {
+        match &self.graphql_schema {
+            Some(SchemaFiles { files: Patterns::One(p) }) => vec![p.clone()],
+            Some(SchemaFiles { files: Patterns::Many(ps) }) => ps.clone(),
+            None => vec!["*.graphql".to_string()],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn harper_config_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.yaml"), "rest: true\ngraphqlSchema:\n  files: 'schemas/*.graphql'\njsResource:\n  files: resources.js\n").unwrap();
+        let config = ComponentConfig::read(dir.path()).unwrap();
+        assert!(config.rest);
+        assert_eq!(config.schema_patterns(), ["schemas/*.graphql"]);
+        std::fs::write(dir.path().join("config.yaml"), "graphqlSchema:\n  files: [a.graphql, b.graphql]\nrest: false\n").unwrap();
+        let config = ComponentConfig::read(dir.path()).unwrap();
+        assert!(!config.rest);
+        assert_eq!(config.schema_patterns(), ["a.graphql", "b.graphql"]);
+        std::fs::write(dir.path().join("config.yaml"), "rest: [oops").unwrap();
+        assert!(ComponentConfig::read(dir.path()).unwrap_err().contains("config.yaml"));
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(ComponentConfig::read(empty.path()).unwrap().schema_patterns(), ["*.graphql"]);
+    }
+}

@@ -1,0 +1,161 @@
+//! Files inside a component: glob matching, safe relative paths, listing, packing.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+/// Files under `dir` matching any of `patterns` (`*` matches within one path segment;
+/// `**` is not supported), sorted.
+pub fn matching(dir: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for pattern in patterns {
+        let relative = safe_relative(pattern)?;
+        let (parent, name) = match (relative.parent(), relative.file_name().and_then(|n| n.to_str())) {
+            (Some(parent), Some(name)) => (dir.join(parent), name.to_string()),
+            _ => return Err(format!("bad file pattern '{pattern}'")),
+        };
+        let Ok(entries) = std::fs::read_dir(&parent) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_file() && path.file_name().and_then(|n| n.to_str()).is_some_and(|n| glob(&name, n)) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// `*` matches any run of characters; everything else literally.
+fn glob(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((prefix, rest)) => {
+            let Some(tail) = name.strip_prefix(prefix) else { return false };
+            if rest.is_empty() {
+                return true;
+            }
+            (0..=tail.len()).any(|i| tail.is_char_boundary(i) && glob(rest, &tail[i..]))
+        }
+    }
+}
+
+/// A relative path that cannot leave its base: no root, no `..`, not empty.
+pub fn safe_relative(path: &str) -> Result<PathBuf, String> {
+    let candidate = Path::new(path);
+    let clean = candidate.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if path.is_empty() || !clean {
+        return Err(format!("'{path}' must be a relative path inside the component"));
+    }
+    Ok(candidate.to_path_buf())
+}
+
+/// A component or project name: one path segment.
+pub fn safe_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\', '\0']) {
+        return Err(format!("'{name}' is not a valid project name"));
+    }
+    Ok(())
+}
+
+/// Packs `dir` into a tar archive (skipping `node_modules` when asked).
+pub fn pack(dir: &Path, skip_node_modules: bool) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&current)?.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            let relative = path.strip_prefix(dir).unwrap_or(&path);
+            if skip_node_modules && entry.file_name() == "node_modules" {
+                continue;
+            }
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                builder.append_dir(relative, &path)?;
+                stack.push(path);
+            } else if kind.is_file() {
+                builder.append_path_with_name(&path, relative)?;
+            }
+        }
+    }
+    builder.into_inner()
+}
+
+/// Unpacks a tar archive (gzipped or not) into `dir`, refusing entries that would
+/// escape it and archives over `limit` bytes unpacked.
+pub fn unpack(archive: &[u8], dir: &Path, limit: u64) -> Result<(), String> {
+    let gzipped = archive.starts_with(&[0x1f, 0x8b]);
+    let reader: Box<dyn Read> = if gzipped { Box::new(flate2::read::GzDecoder::new(archive)) } else { Box::new(archive) };
+    let mut tar = tar::Archive::new(reader);
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let mut total = 0u64;
+    for entry in tar.entries().map_err(|e| format!("invalid archive: {e}"))? {
+        let mut entry = entry.map_err(|e| format!("invalid archive: {e}"))?;
+        total = total.saturating_add(entry.header().size().unwrap_or(0));
+        if total > limit {
+            return Err(format!("the archive unpacks to more than {limit} bytes"));
+        }
+        let path = entry.path().map_err(|e| format!("invalid archive: {e}"))?.into_owned();
+        // Archives made by `npm pack` put everything under `package/`.
+        let path = path.strip_prefix("package").map(Path::to_path_buf).unwrap_or(path);
+        if path.as_os_str().is_empty() {
+            continue;
+        }
+        let kind = entry.header().entry_type();
+        if !(kind.is_file() || kind.is_dir()) {
+            continue; // links and devices are not unpacked
+        }
+        let relative = safe_relative(&path.to_string_lossy())?;
+        let target = dir.join(relative);
+        if kind.is_dir() {
+            std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
+        } else {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            }
+            entry.unpack(&target).map_err(|e| format!("unpacking {}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_within_a_segment() {
+        assert!(glob("*.graphql", "schema.graphql"));
+        assert!(!glob("*.graphql", "schema.graphqlx"));
+        assert!(glob("a*b*c", "axxbyyc"));
+        assert!(glob("schema.graphql", "schema.graphql"));
+    }
+
+    #[test]
+    fn paths_cannot_escape() {
+        assert!(safe_relative("a/b.graphql").is_ok());
+        assert!(safe_relative("../etc/passwd").is_err());
+        assert!(safe_relative("/etc/passwd").is_err());
+        assert!(safe_relative("").is_err());
+        assert!(safe_name("shop").is_ok());
+        assert!(safe_name("..").is_err());
+        assert!(safe_name("a/b").is_err());
+    }
+
+    #[test]
+    fn pack_and_unpack_round_trip() {
+        let from = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(from.path().join("sub")).unwrap();
+        std::fs::write(from.path().join("schema.graphql"), "type A @table { id: ID @primaryKey }").unwrap();
+        std::fs::write(from.path().join("sub/x.txt"), "x").unwrap();
+        let archive = pack(from.path(), true).unwrap();
+        let to = tempfile::tempdir().unwrap();
+        unpack(&archive, to.path(), 1 << 20).unwrap();
+        assert_eq!(std::fs::read_to_string(to.path().join("sub/x.txt")).unwrap(), "x");
+        assert!(unpack(&archive, to.path(), 3).unwrap_err().contains("more than"));
+        assert!(unpack(b"not a tar archive at all", to.path(), 1 << 20).is_err());
+    }
+}

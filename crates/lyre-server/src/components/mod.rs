@@ -1,0 +1,183 @@
+//! Applications ("components"): directories with a `config.yaml` and GraphQL schema
+//! files, under `<root>/components/<name>/` (or one directory given to `lyre dev`).
+//!
+//! Loading a component reads its schema files, creates or alters the tables they
+//! define (in core), and publishes the `@export`ed tables for REST. A component that
+//! fails to load (a malformed schema) is reported with the file, line and problem,
+//! and every other component keeps serving. Deploying, changing or dropping a
+//! component reloads it at once; no restart is needed.
+
+mod config;
+mod files;
+pub mod ops;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use lyre_core::catalog::{TableDefinition, parse_sdl};
+use lyre_core::{Context, Engine};
+
+pub use config::ComponentConfig;
+
+/// A table served over REST.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Export {
+    /// The URL path segment (`@export(name:)`).
+    pub name: String,
+    /// The table's database.
+    pub database: String,
+    /// The table.
+    pub table: String,
+    /// The component that exports it.
+    pub component: String,
+}
+
+/// Every exported table by URL name. Replaced whole on each reload.
+#[derive(Debug, Default)]
+pub struct Exports {
+    by_name: BTreeMap<String, Export>,
+}
+
+impl Exports {
+    /// The export served at `name`.
+    pub fn get(&self, name: &str) -> Option<&Export> {
+        self.by_name.get(name)
+    }
+
+    /// Every export, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Export> {
+        self.by_name.values()
+    }
+}
+
+/// What happened when a component was last loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// Loaded; these tables are exported.
+    Loaded(Vec<Export>),
+    /// Not loaded, with the reason (naming file and line for schema errors).
+    Failed(String),
+}
+
+/// The loaded components and the exports they publish.
+pub struct Components {
+    engine: Arc<Engine>,
+    dir: PathBuf,
+    /// Component name to directory, for components outside `dir` (`lyre dev`).
+    extra: BTreeMap<String, PathBuf>,
+    status: RwLock<BTreeMap<String, Status>>,
+    exports: RwLock<Arc<Exports>>,
+    /// Serializes loads, so two reloads never interleave their table changes.
+    loading: tokio::sync::Mutex<()>,
+}
+
+impl Components {
+    /// Components under `dir`, plus `extra` directories loaded by name.
+    pub fn new(engine: Arc<Engine>, dir: PathBuf, extra: BTreeMap<String, PathBuf>) -> Self {
+        Self { engine, dir, extra, status: RwLock::new(BTreeMap::new()), exports: RwLock::new(Arc::new(Exports::default())), loading: tokio::sync::Mutex::new(()) }
+    }
+
+    /// The directory holding deployed components.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The exports now served.
+    pub fn exports(&self) -> Arc<Exports> {
+        self.exports.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Each component's last load outcome.
+    pub fn status(&self) -> BTreeMap<String, Status> {
+        self.status.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The directory of component `name`, if it exists.
+    pub fn component_dir(&self, name: &str) -> PathBuf {
+        self.extra.get(name).cloned().unwrap_or_else(|| self.dir.join(name))
+    }
+
+    /// Loads every component (at start-up).
+    pub async fn load_all(&self) {
+        let mut names: Vec<String> = self.extra.keys().cloned().collect();
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir())
+                    && let Some(name) = entry.file_name().to_str()
+                    && !name.starts_with('.')
+                {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        for name in names {
+            self.reload(&name).await;
+        }
+    }
+
+    /// (Re)loads component `name` from its directory, or forgets it when the
+    /// directory is gone. Returns the outcome, also kept in [`Components::status`].
+    pub async fn reload(&self, name: &str) -> Status {
+        let _guard = self.loading.lock().await;
+        let dir = self.component_dir(name);
+        let status = if dir.is_dir() {
+            match self.load(name, &dir).await {
+                Ok(exports) => Status::Loaded(exports),
+                Err(message) => {
+                    tracing::error!(component = name, error = %message, "component failed to load");
+                    Status::Failed(message)
+                }
+            }
+        } else {
+            let mut status = self.status.write().unwrap_or_else(|e| e.into_inner());
+            status.remove(name);
+            drop(status);
+            self.publish();
+            return Status::Failed(format!("component '{name}' does not exist"));
+        };
+        self.status.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), status.clone());
+        self.publish();
+        status
+    }
+
+    async fn load(&self, name: &str, dir: &Path) -> Result<Vec<Export>, String> {
+        let config = ComponentConfig::read(dir)?;
+        let mut definitions: Vec<TableDefinition> = Vec::new();
+        for file in files::matching(dir, &config.schema_patterns())? {
+            let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let shown = file.strip_prefix(dir.parent().unwrap_or(dir)).unwrap_or(&file).display().to_string();
+            definitions.extend(parse_sdl(&text, &shown).map_err(|e| e.to_string())?);
+        }
+        let exports: Vec<Export> = if config.rest {
+            definitions
+                .iter()
+                .filter_map(|d| d.export.as_ref().map(|export| Export { name: export.clone(), database: d.database.clone(), table: d.table.clone(), component: name.to_string() }))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let changed = self.engine.define_tables(&Context::system(), definitions).await.map_err(|e| format!("{name}: {e}"))?;
+        if !changed.is_empty() {
+            tracing::info!(component = name, tables = ?changed, "applied schema changes");
+        }
+        Ok(exports)
+    }
+
+    /// Rebuilds the export map from every loaded component.
+    fn publish(&self) {
+        let status = self.status.read().unwrap_or_else(|e| e.into_inner());
+        let mut exports = Exports::default();
+        for outcome in status.values() {
+            if let Status::Loaded(list) = outcome {
+                for export in list {
+                    exports.by_name.insert(export.name.clone(), export.clone());
+                }
+            }
+        }
+        drop(status);
+        *self.exports.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(exports);
+    }
+}

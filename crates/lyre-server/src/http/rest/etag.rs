@@ -1,0 +1,49 @@
+//! Harper's ETag: a quoted 10-character encoding of the record version's float.
+
+/// The ETag of a record whose last write has version `version`: the little-endian
+/// bytes of the f64, taken six bits at a time (Harper's layout), each plus 62.
+pub fn etag(version: f64) -> String {
+    let b = version.to_le_bytes();
+    let sixes = [
+        b[0] & 63,
+        (b[0] >> 6) + ((b[1] << 2) & 63),
+        (b[1] >> 4) + ((b[2] << 4) & 63),
+        b[2] >> 2,
+        b[3] & 63,
+        (b[3] >> 6) + ((b[4] << 2) & 63),
+        (b[4] >> 4) + ((b[5] << 4) & 63),
+        b[5] >> 2,
+        b[6] & 63,
+        (b[6] >> 6) + ((b[7] << 2) & 63),
+    ];
+    let mut out = String::with_capacity(12);
+    out.push('"');
+    out.extend(sixes.iter().map(|s| char::from(s + 62)));
+    out.push('"');
+    out
+}
+
+/// Whether an `If-None-Match` header value names `tag` (or is `*`).
+pub fn matches(if_none_match: &str, tag: &str) -> bool {
+    if_none_match.split(',').map(str::trim).any(|candidate| candidate == "*" || candidate == tag || candidate.strip_prefix("W/") == Some(tag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_the_value_harper_4_7_sent() {
+        // Recorded from Harper 4.7.29: updatedAt 1796020676530.407 had ETag "AXp\HIiFxG".
+        assert_eq!(etag(1796020676530.407), "\"AXp\\HIiFxG\"");
+    }
+
+    #[test]
+    fn if_none_match_lists_and_wildcards() {
+        let tag = etag(1.5);
+        assert!(matches(&tag, &tag));
+        assert!(matches(&format!("\"x\", {tag}"), &tag));
+        assert!(matches("*", &tag));
+        assert!(!matches("\"other\"", &tag));
+    }
+}

@@ -1,0 +1,336 @@
+//! The REST interface (port 9926): exported tables at `/<name>/...`, Harper's URL
+//! grammar, methods and status codes.
+//!
+//! `url.rs` parses the path, `query.rs` the query string, `etag.rs` makes ETags; this
+//! file dispatches by method. Errors are answered as Harper 4.7 does: a JSON string
+//! `"ClientError: <message>"` with the status (plain text for 404 on unknown paths).
+
+mod etag;
+mod openapi;
+pub mod query;
+mod url;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use lyre_core::catalog::TableSchema;
+use lyre_core::query::{Query, Select};
+use lyre_core::{Code, Context, Object, Table, Value};
+
+use crate::http::AppState;
+use crate::http::auth::authenticate;
+use crate::http::error::ApiError;
+use crate::http::negotiate::{Format, decode_body, response_format};
+use crate::http::stream::{Framing, stream_search};
+use url::Target;
+
+/// Methods every table answers, for `OPTIONS` and `405`.
+const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, QUERY, COPY, MOVE";
+
+/// Handles every REST request.
+pub async fn handle(State(state): State<Arc<AppState>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let exports = state.components.exports();
+    if parts.uri.path() == "/openapi" && exports.get("openapi").is_none() {
+        return openapi_response(&state, &parts.headers, peer).await;
+    }
+    let Some(path) = url::split(parts.uri.path()) else { return not_found() };
+    let Some(export) = exports.get(&path.export).cloned() else { return not_found() };
+    let format = match path.format.map(Ok).unwrap_or_else(|| response_format(&parts.headers)) {
+        Ok(format) => format,
+        Err(err) => return err.render_rest(Format::Json),
+    };
+    let result = async {
+        let user = authenticate(&state, &parts.headers, peer).await?;
+        let ctx = Context::new(user);
+        let table = state.engine.database(&export.database)?.table(&export.table)?;
+        let target = url::target(path.rest.as_deref(), table.schema());
+        let request = RestRequest { state: &state, ctx, table, target, format, headers: &parts.headers, query: parts.uri.query().unwrap_or("") };
+        request.dispatch(&parts.method, body).await
+    }
+    .await;
+    match result {
+        Ok(response) => response,
+        Err(err) => err.render_rest(format),
+    }
+}
+
+/// `GET /openapi`, for super users.
+async fn openapi_response(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Response {
+    let user = match authenticate(state, headers, peer).await {
+        Ok(user) => user,
+        Err(err) => return err.render_rest(Format::Json),
+    };
+    if let Err(err) = lyre_core::access::require_super_user(&Context::new(user)) {
+        return ApiError::from(err).render_rest(Format::Json);
+    }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    let document = openapi::document(&state.engine, &state.components.exports(), host);
+    match Format::Json.encode(&document) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(err) => err.render_rest(Format::Json),
+    }
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "Not found\n").into_response()
+}
+
+struct RestRequest<'a> {
+    state: &'a AppState,
+    ctx: Context,
+    table: Table,
+    target: Target,
+    format: Format,
+    headers: &'a HeaderMap,
+    query: &'a str,
+}
+
+impl RestRequest<'_> {
+    async fn dispatch(self, method: &Method, body: Body) -> Result<Response, ApiError> {
+        match (method.as_str(), &self.target) {
+            ("GET" | "HEAD", _) => {
+                let response = self.get().await?;
+                Ok(if method == Method::HEAD { strip_body(response) } else { response })
+            }
+            ("PUT", Target::Record(id)) => {
+                let id = id.clone();
+                let record = self.object_body(body).await?;
+                self.table.put(&self.ctx, id, record).await?;
+                Ok(StatusCode::NO_CONTENT.into_response())
+            }
+            ("PUT", Target::Collection) => {
+                let records = match self.body(body).await? {
+                    Value::Array(items) => items,
+                    _ => return Err(ApiError::bad_request("PUT on a collection takes an array of records")),
+                };
+                for item in records {
+                    let Value::Object(record) = item else { return Err(ApiError::bad_request("each record must be an object")) };
+                    let id = record.get(&self.table.schema().primary_key).cloned().ok_or_else(|| ApiError::bad_request("each record needs its primary key"))?;
+                    self.table.put(&self.ctx, id, record).await?;
+                }
+                Ok(StatusCode::NO_CONTENT.into_response())
+            }
+            ("PATCH", Target::Record(id)) => {
+                let id = id.clone();
+                let record = self.object_body(body).await?;
+                self.table.patch(&self.ctx, id, record).await?;
+                Ok(StatusCode::NO_CONTENT.into_response())
+            }
+            ("POST", Target::Collection) => {
+                let record = self.object_body(body).await?;
+                let id = self.table.create(&self.ctx, record).await?;
+                let location = match &id {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let mut response = (StatusCode::CREATED, self.encode(&id)?).into_response();
+                self.content_type(&mut response);
+                if let Ok(value) = HeaderValue::from_str(&location) {
+                    response.headers_mut().insert(header::LOCATION, value);
+                }
+                Ok(response)
+            }
+            ("DELETE", Target::Record(id)) => {
+                self.table.delete(&self.ctx, vec![id.clone()]).await?;
+                self.reply(&Value::Bool(true))
+            }
+            ("DELETE", Target::Collection) => {
+                let query = self.search_query()?;
+                let ids = self.matching_ids(query).await?;
+                if !ids.is_empty() {
+                    self.table.delete(&self.ctx, ids).await?;
+                }
+                self.reply(&Value::Bool(true))
+            }
+            ("OPTIONS", _) => {
+                let mut response = StatusCode::NO_CONTENT.into_response();
+                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+                Ok(response)
+            }
+            ("TRACE", _) => self.reply(&Value::from("HarperDB is the terminating server")),
+            ("PUT" | "PATCH" | "POST" | "DELETE" | "COPY" | "MOVE" | "QUERY", _) => {
+                let verb = method.as_str().to_ascii_lowercase();
+                let message = format!("The {} does not have a {verb} method implemented to handle HTTP method {method}", self.table.schema().name);
+                let mut response = ApiError::new(Code::MethodNotAllowed, message).render_rest(self.format);
+                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+                Ok(response)
+            }
+            (other, _) => Err(ApiError::new(Code::NotImplemented, format!("Method {other} is not recognized"))),
+        }
+    }
+
+    async fn get(&self) -> Result<Response, ApiError> {
+        match &self.target {
+            Target::Table if self.query.is_empty() => self.reply(&describe(self.table.schema(), &self.table, &self.ctx)?),
+            Target::Table | Target::Collection => {
+                let query = self.search_query()?;
+                let (table, ctx) = (self.table.clone(), self.ctx.clone());
+                let framing = Framing::Sequence;
+                let mut response = stream_search(self.format, framing, move || table.search(&ctx, query)).await?;
+                self.content_type(&mut response);
+                Ok(response)
+            }
+            Target::Prefix(_) => {
+                // Only multi-part (array) keys have prefixes; Lyre's keys are scalars.
+                self.reply(&Value::Array(Vec::new()))
+            }
+            Target::Record(id) => {
+                let query = query::parse(self.query, self.table.schema(), &|name| self.related_schema(name))?;
+                let Some((record, version)) = self.table.get(&self.ctx, id)? else { return Ok(empty(StatusCode::NOT_FOUND)) };
+                let tag = etag::etag(version.time);
+                if version.unique
+                    && let Some(if_none_match) = self.headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok())
+                    && etag::matches(if_none_match, &tag)
+                {
+                    let mut response = empty(StatusCode::NOT_MODIFIED);
+                    response.headers_mut().insert(header::ETAG, header_value(&tag));
+                    return Ok(response);
+                }
+                let value = match query.select {
+                    Some(select) => self.table.project(&self.ctx, record, &select)?,
+                    None => Value::Object(record),
+                };
+                let mut response = self.reply(&value)?;
+                if version.unique {
+                    response.headers_mut().insert(header::ETAG, header_value(&tag));
+                }
+                Ok(response)
+            }
+            Target::Property(id, name) => {
+                let Some((record, version)) = self.table.get(&self.ctx, id)? else { return Ok(empty(StatusCode::NOT_FOUND)) };
+                let select = Select::Fields { fields: vec![lyre_core::query::Field { name: name.clone(), nested: None }], shape: lyre_core::query::Shaped::Value };
+                let value = self.table.project(&self.ctx, record, &select)?;
+                if value == Value::Null {
+                    let mut response = self.reply(&Value::Null)?;
+                    *response.status_mut() = StatusCode::NOT_FOUND;
+                    return Ok(response);
+                }
+                let mut response = self.reply(&value)?;
+                response.headers_mut().insert(header::ETAG, header_value(&etag::etag(version.time)));
+                Ok(response)
+            }
+        }
+    }
+
+    /// The query string as a search.
+    fn search_query(&self) -> Result<Query, ApiError> {
+        let parsed = query::parse(self.query, self.table.schema(), &|name| self.related_schema(name))?;
+        Ok(Query {
+            operator: parsed.operator,
+            conditions: parsed.conditions,
+            sort: parsed.sort,
+            descending: false,
+            offset: parsed.offset,
+            limit: parsed.limit,
+            select: parsed.select.unwrap_or_default(),
+        })
+    }
+
+    fn related_schema(&self, name: &str) -> Option<Arc<TableSchema>> {
+        let relationship = self.table.schema().relationships.iter().find(|r| r.name == name)?;
+        let db = self.state.engine.database(&relationship.database).ok()?;
+        db.schema().table(&relationship.table).cloned()
+    }
+
+    /// The primary keys of the records a query matches.
+    async fn matching_ids(&self, mut query: Query) -> Result<Vec<Value>, ApiError> {
+        let pk = self.table.schema().primary_key.clone();
+        query.select = Select::Attributes(vec![pk.clone()]);
+        let (table, ctx) = (self.table.clone(), self.ctx.clone());
+        let ids = tokio::task::spawn_blocking(move || -> lyre_core::Result<Vec<Value>> {
+            let mut ids = Vec::new();
+            table.search(&ctx, query)?.run(&mut |record| {
+                if let Value::Object(mut record) = record
+                    && let Some(id) = record.shift_remove(&pk)
+                {
+                    ids.push(id);
+                }
+                std::ops::ControlFlow::Continue(())
+            })?;
+            Ok(ids)
+        })
+        .await
+        .map_err(|e| ApiError::new(Code::Internal, format!("search failed: {e}")))??;
+        Ok(ids)
+    }
+
+    async fn body(&self, body: Body) -> Result<Value, ApiError> {
+        let bytes = crate::http::read_body(self.headers, body, self.state.rest_body_limit).await?;
+        decode_body(self.headers, &bytes)
+    }
+
+    async fn object_body(&self, body: Body) -> Result<Object, ApiError> {
+        match self.body(body).await? {
+            Value::Object(record) => Ok(record),
+            other => Err(ApiError::bad_request(format!("the request body must be an object, not {}", other.type_name()))),
+        }
+    }
+
+    fn encode(&self, value: &Value) -> Result<Vec<u8>, ApiError> {
+        self.format.encode(value)
+    }
+
+    fn reply(&self, value: &Value) -> Result<Response, ApiError> {
+        let mut response = self.encode(value)?.into_response();
+        self.content_type(&mut response);
+        Ok(response)
+    }
+
+    fn content_type(&self, response: &mut Response) {
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(self.format.content_type()));
+        headers.insert(header::VARY, HeaderValue::from_static("Accept, Accept-Encoding"));
+        if self.format == Format::Csv {
+            headers.insert(header::CONTENT_DISPOSITION, HeaderValue::from_static("attachment; filename=\"data.csv\""));
+        }
+    }
+}
+
+/// Harper's table description at `/T`.
+fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Result<Value, ApiError> {
+    let stats = table.stats(ctx)?;
+    let mut out = Object::new();
+    out.insert("records".into(), "./".into());
+    out.insert("name".into(), schema.name.clone().into());
+    out.insert("database".into(), schema.database.clone().into());
+    out.insert("auditSize".into(), Value::Int(i64::try_from(stats.db_audit_size).unwrap_or(i64::MAX)));
+    let attributes: Vec<Value> = schema
+        .attributes
+        .iter()
+        .map(|a| {
+            let mut attribute = Object::new();
+            if let Some(t) = &a.type_name {
+                attribute.insert("type".into(), t.clone().into());
+            }
+            attribute.insert("name".into(), a.name.clone().into());
+            if a.is_primary_key {
+                attribute.insert("isPrimaryKey".into(), true.into());
+            } else if a.indexed {
+                attribute.insert("indexed".into(), Value::Object(Object::new()));
+            }
+            attribute.insert("attribute".into(), a.name.clone().into());
+            Value::Object(attribute)
+        })
+        .collect();
+    out.insert("attributes".into(), Value::Array(attributes));
+    out.insert("recordCount".into(), Value::Int(i64::try_from(stats.record_count).unwrap_or(i64::MAX)));
+    Ok(Value::Object(out))
+}
+
+fn empty(status: StatusCode) -> Response {
+    (status, Body::empty()).into_response()
+}
+
+fn strip_body(response: Response) -> Response {
+    let (parts, _) = response.into_parts();
+    Response::from_parts(parts, Body::empty())
+}
+
+fn header_value(text: &str) -> HeaderValue {
+    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}

@@ -1,0 +1,500 @@
+//! Harper's REST query language: `?name=Foo&price=gt=10|price<2&select(name)&sort(-price)&limit(5)`.
+//!
+//! The raw (still percent-encoded) query string is parsed, so an encoded `%26` inside a
+//! value never splits it. Conditions use `&` (and) or `|` (or) — not both in one
+//! group — with `(...)` or `[...]` groups. Comparisons: `attr=value` (strict), `==`,
+//! `!=`, `===`, `!==`, `<`, `<=`, `>`, `>=`, FIQL `=gt=` `=ge=` `=lt=` `=le=` `=eq=`
+//! `=ne=` `=sw=` `=ew=` `=ct=`, chained ranges `attr=gt=1&lt=9`, trailing `*` as a
+//! prefix match, `rel.attr` through a `@relationship`. Calls: `select(...)`,
+//! `limit(n)`/`limit(start,end)`, `sort(a,-b)`. Values are decoded by the attribute's
+//! declared type, or by a `number:`/`boolean:`/`string:`/`date:` prefix.
+//! Errors carry the position in the query string.
+
+use std::sync::Arc;
+
+use lyre_core::catalog::TableSchema;
+use lyre_core::query::{Comparator, Condition, Field, Operator, Select, Shaped, SortKey};
+use lyre_core::{Code, Value};
+
+use crate::http::error::ApiError;
+
+/// A parsed query string.
+#[derive(Debug, Default, PartialEq)]
+pub struct RestQuery {
+    /// How the top-level conditions combine.
+    pub operator: Operator,
+    /// The conditions.
+    pub conditions: Vec<Condition>,
+    /// `select(...)`, if given.
+    pub select: Option<Select>,
+    /// `sort(...)`.
+    pub sort: Vec<SortKey>,
+    /// From `limit(start, end)`.
+    pub offset: usize,
+    /// From `limit(n)` or `limit(start, end)`.
+    pub limit: Option<usize>,
+}
+
+/// Finds the schema of a related table by relationship name.
+pub type RelatedSchema<'a> = &'a dyn Fn(&str) -> Option<Arc<TableSchema>>;
+
+/// Parses `raw` (the part after `?`) against `table`.
+pub fn parse(raw: &str, table: &TableSchema, related: RelatedSchema<'_>) -> Result<RestQuery, ApiError> {
+    let mut parser = Parser { src: raw.as_bytes(), raw, pos: 0, table, related, query: RestQuery::default() };
+    if raw.is_empty() {
+        return Ok(parser.query);
+    }
+    let (operator, conditions) = parser.group(None)?;
+    parser.query.operator = operator;
+    parser.query.conditions = conditions;
+    Ok(parser.query)
+}
+
+struct Parser<'a> {
+    src: &'a [u8],
+    raw: &'a str,
+    pos: usize,
+    table: &'a TableSchema,
+    related: RelatedSchema<'a>,
+    query: RestQuery,
+}
+
+fn syntax(message: impl std::fmt::Display, pos: usize, raw: &str) -> ApiError {
+    ApiError::new(Code::BadRequest, format!("Unable to parse query, {message} at position {pos} in '{raw}'"))
+}
+
+fn is_operator_char(b: u8) -> bool {
+    matches!(b, b'&' | b'|' | b'(' | b')' | b'[' | b']' | b'=' | b'!' | b'<' | b'>' | b',')
+}
+
+impl Parser<'_> {
+    fn error(&self, message: impl std::fmt::Display) -> ApiError {
+        syntax(message, self.pos, self.raw)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.src.get(self.pos).copied()
+    }
+
+    /// Parses terms joined by one operator until `close` (or the end).
+    fn group(&mut self, close: Option<u8>) -> Result<(Operator, Vec<Condition>), ApiError> {
+        let mut operator: Option<Operator> = None;
+        let mut conditions = Vec::new();
+        let mut expect_term = true;
+        loop {
+            match self.peek() {
+                None => {
+                    if close.is_some() {
+                        return Err(self.error(format!("expected '{}'", char::from(close.unwrap_or(b')')))));
+                    }
+                    break;
+                }
+                Some(c) if Some(c) == close => {
+                    self.pos += 1;
+                    break;
+                }
+                Some(b'&' | b'|') if expect_term => {
+                    if conditions.is_empty() && self.query_calls_only() {
+                        // `?&x=1` is tolerated like a leading separator after calls.
+                        self.pos += 1;
+                        continue;
+                    }
+                    return Err(self.error(format!("no comparison specified before '{}'", char::from(self.src[self.pos]))));
+                }
+                Some(sep @ (b'&' | b'|')) => {
+                    let this = if sep == b'&' { Operator::And } else { Operator::Or };
+                    if operator.is_some_and(|o| o != this) {
+                        return Err(self.error("Can not mix operators within a condition grouping"));
+                    }
+                    operator = Some(this);
+                    self.pos += 1;
+                    if matches!(self.peek(), Some(b'&' | b'|')) {
+                        return Err(self.error(format!("unexpected operator '{}{}'", char::from(sep), char::from(self.src[self.pos]))));
+                    }
+                    expect_term = true;
+                }
+                Some(open @ (b'(' | b'[')) => {
+                    self.pos += 1;
+                    let (inner_op, inner) = self.group(Some(if open == b'(' { b')' } else { b']' }))?;
+                    if !inner.is_empty() {
+                        conditions.push(Condition::Group { operator: inner_op, conditions: inner });
+                    }
+                    expect_term = false;
+                }
+                Some(b')' | b']') => return Err(self.error(format!("unexpected '{}'", char::from(self.src[self.pos])))),
+                Some(_) => {
+                    if let Some(condition) = self.term(operator, conditions.last())? {
+                        match condition {
+                            Term::Condition(c) => conditions.push(c),
+                            Term::Chain(c) => {
+                                // `attr=gt=1&lt=9`: merge into the previous condition.
+                                let previous = conditions.pop().ok_or_else(|| self.error("a chained comparison needs a condition before it"))?;
+                                conditions.push(Condition::Group { operator: Operator::And, conditions: vec![previous, c] });
+                            }
+                        }
+                    }
+                    expect_term = false;
+                }
+            }
+        }
+        Ok((operator.unwrap_or(Operator::And), conditions))
+    }
+
+    fn query_calls_only(&self) -> bool {
+        self.query.select.is_some() || self.query.limit.is_some() || !self.query.sort.is_empty()
+    }
+
+    /// One comparison or call. Calls record themselves and return `None`.
+    fn term(&mut self, operator: Option<Operator>, previous: Option<&Condition>) -> Result<Option<Term>, ApiError> {
+        let start = self.pos;
+        while self.peek().is_some_and(|b| !is_operator_char(b)) {
+            self.pos += 1;
+        }
+        let name = decode(&self.raw[start..self.pos]);
+        if self.peek() == Some(b'(') {
+            self.pos += 1;
+            self.call(&name, start)?;
+            return Ok(None);
+        }
+        if name.is_empty() {
+            return Err(match self.peek() {
+                Some(c) => self.error(format!("attribute must be specified before comparator {}", char::from(c))),
+                None => self.error("expected a comparison"),
+            });
+        }
+        let op_start = self.pos;
+        let comparator = self.comparator()?;
+        let Some(comparator) = comparator else {
+            // A bare name (`?flag`) compares nothing; Harper answers with no match.
+            return Ok(Some(Term::Condition(Condition::Group { operator: Operator::Or, conditions: Vec::new() })));
+        };
+        let value_start = self.pos;
+        while self.peek().is_some_and(|b| !matches!(b, b'&' | b'|' | b')' | b']')) {
+            self.pos += 1;
+        }
+        let raw_value = &self.raw[value_start..self.pos];
+        // `attr=gt=1&lt=9`: `lt` names no attribute but a comparator; chain it.
+        let chained = operator != Some(Operator::Or)
+            && self.table.attribute(&name).is_none()
+            && matches!(name.as_str(), "lt" | "le" | "gt" | "ge")
+            && comparator.0 == Op::Strict;
+        if chained {
+            let Some(Condition::Compare { attribute, .. }) = previous.map(last_compare) .flatten() else {
+                return Err(syntax(format!("{name} chains no comparison"), start, self.raw));
+            };
+            let attribute = attribute.clone();
+            let op = match name.as_str() {
+                "lt" => Comparator::LessThan,
+                "le" => Comparator::LessThanEqual,
+                "gt" => Comparator::GreaterThan,
+                _ => Comparator::GreaterThanEqual,
+            };
+            let value = self.typed_value(&attribute, self.table, raw_value, value_start)?;
+            return Ok(Some(Term::Chain(Condition::Compare { attribute, comparator: op, value })));
+        }
+        let _ = op_start;
+        self.comparison(&name, comparator, raw_value, start, value_start).map(|c| Some(Term::Condition(c)))
+    }
+
+    /// Reads the operator after an attribute name: `None` when there is none.
+    fn comparator(&mut self) -> Result<Option<(Op, Comparator)>, ApiError> {
+        let rest = &self.src[self.pos..];
+        let (len, op) = match rest {
+            [b'=', b'=', b'=', ..] => (3, (Op::Strict, Comparator::Equals)),
+            [b'!', b'=', b'=', ..] => (3, (Op::Strict, Comparator::NotEqual)),
+            [b'=', b'=', ..] => (2, (Op::Typed, Comparator::Equals)),
+            [b'!', b'=', ..] => (2, (Op::Typed, Comparator::NotEqual)),
+            [b'<', b'=', ..] => (2, (Op::Typed, Comparator::LessThanEqual)),
+            [b'>', b'=', ..] => (2, (Op::Typed, Comparator::GreaterThanEqual)),
+            [b'<', ..] => (1, (Op::Typed, Comparator::LessThan)),
+            [b'>', ..] => (1, (Op::Typed, Comparator::GreaterThan)),
+            [b'=', ..] => {
+                // FIQL `=op=`: a short name between two `=`.
+                let name_end = rest[1..].iter().position(|b| is_operator_char(*b)).map(|i| i + 1);
+                if let Some(end) = name_end.filter(|end| rest.get(*end) == Some(&b'=') && *end > 1) {
+                    let fiql = std::str::from_utf8(&rest[1..end]).unwrap_or_default();
+                    if fiql.len() > 2 {
+                        return Err(self.error(format!("invalid FIQL operator {fiql}")));
+                    }
+                    let comparator = match fiql {
+                        "eq" => Comparator::Equals,
+                        "ne" => Comparator::NotEqual,
+                        "lt" => Comparator::LessThan,
+                        "le" => Comparator::LessThanEqual,
+                        "gt" => Comparator::GreaterThan,
+                        "ge" => Comparator::GreaterThanEqual,
+                        "sw" => Comparator::StartsWith,
+                        "ew" => Comparator::EndsWith,
+                        "ct" => Comparator::Contains,
+                        other => return Err(ApiError::bad_request(format!("Unknown query comparator \"{other}\""))),
+                    };
+                    (end + 1, (Op::Typed, comparator))
+                } else {
+                    (1, (Op::Strict, Comparator::Equals))
+                }
+            }
+            _ => return Ok(None),
+        };
+        self.pos += len;
+        Ok(Some(op))
+    }
+
+    fn comparison(&mut self, name: &str, (op, comparator): (Op, Comparator), raw_value: &str, start: usize, value_start: usize) -> Result<Condition, ApiError> {
+        // `rel.attr`: a condition on the related table.
+        if let Some((head, tail)) = name.split_once('.')
+            && self.table.attribute(name).is_none()
+        {
+            if let Some(target) = (self.related)(head) {
+                let inner = self.compare_on(&target, tail, op, comparator, raw_value, value_start)?;
+                return Ok(Condition::Related { relationship: head.to_string(), condition: Box::new(inner) });
+            }
+            if self.table.attribute(head).is_some() {
+                return Err(ApiError::bad_request(format!("Unable to query by attribute [\"{head}\",\"{tail}\"]")));
+            }
+            return Err(ApiError::new(Code::NotFound, format!("{} is not a defined attribute", name.replace('.', ","))));
+        }
+        let _ = start;
+        let table = self.table;
+        self.compare_on(table, name, op, comparator, raw_value, value_start)
+    }
+
+    fn compare_on(&self, table: &TableSchema, name: &str, op: Op, comparator: Comparator, raw_value: &str, value_start: usize) -> Result<Condition, ApiError> {
+        if table.attribute(name).is_none() {
+            return Err(ApiError::new(Code::NotFound, format!("{name} is not a defined attribute")));
+        }
+        let mut comparator = comparator;
+        let value = if op == Op::Typed && comparator == Comparator::Equals && raw_value.ends_with('*') && raw_value.len() > 1 {
+            let prefix = &raw_value[..raw_value.len() - 1];
+            if prefix.contains('*') {
+                return Err(syntax("a wildcard is only allowed at the end of a value", value_start, self.raw));
+            }
+            comparator = Comparator::StartsWith;
+            Value::String(decode(prefix))
+        } else if op == Op::Strict {
+            coerce(table, name, &decode(raw_value), value_start, self.raw)?
+        } else {
+            self.typed_value(name, table, raw_value, value_start)?
+        };
+        Ok(Condition::Compare { attribute: name.to_string(), comparator, value })
+    }
+
+    /// Decodes a typed value: `null`, `number:`, `boolean:`, `string:`, `date:`
+    /// prefixes, else by the attribute's declared type.
+    fn typed_value(&self, name: &str, table: &TableSchema, raw: &str, at: usize) -> Result<Value, ApiError> {
+        let text = decode(raw);
+        if text == "null" {
+            return Ok(Value::Null);
+        }
+        if let Some((kind, rest)) = text.split_once(':') {
+            match kind {
+                "string" => return Ok(Value::String(rest.to_string())),
+                "number" => {
+                    let n = rest
+                        .strip_prefix('$')
+                        .map(|b36| i64::from_str_radix(b36, 36).map(Value::Int).ok())
+                        .unwrap_or_else(|| number(rest));
+                    return n.ok_or_else(|| syntax(format!("'{rest}' is not a number"), at, self.raw));
+                }
+                "boolean" => return Ok(Value::Bool(rest == "true")),
+                "date" => return date(rest).ok_or_else(|| syntax(format!("'{rest}' is not a date"), at, self.raw)),
+                _ => {}
+            }
+        }
+        coerce(table, name, &text, at, self.raw)
+    }
+
+    fn call(&mut self, name: &str, start: usize) -> Result<(), ApiError> {
+        let args_start = self.pos;
+        let mut depth = 0usize;
+        while let Some(b) = self.peek() {
+            match b {
+                b'(' | b'{' | b'[' => depth += 1,
+                b')' | b'}' | b']' if depth > 0 => depth -= 1,
+                b')' => break,
+                _ => {}
+            }
+            self.pos += 1;
+        }
+        if self.peek() != Some(b')') {
+            return Err(self.error(format!("expected ')' to close {name}(")));
+        }
+        let args = &self.raw[args_start..self.pos];
+        self.pos += 1;
+        match name {
+            "select" => {
+                self.query.select = Some(select(args, self.table).map_err(|m| syntax(m, args_start, self.raw))?);
+            }
+            "limit" => {
+                let parts: Vec<&str> = args.split(',').map(str::trim).collect();
+                let numbers: Result<Vec<usize>, _> = parts.iter().map(|p| decode(p).parse::<i64>().map(|n| n.max(0) as usize)).collect();
+                let numbers = numbers.map_err(|_| syntax("limit arguments must be integers", args_start, self.raw))?;
+                match numbers.as_slice() {
+                    [n] => self.query.limit = Some(*n),
+                    [start, end] => {
+                        self.query.offset = *start;
+                        self.query.limit = Some(end.saturating_sub(*start));
+                    }
+                    _ => return Err(syntax("limit must have 1 or 2 arguments", start, self.raw)),
+                }
+            }
+            "sort" => {
+                for part in args.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    let part = decode(part);
+                    let (descending, attribute) = match part.strip_prefix('-') {
+                        Some(a) => (true, a.to_string()),
+                        None => (false, part.strip_prefix('+').unwrap_or(&part).trim().to_string()),
+                    };
+                    if self.table.attribute(&attribute).is_none() {
+                        return Err(ApiError::new(Code::NotFound, format!("{attribute} is not a defined attribute")));
+                    }
+                    self.query.sort.push(SortKey { attribute, descending });
+                }
+            }
+            "group-by" | "groupBy" => return Err(syntax("group by is not implemented yet", start, self.raw)),
+            other => return Err(syntax(format!("unknown query function call {other}"), start, self.raw)),
+        }
+        Ok(())
+    }
+}
+
+/// The last plain comparison in `condition` (to chain onto).
+fn last_compare(condition: &Condition) -> Option<&Condition> {
+    match condition {
+        Condition::Compare { .. } => Some(condition),
+        Condition::Group { operator: Operator::And, conditions } => conditions.last().and_then(last_compare),
+        _ => None,
+    }
+}
+
+enum Term {
+    Condition(Condition),
+    Chain(Condition),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// `=`, `===`, `!==`: the value as text, coerced to the declared type.
+    Strict,
+    /// `==`, `<`, FIQL ...: typed decoding with prefixes.
+    Typed,
+}
+
+/// Percent-decodes, with `+` as a space (form encoding, as browsers send).
+pub fn decode(raw: &str) -> String {
+    let spaced = raw.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+}
+
+fn number(text: &str) -> Option<Value> {
+    text.parse::<i64>().map(Value::Int).ok().or_else(|| text.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float))
+}
+
+/// Milliseconds since the epoch from `ms` or an ISO-8601 UTC timestamp.
+fn date(text: &str) -> Option<Value> {
+    if let Some(n) = number(text) {
+        return Some(n);
+    }
+    let (date, time) = text.trim_end_matches('Z').split_once('T').unwrap_or((text, "00:00:00"));
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':');
+    let (h, min) = (t.next()?.parse::<i64>().ok()?, t.next().unwrap_or("0").parse::<i64>().ok()?);
+    let secs: f64 = t.next().unwrap_or("0").parse().ok()?;
+    let days = days_from_civil(y, m, day);
+    Some(Value::Float(((days * 86_400 + h * 3600 + min * 60) as f64 + secs) * 1000.0))
+}
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Converts query text to the attribute's declared type (numbers for numeric types,
+/// booleans for `Boolean`, text for `String`/`ID`); untyped attributes take numbers
+/// and booleans when the text is one.
+fn coerce(table: &TableSchema, name: &str, text: &str, at: usize, raw: &str) -> Result<Value, ApiError> {
+    let declared = table.attribute(name).and_then(|a| a.type_name.as_deref());
+    let invalid = |expected: &str| ApiError::bad_request(format!("Invalid value for attribute {name}: \"{text}\", expecting {expected}"));
+    let _ = (at, raw);
+    match declared {
+        Some("String" | "ID") => Ok(Value::String(text.to_string())),
+        Some(t @ ("Int" | "Long" | "BigInt")) => text.parse::<i64>().map(Value::Int).map_err(|_| invalid(t)),
+        Some(t @ ("Float" | "Date")) => number(text).ok_or_else(|| invalid(t)),
+        Some("Boolean") => match text {
+            "true" => Ok(Value::Bool(true)),
+            "false" => Ok(Value::Bool(false)),
+            _ => Err(invalid("Boolean")),
+        },
+        _ => Ok(match text {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            "null" => Value::Null,
+            other => number(other).unwrap_or_else(|| Value::String(other.to_string())),
+        }),
+    }
+}
+
+/// `select(a,b)`, `select(a)`, `select([a,b])`, `select(a,)`, `select(rel{x,y})`.
+fn select(args: &str, table: &TableSchema) -> Result<Select, String> {
+    let args = decode(args);
+    let trimmed = args.trim();
+    let (shape, body) = if let Some(inner) = trimmed.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+        (Shaped::Array, inner)
+    } else {
+        (Shaped::Object, trimmed)
+    };
+    let trailing_comma = body.trim_end().ends_with(',');
+    let fields = fields(body)?;
+    let shape = match (shape, fields.len(), trailing_comma) {
+        (Shaped::Object, 1, false) => Shaped::Value,
+        (shape, _, _) => shape,
+    };
+    if fields.iter().any(|f| f.name == "*") {
+        return Ok(Select::All);
+    }
+    let _ = table;
+    Ok(Select::Fields { fields, shape })
+}
+
+/// A comma-separated field list with `{...}` nesting.
+fn fields(text: &str) -> Result<Vec<Field>, String> {
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0usize;
+    let bytes = text.as_bytes();
+    let mut push = |piece: &str| -> Result<(), String> {
+        let piece = piece.trim();
+        if piece.is_empty() {
+            return Ok(());
+        }
+        match piece.split_once('{') {
+            Some((name, rest)) => {
+                let inner = rest.strip_suffix('}').ok_or_else(|| format!("unclosed '{{' in select field {piece}"))?;
+                out.push(Field { name: name.trim().to_string(), nested: Some(fields(inner)?) });
+            }
+            None => out.push(Field { name: piece.to_string(), nested: None }),
+        }
+        Ok(())
+    };
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'{' => depth += 1,
+            b'}' => depth = depth.checked_sub(1).ok_or("unbalanced '}' in select")?,
+            b',' if depth == 0 => {
+                push(&text[start..i])?;
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err("unbalanced '{' in select".to_string());
+    }
+    push(&text[start..])?;
+    Ok(out)
+}
