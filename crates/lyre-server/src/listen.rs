@@ -72,17 +72,20 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         authorize_local: config.authentication.authorize_local,
         ops_body_limit: config.operations_api.network.max_body_size,
         rest_body_limit: config.http.max_body_size,
+        cors: config.http.cors,
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let ops_addr = SocketAddr::from(([0, 0, 0, 0], config.operations_api.network.port));
     let ops_listener =
         TcpListener::bind(ops_addr).await.with_context(|| format!("binding the Operations API to {ops_addr}"))?;
-    let ops_server = tokio::spawn(serve_router(ops_listener, http::operations_router(state.clone()), stop_rx.clone()));
     let rest_addr = SocketAddr::from(([0, 0, 0, 0], config.http.port));
-    let rest_listener = TcpListener::bind(rest_addr).await.with_context(|| format!("binding the REST interface to {rest_addr}"))?;
-    let rest_router = http::rest_router(state.clone(), config.http.compression_threshold, config.http.cors);
+    let rest_listener =
+        TcpListener::bind(rest_addr).await.with_context(|| format!("binding the REST interface to {rest_addr}"))?;
+    // Every listener is bound before any serves, so an answered /health means all are up.
+    let rest_router = http::rest_router(state.clone(), config.http.compression_threshold);
     let rest_server = tokio::spawn(serve_router(rest_listener, rest_router, stop_rx.clone()));
+    let ops_server = tokio::spawn(serve_router(ops_listener, http::operations_router(state.clone()), stop_rx.clone()));
     tracing::info!(
         operations_api = %ops_addr,
         rest = %rest_addr,

@@ -77,6 +77,11 @@ pub struct DeclaredAttribute {
 
 /// Reads a schema document into table definitions.
 pub fn parse_sdl(source: &str, path: &str) -> Result<Vec<TableDefinition>, SdlError> {
+    // A file of comments only (a new application's template) defines nothing; the
+    // GraphQL grammar itself rejects an empty document.
+    if source.lines().all(|line| line.trim().is_empty() || line.trim_start().starts_with('#')) {
+        return Ok(Vec::new());
+    }
     let document = Document::parse(source, path).map_err(|with_errors| {
         let first = with_errors.errors.iter().next();
         let (line, column) = first
@@ -401,6 +406,11 @@ type Session @table @sealed { id: ID @primaryKey }
         assert!(tables[2].sealed);
         assert_eq!(tables[2].database, "data");
         assert_eq!(tables[2].export, None);
+    }
+
+    #[test]
+    fn a_file_of_comments_defines_nothing() {
+        assert_eq!(parse_sdl("# nothing yet\n\n", "s.graphql").unwrap(), Vec::new());
     }
 
     #[test]

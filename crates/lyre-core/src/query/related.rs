@@ -13,12 +13,15 @@ use crate::index::attribute_prefix;
 use crate::table::decode_object;
 use crate::value::{Object, Value};
 
+/// A related table's schema and (when it has any records) storage.
+type Target = (Arc<TableSchema>, Option<TableStore>);
+
 /// Resolves the related records of a record, reading the same snapshot as the query.
 pub(crate) struct Related<'t> {
     txn: &'t ReadTxn,
     db: &'t Arc<Db>,
     table: &'t TableSchema,
-    tables: Mutex<HashMap<String, (Arc<TableSchema>, Option<TableStore>)>>,
+    tables: Mutex<HashMap<String, Target>>,
 }
 
 impl<'t> Related<'t> {
@@ -32,7 +35,7 @@ impl<'t> Related<'t> {
     }
 
     /// The schema and storage of a related table.
-    pub(crate) fn target(&self, relationship: &Relationship) -> Result<(Arc<TableSchema>, Option<TableStore>)> {
+    pub(crate) fn target(&self, relationship: &Relationship) -> Result<Target> {
         let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(found) = tables.get(&relationship.table) {
             return Ok(found.clone());

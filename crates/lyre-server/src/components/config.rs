@@ -72,11 +72,19 @@ mod tests {
     #[test]
     fn harper_config_files_are_read() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("config.yaml"), "rest: true\ngraphqlSchema:\n  files: 'schemas/*.graphql'\njsResource:\n  files: resources.js\n").unwrap();
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            "rest: true\ngraphqlSchema:\n  files: 'schemas/*.graphql'\njsResource:\n  files: resources.js\n",
+        )
+        .unwrap();
         let config = ComponentConfig::read(dir.path()).unwrap();
         assert!(config.rest);
         assert_eq!(config.schema_patterns(), ["schemas/*.graphql"]);
-        std::fs::write(dir.path().join("config.yaml"), "graphqlSchema:\n  files: [a.graphql, b.graphql]\nrest: false\n").unwrap();
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            "graphqlSchema:\n  files: [a.graphql, b.graphql]\nrest: false\n",
+        )
+        .unwrap();
         let config = ComponentConfig::read(dir.path()).unwrap();
         assert!(!config.rest);
         assert_eq!(config.schema_patterns(), ["a.graphql", "b.graphql"]);

@@ -88,7 +88,8 @@ pub fn pack(dir: &Path, skip_node_modules: bool) -> std::io::Result<Vec<u8>> {
 /// escape it and archives over `limit` bytes unpacked.
 pub fn unpack(archive: &[u8], dir: &Path, limit: u64) -> Result<(), String> {
     let gzipped = archive.starts_with(&[0x1f, 0x8b]);
-    let reader: Box<dyn Read> = if gzipped { Box::new(flate2::read::GzDecoder::new(archive)) } else { Box::new(archive) };
+    let reader: Box<dyn Read> =
+        if gzipped { Box::new(flate2::read::GzDecoder::new(archive)) } else { Box::new(archive) };
     let mut tar = tar::Archive::new(reader);
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let mut total = 0u64;

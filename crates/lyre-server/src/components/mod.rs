@@ -75,7 +75,14 @@ pub struct Components {
 impl Components {
     /// Components under `dir`, plus `extra` directories loaded by name.
     pub fn new(engine: Arc<Engine>, dir: PathBuf, extra: BTreeMap<String, PathBuf>) -> Self {
-        Self { engine, dir, extra, status: RwLock::new(BTreeMap::new()), exports: RwLock::new(Arc::new(Exports::default())), loading: tokio::sync::Mutex::new(()) }
+        Self {
+            engine,
+            dir,
+            extra,
+            status: RwLock::new(BTreeMap::new()),
+            exports: RwLock::new(Arc::new(Exports::default())),
+            loading: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// The directory holding deployed components.
@@ -154,12 +161,20 @@ impl Components {
         let exports: Vec<Export> = if config.rest {
             definitions
                 .iter()
-                .filter_map(|d| d.export.as_ref().map(|export| Export { name: export.clone(), database: d.database.clone(), table: d.table.clone(), component: name.to_string() }))
+                .filter_map(|d| {
+                    d.export.as_ref().map(|export| Export {
+                        name: export.clone(),
+                        database: d.database.clone(),
+                        table: d.table.clone(),
+                        component: name.to_string(),
+                    })
+                })
                 .collect()
         } else {
             Vec::new()
         };
-        let changed = self.engine.define_tables(&Context::system(), definitions).await.map_err(|e| format!("{name}: {e}"))?;
+        let changed =
+            self.engine.define_tables(&Context::system(), definitions).await.map_err(|e| format!("{name}: {e}"))?;
         if !changed.is_empty() {
             tracing::info!(component = name, tables = ?changed, "applied schema changes");
         }

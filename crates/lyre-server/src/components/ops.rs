@@ -19,7 +19,9 @@ const TEMPLATE_SCHEMA: &str = "# Define tables here, for example:\n# type Dog @t
 
 fn project_name(name: &str) -> Result<(), ApiError> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-        return Err(ApiError::bad_request("Project name can only contain alphanumeric, dash and underscores characters"));
+        return Err(ApiError::bad_request(
+            "Project name can only contain alphanumeric, dash and underscores characters",
+        ));
     }
     safe_name(name).map_err(ApiError::bad_request)
 }
@@ -56,7 +58,12 @@ pub async fn add(components: &Arc<Components>, project: &str) -> Result<Value, A
 
 /// `deploy_component`: replaces the component's files with a base64 tar (optionally
 /// gzipped) `payload`, or a local directory or tarball `package`, then loads it.
-pub async fn deploy(components: &Arc<Components>, project: &str, payload: Option<String>, package: Option<String>) -> Result<Value, ApiError> {
+pub async fn deploy(
+    components: &Arc<Components>,
+    project: &str,
+    payload: Option<String>,
+    package: Option<String>,
+) -> Result<Value, ApiError> {
     project_name(project)?;
     let staging = components.dir().join(format!(".deploy-{project}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
@@ -107,7 +114,8 @@ pub fn package(components: &Arc<Components>, project: &str, skip_node_modules: b
     if !dir.is_dir() {
         return Err(ApiError::new(Code::NotFound, format!("Unable to locate project '{project}'")));
     }
-    let tar = pack(&dir, skip_node_modules).map_err(|e| ApiError::new(Code::Internal, format!("packing failed: {e}")))?;
+    let tar =
+        pack(&dir, skip_node_modules).map_err(|e| ApiError::new(Code::Internal, format!("packing failed: {e}")))?;
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     std::io::Write::write_all(&mut gz, &tar).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
     let bytes = gz.finish().map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
@@ -123,7 +131,10 @@ pub async fn drop(components: &Arc<Components>, project: &str, file: Option<Stri
     project_name(project)?;
     let dir = components.component_dir(project);
     let (target, shown) = match &file {
-        Some(file) => (dir.join(safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?), format!("{project}/{file}")),
+        Some(file) => (
+            dir.join(safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?),
+            format!("{project}/{file}"),
+        ),
         None => (dir.clone(), project.to_string()),
     };
     if !target.exists() {
@@ -176,13 +187,15 @@ fn tree(path: &Path, name: &str) -> Object {
     let mut out = Object::new();
     out.insert("name".into(), name.into());
     if path.is_dir() {
-        let mut children: Vec<PathBuf> = std::fs::read_dir(path).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        let mut children: Vec<PathBuf> =
+            std::fs::read_dir(path).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default();
         children.sort();
         let entries = children
             .iter()
             .filter_map(|child| {
                 let child_name = child.file_name()?.to_str()?;
-                (!child_name.starts_with('.') && child_name != "node_modules").then(|| Value::Object(tree(child, child_name)))
+                (!child_name.starts_with('.') && child_name != "node_modules")
+                    .then(|| Value::Object(tree(child, child_name)))
             })
             .collect();
         out.insert("entries".into(), Value::Array(entries));
@@ -197,7 +210,8 @@ pub fn get_file(components: &Arc<Components>, project: &str, file: &str) -> Resu
     project_name(project)?;
     let relative = safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?;
     let path = components.component_dir(project).join(relative);
-    let text = std::fs::read(&path).map_err(|_| ApiError::new(Code::NotFound, format!("Component file not found '{project}/{file}'")))?;
+    let text = std::fs::read(&path)
+        .map_err(|_| ApiError::new(Code::NotFound, format!("Component file not found '{project}/{file}'")))?;
     let mut out = Object::new();
     out.insert("message".into(), Value::String(String::from_utf8_lossy(&text).into_owned()));
     out.insert("size".into(), Value::Int(text.len() as i64));
@@ -205,12 +219,20 @@ pub fn get_file(components: &Arc<Components>, project: &str, file: &str) -> Resu
 }
 
 /// `set_component_file`: writes a file (creating directories) and reloads.
-pub async fn set_file(components: &Arc<Components>, project: &str, file: &str, payload: &str, base64: bool) -> Result<Value, ApiError> {
+pub async fn set_file(
+    components: &Arc<Components>,
+    project: &str,
+    file: &str,
+    payload: &str,
+    base64: bool,
+) -> Result<Value, ApiError> {
     project_name(project)?;
     let relative = safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?;
     let path = components.component_dir(project).join(relative);
     let bytes = if base64 {
-        base64::engine::general_purpose::STANDARD.decode(payload).map_err(|e| ApiError::bad_request(format!("'payload' is not valid base64: {e}")))?
+        base64::engine::general_purpose::STANDARD
+            .decode(payload)
+            .map_err(|e| ApiError::bad_request(format!("'payload' is not valid base64: {e}")))?
     } else {
         payload.as_bytes().to_vec()
     };

@@ -32,6 +32,8 @@ pub struct AppState {
     pub ops_body_limit: usize,
     /// Largest REST body, in bytes.
     pub rest_body_limit: usize,
+    /// Whether REST answers cross-origin requests.
+    pub cors: bool,
 }
 
 /// The Operations API: `POST /` with an operation, `GET /health`.
@@ -45,16 +47,16 @@ pub fn operations_router(state: Arc<AppState>) -> Router {
 }
 
 /// The REST interface: exported tables, compressed above `compression_threshold`
-/// bytes (0 turns compression off), with CORS when `cors` is on.
-pub fn rest_router(state: Arc<AppState>, compression_threshold: u16, cors: bool) -> Router {
+/// bytes (0 turns compression off). CORS is answered by the REST handler itself
+/// (`AppState::cors`), because a plain `OPTIONS` must still list the methods.
+pub fn rest_router(state: Arc<AppState>, compression_threshold: u16) -> Router {
     use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
     let mut router = Router::new().fallback(rest::handle).layer(CatchPanicLayer::custom(error::panic_response));
     if compression_threshold > 0 {
-        let predicate = SizeAbove::new(u64::from(compression_threshold)).and(NotForContentType::const_new("text/event-stream"));
-        router = router.layer(tower_http::compression::CompressionLayer::new().br(true).gzip(true).compress_when(predicate));
-    }
-    if cors {
-        router = router.layer(tower_http::cors::CorsLayer::very_permissive());
+        let predicate =
+            SizeAbove::new(u64::from(compression_threshold)).and(NotForContentType::const_new("text/event-stream"));
+        router =
+            router.layer(tower_http::compression::CompressionLayer::new().br(true).gzip(true).compress_when(predicate));
     }
     router.with_state(state)
 }
@@ -63,7 +65,8 @@ pub fn rest_router(state: Arc<AppState>, compression_threshold: u16, cors: bool)
 /// when the length is declared, and as soon as it is exceeded otherwise.
 pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
     let too_large = || ApiError::new(Code::PayloadTooLarge, format!("Request body exceeds the limit of {limit} bytes"));
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }

@@ -1,8 +1,10 @@
 //! Black-box tests: each starts the real `lyre` binary and talks to it over HTTP.
 
+mod components;
 mod envelope;
 mod lifecycle;
 mod ops_crud;
 mod ops_schema;
 mod ops_search;
+mod rest;
 mod support;

@@ -16,8 +16,10 @@ pub struct TestServer {
     root: PathBuf,
     _dir: Option<tempfile::TempDir>,
     pub ops_port: u16,
+    pub http_port: u16,
     pub client: reqwest::Client,
     extra_env: Vec<(String, String)>,
+    dev_app: Option<PathBuf>,
 }
 
 fn free_port() -> u16 {
@@ -33,15 +35,45 @@ impl TestServer {
 
     /// Starts a server on a fresh root with extra environment variables.
     pub async fn start_with(env: &[(&str, &str)]) -> TestServer {
+        Self::start_app(&[], env).await
+    }
+
+    /// Starts `lyre dev <app>`: one application directory loaded from where it is.
+    pub async fn start_dev(app: &std::path::Path) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut server = TestServer {
+            child: None,
+            root: dir.path().join("root"),
+            _dir: Some(dir),
+            ops_port: free_port(),
+            http_port: free_port(),
+            client: reqwest::Client::new(),
+            extra_env: Vec::new(),
+            dev_app: Some(app.to_path_buf()),
+        };
+        server.spawn().await;
+        server
+    }
+
+    /// Starts a server whose root holds `files` (paths relative to the root, e.g.
+    /// `components/shop/schema.graphql`) before start-up.
+    pub async fn start_app(files: &[(&str, &str)], env: &[(&str, &str)]) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().join("root");
+        for (path, text) in files {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
+            std::fs::write(path, text).expect("write file");
+        }
         let mut server = TestServer {
             child: None,
             root,
             _dir: Some(dir),
             ops_port: free_port(),
+            http_port: free_port(),
             client: reqwest::Client::new(),
             extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            dev_app: None,
         };
         server.spawn().await;
         server
@@ -49,11 +81,15 @@ impl TestServer {
 
     async fn spawn(&mut self) {
         let mut command = Command::new(env!("CARGO_BIN_EXE_lyre"));
+        match &self.dev_app {
+            Some(app) => command.arg("dev").arg(app),
+            None => command.arg("run"),
+        };
         command
-            .args(["run", "--root"])
+            .arg("--root")
             .arg(&self.root)
             .env("OPERATIONSAPI_NETWORK_PORT", self.ops_port.to_string())
-            .env("HTTP_PORT", free_port().to_string())
+            .env("HTTP_PORT", self.http_port.to_string())
             .env("HDB_ADMIN_USERNAME", USER)
             .env("HDB_ADMIN_PASSWORD", PASSWORD)
             .env("LOGGING_LEVEL", "warn")
@@ -98,6 +134,11 @@ impl TestServer {
     /// Starts the server again on the same root after [`TestServer::stop`].
     pub async fn start_again(&mut self) {
         self.spawn().await;
+    }
+
+    /// A REST URL.
+    pub fn rest(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.http_port)
     }
 
     pub fn url(&self, path: &str) -> String {

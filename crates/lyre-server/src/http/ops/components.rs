@@ -13,7 +13,13 @@ use crate::http::error::ApiError;
 use crate::http::negotiate::Format;
 use crate::http::ops::{Params, reply};
 
-pub async fn dispatch(state: &Arc<AppState>, ctx: &Context, operation: &str, mut params: Params, format: Format) -> Result<Response, ApiError> {
+pub async fn dispatch(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    operation: &str,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
     require_super_user(ctx)?;
     let components = &state.components;
     let value = match operation {

@@ -92,7 +92,9 @@ async fn dispatch(
         "search_by_value" => search::by_value(engine, ctx, params, format).await,
         "search_by_conditions" => search::by_conditions(engine, ctx, params, format).await,
         "add_component" | "deploy_component" | "package_component" | "drop_component" | "get_components"
-        | "get_component_file" | "set_component_file" => components::dispatch(state, ctx, operation, params, format).await,
+        | "get_component_file" | "set_component_file" => {
+            components::dispatch(state, ctx, operation, params, format).await
+        }
         other => Err(ApiError::bad_request(format!("Operation '{other}' not found"))),
     }
 }

@@ -25,7 +25,10 @@ pub fn etag(version: f64) -> String {
 
 /// Whether an `If-None-Match` header value names `tag` (or is `*`).
 pub fn matches(if_none_match: &str, tag: &str) -> bool {
-    if_none_match.split(',').map(str::trim).any(|candidate| candidate == "*" || candidate == tag || candidate.strip_prefix("W/") == Some(tag))
+    if_none_match
+        .split(',')
+        .map(str::trim)
+        .any(|candidate| candidate == "*" || candidate == tag || candidate.strip_prefix("W/") == Some(tag))
 }
 
 #[cfg(test)]

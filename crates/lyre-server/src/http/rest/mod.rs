@@ -31,9 +31,45 @@ use url::Target;
 /// Methods every table answers, for `OPTIONS` and `405`.
 const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, QUERY, COPY, MOVE";
 
-/// Handles every REST request.
-pub async fn handle(State(state): State<Arc<AppState>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+/// Handles every REST request (answering CORS when configured).
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
     let (parts, body) = request.into_parts();
+    let origin = parts.headers.get(header::ORIGIN).filter(|_| state.cors).cloned();
+    let mut response = if origin.is_some()
+        && parts.method == Method::OPTIONS
+        && parts.headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        preflight()
+    } else {
+        route(&state, peer, parts, body).await
+    };
+    if let Some(origin) = origin {
+        let headers = response.headers_mut();
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// A CORS preflight answer (Harper's allowed methods and headers).
+fn preflight() -> Response {
+    let mut response = empty(StatusCode::NO_CONTENT);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("POST, GET, PUT, DELETE, PATCH, OPTIONS"),
+    );
+    headers
+        .insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("Accept, Content-Type, Authorization"));
+    response
+}
+
+async fn route(state: &Arc<AppState>, peer: SocketAddr, parts: axum::http::request::Parts, body: Body) -> Response {
+    let state = state.clone();
     let exports = state.components.exports();
     if parts.uri.path() == "/openapi" && exports.get("openapi").is_none() {
         return openapi_response(&state, &parts.headers, peer).await;
@@ -49,7 +85,15 @@ pub async fn handle(State(state): State<Arc<AppState>>, ConnectInfo(peer): Conne
         let ctx = Context::new(user);
         let table = state.engine.database(&export.database)?.table(&export.table)?;
         let target = url::target(path.rest.as_deref(), table.schema());
-        let request = RestRequest { state: &state, ctx, table, target, format, headers: &parts.headers, query: parts.uri.query().unwrap_or("") };
+        let request = RestRequest {
+            state: &state,
+            ctx,
+            table,
+            target,
+            format,
+            headers: &parts.headers,
+            query: parts.uri.query().unwrap_or(""),
+        };
         request.dispatch(&parts.method, body).await
     }
     .await;
@@ -109,8 +153,13 @@ impl RestRequest<'_> {
                     _ => return Err(ApiError::bad_request("PUT on a collection takes an array of records")),
                 };
                 for item in records {
-                    let Value::Object(record) = item else { return Err(ApiError::bad_request("each record must be an object")) };
-                    let id = record.get(&self.table.schema().primary_key).cloned().ok_or_else(|| ApiError::bad_request("each record needs its primary key"))?;
+                    let Value::Object(record) = item else {
+                        return Err(ApiError::bad_request("each record must be an object"));
+                    };
+                    let id = record
+                        .get(&self.table.schema().primary_key)
+                        .cloned()
+                        .ok_or_else(|| ApiError::bad_request("each record needs its primary key"))?;
                     self.table.put(&self.ctx, id, record).await?;
                 }
                 Ok(StatusCode::NO_CONTENT.into_response())
@@ -155,7 +204,10 @@ impl RestRequest<'_> {
             ("TRACE", _) => self.reply(&Value::from("HarperDB is the terminating server")),
             ("PUT" | "PATCH" | "POST" | "DELETE" | "COPY" | "MOVE" | "QUERY", _) => {
                 let verb = method.as_str().to_ascii_lowercase();
-                let message = format!("The {} does not have a {verb} method implemented to handle HTTP method {method}", self.table.schema().name);
+                let message = format!(
+                    "The {} does not have a {verb} method implemented to handle HTTP method {method}",
+                    self.table.schema().name
+                );
                 let mut response = ApiError::new(Code::MethodNotAllowed, message).render_rest(self.format);
                 response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
                 Ok(response)
@@ -166,7 +218,9 @@ impl RestRequest<'_> {
 
     async fn get(&self) -> Result<Response, ApiError> {
         match &self.target {
-            Target::Table if self.query.is_empty() => self.reply(&describe(self.table.schema(), &self.table, &self.ctx)?),
+            Target::Table if self.query.is_empty() => {
+                self.reply(&describe(self.table.schema(), &self.table, &self.ctx)?)
+            }
             Target::Table | Target::Collection => {
                 let query = self.search_query()?;
                 let (table, ctx) = (self.table.clone(), self.ctx.clone());
@@ -181,7 +235,9 @@ impl RestRequest<'_> {
             }
             Target::Record(id) => {
                 let query = query::parse(self.query, self.table.schema(), &|name| self.related_schema(name))?;
-                let Some((record, version)) = self.table.get(&self.ctx, id)? else { return Ok(empty(StatusCode::NOT_FOUND)) };
+                let Some((record, version)) = self.table.get(&self.ctx, id)? else {
+                    return Ok(empty(StatusCode::NOT_FOUND));
+                };
                 let tag = etag::etag(version.time);
                 if version.unique
                     && let Some(if_none_match) = self.headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok())
@@ -202,8 +258,13 @@ impl RestRequest<'_> {
                 Ok(response)
             }
             Target::Property(id, name) => {
-                let Some((record, version)) = self.table.get(&self.ctx, id)? else { return Ok(empty(StatusCode::NOT_FOUND)) };
-                let select = Select::Fields { fields: vec![lyre_core::query::Field { name: name.clone(), nested: None }], shape: lyre_core::query::Shaped::Value };
+                let Some((record, version)) = self.table.get(&self.ctx, id)? else {
+                    return Ok(empty(StatusCode::NOT_FOUND));
+                };
+                let select = Select::Fields {
+                    fields: vec![lyre_core::query::Field { name: name.clone(), nested: None }],
+                    shape: lyre_core::query::Shaped::Value,
+                };
                 let value = self.table.project(&self.ctx, record, &select)?;
                 if value == Value::Null {
                     let mut response = self.reply(&Value::Null)?;
@@ -267,7 +328,9 @@ impl RestRequest<'_> {
     async fn object_body(&self, body: Body) -> Result<Object, ApiError> {
         match self.body(body).await? {
             Value::Object(record) => Ok(record),
-            other => Err(ApiError::bad_request(format!("the request body must be an object, not {}", other.type_name()))),
+            other => {
+                Err(ApiError::bad_request(format!("the request body must be an object, not {}", other.type_name())))
+            }
         }
     }
 

@@ -35,7 +35,8 @@ fn table_schema(table: &TableSchema) -> Value {
         }
         properties.insert(attribute.name.clone(), ty);
     }
-    let required: Vec<Value> = table.attributes.iter().filter(|a| a.shape.required).map(|a| a.name.clone().into()).collect();
+    let required: Vec<Value> =
+        table.attributes.iter().filter(|a| a.shape.required).map(|a| a.name.clone().into()).collect();
     let mut pairs = vec![("type", Value::from("object")), ("properties", Value::Object(properties))];
     if !required.is_empty() {
         pairs.push(("required", Value::Array(required)));
@@ -44,8 +45,15 @@ fn table_schema(table: &TableSchema) -> Value {
 }
 
 fn operation(summary: String, tag: &str, responses: Vec<(&str, &str)>) -> Value {
-    let responses = responses.into_iter().map(|(code, text)| (code.to_string(), object(vec![("description", text.into())]))).collect();
-    object(vec![("summary", summary.into()), ("tags", Value::Array(vec![tag.into()])), ("responses", Value::Object(responses))])
+    let responses = responses
+        .into_iter()
+        .map(|(code, text)| (code.to_string(), object(vec![("description", text.into())])))
+        .collect();
+    object(vec![
+        ("summary", summary.into()),
+        ("tags", Value::Array(vec![tag.into()])),
+        ("responses", Value::Object(responses)),
+    ])
 }
 
 /// The document for every export that resolves to a table.
@@ -57,17 +65,36 @@ pub fn document(engine: &Engine, exports: &Exports, host: &str) -> Value {
         let schema = table.schema();
         let name = &export.name;
         schemas.insert(name.clone(), table_schema(schema));
-        let id = object(vec![("name", "id".into()), ("in", "path".into()), ("required", true.into()), ("schema", schema_type(schema.primary_key_attribute().and_then(|a| a.type_name.as_deref())))]);
+        let id = object(vec![
+            ("name", "id".into()),
+            ("in", "path".into()),
+            ("required", true.into()),
+            ("schema", schema_type(schema.primary_key_attribute().and_then(|a| a.type_name.as_deref()))),
+        ]);
         paths.insert(
             format!("/{name}/"),
             object(vec![
                 ("get", operation(format!("Search {name}"), name, vec![("200", "matching records")])),
-                ("post", operation(format!("Create a {name} record"), name, vec![("201", "created; the body is the new key"), ("409", "the key exists")])),
+                (
+                    "post",
+                    operation(
+                        format!("Create a {name} record"),
+                        name,
+                        vec![("201", "created; the body is the new key"), ("409", "the key exists")],
+                    ),
+                ),
                 ("delete", operation(format!("Delete the matching {name} records"), name, vec![("200", "deleted")])),
             ]),
         );
         let mut by_id = object(vec![
-            ("get", operation(format!("Read a {name} record"), name, vec![("200", "the record"), ("304", "not modified"), ("404", "no such record")])),
+            (
+                "get",
+                operation(
+                    format!("Read a {name} record"),
+                    name,
+                    vec![("200", "the record"), ("304", "not modified"), ("404", "no such record")],
+                ),
+            ),
             ("put", operation(format!("Replace a {name} record"), name, vec![("204", "written")])),
             ("patch", operation(format!("Update a {name} record"), name, vec![("204", "written")])),
             ("delete", operation(format!("Delete a {name} record"), name, vec![("200", "deleted")])),
@@ -81,7 +108,13 @@ pub fn document(engine: &Engine, exports: &Exports, host: &str) -> Value {
     object(vec![
         ("openapi", "3.0.3".into()),
         ("info", object(vec![("title", "Lyre REST interface".into()), ("version", env!("CARGO_PKG_VERSION").into())])),
-        ("servers", Value::Array(vec![object(vec![("description", "REST API".into()), ("url", format!("http://{host}").into())])])),
+        (
+            "servers",
+            Value::Array(vec![object(vec![
+                ("description", "REST API".into()),
+                ("url", format!("http://{host}").into()),
+            ])]),
+        ),
         ("paths", Value::Object(paths)),
         ("components", object(vec![("schemas", Value::Object(schemas)), ("securitySchemes", security)])),
         ("security", Value::Array(vec![object(vec![("basicAuth", Value::Array(Vec::new()))])])),

@@ -39,7 +39,13 @@ pub struct RestQuery {
 pub type RelatedSchema<'a> = &'a dyn Fn(&str) -> Option<Arc<TableSchema>>;
 
 /// Parses `raw` (the part after `?`) against `table`.
+///
+/// Clients following the URL standard percent-encode `<`, `>` (and some `!`); those
+/// are operators here, never part of an attribute name, and inside a value they read
+/// the same either way, so they are decoded before parsing.
 pub fn parse(raw: &str, table: &TableSchema, related: RelatedSchema<'_>) -> Result<RestQuery, ApiError> {
+    let normalized = normalize_operators(raw);
+    let raw = normalized.as_str();
     let mut parser = Parser { src: raw.as_bytes(), raw, pos: 0, table, related, query: RestQuery::default() };
     if raw.is_empty() {
         return Ok(parser.query);
@@ -57,6 +63,28 @@ struct Parser<'a> {
     table: &'a TableSchema,
     related: RelatedSchema<'a>,
     query: RestQuery,
+}
+
+fn normalize_operators(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 3).map(|c| c.to_ascii_uppercase());
+        match code.as_deref() {
+            Some("3C") => out.push('<'),
+            Some("3E") => out.push('>'),
+            Some("21") => out.push('!'),
+            _ => {
+                out.push('%');
+                rest = &rest[i + 1..];
+                continue;
+            }
+        }
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn syntax(message: impl std::fmt::Display, pos: usize, raw: &str) -> ApiError {
@@ -99,7 +127,9 @@ impl Parser<'_> {
                         self.pos += 1;
                         continue;
                     }
-                    return Err(self.error(format!("no comparison specified before '{}'", char::from(self.src[self.pos]))));
+                    return Err(
+                        self.error(format!("no comparison specified before '{}'", char::from(self.src[self.pos])))
+                    );
                 }
                 Some(sep @ (b'&' | b'|')) => {
                     let this = if sep == b'&' { Operator::And } else { Operator::Or };
@@ -109,7 +139,11 @@ impl Parser<'_> {
                     operator = Some(this);
                     self.pos += 1;
                     if matches!(self.peek(), Some(b'&' | b'|')) {
-                        return Err(self.error(format!("unexpected operator '{}{}'", char::from(sep), char::from(self.src[self.pos]))));
+                        return Err(self.error(format!(
+                            "unexpected operator '{}{}'",
+                            char::from(sep),
+                            char::from(self.src[self.pos])
+                        )));
                     }
                     expect_term = true;
                 }
@@ -128,8 +162,11 @@ impl Parser<'_> {
                             Term::Condition(c) => conditions.push(c),
                             Term::Chain(c) => {
                                 // `attr=gt=1&lt=9`: merge into the previous condition.
-                                let previous = conditions.pop().ok_or_else(|| self.error("a chained comparison needs a condition before it"))?;
-                                conditions.push(Condition::Group { operator: Operator::And, conditions: vec![previous, c] });
+                                let previous = conditions
+                                    .pop()
+                                    .ok_or_else(|| self.error("a chained comparison needs a condition before it"))?;
+                                conditions
+                                    .push(Condition::Group { operator: Operator::And, conditions: vec![previous, c] });
                             }
                         }
                     }
@@ -162,7 +199,6 @@ impl Parser<'_> {
                 None => self.error("expected a comparison"),
             });
         }
-        let op_start = self.pos;
         let comparator = self.comparator()?;
         let Some(comparator) = comparator else {
             // A bare name (`?flag`) compares nothing; Harper answers with no match.
@@ -179,7 +215,7 @@ impl Parser<'_> {
             && matches!(name.as_str(), "lt" | "le" | "gt" | "ge")
             && comparator.0 == Op::Strict;
         if chained {
-            let Some(Condition::Compare { attribute, .. }) = previous.map(last_compare) .flatten() else {
+            let Some(Condition::Compare { attribute, .. }) = previous.and_then(last_compare) else {
                 return Err(syntax(format!("{name} chains no comparison"), start, self.raw));
             };
             let attribute = attribute.clone();
@@ -192,8 +228,7 @@ impl Parser<'_> {
             let value = self.typed_value(&attribute, self.table, raw_value, value_start)?;
             return Ok(Some(Term::Chain(Condition::Compare { attribute, comparator: op, value })));
         }
-        let _ = op_start;
-        self.comparison(&name, comparator, raw_value, start, value_start).map(|c| Some(Term::Condition(c)))
+        self.comparison(&name, comparator, raw_value, value_start).map(|c| Some(Term::Condition(c)))
     }
 
     /// Reads the operator after an attribute name: `None` when there is none.
@@ -239,7 +274,7 @@ impl Parser<'_> {
         Ok(Some(op))
     }
 
-    fn comparison(&mut self, name: &str, (op, comparator): (Op, Comparator), raw_value: &str, start: usize, value_start: usize) -> Result<Condition, ApiError> {
+    fn comparison(&mut self, name: &str, (op, comparator): (Op, Comparator), raw_value: &str, value_start: usize) -> Result<Condition, ApiError> {
         // `rel.attr`: a condition on the related table.
         if let Some((head, tail)) = name.split_once('.')
             && self.table.attribute(name).is_none()
@@ -251,30 +286,41 @@ impl Parser<'_> {
             if self.table.attribute(head).is_some() {
                 return Err(ApiError::bad_request(format!("Unable to query by attribute [\"{head}\",\"{tail}\"]")));
             }
-            return Err(ApiError::new(Code::NotFound, format!("{} is not a defined attribute", name.replace('.', ","))));
+            return Err(ApiError::new(
+                Code::NotFound,
+                format!("{} is not a defined attribute", name.replace('.', ",")),
+            ));
         }
-        let _ = start;
         let table = self.table;
         self.compare_on(table, name, op, comparator, raw_value, value_start)
     }
 
-    fn compare_on(&self, table: &TableSchema, name: &str, op: Op, comparator: Comparator, raw_value: &str, value_start: usize) -> Result<Condition, ApiError> {
+    fn compare_on(
+        &self,
+        table: &TableSchema,
+        name: &str,
+        op: Op,
+        comparator: Comparator,
+        raw_value: &str,
+        value_start: usize,
+    ) -> Result<Condition, ApiError> {
         if table.attribute(name).is_none() {
             return Err(ApiError::new(Code::NotFound, format!("{name} is not a defined attribute")));
         }
         let mut comparator = comparator;
-        let value = if op == Op::Typed && comparator == Comparator::Equals && raw_value.ends_with('*') && raw_value.len() > 1 {
-            let prefix = &raw_value[..raw_value.len() - 1];
-            if prefix.contains('*') {
-                return Err(syntax("a wildcard is only allowed at the end of a value", value_start, self.raw));
-            }
-            comparator = Comparator::StartsWith;
-            Value::String(decode(prefix))
-        } else if op == Op::Strict {
-            coerce(table, name, &decode(raw_value), value_start, self.raw)?
-        } else {
-            self.typed_value(name, table, raw_value, value_start)?
-        };
+        let value =
+            if op == Op::Typed && comparator == Comparator::Equals && raw_value.ends_with('*') && raw_value.len() > 1 {
+                let prefix = &raw_value[..raw_value.len() - 1];
+                if prefix.contains('*') {
+                    return Err(syntax("a wildcard is only allowed at the end of a value", value_start, self.raw));
+                }
+                comparator = Comparator::StartsWith;
+                Value::String(decode(prefix))
+            } else if op == Op::Strict {
+                coerce(table, name, &decode(raw_value))?
+            } else {
+                self.typed_value(name, table, raw_value, value_start)?
+            };
         Ok(Condition::Compare { attribute: name.to_string(), comparator, value })
     }
 
@@ -300,7 +346,7 @@ impl Parser<'_> {
                 _ => {}
             }
         }
-        coerce(table, name, &text, at, self.raw)
+        coerce(table, name, &text)
     }
 
     fn call(&mut self, name: &str, start: usize) -> Result<(), ApiError> {
@@ -322,11 +368,12 @@ impl Parser<'_> {
         self.pos += 1;
         match name {
             "select" => {
-                self.query.select = Some(select(args, self.table).map_err(|m| syntax(m, args_start, self.raw))?);
+                self.query.select = Some(select(args).map_err(|m| syntax(m, args_start, self.raw))?);
             }
             "limit" => {
                 let parts: Vec<&str> = args.split(',').map(str::trim).collect();
-                let numbers: Result<Vec<usize>, _> = parts.iter().map(|p| decode(p).parse::<i64>().map(|n| n.max(0) as usize)).collect();
+                let numbers: Result<Vec<usize>, _> =
+                    parts.iter().map(|p| decode(p).parse::<i64>().map(|n| n.max(0) as usize)).collect();
                 let numbers = numbers.map_err(|_| syntax("limit arguments must be integers", args_start, self.raw))?;
                 match numbers.as_slice() {
                     [n] => self.query.limit = Some(*n),
@@ -386,7 +433,10 @@ pub fn decode(raw: &str) -> String {
 }
 
 fn number(text: &str) -> Option<Value> {
-    text.parse::<i64>().map(Value::Int).ok().or_else(|| text.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float))
+    text.parse::<i64>()
+        .map(Value::Int)
+        .ok()
+        .or_else(|| text.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float))
 }
 
 /// Milliseconds since the epoch from `ms` or an ISO-8601 UTC timestamp.
@@ -417,10 +467,11 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 /// Converts query text to the attribute's declared type (numbers for numeric types,
 /// booleans for `Boolean`, text for `String`/`ID`); untyped attributes take numbers
 /// and booleans when the text is one.
-fn coerce(table: &TableSchema, name: &str, text: &str, at: usize, raw: &str) -> Result<Value, ApiError> {
+fn coerce(table: &TableSchema, name: &str, text: &str) -> Result<Value, ApiError> {
     let declared = table.attribute(name).and_then(|a| a.type_name.as_deref());
-    let invalid = |expected: &str| ApiError::bad_request(format!("Invalid value for attribute {name}: \"{text}\", expecting {expected}"));
-    let _ = (at, raw);
+    let invalid = |expected: &str| {
+        ApiError::bad_request(format!("Invalid value for attribute {name}: \"{text}\", expecting {expected}"))
+    };
     match declared {
         Some("String" | "ID") => Ok(Value::String(text.to_string())),
         Some(t @ ("Int" | "Long" | "BigInt")) => text.parse::<i64>().map(Value::Int).map_err(|_| invalid(t)),
@@ -440,7 +491,7 @@ fn coerce(table: &TableSchema, name: &str, text: &str, at: usize, raw: &str) -> 
 }
 
 /// `select(a,b)`, `select(a)`, `select([a,b])`, `select(a,)`, `select(rel{x,y})`.
-fn select(args: &str, table: &TableSchema) -> Result<Select, String> {
+fn select(args: &str) -> Result<Select, String> {
     let args = decode(args);
     let trimmed = args.trim();
     let (shape, body) = if let Some(inner) = trimmed.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
@@ -457,7 +508,6 @@ fn select(args: &str, table: &TableSchema) -> Result<Select, String> {
     if fields.iter().any(|f| f.name == "*") {
         return Ok(Select::All);
     }
-    let _ = table;
     Ok(Select::Fields { fields, shape })
 }
 

@@ -62,7 +62,9 @@ pub fn split(path: &str) -> Option<RestPath> {
 }
 
 fn cut_extension(segment: &str) -> (&str, Option<Format>) {
-    for (ext, format) in [(".json", Format::Json), (".cbor", Format::Cbor), (".msgpack", Format::MessagePack), (".csv", Format::Csv)] {
+    for (ext, format) in
+        [(".json", Format::Json), (".cbor", Format::Cbor), (".msgpack", Format::MessagePack), (".csv", Format::Csv)]
+    {
         if let Some(stripped) = segment.strip_suffix(ext) {
             return (stripped, Some(format));
         }
@@ -81,7 +83,8 @@ pub fn target(rest: Option<&str>, table: &TableSchema) -> Target {
     }
     if let Some((id, attr)) = rest.rsplit_once('.') {
         let attr = decode(attr);
-        let declared = table.attribute(&attr).is_some_and(|a| a.type_name.is_some()) || table.relationships.iter().any(|r| r.name == attr);
+        let declared = table.attribute(&attr).is_some_and(|a| a.type_name.is_some())
+            || table.relationships.iter().any(|r| r.name == attr);
         if declared && !id.is_empty() {
             return Target::Property(key(table, &decode(id)), attr);
         }
@@ -112,9 +115,18 @@ mod tests {
     fn paths_split_into_export_rest_and_format() {
         assert_eq!(split("/"), None);
         assert_eq!(split("/products"), Some(RestPath { export: "products".into(), rest: None, format: None }));
-        assert_eq!(split("/products/"), Some(RestPath { export: "products".into(), rest: Some(String::new()), format: None }));
-        assert_eq!(split("/products/p1.cbor"), Some(RestPath { export: "products".into(), rest: Some("p1".into()), format: Some(Format::Cbor) }));
-        assert_eq!(split("/products.csv"), Some(RestPath { export: "products".into(), rest: None, format: Some(Format::Csv) }));
+        assert_eq!(
+            split("/products/"),
+            Some(RestPath { export: "products".into(), rest: Some(String::new()), format: None })
+        );
+        assert_eq!(
+            split("/products/p1.cbor"),
+            Some(RestPath { export: "products".into(), rest: Some("p1".into()), format: Some(Format::Cbor) })
+        );
+        assert_eq!(
+            split("/products.csv"),
+            Some(RestPath { export: "products".into(), rest: None, format: Some(Format::Csv) })
+        );
         assert_eq!(split("/products/a%2Fb").unwrap().rest.as_deref(), Some("a%2Fb"));
     }
 }

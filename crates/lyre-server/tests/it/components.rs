@@ -1,0 +1,182 @@
+//! Applications: loading, reloading, deploying and dropping at run time.
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::rest::{SHOP_CONFIG, SHOP_SCHEMA};
+use crate::support::{PASSWORD, TestServer, USER};
+
+async fn rest_get(s: &TestServer, path: &str) -> (u16, Value) {
+    let response = s.client.get(s.rest(path)).basic_auth(USER, Some(PASSWORD)).send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn rest_put(s: &TestServer, path: &str, body: Value) -> u16 {
+    let response = s
+        .client
+        .put(s.rest(path))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    response.status().as_u16()
+}
+
+/// A base64 tar of `files` (name, text), as `deploy_component` takes.
+fn payload(files: &[(&str, &str)]) -> String {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, text) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder.append_data(&mut header, name, text.as_bytes()).unwrap();
+    }
+    base64::engine::general_purpose::STANDARD.encode(builder.into_inner().unwrap())
+}
+
+async fn shop() -> TestServer {
+    TestServer::start_app(
+        &[("components/shop/config.yaml", SHOP_CONFIG), ("components/shop/schema.graphql", SHOP_SCHEMA)],
+        &[],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_schema_change_applies_on_reload_and_indexes_existing_records() {
+    let s = shop().await;
+    assert_eq!(rest_put(&s, "/products/p1", json!({"name": "Foo", "stock": 3})).await, 204);
+    assert_eq!(rest_put(&s, "/products/p2", json!({"name": "Bar", "stock": 5})).await, 204);
+    assert_eq!(rest_get(&s, "/products/?stock==3").await.0, 404, "stock is not declared yet");
+    let schema = SHOP_SCHEMA.replace("  count: Int\n", "  count: Int\n  stock: Int @indexed\n");
+    let answer = s
+        .ok(json!({"operation": "set_component_file", "project": "shop", "file": "schema.graphql", "payload": schema}))
+        .await;
+    assert_eq!(answer, json!({"message": "Successfully set component: schema.graphql"}));
+    // No restart: the attribute exists, indexed over the records written before.
+    let (status, found) = rest_get(&s, "/products/?stock==3").await;
+    assert_eq!((status, found[0]["id"].clone()), (200, json!("p1")));
+    let described = s.ok(json!({"operation": "describe_table", "database": "shop", "table": "Product"})).await;
+    assert!(
+        described["attributes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"attribute": "stock", "type": "Int", "indexed": true})),
+        "{described}"
+    );
+    assert_eq!(rest_put(&s, "/products/p3", json!({"stock": "many"})).await, 400, "the new type is enforced");
+    let file = s.ok(json!({"operation": "get_component_file", "project": "shop", "file": "schema.graphql"})).await;
+    assert!(file["message"].as_str().unwrap().contains("stock: Int @indexed"));
+    s.fails(
+        json!({"operation": "get_component_file", "project": "shop", "file": "../../lyre-config.yaml"}),
+        400,
+        "Invalid file path",
+    )
+    .await;
+    s.fails(
+        json!({"operation": "get_component_file", "project": "shop", "file": "nope.txt"}),
+        404,
+        "Component file not found 'shop/nope.txt'",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn components_deploy_and_drop_at_run_time() {
+    let s = shop().await;
+    let widget = "type Widget @table(database: \"tools\") @export { id: ID @primaryKey\n name: String @indexed }\n";
+    assert_eq!(rest_get(&s, "/Widget/").await.0, 404);
+    let answer = s.ok(json!({"operation": "deploy_component", "project": "widgets", "payload": payload(&[("config.yaml", SHOP_CONFIG), ("schema.graphql", widget)])})).await;
+    assert_eq!(answer, json!({"message": "Successfully deployed: widgets"}));
+    assert_eq!(rest_put(&s, "/Widget/w1", json!({"name": "spanner"})).await, 204);
+    assert_eq!(rest_get(&s, "/Widget/w1").await, (200, json!({"id": "w1", "name": "spanner"})));
+    let listed = s.ok(json!({"operation": "get_components"})).await;
+    let names: Vec<&str> = listed["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["shop", "widgets"]);
+    assert_eq!(listed["entries"][1]["status"]["status"], "healthy");
+    assert_eq!(listed["entries"][1]["entries"][1]["name"], "schema.graphql");
+    // Packaging gives back what was deployed.
+    let packaged = s.ok(json!({"operation": "package_component", "project": "widgets"})).await;
+    let archive = base64::engine::general_purpose::STANDARD.decode(packaged["payload"].as_str().unwrap()).unwrap();
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(&archive[..]));
+    let names: Vec<String> =
+        tar.entries().unwrap().map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned()).collect();
+    assert!(names.contains(&"schema.graphql".to_string()), "{names:?}");
+    // A redeploy replaces the files and applies at once.
+    let widget2 = widget.replace("name: String @indexed", "name: String @indexed\n size: Int @indexed");
+    s.ok(json!({"operation": "deploy_component", "project": "widgets", "payload": payload(&[("schema.graphql", widget2.as_str())])})).await;
+    assert_eq!(rest_put(&s, "/Widget/w2", json!({"name": "bolt", "size": 3})).await, 204);
+    assert_eq!(rest_get(&s, "/Widget/?size==3").await.1[0]["id"], "w2");
+    assert_eq!(
+        s.ok(json!({"operation": "drop_component", "project": "widgets"})).await,
+        json!({"message": "Successfully dropped: widgets"})
+    );
+    assert_eq!(rest_get(&s, "/Widget/w1").await.0, 404, "a dropped component stops serving");
+    let data = s.ok(json!({"operation": "search_by_id", "database": "tools", "table": "Widget", "ids": ["w1"]})).await;
+    assert_eq!(data[0]["name"], "spanner", "its tables and data stay");
+    s.fails(json!({"operation": "drop_component", "project": "widgets"}), 404, "Unable to locate 'widgets'").await;
+    s.fails(
+        json!({"operation": "deploy_component", "project": "../x", "payload": payload(&[])}),
+        400,
+        "Project name can only contain alphanumeric, dash and underscores characters",
+    )
+    .await;
+    s.fails(
+        json!({"operation": "deploy_component", "project": "bad"}),
+        400,
+        "Either payload or package must be provided",
+    )
+    .await;
+    let (status, body) =
+        s.op(json!({"operation": "deploy_component", "project": "bad", "payload": "bm90IGEgdGFy"})).await;
+    assert_eq!(status, 400, "{body}");
+    // The local-package form.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("schema.graphql"), "type Gadget @table @export { id: ID @primaryKey }").unwrap();
+    s.ok(json!({"operation": "deploy_component", "project": "gadgets", "package": dir.path().to_str().unwrap()})).await;
+    assert_eq!(rest_get(&s, "/Gadget/").await, (200, json!([])));
+    s.ok(json!({"operation": "add_component", "project": "fresh"})).await;
+    s.fails(json!({"operation": "add_component", "project": "fresh"}), 400, "Project already exists").await;
+}
+
+#[tokio::test]
+async fn a_malformed_schema_fails_only_its_component() {
+    let broken = "type Broken @table @export {\n  id: ID @primaryKey\n  thing: Nope\n}\n";
+    let s = TestServer::start_app(
+        &[
+            ("components/shop/config.yaml", SHOP_CONFIG),
+            ("components/shop/schema.graphql", SHOP_SCHEMA),
+            ("components/broken/schema.graphql", broken),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(rest_put(&s, "/products/p1", json!({"name": "still serving"})).await, 204);
+    assert_eq!(rest_get(&s, "/Broken/").await.0, 404);
+    let listed = s.ok(json!({"operation": "get_components"})).await;
+    let broken_status = &listed["entries"][0]["status"];
+    assert_eq!(broken_status["status"], "error");
+    let reason = broken_status["message"].as_str().unwrap();
+    assert!(reason.contains("broken/schema.graphql:3:") && reason.contains("unknown type Nope"), "{reason}");
+    // A bad deploy is refused with the file and line, and the rest keeps serving.
+    let (status, body) = s.op(json!({"operation": "deploy_component", "project": "late", "payload": payload(&[("schema.graphql", "type X @table(expiration: \"soon\") { id: ID @primaryKey }")])})).await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("schema.graphql:1:"), "{body}");
+    assert_eq!(rest_get(&s, "/products/p1").await.1["name"], "still serving");
+}
+
+#[tokio::test]
+async fn lyre_dev_serves_one_application_directory() {
+    let app = tempfile::tempdir().unwrap();
+    let dir = app.path().join("myapp");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("schema.graphql"), "type Note @table @export { id: ID @primaryKey text: String }").unwrap();
+    let s = TestServer::start_dev(&dir).await;
+    assert_eq!(rest_put(&s, "/Note/n1", json!({"text": "hello"})).await, 204);
+    assert_eq!(rest_get(&s, "/Note/n1").await, (200, json!({"id": "n1", "text": "hello"})));
+}

@@ -1,0 +1,541 @@
+//! The REST interface over a `schema.graphql` application.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::support::{PASSWORD, TestServer, USER};
+
+pub const SHOP_SCHEMA: &str = r#"
+type Product @table(database: "shop") @export(name: "products") {
+  id: ID @primaryKey
+  name: String @indexed
+  price: Float @indexed
+  count: Int
+  tags: [String] @indexed
+  brandId: ID @indexed
+  brand: Brand @relationship(from: brandId)
+  details: Details
+  createdAt: Long @createdTime
+  updatedAt: Long @updatedTime
+}
+type Details { color: String weight: Float }
+type Brand @table(database: "shop") @export {
+  id: ID @primaryKey
+  name: String @indexed
+  products: [Product] @relationship(to: brandId)
+}
+type Sealed @table(database: "shop") @sealed @export { id: Int @primaryKey name: String! }
+type Plain @table(database: "shop") { id: ID @primaryKey }
+"#;
+
+pub const SHOP_CONFIG: &str = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n";
+
+/// A server with the shop application and some records.
+async fn shop() -> TestServer {
+    let s = TestServer::start_app(
+        &[("components/shop/config.yaml", SHOP_CONFIG), ("components/shop/schema.graphql", SHOP_SCHEMA)],
+        &[],
+    )
+    .await;
+    for (id, body) in [("b1", json!({"name": "Acme"})), ("b2", json!({"name": "Globex"}))] {
+        assert_eq!(send(&s, Method::PUT, &format!("/Brand/{id}"), Some(body)).await.0, 204);
+    }
+    let products = [
+        (
+            "p1",
+            json!({"name": "Foo", "price": 10, "count": 5, "tags": ["x", "y"], "brandId": "b1", "details": {"color": "red", "weight": 1.5}}),
+        ),
+        ("p2", json!({"name": "Bar", "price": 20.5, "count": 1, "tags": ["y"], "brandId": "b2"})),
+        ("p3", json!({"name": "Fob", "price": 5.5, "tags": ["x"], "brandId": "b1"})),
+        ("p4", json!({"name": "A", "price": 3, "count": 0, "brandId": "b2"})),
+        ("p5", json!({"name": "B", "price": 7, "tags": []})),
+        ("p6", json!({"name": "hello world ünï", "price": 12, "count": 2})),
+    ];
+    for (id, body) in products {
+        assert_eq!(send(&s, Method::PUT, &format!("/products/{id}"), Some(body)).await.0, 204);
+    }
+    s
+}
+
+/// Sends a REST request with the admin's credentials; returns status, headers, body.
+async fn send(
+    s: &TestServer,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut request = s.client.request(method, s.rest(path)).basic_auth(USER, Some(PASSWORD));
+    if let Some(body) = body {
+        request = request.header("content-type", "application/json").body(body.to_string());
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn get(s: &TestServer, path: &str) -> Value {
+    let (status, _, body) = send(s, Method::GET, path, None).await;
+    assert_eq!(status, 200, "GET {path} answered {body}");
+    body
+}
+
+fn ids(results: &Value) -> Vec<String> {
+    results
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {results}"))
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn url_forms() {
+    let s = shop().await;
+    let description = get(&s, "/products").await;
+    assert_eq!(
+        (description["records"].clone(), description["name"].clone(), description["database"].clone()),
+        (json!("./"), json!("Product"), json!("shop"))
+    );
+    assert_eq!(
+        description["attributes"][0],
+        json!({"type": "ID", "name": "id", "isPrimaryKey": true, "attribute": "id"})
+    );
+    assert_eq!(ids(&get(&s, "/products/").await), ["p1", "p2", "p3", "p4", "p5", "p6"]);
+    let p1 = get(&s, "/products/p1").await;
+    assert_eq!((p1["name"].clone(), p1["details"]["color"].clone()), (json!("Foo"), json!("red")));
+    assert!(p1["createdAt"].as_i64().unwrap() > 1_700_000_000_000 && p1["createdAt"] == p1["updatedAt"]);
+    let (status, headers, body) = send(&s, Method::GET, "/products/nope", None).await;
+    assert_eq!((status, body), (404, json!("")));
+    assert_eq!(headers["content-length"], "0");
+    assert_eq!(get(&s, "/products/p1.name").await, json!("Foo"));
+    assert_eq!(get(&s, "/products/p1.tags").await, json!(["x", "y"]));
+    assert_eq!(get(&s, "/products/p1.brand").await["name"], "Acme", "a relationship is a property");
+    assert_eq!(send(&s, Method::GET, "/products/p4.tags", None).await.0, 404, "an absent property is 404");
+    assert_eq!(get(&s, "/products/p1/").await, json!([]), "a prefix of a scalar key matches nothing");
+    assert_eq!(get(&s, "/Brand/b1").await, json!({"id": "b1", "name": "Acme"}));
+    for path in ["/nosuch/", "/Plain/", "/Product/", "/", "/brand/b1"] {
+        let (status, _, body) = send(&s, Method::GET, path, None).await;
+        assert_eq!((status, body), (404, json!("Not found\n")), "{path}");
+    }
+    // Keys are coerced by the primary key's type.
+    assert_eq!(send(&s, Method::PUT, "/Sealed/7", Some(json!({"name": "seven"}))).await.0, 204);
+    assert_eq!(get(&s, "/Sealed/7").await, json!({"id": 7, "name": "seven"}));
+    // Percent-encoded keys, and a key with a slash.
+    assert_eq!(send(&s, Method::PUT, "/products/a%2Fb%20c", Some(json!({"name": "Slash"}))).await.0, 204);
+    assert_eq!(get(&s, "/products/a%2Fb%20c").await["id"], "a/b c");
+    assert_eq!(get(&s, "/products/a/b%20c").await["name"], "Slash");
+}
+
+#[tokio::test]
+async fn methods_and_status_codes() {
+    let s = shop().await;
+    // PUT replaces the whole record; the URL's key wins.
+    assert_eq!(
+        send(&s, Method::PUT, "/products/w1", Some(json!({"id": "other", "name": "Writer", "price": 30, "count": 3})))
+            .await
+            .0,
+        204
+    );
+    let w1 = get(&s, "/products/w1").await;
+    assert_eq!(send(&s, Method::GET, "/products/other", None).await.0, 404);
+    assert_eq!(send(&s, Method::PUT, "/products/w1", Some(json!({"name": "Writer", "price": 32}))).await.0, 204);
+    let replaced = get(&s, "/products/w1").await;
+    assert!(replaced.get("count").is_none(), "PUT removes properties it does not name: {replaced}");
+    assert_eq!(replaced["createdAt"], w1["createdAt"], "@createdTime survives a replace");
+    assert!(replaced["updatedAt"].as_i64() >= w1["updatedAt"].as_i64());
+    // PATCH merges at the top level; nested objects are replaced whole.
+    assert_eq!(
+        send(&s, Method::PATCH, "/products/p1", Some(json!({"price": 11, "details": {"weight": 5}}))).await.0,
+        204
+    );
+    let p1 = get(&s, "/products/p1").await;
+    assert_eq!(
+        (p1["price"].clone(), p1["name"].clone(), p1["details"].clone()),
+        (json!(11), json!("Foo"), json!({"weight": 5}))
+    );
+    // POST creates, answering 201, the key in Location and the body.
+    let (status, headers, body) =
+        send(&s, Method::POST, "/products/", Some(json!({"name": "Posted", "price": 2.25}))).await;
+    assert_eq!(status, 201);
+    let id = body.as_str().expect("the new key").to_string();
+    assert_eq!(headers["location"], id.as_str());
+    assert_eq!(get(&s, &format!("/products/{id}")).await["name"], "Posted");
+    let (status, _, body) = send(&s, Method::POST, "/products/", Some(json!({"id": "p1", "name": "Dup"}))).await;
+    assert_eq!((status, body), (409, json!("ClientError: Record already exists")));
+    let (status, headers, _) = send(&s, Method::POST, "/products/p1", Some(json!({}))).await;
+    assert_eq!(status, 405);
+    assert!(headers["allow"].to_str().unwrap().contains("GET"));
+    // DELETE answers true, found or not; a query deletes its matches.
+    assert_eq!(send(&s, Method::DELETE, "/products/w1", None).await.2, json!(true));
+    assert_eq!(send(&s, Method::GET, "/products/w1", None).await.0, 404);
+    assert_eq!(send(&s, Method::DELETE, "/products/w1", None).await.2, json!(true));
+    assert_eq!(send(&s, Method::DELETE, "/products/?price=lt=6", None).await.2, json!(true));
+    assert_eq!(sorted(ids(&get(&s, "/products/").await)).len(), 4, "A (3), Fob (5.5) and Posted (2.25) deleted");
+    let (status, headers, _) = send(&s, Method::OPTIONS, "/products/p1", None).await;
+    assert_eq!(status, 204);
+    assert_eq!(headers["allow"], "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, QUERY, COPY, MOVE");
+    assert_eq!(send(&s, Method::TRACE, "/products/p1", None).await.2, json!("HarperDB is the terminating server"));
+    let propfind = Method::from_bytes(b"PROPFIND").unwrap();
+    let (status, _, body) = send(&s, propfind, "/products/p1", None).await;
+    assert_eq!((status, body), (501, json!("ServerError: Method PROPFIND is not recognized")));
+    let head = s.client.head(s.rest("/products/p2")).basic_auth(USER, Some(PASSWORD)).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert!(head.headers().get("etag").is_some());
+    assert!(head.bytes().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn query_operators() {
+    let s = shop().await;
+    let q = |query: &str| format!("/products/?{query}");
+    let cases: &[(&str, &[&str])] = &[
+        ("name=Foo", &["p1"]),
+        ("name==Foo", &["p1"]),
+        ("name===Foo", &["p1"]),
+        ("price=10", &["p1"]),
+        ("price==10", &["p1"]),
+        ("price=eq=10", &["p1"]),
+        ("price!=10", &["p2", "p3", "p4", "p5", "p6"]),
+        ("price=ne=10", &["p2", "p3", "p4", "p5", "p6"]),
+        ("price>10", &["p2", "p6"]),
+        ("price=gt=10", &["p2", "p6"]),
+        ("price>=10", &["p1", "p2", "p6"]),
+        ("price=ge=10", &["p1", "p2", "p6"]),
+        ("price<5.5", &["p4"]),
+        ("price=lt=5.5", &["p4"]),
+        ("price<=5.5", &["p3", "p4"]),
+        ("price=le=5.5", &["p3", "p4"]),
+        ("name=sw=Fo", &["p1", "p3"]),
+        ("name==Fo*", &["p1", "p3"]),
+        ("name=ew=oo", &["p1"]),
+        ("name=ct=o", &["p1", "p3", "p6"]),
+        ("price=gt=5&price=lt=11", &["p1", "p3", "p5"]),
+        ("price=gt=5&lt=11", &["p1", "p3", "p5"]),
+        ("price>5&price<11", &["p1", "p3", "p5"]),
+        ("name==A|name==B", &["p4", "p5"]),
+        ("(name==A|name==B)&price>5", &["p5"]),
+        ("[name==A|name==B]&price>5", &["p5"]),
+        ("price>5&(name==A|name==B)", &["p5"]),
+        ("tags==y", &["p1", "p2"]),
+        ("count==null", &[]),
+        ("count=2", &["p6"]),
+        ("count>=number:2", &["p1", "p6"]),
+        ("name==string:A", &["p4"]),
+        ("name=hello%20world%20%C3%BCn%C3%AF", &["p6"]),
+        ("name=hello+world+%C3%BCn%C3%AF", &["p6"]),
+        ("brand.name==Acme", &["p1", "p3"]),
+        ("brand.name=sw=Glo", &["p2", "p4"]),
+        ("id=gt=p4", &["p5", "p6"]),
+    ];
+    for (query, expected) in cases {
+        assert_eq!(sorted(ids(&get(&s, &q(query)).await)), *expected, "?{query}");
+    }
+    // A relationship seen from the other side.
+    let brands = get(&s, "/Brand/?products.name==Bar").await;
+    assert_eq!(ids(&brands), ["b2"]);
+}
+
+#[tokio::test]
+async fn select_sort_limit() {
+    let s = shop().await;
+    assert_eq!(
+        get(&s, "/products/?price>=10&select(name,price)&sort(-price)").await,
+        json!([{"name": "Bar", "price": 20.5}, {"name": "hello world ünï", "price": 12}, {"name": "Foo", "price": 10}])
+    );
+    assert_eq!(
+        get(&s, "/products/?price>=10&select(name)&sort(price)").await,
+        json!(["Foo", "hello world ünï", "Bar"])
+    );
+    assert_eq!(
+        get(&s, "/products/?price>=10&select([name,price])&sort(price)").await,
+        json!([["Foo", 10], ["hello world ünï", 12], ["Bar", 20.5]])
+    );
+    assert_eq!(get(&s, "/products/?name==Foo&select(name,)").await, json!([{"name": "Foo"}]));
+    assert_eq!(
+        get(&s, "/products/?name==Foo&select(name,brand{name})").await,
+        json!([{"name": "Foo", "brand": {"name": "Acme"}}])
+    );
+    assert_eq!(
+        get(&s, "/products/?name==Foo&select(name,details{color})").await,
+        json!([{"name": "Foo", "details": {"color": "red"}}])
+    );
+    assert_eq!(
+        get(&s, "/products/?name==Foo&select(details{color})").await,
+        json!([{"color": "red"}]),
+        "one field: bare values"
+    );
+    assert_eq!(get(&s, "/products/?name==Foo&select($id,nosuch)").await, json!([{"$id": "p1", "nosuch": null}]));
+    assert_eq!(
+        get(&s, "/Brand/b1?select(name,products{name})").await,
+        json!({"name": "Acme", "products": [{"name": "Foo"}, {"name": "Fob"}]})
+    );
+    assert_eq!(ids(&get(&s, "/products/?sort(price)&limit(2)").await), ["p4", "p3"]);
+    assert_eq!(ids(&get(&s, "/products/?sort(price)&limit(1,3)").await), ["p3", "p5"]);
+    assert_eq!(get(&s, "/products/?limit(0)").await, json!([]));
+    assert_eq!(ids(&get(&s, "/products/?sort(+name,-price)&limit(3)").await), ["p4", "p5", "p2"]);
+    assert_eq!(
+        ids(&get(&s, "/products/?count>=0&sort(-count)&limit(2)").await),
+        ["p1", "p6"],
+        "sorting on an unindexed attribute works too"
+    );
+    assert_eq!(
+        ids(&get(&s, "/products/?sort(-count)&limit(2)").await),
+        ["p3", "p5"],
+        "records lacking the attribute sort last ascending, first descending"
+    );
+}
+
+#[tokio::test]
+async fn malformed_queries_are_rejected_with_the_position() {
+    let s = shop().await;
+    let cases: &[(&str, u16, &str)] = &[
+        ("nosuch==1", 404, "HdbError: nosuch is not a defined attribute"),
+        ("sort(nosuch)", 404, "HdbError: nosuch is not a defined attribute"),
+        ("details.color==red", 400, "ClientError: Unable to query by attribute [\"details\",\"color\"]"),
+        ("price=gt=abc", 400, "ClientError: Invalid value for attribute price: \"abc\", expecting Float"),
+        ("name=zz=1", 400, "ClientError: Unknown query comparator \"zz\""),
+    ];
+    for (query, status, message) in cases {
+        let (got, _, body) = send(&s, Method::GET, &format!("/products/?{query}"), None).await;
+        assert_eq!((got, body), (*status, json!(message)), "?{query}");
+    }
+    for (query, fragment) in [
+        ("name==A&name==B|price>1", "Can not mix operators within a condition grouping at position 15"),
+        ("name=zzz=1", "invalid FIQL operator zzz at position 4"),
+        ("limit(1,2,3)", "limit must have 1 or 2 arguments at position 0"),
+        ("group-by(name)", "group by is not implemented yet"),
+        ("foo(1)", "unknown query function call foo"),
+        ("(name==A", "expected ')'"),
+        ("&&name==A", "no comparison specified before '&'"),
+        ("name==F*o*", "a wildcard is only allowed at the end"),
+    ] {
+        let (got, _, body) = send(&s, Method::GET, &format!("/products/?{query}"), None).await;
+        assert_eq!(got, 400, "?{query} answered {body}");
+        assert!(body.as_str().unwrap().contains(fragment), "?{query} answered {body}");
+    }
+}
+
+#[tokio::test]
+async fn content_types_and_extensions() {
+    let s = shop().await;
+    let fetch = |path: String, accept: &'static str| {
+        let request = s.client.get(s.rest(&path)).basic_auth(USER, Some(PASSWORD)).header("accept", accept);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+            (status, content_type, response.bytes().await.unwrap())
+        }
+    };
+    let (status, content_type, bytes) = fetch("/products/p1".into(), "application/cbor").await;
+    assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some("application/cbor")));
+    assert_eq!(ciborium::from_reader::<Value, _>(&bytes[..]).unwrap()["name"], "Foo");
+    let (_, _, bytes) = fetch("/products/?price>=10".into(), "application/cbor").await;
+    assert_eq!((bytes[0], bytes[bytes.len() - 1]), (0x9f, 0xff), "an indefinite-length CBOR array");
+    assert_eq!(ciborium::from_reader::<Value, _>(&bytes[..]).unwrap().as_array().unwrap().len(), 3);
+    let (_, content_type, bytes) = fetch("/products/?price>=10&sort(price)".into(), "application/x-msgpack").await;
+    assert_eq!(content_type.as_deref(), Some("application/x-msgpack"));
+    let mut reader = &bytes[..];
+    let mut names = Vec::new();
+    while !reader.is_empty() {
+        let record: Value = rmp_serde::from_read(&mut reader).unwrap();
+        names.push(record["name"].as_str().unwrap().to_string());
+    }
+    assert_eq!(names, ["Foo", "hello world ünï", "Bar"], "MessagePack collections are concatenated values");
+    let (_, content_type, bytes) =
+        fetch("/products/?price>=10&sort(price)&select(name,price,tags)".into(), "text/csv").await;
+    assert_eq!(content_type.as_deref(), Some("text/csv"));
+    let mut csv = csv::Reader::from_reader(&bytes[..]);
+    assert_eq!(csv.headers().unwrap(), vec!["name", "price", "tags"]);
+    let rows: Vec<Vec<String>> = csv.records().map(|r| r.unwrap().iter().map(str::to_string).collect()).collect();
+    assert_eq!(rows[0], ["Foo", "10", "[\"x\",\"y\"]"]);
+    assert_eq!(rows.len(), 3);
+    for (path, expected) in [
+        ("/products/p1.json", "application/json"),
+        ("/products/p1.cbor", "application/cbor"),
+        ("/products/p1.msgpack", "application/x-msgpack"),
+        ("/products/p1.csv", "text/csv"),
+    ] {
+        let (status, content_type, _) = fetch(path.into(), "application/json").await;
+        assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some(expected)), "{path}");
+    }
+    let (status, _, _) = fetch("/products/p1".into(), "application/xml").await;
+    assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
+    // Bodies in CBOR and MessagePack.
+    let mut cbor = Vec::new();
+    ciborium::into_writer(&json!({"name": "Cbor", "price": 1.5}), &mut cbor).unwrap();
+    let put = s
+        .client
+        .put(s.rest("/products/c1"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "application/cbor")
+        .body(cbor)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 204);
+    let msgpack = rmp_serde::to_vec_named(&json!({"name": "Msgpack", "price": 2.5})).unwrap();
+    let put = s
+        .client
+        .put(s.rest("/products/m1"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "application/x-msgpack")
+        .body(msgpack)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 204);
+    assert_eq!(get(&s, "/products/?price<3&sort(price)&select(name)").await, json!(["Cbor", "Msgpack"]));
+}
+
+#[tokio::test]
+async fn etags_and_conditional_gets() {
+    let s = shop().await;
+    let (_, headers, _) = send(&s, Method::GET, "/products/p1", None).await;
+    let tag = headers["etag"].to_str().unwrap().to_string();
+    assert_eq!(tag.len(), 12, "a quoted 10-character ETag: {tag}");
+    let p1 = get(&s, "/products/p1").await;
+    // Harper's encoding of the version, which @updatedTime (Long) shows in whole ms.
+    assert!(p1["updatedAt"].as_i64().is_some());
+    let conditional = s
+        .client
+        .get(s.rest("/products/p1"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("if-none-match", &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(conditional.status(), 304);
+    assert_eq!(conditional.headers()["etag"], tag.as_str());
+    assert!(conditional.bytes().await.unwrap().is_empty());
+    send(&s, Method::PATCH, "/products/p1", Some(json!({"price": 99}))).await;
+    let changed = s
+        .client
+        .get(s.rest("/products/p1"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("if-none-match", &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(changed.status(), 200);
+    assert_ne!(changed.headers()["etag"], tag.as_str());
+    let (_, headers, _) = send(&s, Method::GET, "/products/", None).await;
+    assert!(headers.get("etag").is_none(), "collections carry no ETag");
+}
+
+#[tokio::test]
+async fn compression_above_the_threshold() {
+    let s = shop().await;
+    for i in 0..200 {
+        send(&s, Method::PUT, &format!("/products/z{i}"), Some(json!({"name": format!("bulk {i}"), "price": i}))).await;
+    }
+    for encoding in ["br", "gzip"] {
+        let response = s
+            .client
+            .get(s.rest("/products/"))
+            .basic_auth(USER, Some(PASSWORD))
+            .header("accept-encoding", encoding)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["content-encoding"], encoding);
+    }
+    let small = s
+        .client
+        .get(s.rest("/products/p1.name"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("accept-encoding", "br")
+        .send()
+        .await
+        .unwrap();
+    assert!(small.headers().get("content-encoding").is_none(), "small bodies are sent as they are");
+}
+
+#[tokio::test]
+async fn authentication_and_validation() {
+    let s = shop().await;
+    let none = s.client.get(s.rest("/products/p1")).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    assert!(none.headers().get("www-authenticate").is_some());
+    assert_eq!(none.json::<Value>().await.unwrap(), json!("AccessViolation: Must login"));
+    let wrong = s.client.get(s.rest("/products/p1")).basic_auth(USER, Some("nope")).send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert_eq!(wrong.json::<Value>().await.unwrap(), json!({"error": "Login failed"}));
+    let cases = [
+        ("/products/v1", json!({"price": "abc"}), "ClientError: Value \"abc\" in property price must be a number"),
+        ("/products/v1", json!({"tags": "x"}), "ClientError: Value \"x\" in property tags must be an array"),
+        (
+            "/products/v1",
+            json!({"details": {"weight": "heavy"}}),
+            "ClientError: Value \"heavy\" in property details.weight must be a number",
+        ),
+        (
+            "/products/v1",
+            json!({"count": 1.5}),
+            "ClientError: Value 1.5 in property count must be an integer (from -2147483648 to 2147483647)",
+        ),
+        (
+            "/Sealed/1",
+            json!({"name": "x", "extra": 1}),
+            "ClientError: Property extra is not allowed: table Sealed is sealed",
+        ),
+        ("/Sealed/1", json!({"other": 1}), "ClientError: Property other is not allowed: table Sealed is sealed"),
+        ("/Sealed/2", json!({}), "ClientError: Property name is required"),
+    ];
+    for (path, body, message) in cases {
+        let (status, _, answer) = send(&s, Method::PUT, path, Some(body.clone())).await;
+        assert_eq!((status, answer), (400, json!(message)), "{body}");
+    }
+    assert_eq!(send(&s, Method::GET, "/products/v1", None).await.0, 404, "nothing was written");
+    let malformed = s
+        .client
+        .put(s.rest("/products/v2"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "application/json")
+        .body("{\"name\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), 400);
+    let not_object = s
+        .client
+        .put(s.rest("/products/v2"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "application/json")
+        .body("[1,2]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_object.status(), 400);
+}
+
+#[tokio::test]
+async fn oversized_rest_bodies_get_413() {
+    let s = TestServer::start_app(
+        &[("components/shop/config.yaml", SHOP_CONFIG), ("components/shop/schema.graphql", SHOP_SCHEMA)],
+        &[("HTTP_MAXBODYSIZE", "1000")],
+    )
+    .await;
+    let (status, _, body) = send(&s, Method::PUT, "/products/big", Some(json!({"name": "x".repeat(2000)}))).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(send(&s, Method::GET, "/products/big", None).await.0, 404);
+}
+
+#[tokio::test]
+async fn openapi_describes_the_exports_for_super_users() {
+    let s = shop().await;
+    let document = get(&s, "/openapi").await;
+    assert_eq!(document["openapi"], "3.0.3");
+    assert!(document["paths"]["/products/{id}"]["get"].is_object());
+    assert!(document["paths"]["/Brand/"]["post"].is_object());
+    assert!(document["paths"].get("/Plain/").is_none(), "unexported tables are not described");
+    assert_eq!(document["components"]["schemas"]["products"]["properties"]["price"], json!({"type": "number"}));
+    assert_eq!(s.client.get(s.rest("/openapi")).send().await.unwrap().status(), 401);
+}
