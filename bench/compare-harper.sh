@@ -23,7 +23,7 @@ HARPER_DIR=$CACHE/harper-4.7.29
 DURABILITY=${DURABILITY:-default}
 ROUNDS=${ROUNDS:-3}
 RECORDS=${RECORDS:-100000}
-WORKLOADS=${WORKLOADS:-"ops-insert ops-search-id ops-search-value"}
+WORKLOADS=${WORKLOADS:-"ops-insert ops-search-id ops-search-value ycsb-c ycsb-a"}
 DATE=$(date -u +%Y-%m-%d)
 OUT=$ROOT/bench/results/$DATE-$DURABILITY
 WORK=$(mktemp -d /tmp/lyre-bench.XXXXXX)
@@ -31,6 +31,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
 LYRE=$CARGO_TARGET_DIR/release/lyre
 BENCH=$CARGO_TARGET_DIR/release/lyre-bench
 LYRE_PORT=9935
+LYRE_REST=9936
 ASYNC=false
 [ "$DURABILITY" = async ] && ASYNC=true
 
@@ -87,26 +88,36 @@ start_harper() {
   port_free 9925
   local dir=$WORK/harper-$1
   mkdir -p "$dir/home"
-  if [ "$ASYNC" = true ]; then
-    # Harper 4.7 cannot install with writeAsync on ("Can not set noSync on a database
-    # that was opened with overlappingSync"): install with the default, then restart.
+  if [ "$ASYNC" = true ] || [ -n "${2:-}" ]; then
+    # Harper installs on first start; an application is picked up on the next one.
+    # Harper 4.7 also cannot install with writeAsync on ("Can not set noSync on a
+    # database that was opened with overlappingSync"). So: install, stop, start again.
     launch_harper "$dir" false
     wait_health 9925
     kill -TERM -- "-$HARPER_PID"
     while curl -fs -m 1 http://127.0.0.1:9925/health >/dev/null 2>&1; do sleep 0.2; done
     sleep 1
+    [ -n "${2:-}" ] && install_app "$dir/root"
   fi
   launch_harper "$dir" "$ASYNC"
   wait_health 9925
 }
 
-# Starts a fresh Lyre on CPU 0; sets LYRE_PID.
+# Writes the YCSB application (usertable, exported) into a server root.
+install_app() {
+  mkdir -p "$1/components/ycsb"
+  printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n" >"$1/components/ycsb/config.yaml"
+  "$BENCH" ycsb-schema >"$1/components/ycsb/schema.graphql"
+}
+
+# Starts a fresh Lyre on CPU 0 (with the YCSB application when $2 is set); sets LYRE_PID.
 start_lyre() {
   port_free $LYRE_PORT
   local dir=$WORK/lyre-$1
   mkdir -p "$dir"
+  [ -n "${2:-}" ] && install_app "$dir/root"
   setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT=$LYRE_PORT \
-    HTTP_PORT=9936 MQTT_NETWORK_PORT=1893 STORAGE_WRITEASYNC=$ASYNC LOGGING_LEVEL=warn THREADS_COUNT=1 \
+    HTTP_PORT=$LYRE_REST MQTT_NETWORK_PORT=1893 STORAGE_WRITEASYNC=$ASYNC LOGGING_LEVEL=warn THREADS_COUNT=1 \
     "$LYRE" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
   LYRE_PID=$!
   PIDS+=("$LYRE_PID")
@@ -114,15 +125,16 @@ start_lyre() {
 }
 
 run_workload() {
-  local name=$1; shift
-  start_harper "$name"
-  start_lyre "$name"
+  local name=$1 app=""; shift
+  case $name in ycsb-*) app=ycsb ;; esac
+  start_harper "$name" $app
+  start_lyre "$name" $app
   # Harper runs under npm: measure the node process that serves (the newest match).
   local harper_node
   harper_node=$(pgrep -n -f "harperdb run" || echo "$HARPER_PID")
   taskset -c 1 "$BENCH" "$@" --rounds "$ROUNDS" --settle 30 \
-    --name lyre --url "http://127.0.0.1:$LYRE_PORT" --pid "$LYRE_PID" \
-    --compare-name harper --compare-url http://127.0.0.1:9925 --compare-pid "$harper_node" \
+    --name lyre --url "http://127.0.0.1:$LYRE_PORT" --rest "http://127.0.0.1:$LYRE_REST" --pid "$LYRE_PID" \
+    --compare-name harper --compare-url http://127.0.0.1:9925 --compare-rest http://127.0.0.1:9926 --compare-pid "$harper_node" \
     --json "$OUT/$name.json" | tee "$OUT/$name.txt"
   cleanup
 }
@@ -136,9 +148,25 @@ for workload in $WORKLOADS; do
     ops-search-id) run_workload ops-search-id ops-search --kind id --records "$RECORDS" --requests 10000 --concurrency 16 ;;
     ops-search-value) run_workload ops-search-value ops-search --kind value --records "$RECORDS" --requests 10000 --concurrency 16 ;;
     ops-search-conditions) run_workload ops-search-conditions ops-search --kind conditions --records "$RECORDS" --requests 5000 --concurrency 16 ;;
+    ycsb-*) run_workload "$workload" ycsb "${workload#ycsb-}" --records "$RECORDS" --operations 100000 --concurrency 32 ;;
     *) echo "unknown workload $workload" >&2; exit 2 ;;
   esac
 done
+
+# The ceiling for REST reads: bare hyper answering a fixed record, same pinning.
+if [[ " $WORKLOADS " == *" ycsb-c "* ]]; then
+  setsid taskset -c 0 "$BENCH" ceiling --port 9950 >/dev/null 2>&1 &
+  PIDS+=("$!")
+  wait_health 9950
+  taskset -c 1 "$BENCH" ycsb c --records 1 --operations 100000 --concurrency 32 --rounds "$ROUNDS" --settle 0 \
+    --name hyper-ceiling --url http://127.0.0.1:9950 --rest http://127.0.0.1:9950 --pid "${PIDS[-1]}" \
+    --json "$OUT/ceiling.json" | tee "$OUT/ceiling.txt"
+  cleanup
+fi
+
+jsons=()
+for workload in $WORKLOADS; do jsons+=("$OUT/$workload.json"); done
+"$BENCH" chart --out "$ROOT/bench/results/$DATE-$DURABILITY.png" "${jsons[@]}"
 
 {
   echo "# Lyre vs Harper 4.7.29 — $DATE, durability: $DURABILITY"
@@ -154,5 +182,14 @@ done
     echo '```'
     echo
   done
+  if [ -f "$OUT/ceiling.txt" ]; then
+    echo "## REST GET ceiling: bare hyper returning a fixed record"
+    echo
+    echo '```'
+    cat "$OUT/ceiling.txt"
+    echo '```'
+  fi
+  echo
+  echo "![throughput and p99]($DATE-$DURABILITY.png)"
 } >"$ROOT/bench/results/$DATE-$DURABILITY.md"
 echo "wrote bench/results/$DATE-$DURABILITY.md"

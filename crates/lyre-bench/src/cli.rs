@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::client::OpsClient;
+use crate::client::HttpClient;
+use crate::workload::ycsb;
 use crate::report;
 use crate::stats::Measurement;
 use crate::target::Target;
@@ -54,6 +55,38 @@ pub enum Command {
         #[arg(long, default_value_t = 4)]
         concurrency: usize,
     },
+    /// YCSB over REST against an exported `usertable` (see `workload/ycsb.rs` for the
+    /// schema both servers must load); the dataset is loaded untimed first.
+    Ycsb {
+        /// The workload: load, a, b, c, d, e or f.
+        #[arg(value_enum)]
+        workload: ycsb::Workload,
+        /// Records in the dataset.
+        #[arg(long, default_value_t = 100_000)]
+        records: u64,
+        /// Operations per round.
+        #[arg(long, default_value_t = 100_000)]
+        operations: u64,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
+    /// Serve a fixed record on every path with bare hyper: the ceiling for REST GET.
+    Ceiling {
+        /// The port to listen on.
+        #[arg(long, default_value_t = 9950)]
+        port: u16,
+    },
+    /// Print the `schema.graphql` the YCSB workloads need.
+    YcsbSchema,
+    /// Draw a PNG chart of throughput and p99 from `--json` result files.
+    Chart {
+        /// Where to write the PNG.
+        #[arg(long)]
+        out: PathBuf,
+        /// Result files written with `--json`, one per workload.
+        inputs: Vec<PathBuf>,
+    },
     /// Searches through the Operations API over a loaded dataset (loaded untimed).
     OpsSearch {
         /// Which search.
@@ -80,6 +113,9 @@ pub struct TargetArgs {
     /// Its Operations API URL.
     #[arg(long, default_value = "http://127.0.0.1:9925", global = true)]
     pub url: String,
+    /// Its REST URL.
+    #[arg(long, default_value = "http://127.0.0.1:9926", global = true)]
+    pub rest: String,
     /// Login name.
     #[arg(long, default_value = "admin", global = true)]
     pub user: String,
@@ -100,6 +136,9 @@ pub struct CompareArgs {
     /// Its label.
     #[arg(id = "compare_name", long = "compare-name", default_value = "harper", global = true)]
     pub name: String,
+    /// Its REST URL.
+    #[arg(id = "compare_rest", long = "compare-rest", default_value = "http://127.0.0.1:9926", global = true)]
+    pub rest: String,
     /// Login name.
     #[arg(id = "compare_user", long = "compare-user", default_value = "admin", global = true)]
     pub user: String,
@@ -117,6 +156,7 @@ impl Cli {
         let mut targets = vec![Target {
             name: t.name.clone(),
             url: t.url.clone(),
+            rest: t.rest.clone(),
             user: t.user.clone(),
             password: t.password.clone(),
             pid: t.pid,
@@ -126,6 +166,7 @@ impl Cli {
             targets.push(Target {
                 name: c.name.clone(),
                 url: url.clone(),
+                rest: c.rest.clone(),
                 user: c.user.clone(),
                 password: c.password.clone(),
                 pid: c.pid,
@@ -137,9 +178,25 @@ impl Cli {
 
 /// Runs the chosen workload and reports it.
 pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
+    match &cli.command {
+        Command::Ceiling { port } => {
+            crate::ceiling::serve(*port).await?;
+            return Ok(Vec::new());
+        }
+        Command::YcsbSchema => {
+            print!("{}", ycsb::SCHEMA);
+            return Ok(Vec::new());
+        }
+        Command::Chart { out, inputs } => {
+            crate::chart::draw(&crate::chart::read(inputs)?, out)?;
+            println!("wrote {}", out.display());
+            return Ok(Vec::new());
+        }
+        _ => {}
+    }
     let targets = cli.targets();
     let rounds = if targets.len() > 1 { cli.rounds.max(3) } else { cli.rounds.max(1) };
-    let clients = targets.iter().map(OpsClient::new).collect::<anyhow::Result<Vec<_>>>()?;
+    let clients = targets.iter().map(HttpClient::new).collect::<anyhow::Result<Vec<_>>>()?;
     for client in &clients {
         client.wait_ready().await?;
     }
@@ -154,6 +211,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             }
             serde_json::to_value(params)?
         }
+        Command::Ycsb { workload, records, operations, concurrency } => {
+            let params = ycsb::YcsbParams { workload, records, operations, concurrency };
+            if workload != ycsb::Workload::Load {
+                for (target, client) in targets.iter().zip(&clients) {
+                    ycsb::ensure_loaded(target, client, records, concurrency).await?;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(cli.settle)).await;
+            }
+            for round in 0..rounds {
+                for (target, client) in targets.iter().zip(&clients) {
+                    measurements.push(ycsb::run(target, client, params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
+        Command::Ceiling { .. } | Command::YcsbSchema | Command::Chart { .. } => return Ok(Vec::new()),
         Command::OpsSearch { kind, records, requests, concurrency } => {
             let params = SearchParams { records, requests, concurrency, kind };
             for client in &clients {

@@ -6,6 +6,8 @@
 //! Benchmarks never run inside `cargo test`; a smoke test only checks that the
 //! instrument works.
 
+mod ceiling;
+mod chart;
 pub mod cli;
 mod client;
 mod report;
@@ -14,3 +16,5 @@ mod target;
 mod workload;
 
 pub use stats::Measurement;
+/// The `schema.graphql` a server needs for the YCSB workloads.
+pub use workload::ycsb::SCHEMA as YCSB_SCHEMA;

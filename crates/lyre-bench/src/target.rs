@@ -9,6 +9,8 @@ pub struct Target {
     pub name: String,
     /// The Operations API base URL.
     pub url: String,
+    /// The REST interface base URL.
+    pub rest: String,
     /// Login name.
     pub user: String,
     /// Password.

@@ -198,7 +198,7 @@ impl Error {
             Error::Store(e) => match e {
                 StoreError::Overloaded | StoreError::Closed | StoreError::BatchAborted(_) => Code::Overloaded,
                 StoreError::MapFull { .. } => Code::StorageFull,
-                StoreError::KeyTooLong { .. } | StoreError::InvalidKey(_) => Code::BadRequest,
+                StoreError::KeyTooLong { .. } | StoreError::InvalidKey(_) | StoreError::TooManyTables { .. } => Code::BadRequest,
                 _ => Code::Internal,
             },
             Error::Corrupt(_) => Code::Internal,

@@ -33,6 +33,12 @@ pub enum Error {
         /// Largest accepted encoded length.
         max: usize,
     },
+    /// The database already holds as many tables as one environment can.
+    #[error("a database holds at most {max} tables")]
+    TooManyTables {
+        /// The limit.
+        max: u32,
+    },
     /// A value cannot be used as a key (for example NaN).
     #[error("value cannot be used as a key: {0}")]
     InvalidKey(&'static str),
@@ -54,6 +60,7 @@ impl From<heed::Error> for Error {
         match err {
             heed::Error::Io(io) => Error::Io(io),
             heed::Error::Mdb(MdbError::MapFull) => Error::MapFull { map_size: 0 },
+            heed::Error::Mdb(MdbError::DbsFull) => Error::TooManyTables { max: crate::names::MAX_TABLES },
             heed::Error::Mdb(MdbError::Invalid | MdbError::Corrupted | MdbError::VersionMismatch) => {
                 Error::Corrupt(err.to_string())
             }

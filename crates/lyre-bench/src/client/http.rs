@@ -1,5 +1,5 @@
-//! A lean HTTP/1.1 client for the Operations API (hyper, pooled keep-alive
-//! connections), so the load generator is not the bottleneck.
+//! A lean HTTP/1.1 client (hyper, pooled keep-alive connections) for the Operations
+//! API and the REST interface, so the load generator is not the bottleneck.
 
 use std::time::Duration;
 
@@ -15,35 +15,47 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::target::{READY_TIMEOUT, Target};
 
-/// A client for one server's Operations API.
+/// One request of a workload.
+#[derive(Debug, Clone)]
+pub enum Call {
+    /// `POST /` on the Operations API with this JSON body.
+    Op(Bytes),
+    /// `GET` a REST path.
+    Get(String),
+    /// `PUT` a JSON body at a REST path.
+    Put(String, Bytes),
+    /// `GET` then `PUT` the same path (YCSB's read-modify-write), timed as one.
+    ReadModifyWrite(String, Bytes),
+}
+
+/// A client for one server.
 #[derive(Clone)]
-pub struct OpsClient {
+pub struct HttpClient {
     client: Client<HttpConnector, Full<Bytes>>,
-    uri: Uri,
+    ops: Uri,
+    rest: String,
     health: Uri,
     auth: HeaderValue,
 }
 
-impl OpsClient {
+impl HttpClient {
     /// A client for `target`.
     pub fn new(target: &Target) -> anyhow::Result<Self> {
         let base = target.url.trim_end_matches('/');
-        let uri: Uri = format!("{base}/").parse().with_context(|| format!("bad URL {}", target.url))?;
+        let ops: Uri = format!("{base}/").parse().with_context(|| format!("bad URL {}", target.url))?;
         let health: Uri = format!("{base}/health").parse()?;
-        let credentials =
-            base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", target.user, target.password));
+        let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", target.user, target.password));
         let auth = HeaderValue::from_str(&format!("Basic {credentials}"))?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
-        Ok(Self { client, uri, health, auth })
+        Ok(Self { client, ops, rest: target.rest.trim_end_matches('/').to_string(), health, auth })
     }
 
-    /// Sends one operation body; returns the status and the whole response body.
-    pub async fn send(&self, body: Bytes) -> anyhow::Result<(u16, Bytes)> {
+    async fn request(&self, method: Method, uri: Uri, body: Bytes) -> anyhow::Result<(u16, Bytes)> {
         let request = Request::builder()
-            .method(Method::POST)
-            .uri(self.uri.clone())
+            .method(method)
+            .uri(uri)
             .header(AUTHORIZATION, self.auth.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(body))?;
@@ -53,9 +65,29 @@ impl OpsClient {
         Ok((status, body))
     }
 
+    /// Sends one call; returns the last response's status and body.
+    pub async fn call(&self, call: &Call) -> anyhow::Result<(u16, Bytes)> {
+        match call {
+            Call::Op(body) => self.request(Method::POST, self.ops.clone(), body.clone()).await,
+            Call::Get(path) => self.request(Method::GET, self.rest_uri(path)?, Bytes::new()).await,
+            Call::Put(path, body) => self.request(Method::PUT, self.rest_uri(path)?, body.clone()).await,
+            Call::ReadModifyWrite(path, body) => {
+                let (status, read) = self.request(Method::GET, self.rest_uri(path)?, Bytes::new()).await?;
+                if status != 200 {
+                    return Ok((status, read));
+                }
+                self.request(Method::PUT, self.rest_uri(path)?, body.clone()).await
+            }
+        }
+    }
+
+    fn rest_uri(&self, path: &str) -> anyhow::Result<Uri> {
+        Ok(format!("{}{path}", self.rest).parse()?)
+    }
+
     /// Sends an operation and fails unless it answers 200; returns the parsed body.
     pub async fn op(&self, body: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
-        let (status, bytes) = self.send(Bytes::from(body.to_string())).await?;
+        let (status, bytes) = self.call(&Call::Op(Bytes::from(body.to_string()))).await?;
         if status != 200 {
             bail!("{} answered {status}: {}", body["operation"], String::from_utf8_lossy(&bytes));
         }

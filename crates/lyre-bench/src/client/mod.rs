@@ -2,4 +2,4 @@
 
 mod http;
 
-pub use http::OpsClient;
+pub use http::{Call, HttpClient};

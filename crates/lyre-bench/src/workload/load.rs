@@ -4,14 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use bytes::Bytes;
 
-use crate::client::OpsClient;
+use crate::client::{Call, HttpClient};
 use crate::stats::{Measurement, ServerUse, histogram};
 use crate::target::Target;
 
-/// Builds request `i`'s body.
-pub type RequestFn = Arc<dyn Fn(u64) -> Bytes + Send + Sync>;
+/// Builds request `i`.
+pub type RequestFn = Arc<dyn Fn(u64) -> Call + Send + Sync>;
 /// Checks a response (status, body); returns the records it carried or wrote.
 pub type CheckFn = Arc<dyn Fn(u16, &[u8]) -> Result<u64, String> + Send + Sync>;
 
@@ -32,7 +31,7 @@ pub struct LoadSpec<'a> {
 }
 
 /// Runs `spec` against `target` and measures it.
-pub async fn run_load(target: &Target, client: &OpsClient, spec: LoadSpec<'_>) -> anyhow::Result<Measurement> {
+pub async fn run_load(target: &Target, client: &HttpClient, spec: LoadSpec<'_>) -> anyhow::Result<Measurement> {
     let next = Arc::new(AtomicU64::new(0));
     let before = target.sample_tree();
     let started = Instant::now();
@@ -48,9 +47,9 @@ pub async fn run_load(target: &Target, client: &OpsClient, spec: LoadSpec<'_>) -
                 if i >= total {
                     break;
                 }
-                let body = request(i);
+                let call = request(i);
                 let sent = Instant::now();
-                let outcome = client.send(body).await;
+                let outcome = client.call(&call).await;
                 let micros = sent.elapsed().as_micros().clamp(1, u128::from(u64::MAX)) as u64;
                 let _ = latencies.record(micros.min(100_000_000));
                 match outcome.map_err(|e| e.to_string()).and_then(|(status, bytes)| check(status, &bytes)) {

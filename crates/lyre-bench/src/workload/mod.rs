@@ -4,5 +4,6 @@
 mod load;
 pub mod ops;
 pub mod records;
+pub mod ycsb;
 
 pub use load::{LoadSpec, RequestFn, run_load};

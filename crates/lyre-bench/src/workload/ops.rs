@@ -6,7 +6,7 @@ use bytes::Bytes;
 use rand::Rng;
 use serde_json::{Value, json};
 
-use crate::client::OpsClient;
+use crate::client::{Call, HttpClient};
 use crate::stats::Measurement;
 use crate::target::Target;
 use crate::workload::records::{PER_CATEGORY, category, record};
@@ -19,7 +19,7 @@ pub const TABLE: &str = "ycsb";
 
 /// Drops and recreates the benchmark table (a dynamic table: every attribute indexed,
 /// as Harper does for tables without a schema).
-pub async fn reset_table(client: &OpsClient) -> anyhow::Result<()> {
+pub async fn reset_table(client: &HttpClient) -> anyhow::Result<()> {
     // Absent on a fresh server; any other failure shows up in create_table.
     let _ = client.op(&json!({"operation": "drop_table", "database": DATABASE, "table": TABLE})).await;
     client.op(&json!({"operation": "create_table", "database": DATABASE, "table": TABLE, "primary_key": "id"})).await?;
@@ -64,7 +64,7 @@ pub struct InsertParams {
 /// Timed bulk insert into a fresh table.
 pub async fn insert(
     target: &Target,
-    client: &OpsClient,
+    client: &HttpClient,
     params: InsertParams,
     round: usize,
 ) -> anyhow::Result<Measurement> {
@@ -76,7 +76,7 @@ pub async fn insert(
         round,
         requests,
         concurrency,
-        request: Arc::new(move |i| insert_body(i * batch, ((i + 1) * batch).min(records), records)),
+        request: Arc::new(move |i| Call::Op(insert_body(i * batch, ((i + 1) * batch).min(records), records))),
         check: Arc::new(count_inserted),
     };
     let measurement = run_load(target, client, spec).await?;
@@ -87,14 +87,14 @@ pub async fn insert(
 }
 
 /// Loads the dataset untimed, unless the table already holds it.
-pub async fn ensure_loaded(client: &OpsClient, records: u64) -> anyhow::Result<()> {
+pub async fn ensure_loaded(client: &HttpClient, records: u64) -> anyhow::Result<()> {
     let described = client.op(&json!({"operation": "describe_table", "database": DATABASE, "table": TABLE})).await;
     if described.ok().and_then(|d| d["record_count"].as_u64()) == Some(records) {
         return Ok(());
     }
     reset_table(client).await?;
     for from in (0..records).step_by(1000) {
-        let (status, body) = client.send(insert_body(from, (from + 1000).min(records), records)).await?;
+        let (status, body) = client.call(&Call::Op(insert_body(from, (from + 1000).min(records), records))).await?;
         count_inserted(status, &body).map_err(anyhow::Error::msg)?;
     }
     Ok(())
@@ -127,7 +127,7 @@ pub struct SearchParams {
 /// Timed searches over the loaded dataset.
 pub async fn search(
     target: &Target,
-    client: &OpsClient,
+    client: &HttpClient,
     params: SearchParams,
     round: usize,
 ) -> anyhow::Result<Measurement> {
@@ -152,7 +152,7 @@ pub async fn search(
                 ]})
             }
         };
-        Bytes::from(body.to_string())
+        Call::Op(Bytes::from(body.to_string()))
     });
     let workload = match kind {
         SearchKind::Id => "ops-search-id",

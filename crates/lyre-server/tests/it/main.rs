@@ -1,5 +1,6 @@
 //! Black-box tests: each starts the real `lyre` binary and talks to it over HTTP.
 
+mod bench_smoke;
 mod components;
 mod envelope;
 mod lifecycle;

@@ -1,0 +1,85 @@
+//! A PNG chart of comparison results: throughput and p99 latency per workload, one
+//! bar per server.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+use plotters::style::{FontStyle, register_font};
+
+/// One workload's medians for each server, read from a result file.
+pub struct Row {
+    /// The workload.
+    pub workload: String,
+    /// `(server, throughput median, p99 median in ms)`.
+    pub servers: Vec<(String, f64, f64)>,
+}
+
+/// Reads the rows from `--json` result files.
+pub fn read(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for file in files {
+        let document: serde_json::Value = serde_json::from_slice(&std::fs::read(file)?)?;
+        let summary = &document["summary"];
+        let servers = summary["targets"]
+            .as_array()
+            .map(|targets| {
+                targets
+                    .iter()
+                    .map(|t| {
+                        let name = t["target"].as_str().unwrap_or("?").to_string();
+                        (name, t["items_per_sec"]["median"].as_f64().unwrap_or(0.0), t["p99_us"]["median"].as_f64().unwrap_or(0.0) / 1000.0)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        rows.push(Row { workload: summary["workload"].as_str().unwrap_or("?").to_string(), servers });
+    }
+    Ok(rows)
+}
+
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+const COLORS: [RGBColor; 3] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44)];
+
+/// Draws the chart into `out` (PNG).
+pub fn draw(rows: &[Row], out: &Path) -> anyhow::Result<()> {
+    let font = std::fs::read(FONT).map_err(|e| anyhow::anyhow!("the chart needs the DejaVu Sans font at {FONT}: {e}"))?;
+    register_font("sans-serif", FontStyle::Normal, Box::leak(font.into_boxed_slice())).map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
+    let root = BitMapBackend::new(out, (1200, 900)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (top, bottom) = root.split_vertically(450);
+    panel(&top, rows, "throughput (records/s, median)", |s| s.1)?;
+    panel(&bottom, rows, "p99 latency (ms, median)", |s| s.2)?;
+    root.present()?;
+    Ok(())
+}
+
+fn panel(area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>, rows: &[Row], title: &str, value: impl Fn(&(String, f64, f64)) -> f64) -> anyhow::Result<()> {
+    let max = rows.iter().flat_map(|r| r.servers.iter().map(&value)).fold(0.0f64, f64::max).max(1.0) * 1.15;
+    let servers = rows.iter().map(|r| r.servers.len()).max().unwrap_or(1).max(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..rows.len().max(1) as f64, 0f64..max)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(rows.len().max(1) * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - x.floor() - 0.5).abs() < 0.01 { rows.get(i).map(|r| r.workload.clone()).unwrap_or_default() } else { String::new() }
+        })
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    let width = 0.8 / servers as f64;
+    for (i, row) in rows.iter().enumerate() {
+        for (j, server) in row.servers.iter().enumerate() {
+            let x0 = i as f64 + 0.1 + j as f64 * width;
+            let color = COLORS[j % COLORS.len()];
+            chart.draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x0 + width * 0.9, value(server))], color.filled())))?.label(server.0.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+        }
+    }
+    chart.configure_series_labels().label_font(("sans-serif", 14)).border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
+    Ok(())
+}
