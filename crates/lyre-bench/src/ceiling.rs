@@ -25,10 +25,17 @@ pub async fn serve(port: u16) -> anyhow::Result<()> {
                 let record = record.clone();
                 async move {
                     let body = if request.uri().path() == "/health" { Bytes::from_static(b"ok") } else { record };
-                    Ok::<_, Infallible>(Response::builder().header("content-type", "application/json").body(Full::new(body)).unwrap_or_default())
+                    Ok::<_, Infallible>(
+                        Response::builder()
+                            .header("content-type", "application/json")
+                            .body(Full::new(body))
+                            .unwrap_or_default(),
+                    )
                 }
             });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), service).await;
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }

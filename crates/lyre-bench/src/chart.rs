@@ -27,7 +27,11 @@ pub fn read(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<Row>> {
                     .iter()
                     .map(|t| {
                         let name = t["target"].as_str().unwrap_or("?").to_string();
-                        (name, t["items_per_sec"]["median"].as_f64().unwrap_or(0.0), t["p99_us"]["median"].as_f64().unwrap_or(0.0) / 1000.0)
+                        (
+                            name,
+                            t["items_per_sec"]["median"].as_f64().unwrap_or(0.0),
+                            t["p99_us"]["median"].as_f64().unwrap_or(0.0) / 1000.0,
+                        )
                     })
                     .collect()
             })
@@ -42,8 +46,10 @@ const COLORS: [RGBColor; 3] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), R
 
 /// Draws the chart into `out` (PNG).
 pub fn draw(rows: &[Row], out: &Path) -> anyhow::Result<()> {
-    let font = std::fs::read(FONT).map_err(|e| anyhow::anyhow!("the chart needs the DejaVu Sans font at {FONT}: {e}"))?;
-    register_font("sans-serif", FontStyle::Normal, Box::leak(font.into_boxed_slice())).map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
+    let font =
+        std::fs::read(FONT).map_err(|e| anyhow::anyhow!("the chart needs the DejaVu Sans font at {FONT}: {e}"))?;
+    register_font("sans-serif", FontStyle::Normal, Box::leak(font.into_boxed_slice()))
+        .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
     let root = BitMapBackend::new(out, (1200, 900)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(450);
@@ -53,7 +59,12 @@ pub fn draw(rows: &[Row], out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn panel(area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>, rows: &[Row], title: &str, value: impl Fn(&(String, f64, f64)) -> f64) -> anyhow::Result<()> {
+fn panel(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    rows: &[Row],
+    title: &str,
+    value: impl Fn(&(String, f64, f64)) -> f64,
+) -> anyhow::Result<()> {
     let max = rows.iter().flat_map(|r| r.servers.iter().map(&value)).fold(0.0f64, f64::max).max(1.0) * 1.15;
     let servers = rows.iter().map(|r| r.servers.len()).max().unwrap_or(1).max(1);
     let mut chart = ChartBuilder::on(area)
@@ -68,7 +79,11 @@ fn panel(area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>, rows: &[
         .x_labels(rows.len().max(1) * 2 + 1)
         .x_label_formatter(&|x| {
             let i = x.floor() as usize;
-            if (x - x.floor() - 0.5).abs() < 0.01 { rows.get(i).map(|r| r.workload.clone()).unwrap_or_default() } else { String::new() }
+            if (x - x.floor() - 0.5).abs() < 0.01 {
+                rows.get(i).map(|r| r.workload.clone()).unwrap_or_default()
+            } else {
+                String::new()
+            }
         })
         .label_style(("sans-serif", 14))
         .draw()?;
@@ -77,9 +92,20 @@ fn panel(area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>, rows: &[
         for (j, server) in row.servers.iter().enumerate() {
             let x0 = i as f64 + 0.1 + j as f64 * width;
             let color = COLORS[j % COLORS.len()];
-            chart.draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x0 + width * 0.9, value(server))], color.filled())))?.label(server.0.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(x0, 0.0), (x0 + width * 0.9, value(server))],
+                    color.filled(),
+                )))?
+                .label(server.0.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
         }
     }
-    chart.configure_series_labels().label_font(("sans-serif", 14)).border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 14))
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
     Ok(())
 }

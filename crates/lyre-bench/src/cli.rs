@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::client::HttpClient;
-use crate::workload::ycsb;
 use crate::report;
 use crate::stats::Measurement;
 use crate::target::Target;
 use crate::workload::ops::{self, InsertParams, SearchKind, SearchParams};
+use crate::workload::ycsb;
 
 /// Load generators and side-by-side benchmarks for Lyre and Harper.
 #[derive(Debug, Parser)]

@@ -36,6 +36,8 @@ pub enum Code {
     AlreadyExists,
     /// A record to create exists (REST `POST`), or a conditional write lost its race.
     Conflict,
+    /// A conditional write's precondition (`If-Match`) did not hold at commit.
+    PreconditionFailed,
     /// The resource does not implement the method.
     MethodNotAllowed,
     /// The method is not one the server knows.
@@ -56,9 +58,10 @@ pub enum Code {
 
 impl Code {
     /// Every code, for exhaustive table tests.
-    pub const ALL: [Code; 15] = [
+    pub const ALL: [Code; 16] = [
         Code::BadRequest,
         Code::Conflict,
+        Code::PreconditionFailed,
         Code::MethodNotAllowed,
         Code::NotImplemented,
         Code::MustLogin,
@@ -85,6 +88,7 @@ impl Code {
             // Harper answers "already exists" with 400.
             Code::AlreadyExists => (400, Class::User, false),
             Code::Conflict => (409, Class::User, false),
+            Code::PreconditionFailed => (412, Class::User, false),
             Code::MethodNotAllowed => (405, Class::User, false),
             Code::NotImplemented => (501, Class::User, false),
             Code::PayloadTooLarge => (413, Class::User, false),
@@ -164,6 +168,9 @@ pub enum Error {
     /// A record to create already exists.
     #[error("{0}")]
     Conflict(String),
+    /// A conditional write found the record changed (or gone) at commit.
+    #[error("{0}")]
+    PreconditionFailed(String),
     /// No credentials.
     #[error("Must login")]
     MustLogin,
@@ -192,13 +199,16 @@ impl Error {
             | Error::AttributeNotFound(_) => Code::NotFound,
             Error::DatabaseExists(_) | Error::TableExists { .. } | Error::AttributeExists { .. } => Code::AlreadyExists,
             Error::Conflict(_) => Code::Conflict,
+            Error::PreconditionFailed(_) => Code::PreconditionFailed,
             Error::MustLogin => Code::MustLogin,
             Error::LoginFailed => Code::LoginFailed,
             Error::Forbidden => Code::Forbidden,
             Error::Store(e) => match e {
                 StoreError::Overloaded | StoreError::Closed | StoreError::BatchAborted(_) => Code::Overloaded,
                 StoreError::MapFull { .. } => Code::StorageFull,
-                StoreError::KeyTooLong { .. } | StoreError::InvalidKey(_) | StoreError::TooManyTables { .. } => Code::BadRequest,
+                StoreError::KeyTooLong { .. } | StoreError::InvalidKey(_) | StoreError::TooManyTables { .. } => {
+                    Code::BadRequest
+                }
                 _ => Code::Internal,
             },
             Error::Corrupt(_) => Code::Internal,

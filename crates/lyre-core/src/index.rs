@@ -10,6 +10,7 @@ use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into};
 
 use crate::catalog::{Attribute, TableSchema};
 use crate::error::Result;
+use crate::table::{decode_entry, decode_object, encode_entry};
 use crate::value::{Object, Value};
 
 /// The 4-byte prefix of every entry of `attribute`.
@@ -150,7 +151,7 @@ pub(crate) fn build_attribute_index(
     let mut multi = false;
     for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
         let (pk, stored) = item?;
-        let record = crate::table::decode_object(stored)?;
+        let record = decode_object(stored)?;
         if let Some(value) = record.get(&attribute.name) {
             multi |= entries_for(attribute, value, pk, &mut entries)?;
         }
@@ -192,10 +193,11 @@ pub(crate) fn drop_attribute_values(
     let mut rewrites = Vec::new();
     for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
         let (pk, stored) = item?;
-        let (header, body) = lyre_store::decode_record(stored)?;
-        let mut record = crate::table::decode_body(body)?;
-        if record.shift_remove(&attribute.name).is_some() {
-            rewrites.push((pk.to_vec(), lyre_store::encode_record(&header, &Value::Object(record).to_msgpack())));
+        let mut entry = decode_entry(stored)?;
+        if entry.record.shift_remove(&attribute.name).is_some() {
+            entry.clock.compact(&entry.record);
+            rewrites
+                .push((pk.to_vec(), encode_entry(&entry.record, entry.version(), entry.header.flags, &entry.clock)));
         }
     }
     for (pk, stored) in rewrites {

@@ -7,7 +7,9 @@
 //! in lyre-server.
 
 pub mod access;
+mod audit;
 pub mod catalog;
+mod consistency;
 mod context;
 mod db;
 mod engine;
@@ -17,13 +19,16 @@ pub mod query;
 mod table;
 mod value;
 
+pub use audit::{AuditEntry, AuditSearch};
+pub use consistency::ConsistencyReport;
 pub use context::Context;
 pub use db::{Db, TableStats};
 pub use engine::{Engine, EngineOptions};
 pub use error::{Class, Code, Error, Result};
 /// How databases are opened (map size, durability); see `lyre_store`.
 pub use lyre_store::DatabaseOptions as StorageOptions;
+pub use lyre_store::Version;
 /// How writers batch; see `lyre_store`.
 pub use lyre_store::WriterOptions;
-pub use table::{DeleteSummary, RecordVersion, Table, WriteMode, WriteSummary};
+pub use table::{DeleteSummary, Expect, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
 pub use value::{Object, Value};

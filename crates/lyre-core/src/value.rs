@@ -136,8 +136,31 @@ fn cmp_int_float(i: i64, f: f64) -> Option<Ordering> {
     })
 }
 
+impl From<lyre_store::OwnedKey> for Value {
+    /// The value a decoded key stands for (a truncated string key gives its prefix).
+    fn from(key: lyre_store::OwnedKey) -> Self {
+        use lyre_store::OwnedKey;
+        match key {
+            OwnedKey::Null => Value::Null,
+            OwnedKey::Bool(b) => Value::Bool(b),
+            OwnedKey::Int(i) => Value::Int(i),
+            OwnedKey::Float(f) => Value::Float(f),
+            OwnedKey::Str { text, .. } => Value::String(text),
+        }
+    }
+}
+
+/// Writes `record` as a MessagePack map without copying it into a [`Value`].
+pub(crate) fn write_object(record: &Object, out: &mut Vec<u8>) {
+    let _ = rmp::encode::write_map_len(out, record.len() as u32);
+    for (k, v) in record {
+        let _ = rmp::encode::write_str(out, k);
+        write_msgpack(v, out);
+    }
+}
+
 /// Writes `value` as MessagePack. Infallible: writing to a `Vec` cannot fail.
-fn write_msgpack(value: &Value, out: &mut Vec<u8>) {
+pub(crate) fn write_msgpack(value: &Value, out: &mut Vec<u8>) {
     use rmp::encode;
     // Writes into a Vec return `Result<_, Infallible>`-like errors that cannot occur.
     let _ = match value {

@@ -8,6 +8,7 @@ pub mod cli;
 mod components;
 pub mod config;
 mod http;
+mod jobs;
 mod listen;
 mod telemetry;
 

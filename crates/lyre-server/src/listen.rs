@@ -73,6 +73,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         ops_body_limit: config.operations_api.network.max_body_size,
         rest_body_limit: config.http.max_body_size,
         cors: config.http.cors,
+        jobs: Arc::default(),
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);

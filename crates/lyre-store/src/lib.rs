@@ -36,7 +36,7 @@ pub use key::{
 };
 pub use layout::Layout;
 pub use record::{Flags, RecordHeader, decode_record, encode_record};
-pub use txlog::{Change, ChangeKind, LogEntry};
+pub use txlog::{Change, ChangeKind, LogEntry, PruneProgress};
 pub use txn::{IndexEntries, KeyRange, ReadTxn, Records, WriteTxn};
 pub use version::{Version, VersionClock};
 pub use writer::{JobMeta, Writer, WriterOptions};

@@ -26,8 +26,11 @@ impl Flags {
     pub const VERSION_NOT_UNIQUE: Flags = Flags(1 << 1);
     /// The record carries an expiry time.
     pub const HAS_EXPIRY: Flags = Flags(1 << 2);
+    /// The body also carries the versions of properties written at a version other
+    /// than the record's (lyre-core's property clock, for out-of-order merges).
+    pub const PROPERTY_VERSIONS: Flags = Flags(1 << 3);
 
-    const ALL: [Flags; 3] = [Self::TOMBSTONE, Self::VERSION_NOT_UNIQUE, Self::HAS_EXPIRY];
+    const ALL: [Flags; 4] = [Self::TOMBSTONE, Self::VERSION_NOT_UNIQUE, Self::HAS_EXPIRY, Self::PROPERTY_VERSIONS];
 
     /// No flags.
     pub const fn empty() -> Self {

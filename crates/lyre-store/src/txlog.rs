@@ -30,6 +30,19 @@ pub struct Change {
     /// The stored record (header and body) after a put; `None` after a delete.
     #[serde(with = "serde_bytes")]
     pub record: Option<Vec<u8>>,
+    /// The stored record before the change, if there was one (the audit log's
+    /// `original_records`).
+    #[serde(default, with = "serde_bytes")]
+    pub previous: Option<Vec<u8>>,
+}
+
+/// How far a [`crate::WriteTxn::prune_log`] call got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneProgress {
+    /// Changes removed by this call.
+    pub removed: u64,
+    /// Where to continue, when older entries remain to look at.
+    pub next: Option<u64>,
 }
 
 /// A committed logical transaction.

@@ -6,7 +6,7 @@ use heed::{RoTxn, RwTxn, WithoutTls};
 
 use crate::database::{Database, TableStore};
 use crate::error::{Error, Result};
-use crate::txlog::{Change, ChangeKind, LogEntry};
+use crate::txlog::{Change, ChangeKind, LogEntry, PruneProgress};
 use crate::version::Version;
 
 /// A byte range over keys, with each bound inclusive, exclusive or open.
@@ -155,6 +155,13 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         self.version
     }
 
+    /// Gives this transaction an explicit version instead of the writer's fresh one:
+    /// a write replicated from elsewhere (or replayed) keeps the version it was made
+    /// at, even when that is older than what is stored. Call before any change.
+    pub fn set_version(&mut self, version: Version) {
+        self.version = version;
+    }
+
     /// Handles of `table`, or `None` when its storage does not exist; see
     /// [`crate::Writer::prepare_table`].
     pub fn table(&self, table: &str) -> Result<Option<TableStore>> {
@@ -186,23 +193,67 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
 
     /// Writes `record` (header and body, see [`crate::encode_record`]) under `key`.
     pub fn put_record(&mut self, table: &TableStore, key: Vec<u8>, record: Vec<u8>) -> Result<()> {
+        let previous = self.get_record(table, &key)?.map(<[u8]>::to_vec);
         table.records.put(self.writing(), &key, &record).map_err(|e| classify(self.db, e))?;
-        self.changes.push(Change { table: table.name.to_string(), kind: ChangeKind::Put, key, record: Some(record) });
+        let name = table.name.to_string();
+        self.changes.push(Change { table: name, kind: ChangeKind::Put, key, record: Some(record), previous });
         Ok(())
     }
 
     /// Deletes the record under `key`; returns whether it existed.
     pub fn delete_record(&mut self, table: &TableStore, key: &[u8]) -> Result<bool> {
-        let existed = table.records.delete(self.writing(), key).map_err(|e| classify(self.db, e))?;
-        if existed {
-            self.changes.push(Change {
-                table: table.name.to_string(),
-                kind: ChangeKind::Delete,
-                key: key.to_vec(),
-                record: None,
-            });
+        let Some(previous) = self.get_record(table, key)?.map(<[u8]>::to_vec) else {
+            return Ok(false);
+        };
+        table.records.delete(self.writing(), key).map_err(|e| classify(self.db, e))?;
+        self.changes.push(Change {
+            table: table.name.to_string(),
+            kind: ChangeKind::Delete,
+            key: key.to_vec(),
+            record: None,
+            previous: Some(previous),
+        });
+        Ok(true)
+    }
+
+    /// Removes, from log entries made before `before` (ms), the changes to `table`
+    /// (every change when `None`), looking at entries from sequence `from` and at most
+    /// `max` of them. An entry left without changes is deleted, except the newest
+    /// entry of the log, which keeps its place so sequence numbers are never reused.
+    /// The log is in commit order, so the walk stops at the first newer entry.
+    pub fn prune_log(&mut self, from: u64, before: f64, table: Option<&str>, max: usize) -> Result<PruneProgress> {
+        let last = self.db.inner.txlog.last(&*self.txn)?.map(|(seq, _)| seq);
+        let mut visited = Vec::new();
+        let mut next = None;
+        for item in self.db.inner.txlog.range(&*self.txn, &(from..))? {
+            let (seq, bytes) = item?;
+            if visited.len() == max {
+                next = Some(seq);
+                break;
+            }
+            let entry = LogEntry::decode(bytes)?;
+            if entry.version >= before {
+                break;
+            }
+            visited.push(entry);
         }
-        Ok(existed)
+        let mut removed = 0;
+        for mut entry in visited {
+            let before_len = entry.changes.len();
+            entry.changes.retain(|c| table.is_some_and(|t| t != c.table));
+            if entry.changes.len() == before_len {
+                continue;
+            }
+            removed += (before_len - entry.changes.len()) as u64;
+            let seq = entry.seq;
+            if entry.changes.is_empty() && Some(seq) != last {
+                self.db.inner.txlog.delete(self.writing(), &seq).map_err(|e| classify(self.db, e))?;
+            } else {
+                let bytes = entry.encode()?;
+                self.db.inner.txlog.put(self.writing(), &seq, &bytes).map_err(|e| classify(self.db, e))?;
+            }
+        }
+        Ok(PruneProgress { removed, next })
     }
 
     /// Adds an index entry.
@@ -233,6 +284,11 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// Deletes a catalog value.
     pub fn delete_catalog(&mut self, key: &[u8]) -> Result<bool> {
         self.db.inner.catalog.delete(self.writing(), key).map_err(|e| classify(self.db, e))
+    }
+
+    /// A metadata value, as of this transaction.
+    pub fn meta(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        Ok(self.db.inner.meta.get(&*self.txn, key)?)
     }
 
     /// Writes a metadata value.

@@ -307,6 +307,8 @@ impl<S: Clone + Send + 'static> Worker<S> {
         let mut write = WriteTxn::new(txn, &self.db, self.clock.next());
         let applied = catch_unwind(AssertUnwindSafe(|| job.apply(&mut write, &mut self.state)));
         let wrote = write.has_written();
+        // A job may carry a version from elsewhere; later local versions must exceed it.
+        self.clock.observe(write.version().time);
         let failure = match applied {
             Ok(true) => {
                 let meta = job.meta();

@@ -44,7 +44,8 @@ impl HttpClient {
         let base = target.url.trim_end_matches('/');
         let ops: Uri = format!("{base}/").parse().with_context(|| format!("bad URL {}", target.url))?;
         let health: Uri = format!("{base}/health").parse()?;
-        let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", target.user, target.password));
+        let credentials =
+            base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", target.user, target.password));
         let auth = HeaderValue::from_str(&format!("Basic {credentials}"))?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);

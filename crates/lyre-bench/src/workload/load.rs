@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-
 use crate::client::{Call, HttpClient};
 use crate::stats::{Measurement, ServerUse, histogram};
 use crate::target::Target;

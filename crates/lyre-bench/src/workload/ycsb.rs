@@ -137,7 +137,12 @@ impl Zipfian {
 }
 
 /// Loads `records` records untimed (when the table does not hold them yet).
-pub async fn ensure_loaded(target: &Target, client: &HttpClient, records: u64, concurrency: usize) -> anyhow::Result<()> {
+pub async fn ensure_loaded(
+    target: &Target,
+    client: &HttpClient,
+    records: u64,
+    concurrency: usize,
+) -> anyhow::Result<()> {
     let (status, bytes) = client.call(&Call::Get(format!("/{TABLE}/{}", key(records - 1)))).await?;
     if status == 200 && !bytes.is_empty() {
         return Ok(());
@@ -149,7 +154,12 @@ pub async fn ensure_loaded(target: &Target, client: &HttpClient, records: u64, c
 }
 
 /// Runs one round of `params` against `target`.
-pub async fn run(target: &Target, client: &HttpClient, params: YcsbParams, round: usize) -> anyhow::Result<Measurement> {
+pub async fn run(
+    target: &Target,
+    client: &HttpClient,
+    params: YcsbParams,
+    round: usize,
+) -> anyhow::Result<Measurement> {
     let YcsbParams { workload, records, operations, concurrency } = params;
     let zipf = Arc::new(Zipfian::new(records));
     let inserted = Arc::new(AtomicU64::new(records));
@@ -167,8 +177,20 @@ pub async fn run(target: &Target, client: &HttpClient, params: YcsbParams, round
         let p: f64 = rng.random();
         match workload {
             Workload::Load => Call::Put(format!("/{TABLE}/{}", key(i)), body(i, 0)),
-            Workload::A => if p < 0.5 { read(hot(&mut rng)) } else { update(hot(&mut rng)) },
-            Workload::B => if p < 0.95 { read(hot(&mut rng)) } else { update(hot(&mut rng)) },
+            Workload::A => {
+                if p < 0.5 {
+                    read(hot(&mut rng))
+                } else {
+                    update(hot(&mut rng))
+                }
+            }
+            Workload::B => {
+                if p < 0.95 {
+                    read(hot(&mut rng))
+                } else {
+                    update(hot(&mut rng))
+                }
+            }
             Workload::C => read(hot(&mut rng)),
             Workload::D => {
                 if p < 0.95 {

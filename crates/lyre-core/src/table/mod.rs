@@ -4,22 +4,27 @@
 //! anything. Writes become logical transactions on the database's writer
 //! ([`write`]); reads use a snapshot.
 
+mod entry;
+mod merge;
 mod validate;
 mod write;
 
 use std::sync::Arc;
 
-use lyre_store::{decode_record, encode_key};
+use lyre_store::encode_key;
 
-use crate::access::{Action, check_table};
+use crate::access::{Action, check_table, require_super_user};
+use crate::audit::{self, AuditEntry, AuditSearch};
 use crate::catalog::TableSchema;
+use crate::consistency::ConsistencyReport;
 use crate::context::Context;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::query::{Query, Search, Select};
 use crate::value::{Object, Value};
 
-pub use write::{DeleteSummary, WriteMode, WriteSummary};
+pub(crate) use entry::{decode_entry, decode_object, encode_entry};
+pub use write::{DeleteSummary, Expect, WriteMode, WriteOptions, WriteSummary};
 
 /// A handle on one table, bound to the schema it was resolved with.
 #[derive(Clone)]
@@ -68,8 +73,34 @@ impl Table {
 
     /// Deletes the records with these primary keys.
     pub async fn delete(&self, ctx: &Context, ids: Vec<Value>) -> Result<DeleteSummary> {
+        self.delete_with(ctx, ids, WriteOptions::default()).await
+    }
+
+    /// Deletes the records with these primary keys, each only if its condition in
+    /// `options.expect` holds at commit (else nothing is deleted: 412), and at
+    /// `options.at` when given (a replicated delete loses to a later write).
+    pub async fn delete_with(&self, ctx: &Context, ids: Vec<Value>, options: WriteOptions) -> Result<DeleteSummary> {
         check_table(ctx, self.database(), &self.schema.name, Action::Delete)?;
-        write::delete(self, ctx, ids).await
+        write::delete(self, ctx, ids, options).await
+    }
+
+    /// Writes records in `mode` with conditions and an explicit version: the general
+    /// form of insert, update, upsert and put. Conditions are checked by the writer,
+    /// at commit, so a record changed between a client's read and its write fails
+    /// with 412 and nothing in the request is written.
+    pub async fn write_with(
+        &self,
+        ctx: &Context,
+        mode: WriteMode,
+        records: Vec<Object>,
+        options: WriteOptions,
+    ) -> Result<WriteSummary> {
+        check_table(ctx, self.database(), &self.schema.name, Action::Update)?;
+        if mode != WriteMode::Update {
+            check_table(ctx, self.database(), &self.schema.name, Action::Insert)?;
+        }
+        let prepared = write::prepare(&self.schema, mode, records, options.expect)?;
+        write::apply(self, ctx, mode, prepared, options.at).await
     }
 
     /// One record and the version of its last write (for ETags), if it exists.
@@ -79,26 +110,22 @@ impl Table {
         let txn = self.db.store().read()?;
         let Some(store) = txn.table(&self.schema.name)? else { return Ok(None) };
         let Some(stored) = txn.get_record(&store, &key)? else { return Ok(None) };
-        let (header, body) = decode_record(stored)?;
-        Ok(Some((
-            decode_body(body)?,
-            RecordVersion {
-                time: header.version,
-                unique: !header.flags.contains(lyre_store::Flags::VERSION_NOT_UNIQUE),
-            },
-        )))
+        let entry = decode_entry(stored)?;
+        let version = RecordVersion::of(&entry);
+        Ok(Some((entry.record, version)))
     }
 
-    /// Replaces the record with primary key `id` by `body` (creating it if absent).
-    pub async fn put(&self, ctx: &Context, id: Value, body: Object) -> Result<WriteSummary> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Insert)?;
-        check_table(ctx, self.database(), &self.schema.name, Action::Update)?;
-        self.write(ctx, WriteMode::Replace, vec![with_key(&self.schema, id, body)]).await
+    /// Replaces the record with primary key `id` by `body` (creating it if absent),
+    /// under the conditions and version in `options`.
+    pub async fn put(&self, ctx: &Context, id: Value, body: Object, options: WriteOptions) -> Result<WriteSummary> {
+        self.write_with(ctx, WriteMode::Replace, vec![with_key(&self.schema, id, body)], options).await
     }
 
-    /// Merges `body` into the record with primary key `id` (creating it if absent).
-    pub async fn patch(&self, ctx: &Context, id: Value, body: Object) -> Result<WriteSummary> {
-        self.upsert(ctx, vec![with_key(&self.schema, id, body)]).await
+    /// Merges `body` into the record with primary key `id` (creating it if absent),
+    /// under the conditions and version in `options`. Property values of the form
+    /// `{"__op__": "add", "value": n}` increment.
+    pub async fn patch(&self, ctx: &Context, id: Value, body: Object, options: WriteOptions) -> Result<WriteSummary> {
+        self.write_with(ctx, WriteMode::Upsert, vec![with_key(&self.schema, id, body)], options).await
     }
 
     /// Creates one record; `409` when its key exists. Returns the (maybe generated) key.
@@ -133,6 +160,42 @@ impl Table {
         Ok(out)
     }
 
+    /// This table's audit log entries matching `search`, oldest first, at most `limit`.
+    pub fn read_audit_log(&self, ctx: &Context, search: &AuditSearch, limit: Option<usize>) -> Result<Vec<AuditEntry>> {
+        require_super_user(ctx)?;
+        let txn = self.db.store().read()?;
+        audit::read(&txn, &self.schema.name, search, limit)
+    }
+
+    /// Removes this table's audit log entries made before `before` (ms since the
+    /// epoch), in bounded writer jobs; returns how many record changes were removed.
+    pub async fn delete_audit_log_before(&self, ctx: &Context, before: f64) -> Result<u64> {
+        require_super_user(ctx)?;
+        let (mut from, mut removed) = (0, 0);
+        loop {
+            let name = self.schema.name.clone();
+            let progress = self
+                .db
+                .write(ctx, "delete_audit_logs_before", move |txn, _| {
+                    Ok(txn.prune_log(from, before, Some(&name), audit::PRUNE_BATCH)?)
+                })
+                .await?;
+            removed += progress.removed;
+            match progress.next {
+                Some(next) => from = next,
+                None => return Ok(removed),
+            }
+        }
+    }
+
+    /// Walks every index of this table against its records in one snapshot and
+    /// reports missing and phantom entries; see [`ConsistencyReport`].
+    pub fn check_consistency(&self, ctx: &Context) -> Result<ConsistencyReport> {
+        require_super_user(ctx)?;
+        let txn = self.db.store().read()?;
+        crate::consistency::check_table(&txn, &self.schema)
+    }
+
     /// Record count and sizes, for `describe_table`.
     pub fn stats(&self, ctx: &Context) -> Result<crate::db::TableStats> {
         check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
@@ -157,8 +220,8 @@ impl Table {
     }
 
     async fn write(&self, ctx: &Context, mode: WriteMode, records: Vec<Object>) -> Result<WriteSummary> {
-        let prepared = write::prepare(&self.schema, mode, records)?;
-        write::apply(self, ctx, mode, prepared).await
+        let prepared = write::prepare(&self.schema, mode, records, Vec::new())?;
+        write::apply(self, ctx, mode, prepared, None).await
     }
 }
 
@@ -172,6 +235,12 @@ pub struct RecordVersion {
     pub unique: bool,
 }
 
+impl RecordVersion {
+    pub(crate) fn of(entry: &entry::Entry) -> Self {
+        Self { time: entry.header.version, unique: !entry.header.flags.contains(lyre_store::Flags::VERSION_NOT_UNIQUE) }
+    }
+}
+
 /// `body` with its primary key set to `id` (the URL's key wins over the body's).
 fn with_key(schema: &TableSchema, id: Value, mut body: Object) -> Object {
     body.insert(schema.primary_key.clone(), id);
@@ -181,18 +250,4 @@ fn with_key(schema: &TableSchema, id: Value, mut body: Object) -> Object {
 /// Whether `value` may be a primary key: a string or a number.
 pub(crate) fn is_primary_key_value(value: &Value) -> bool {
     matches!(value, Value::String(_) | Value::Int(_)) || matches!(value, Value::Float(f) if f.is_finite())
-}
-
-/// Decodes a stored record (header and MessagePack body) into its object.
-pub(crate) fn decode_object(stored: &[u8]) -> Result<Object> {
-    let (_, body) = decode_record(stored)?;
-    decode_body(body)
-}
-
-/// Decodes a record body.
-pub(crate) fn decode_body(body: &[u8]) -> Result<Object> {
-    match Value::from_msgpack(body)? {
-        Value::Object(record) => Ok(record),
-        other => Err(Error::Corrupt(format!("a stored record is a {}", other.type_name()))),
-    }
 }

@@ -6,6 +6,7 @@ use lyre_store::{MAX_KEY_STRING_BYTES, encode_key};
 use crate::catalog::{Shape, TableSchema, validate_attribute_name};
 use crate::error::{Error, Result};
 use crate::table::is_primary_key_value;
+use crate::table::merge::{Op, crdt_op};
 use crate::value::{Object, Value};
 
 /// Largest encoded primary key (an index entry holds a value and a key, and LMDB keys
@@ -17,14 +18,27 @@ pub(crate) const MAX_PRIMARY_KEY_BYTES: usize = MAX_KEY_STRING_BYTES;
 pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool) -> Result<()> {
     for (name, value) in record {
         validate_attribute_name(name)?;
-        match table.attribute(name) {
-            Some(attribute) => {
-                validate_value(&attribute.name, attribute.type_name.as_deref(), &attribute.shape, value)?
+        let attribute = table.attribute(name);
+        if attribute.is_none() && table.sealed {
+            return Err(Error::invalid(format!("Property {name} is not allowed: table {} is sealed", table.name)));
+        }
+        let type_name = attribute.and_then(|a| a.type_name.as_deref());
+        if let Some(Op::Add(operand)) = crdt_op(name, value)? {
+            // An increment: its operand must fit the attribute's numeric type.
+            let composite = attribute.is_some_and(|a| a.shape.list || !a.shape.fields.is_empty());
+            match type_name.filter(|_| !composite) {
+                _ if composite => {
+                    return Err(Error::invalid(format!("{name}: cannot add to a list or object attribute")));
+                }
+                None | Some("Int" | "Long" | "BigInt" | "Float" | "Any") => validate_scalar(name, type_name, &operand)?,
+                Some(other) => {
+                    return Err(Error::invalid(format!(
+                        "{name}: cannot add to a {other} attribute; \"add\" needs a number"
+                    )));
+                }
             }
-            None if table.sealed => {
-                return Err(Error::invalid(format!("Property {name} is not allowed: table {} is sealed", table.name)));
-            }
-            None => {}
+        } else if let Some(attribute) = attribute {
+            validate_value(&attribute.name, type_name, &attribute.shape, value)?;
         }
     }
     if whole {

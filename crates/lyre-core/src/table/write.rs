@@ -3,15 +3,17 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use lyre_store::{Flags, OwnedKey, RecordHeader, TableStore, WriteTxn, decode_key, encode_record};
+use lyre_store::{OwnedKey, TableStore, Version, WriteTxn, decode_key};
 
 use crate::catalog::{AttributeSpec, CREATED_TIME, Stamp, TableSchema, UPDATED_TIME};
 use crate::context::Context;
 use crate::db::{SchemaState, last_updated_key};
 use crate::error::{Error, Result};
 use crate::index::{IndexChanges, update_record_indexes};
+use crate::table::entry::{decode_entry, encode_entry};
+use crate::table::merge::merge;
 use crate::table::validate::{encode_primary_key, validate_record};
-use crate::table::{Table, decode_object};
+use crate::table::{RecordVersion, Table};
 use crate::value::{Object, Value};
 
 /// A time stamp in the attribute's declared type: integer milliseconds for integer
@@ -98,18 +100,58 @@ pub struct DeleteSummary {
     pub txn_time: f64,
 }
 
+/// A condition checked by the writer before the write (compare-and-set): if it does
+/// not hold, nothing in the batch is written and the write fails with 412.
+#[derive(Clone)]
+pub enum Expect {
+    /// The record exists (`If-Match: *`).
+    Exists,
+    /// The record exists and its current version satisfies the test (an ETag
+    /// comparison, or a version the client read). A record whose version is not
+    /// unique never satisfies it: its content may differ under the same version.
+    Version(Arc<dyn Fn(RecordVersion) -> bool + Send + Sync>),
+}
+
+impl std::fmt::Debug for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Expect::Exists => "Exists",
+            Expect::Version(_) => "Version(..)",
+        })
+    }
+}
+
+/// Options of a write beyond its records.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// Per record (aligned with the records), a condition to check first.
+    pub expect: Vec<Option<Expect>>,
+    /// Apply the write at this version and node instead of a fresh one: how a
+    /// replicated (or origin) write arrives. Redelivering the same version and node
+    /// to the same record is applied once.
+    pub at: Option<Version>,
+}
+
 /// A validated record waiting for the writer.
 pub(crate) struct Prepared {
     /// The encoded primary key and its value; `None` when the key is to be generated.
     key: Option<(Vec<u8>, Value)>,
     record: Object,
+    expect: Option<Expect>,
 }
 
 /// Validates every record before anything is queued: one bad record rejects the batch.
-pub(crate) fn prepare(table: &TableSchema, mode: WriteMode, records: Vec<Object>) -> Result<Vec<Prepared>> {
+pub(crate) fn prepare(
+    table: &TableSchema,
+    mode: WriteMode,
+    records: Vec<Object>,
+    mut expect: Vec<Option<Expect>>,
+) -> Result<Vec<Prepared>> {
+    expect.resize(records.len(), None);
     records
         .into_iter()
-        .map(|mut record| {
+        .zip(expect)
+        .map(|(mut record, expect)| {
             validate_record(table, &record, matches!(mode, WriteMode::Insert | WriteMode::Replace))?;
             if table.has_timestamps() {
                 record.shift_remove(CREATED_TIME);
@@ -121,10 +163,13 @@ pub(crate) fn prepare(table: &TableSchema, mode: WriteMode, records: Vec<Object>
                         "a valid hash attribute must be provided with update record, check log for more info",
                     ));
                 }
+                None | Some(Value::Null) if expect.is_some() => {
+                    return Err(Error::invalid("a conditional write needs the record's primary key"));
+                }
                 None | Some(Value::Null) => None,
                 Some(value) => Some((encode_primary_key(value)?, value.clone())),
             };
-            Ok(Prepared { key, record })
+            Ok(Prepared { key, record, expect })
         })
         .collect()
 }
@@ -135,13 +180,23 @@ pub(crate) async fn apply(
     ctx: &Context,
     mode: WriteMode,
     records: Vec<Prepared>,
+    at: Option<Version>,
 ) -> Result<WriteSummary> {
     let name = table.schema().name.clone();
     let database = table.database().to_string();
     table
         .db()
         .write(ctx, mode.operation(), move |txn, state| {
-            let mut job = WriteJob::start(txn, state, &database, &name)?;
+            if let Some(at) = at {
+                txn.set_version(at);
+            }
+            let mut job = WriteJob::start(txn, state, &database, &name, at.is_some())?;
+            // Check every condition before the first write (the writer's contract).
+            for prepared in &records {
+                if let (Some(expect), Some((key, id))) = (&prepared.expect, &prepared.key) {
+                    job.check(txn, key, id, expect)?;
+                }
+            }
             let mut summary = WriteSummary {
                 written: Vec::new(),
                 skipped: Vec::new(),
@@ -157,23 +212,50 @@ pub(crate) async fn apply(
         .await
 }
 
-/// Deletes records by primary key as one logical transaction.
-pub(crate) async fn delete(table: &Table, ctx: &Context, ids: Vec<Value>) -> Result<DeleteSummary> {
-    let keys = ids.into_iter().map(|id| Ok((encode_primary_key(&id)?, id))).collect::<Result<Vec<_>>>()?;
+/// Deletes records by primary key as one logical transaction; each may carry a
+/// condition, and `at` applies the delete as a replicated write (a record written
+/// after it is kept).
+pub(crate) async fn delete(
+    table: &Table,
+    ctx: &Context,
+    ids: Vec<Value>,
+    options: WriteOptions,
+) -> Result<DeleteSummary> {
+    let WriteOptions { mut expect, at } = options;
+    expect.resize(ids.len(), None);
+    let keys = ids
+        .into_iter()
+        .zip(expect)
+        .map(|(id, expect)| Ok((encode_primary_key(&id)?, id, expect)))
+        .collect::<Result<Vec<_>>>()?;
     let name = table.schema().name.clone();
     let database = table.database().to_string();
     table
         .db()
         .write(ctx, "delete", move |txn, state| {
-            let mut job = WriteJob::start(txn, state, &database, &name)?;
+            if let Some(at) = at {
+                txn.set_version(at);
+            }
+            let mut job = WriteJob::start(txn, state, &database, &name, at.is_some())?;
+            for (key, id, expect) in &keys {
+                if let Some(expect) = expect {
+                    job.check(txn, key, id, expect)?;
+                }
+            }
             let mut summary = DeleteSummary { deleted: Vec::new(), skipped: Vec::new(), txn_time: txn.version().time };
-            for (key, id) in keys {
+            let version = txn.version();
+            for (key, id, _) in keys {
                 let Some(stored) = txn.get_record(&job.store, &key)? else {
                     summary.skipped.push(id);
                     continue;
                 };
-                let old = decode_object(stored)?;
-                update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old), None)?;
+                let old = decode_entry(stored)?;
+                if at.is_some() && old.version().cmp_order(&version) == std::cmp::Ordering::Greater {
+                    // A replicated delete older than the record's last write loses.
+                    summary.skipped.push(id);
+                    continue;
+                }
+                update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old.record), None)?;
                 txn.delete_record(&job.store, &key)?;
                 job.changed = true;
                 summary.deleted.push(id);
@@ -192,10 +274,13 @@ struct WriteJob {
     changed: bool,
     next_generated: Option<i64>,
     index_changes: IndexChanges,
+    /// The write carries its own version (replication): remember which writes were
+    /// applied, so a redelivery is applied once.
+    explicit: bool,
 }
 
 impl WriteJob {
-    fn start(txn: &WriteTxn<'_, '_>, state: &SchemaState, database: &str, name: &str) -> Result<Self> {
+    fn start(txn: &WriteTxn<'_, '_>, state: &SchemaState, database: &str, name: &str, explicit: bool) -> Result<Self> {
         let not_found = || Error::TableNotFound { database: database.to_string(), table: name.to_string() };
         // The table may have been dropped while this write waited in the queue.
         let table = state.table(name).cloned().ok_or_else(not_found)?;
@@ -207,7 +292,38 @@ impl WriteJob {
             changed: false,
             next_generated: None,
             index_changes: IndexChanges::default(),
+            explicit,
         })
+    }
+
+    /// Fails (before anything is written) unless `expect` holds for record `key`.
+    fn check(&self, txn: &WriteTxn<'_, '_>, key: &[u8], id: &Value, expect: &Expect) -> Result<()> {
+        let current = txn.get_record(&self.store, key)?.map(decode_entry).transpose()?;
+        let holds = match (expect, &current) {
+            (_, None) => false,
+            (Expect::Exists, Some(_)) => true,
+            (Expect::Version(test), Some(entry)) => {
+                let version = RecordVersion::of(entry);
+                version.unique && test(version)
+            }
+        };
+        if holds {
+            Ok(())
+        } else {
+            Err(Error::PreconditionFailed(format!(
+                "record {id} does not match the expected version (If-Match); it was changed or removed"
+            )))
+        }
+    }
+
+    /// Meta key marking that the write at `version` was applied to record `key`.
+    fn applied_key(&self, key: &[u8], version: Version) -> Vec<u8> {
+        let mut out = format!("applied/{}/", self.table.name).into_bytes();
+        out.extend_from_slice(&version.time.to_be_bytes());
+        out.extend_from_slice(&version.node.to_be_bytes());
+        out.push(b'/');
+        out.extend_from_slice(key);
+        out
     }
 
     fn write_one(
@@ -218,12 +334,12 @@ impl WriteJob {
         prepared: Prepared,
         summary: &mut WriteSummary,
     ) -> Result<()> {
-        let Prepared { key, mut record } = prepared;
+        let Prepared { key, mut record, .. } = prepared;
         let (key, id) = match key {
             Some(found) => found,
             None => self.generate_key(txn)?,
         };
-        let existing = txn.get_record(&self.store, &key)?.map(decode_object).transpose()?;
+        let existing = txn.get_record(&self.store, &key)?.map(decode_entry).transpose()?;
         match (mode, &existing) {
             (WriteMode::Insert, Some(_)) | (WriteMode::Update, None) => {
                 summary.skipped.push(id);
@@ -232,13 +348,23 @@ impl WriteJob {
             _ => {}
         }
         let version = txn.version();
+        if self.explicit {
+            let marker = self.applied_key(&key, version);
+            if txn.meta(&marker)?.is_some() {
+                summary.skipped.push(id); // a redelivery: applied already
+                return Ok(());
+            }
+            txn.put_meta(&marker, &[])?;
+        }
         record.shift_remove(&self.table.primary_key);
-        let new = self.next_record(mode, existing.as_ref(), record, &id, version.time);
+        let merged = merge(&self.table, mode, existing.as_ref(), record, &id, version)?;
+        let mut new = merged.record;
+        self.stamp(&mut new, existing.as_ref().map(|e| &e.record), merged.version.time);
         if !self.table.schema_defined {
             self.add_new_attributes(state, &new, summary)?;
         }
-        let newly_multi =
-            update_record_indexes(&mut self.index_changes, &self.table, &key, existing.as_ref(), Some(&new))?;
+        let old = existing.as_ref().map(|e| &e.record);
+        let newly_multi = update_record_indexes(&mut self.index_changes, &self.table, &key, old, Some(&new))?;
         if !newly_multi.is_empty() {
             let schema = Arc::make_mut(state);
             for attribute in &newly_multi {
@@ -246,30 +372,21 @@ impl WriteJob {
             }
             self.refresh(state)?;
         }
-        let header = RecordHeader { version: version.time, flags: Flags::empty(), node: version.node };
-        txn.put_record(&self.store, key, encode_record(&header, &Value::Object(new).to_msgpack()))?;
+        txn.put_record(&self.store, key, encode_entry(&new, merged.version, merged.flags, &merged.clock))?;
         self.changed = true;
         summary.written.push(id);
         Ok(())
     }
 
-    /// The record a write leaves: the body merged into the existing record (update,
-    /// upsert) or the body alone (insert, replace), primary key first, with the
-    /// server-set time stamps applied.
-    fn next_record(&self, mode: WriteMode, existing: Option<&Object>, body: Object, id: &Value, time: f64) -> Object {
-        let pk = &self.table.primary_key;
-        let mut next = Object::with_capacity(body.len() + existing.map_or(0, |e| e.len()) + 1);
-        next.insert(pk.clone(), id.clone());
-        if let (WriteMode::Update | WriteMode::Upsert, Some(old)) = (mode, existing) {
-            next.extend(old.iter().filter(|(k, _)| *k != pk).map(|(k, v)| (k.clone(), v.clone())));
-        }
-        next.extend(body);
+    /// Applies the server-set time stamps: `__createdtime__`/`__updatedtime__` in
+    /// dynamic tables, `@createdTime`/`@updatedTime` attributes in declared ones.
+    fn stamp(&self, record: &mut Object, existing: Option<&Object>, time: f64) {
         if self.table.has_timestamps() {
             let created = existing.and_then(|e| e.get(CREATED_TIME).cloned()).unwrap_or(Value::Float(time));
-            next.shift_remove(CREATED_TIME);
-            next.shift_remove(UPDATED_TIME);
-            next.insert(CREATED_TIME.to_string(), created);
-            next.insert(UPDATED_TIME.to_string(), Value::Float(time));
+            record.shift_remove(CREATED_TIME);
+            record.shift_remove(UPDATED_TIME);
+            record.insert(CREATED_TIME.to_string(), created);
+            record.insert(UPDATED_TIME.to_string(), Value::Float(time));
         }
         for attribute in self.table.attributes.iter().filter(|a| a.shape.stamp.is_some()) {
             let kept = match attribute.shape.stamp {
@@ -277,9 +394,8 @@ impl WriteJob {
                 _ => None,
             };
             let value = kept.unwrap_or_else(|| stamp_value(attribute.type_name.as_deref(), time));
-            next.insert(attribute.name.clone(), value);
+            record.insert(attribute.name.clone(), value);
         }
-        next
     }
 
     /// Adds attributes `record` has and the table lacks (dynamic tables index them all).

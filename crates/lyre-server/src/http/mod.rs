@@ -34,6 +34,8 @@ pub struct AppState {
     pub rest_body_limit: usize,
     /// Whether REST answers cross-origin requests.
     pub cors: bool,
+    /// Background jobs (`get_job`).
+    pub jobs: Arc<crate::jobs::Jobs>,
 }
 
 /// The Operations API: `POST /` with an operation, `GET /health`.

@@ -8,7 +8,21 @@ use crate::support::{PASSWORD, TestServer, USER};
 fn cli(s: &TestServer, args: &[&str], json: &std::path::Path) -> lyre_bench::cli::Cli {
     let ops = s.url("");
     let rest = s.rest("");
-    let mut argv = vec!["lyre-bench", "--url", &ops, "--rest", &rest, "--user", USER, "--password", PASSWORD, "--rounds", "1", "--settle", "0"];
+    let mut argv = vec![
+        "lyre-bench",
+        "--url",
+        &ops,
+        "--rest",
+        &rest,
+        "--user",
+        USER,
+        "--password",
+        PASSWORD,
+        "--rounds",
+        "1",
+        "--settle",
+        "0",
+    ];
     argv.extend_from_slice(&["--json", json.to_str().unwrap()]);
     argv.extend_from_slice(args);
     lyre_bench::cli::Cli::parse_from(argv)
@@ -38,6 +52,7 @@ async fn workloads_report_counts_that_add_up() {
     // Counts add up: 300 inserted in 3 requests; the YCSB load put 200 records.
     let inserted = s.ok(serde_json::json!({"operation": "describe_table", "database": "bench", "table": "ycsb"})).await;
     assert_eq!(inserted["record_count"], 300);
-    let loaded = s.ok(serde_json::json!({"operation": "describe_table", "database": "ycsb", "table": "usertable"})).await;
+    let loaded =
+        s.ok(serde_json::json!({"operation": "describe_table", "database": "ycsb", "table": "usertable"})).await;
     assert!(loaded["record_count"].as_u64().unwrap() >= 200);
 }

@@ -3,52 +3,80 @@
 use std::sync::Arc;
 
 use axum::response::Response;
-use lyre_core::{Context, Engine, Object, Value, WriteSummary};
+use lyre_core::{Context, Engine, Expect, Object, RecordVersion, Value, WriteMode, WriteOptions, WriteSummary};
 
 use crate::http::error::ApiError;
 use crate::http::negotiate::Format;
 use crate::http::ops::{Params, reply};
+use crate::http::rest::etag;
 
-pub async fn insert(
-    engine: &Arc<Engine>,
-    ctx: &Context,
-    mut params: Params,
-    format: Format,
-) -> Result<Response, ApiError> {
-    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
-    let records = params.records()?;
-    let total = records.len();
-    let summary = table.insert(ctx, records).await?;
-    let message = format!("inserted {} of {total} records", summary.written.len());
-    reply(format, &written(message, summary, "inserted_hashes", true))
+pub async fn insert(engine: &Arc<Engine>, ctx: &Context, params: Params, format: Format) -> Result<Response, ApiError> {
+    write(engine, ctx, params, format, WriteMode::Insert).await
 }
 
-pub async fn update(
-    engine: &Arc<Engine>,
-    ctx: &Context,
-    mut params: Params,
-    format: Format,
-) -> Result<Response, ApiError> {
-    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
-    let records = params.records()?;
-    let total = records.len();
-    let summary = table.update(ctx, records).await?;
-    let message = format!("updated {} of {total} records", summary.written.len());
-    reply(format, &written(message, summary, "update_hashes", true))
+pub async fn update(engine: &Arc<Engine>, ctx: &Context, params: Params, format: Format) -> Result<Response, ApiError> {
+    write(engine, ctx, params, format, WriteMode::Update).await
 }
 
-pub async fn upsert(
+pub async fn upsert(engine: &Arc<Engine>, ctx: &Context, params: Params, format: Format) -> Result<Response, ApiError> {
+    write(engine, ctx, params, format, WriteMode::Upsert).await
+}
+
+/// insert, update and upsert: the same request shape, Harper's per-mode reply.
+async fn write(
     engine: &Arc<Engine>,
     ctx: &Context,
     mut params: Params,
     format: Format,
+    mode: WriteMode,
 ) -> Result<Response, ApiError> {
     let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let records = params.records()?;
     let total = records.len();
-    let summary = table.upsert(ctx, records).await?;
-    let message = format!("upserted {} of {total} records", summary.written.len());
-    reply(format, &written(message, summary, "upserted_hashes", false))
+    let options = WriteOptions { expect: if_match(&mut params, total, "records")?, at: None };
+    let summary = match mode {
+        WriteMode::Insert => table.insert(ctx, records).await?,
+        WriteMode::Update if options.expect.is_empty() => table.update(ctx, records).await?,
+        WriteMode::Upsert if options.expect.is_empty() => table.upsert(ctx, records).await?,
+        _ => table.write_with(ctx, mode, records, options).await?,
+    };
+    let (verb, keys_field, with_skipped) = match mode {
+        WriteMode::Insert => ("inserted", "inserted_hashes", true),
+        WriteMode::Update => ("updated", "update_hashes", true),
+        _ => ("upserted", "upserted_hashes", false),
+    };
+    let message = format!("{verb} {} of {total} records", summary.written.len());
+    reply(format, &written(message, summary, keys_field, with_skipped))
+}
+
+/// Lyre's compare-and-set for the Operations API: `if_match`, an array aligned with
+/// `records` (or `ids`), each entry `null` (no condition), `"*"` (the record must
+/// exist), an ETag as REST sends it, or a record version number (`txn_time` of the
+/// write that made it, `__updatedtime__` in dynamic tables). The writer checks every
+/// condition at commit; if one fails nothing is written and the reply is 412.
+fn if_match(params: &mut Params, count: usize, aligned_with: &str) -> Result<Vec<Option<Expect>>, ApiError> {
+    let Some(conditions) = params.array(&["if_match"])? else { return Ok(Vec::new()) };
+    if conditions.len() != count {
+        return Err(ApiError::bad_request(format!(
+            "'if_match' must have one entry per entry of '{aligned_with}' ({count}), not {}",
+            conditions.len()
+        )));
+    }
+    conditions
+        .into_iter()
+        .enumerate()
+        .map(|(i, condition)| match condition {
+            Value::Null => Ok(None),
+            Value::String(tag) => Ok(Some(etag::if_match(&tag))),
+            Value::Int(_) | Value::Float(_) => {
+                let wanted = condition.as_f64().unwrap_or(f64::NAN);
+                Ok(Some(Expect::Version(Arc::new(move |version: RecordVersion| version.time == wanted))))
+            }
+            _ => {
+                Err(ApiError::bad_request(format!("'if_match[{i}]' must be null, \"*\", an ETag or a version number")))
+            }
+        })
+        .collect()
 }
 
 /// Harper's write response: message, new attributes, txn time, keys.
@@ -73,7 +101,8 @@ pub async fn delete(
     let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
     let ids = params.required_array(&["ids", "hash_values"])?;
     let total = ids.len();
-    let summary = table.delete(ctx, ids).await?;
+    let options = WriteOptions { expect: if_match(&mut params, total, "ids")?, at: None };
+    let summary = table.delete_with(ctx, ids, options).await?;
     let noun = if total == 1 { "record" } else { "records" };
     let mut out = Object::new();
     out.insert("message".into(), format!("{} of {total} {noun} successfully deleted", summary.deleted.len()).into());

@@ -2,6 +2,7 @@
 //! operation name (and Harper's aliases) to its handler; each family lives in its
 //! own file.
 
+mod audit;
 mod components;
 mod crud;
 mod params;
@@ -91,6 +92,13 @@ async fn dispatch(
         "search_by_id" | "search_by_hash" => search::by_id(engine, ctx, params, format).await,
         "search_by_value" => search::by_value(engine, ctx, params, format).await,
         "search_by_conditions" => search::by_conditions(engine, ctx, params, format).await,
+        "read_audit_log" => audit::read_audit_log(state, ctx, params, format).await,
+        "read_transaction_log" => audit::read_transaction_log(state, ctx, params, format).await,
+        "delete_audit_logs_before" | "delete_transaction_logs_before" => {
+            audit::delete_logs_before(state, ctx, operation, params, format).await
+        }
+        "get_job" => audit::get_job(state, params, format).await,
+        "check_consistency" => audit::check_consistency(state, ctx, params, format).await,
         "add_component" | "deploy_component" | "package_component" | "drop_component" | "get_components"
         | "get_component_file" | "set_component_file" => {
             components::dispatch(state, ctx, operation, params, format).await

@@ -1,5 +1,9 @@
 //! Harper's ETag: a quoted 10-character encoding of the record version's float.
 
+use std::sync::Arc;
+
+use lyre_core::Expect;
+
 /// The ETag of a record whose last write has version `version`: the little-endian
 /// bytes of the f64, taken six bits at a time (Harper's layout), each plus 62.
 pub fn etag(version: f64) -> String {
@@ -31,6 +35,17 @@ pub fn matches(if_none_match: &str, tag: &str) -> bool {
         .any(|candidate| candidate == "*" || candidate == tag || candidate.strip_prefix("W/") == Some(tag))
 }
 
+/// The write condition an `If-Match` header value states: `*` (the record exists) or
+/// a list of tags, one of which must be the record's current ETag. The writer checks
+/// it at commit, so a record changed after the client read it fails with 412.
+pub fn if_match(header: &str) -> Expect {
+    let tags: Vec<String> = header.split(',').map(|t| t.trim().trim_start_matches("W/").to_string()).collect();
+    if tags.iter().any(|t| t == "*") {
+        return Expect::Exists;
+    }
+    Expect::Version(Arc::new(move |version| tags.iter().any(|t| *t == etag(version.time))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +63,16 @@ mod tests {
         assert!(matches(&format!("\"x\", {tag}"), &tag));
         assert!(matches("*", &tag));
         assert!(!matches("\"other\"", &tag));
+    }
+
+    #[test]
+    fn if_match_accepts_the_current_tag_only() {
+        let at = |time| lyre_core::RecordVersion { time, unique: true };
+        let Expect::Version(test) = if_match(&format!("\"nope\", W/{}", etag(2.5))) else {
+            panic!("not a version test")
+        };
+        assert!(test(at(2.5)));
+        assert!(!test(at(3.5)));
+        assert!(matches!(if_match("*"), Expect::Exists));
     }
 }

@@ -5,7 +5,7 @@
 //! file dispatches by method. Errors are answered as Harper 4.7 does: a JSON string
 //! `"ClientError: <message>"` with the status (plain text for 404 on unknown paths).
 
-mod etag;
+pub(crate) mod etag;
 mod openapi;
 pub mod query;
 mod url;
@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Query, Select};
-use lyre_core::{Code, Context, Object, Table, Value};
+use lyre_core::{Code, Context, Object, Table, Value, WriteOptions};
 
 use crate::http::AppState;
 use crate::http::auth::authenticate;
@@ -142,9 +142,8 @@ impl RestRequest<'_> {
                 Ok(if method == Method::HEAD { strip_body(response) } else { response })
             }
             ("PUT", Target::Record(id)) => {
-                let id = id.clone();
                 let record = self.object_body(body).await?;
-                self.table.put(&self.ctx, id, record).await?;
+                self.table.put(&self.ctx, id.clone(), record, self.conditions()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("PUT", Target::Collection) => {
@@ -160,14 +159,13 @@ impl RestRequest<'_> {
                         .get(&self.table.schema().primary_key)
                         .cloned()
                         .ok_or_else(|| ApiError::bad_request("each record needs its primary key"))?;
-                    self.table.put(&self.ctx, id, record).await?;
+                    self.table.put(&self.ctx, id, record, WriteOptions::default()).await?;
                 }
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("PATCH", Target::Record(id)) => {
-                let id = id.clone();
                 let record = self.object_body(body).await?;
-                self.table.patch(&self.ctx, id, record).await?;
+                self.table.patch(&self.ctx, id.clone(), record, self.conditions()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("POST", Target::Collection) => {
@@ -185,7 +183,7 @@ impl RestRequest<'_> {
                 Ok(response)
             }
             ("DELETE", Target::Record(id)) => {
-                self.table.delete(&self.ctx, vec![id.clone()]).await?;
+                self.table.delete_with(&self.ctx, vec![id.clone()], self.conditions()).await?;
                 self.reply(&Value::Bool(true))
             }
             ("DELETE", Target::Collection) => {
@@ -272,10 +270,18 @@ impl RestRequest<'_> {
                     return Ok(response);
                 }
                 let mut response = self.reply(&value)?;
-                response.headers_mut().insert(header::ETAG, header_value(&etag::etag(version.time)));
+                if version.unique {
+                    response.headers_mut().insert(header::ETAG, header_value(&etag::etag(version.time)));
+                }
                 Ok(response)
             }
         }
+    }
+
+    /// The write condition of a single-record write: its `If-Match` header, if any.
+    fn conditions(&self) -> WriteOptions {
+        let expect = self.headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()).map(etag::if_match);
+        WriteOptions { expect: vec![expect], at: None }
     }
 
     /// The query string as a search.

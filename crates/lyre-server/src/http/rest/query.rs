@@ -274,7 +274,13 @@ impl Parser<'_> {
         Ok(Some(op))
     }
 
-    fn comparison(&mut self, name: &str, (op, comparator): (Op, Comparator), raw_value: &str, value_start: usize) -> Result<Condition, ApiError> {
+    fn comparison(
+        &mut self,
+        name: &str,
+        (op, comparator): (Op, Comparator),
+        raw_value: &str,
+        value_start: usize,
+    ) -> Result<Condition, ApiError> {
         // `rel.attr`: a condition on the related table.
         if let Some((head, tail)) = name.split_once('.')
             && self.table.attribute(name).is_none()
