@@ -38,9 +38,15 @@ pub(crate) fn crdt_op(property: &str, value: &Value) -> Result<Option<Op>> {
         (Value::String(name), _) if name == "add" => {
             Err(Error::invalid(format!("{property}: an \"add\" operation needs a numeric \"value\"")))
         }
-        _ => Err(Error::invalid(format!(
-            "{property}: unknown operation {op}; the supported one is {{\"__op__\": \"add\", \"value\": n}}"
-        ))),
+        _ => {
+            let shown = match op {
+                Value::String(name) => format!("\"{name}\""),
+                other => other.to_string(),
+            };
+            Err(Error::invalid(format!(
+                "{property}: unknown operation {shown}; the supported one is {{\"__op__\": \"add\", \"value\": n}}"
+            )))
+        }
     }
 }
 

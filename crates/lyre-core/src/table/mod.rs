@@ -6,6 +6,8 @@
 
 mod entry;
 mod merge;
+#[cfg(test)]
+mod tests;
 mod validate;
 mod write;
 

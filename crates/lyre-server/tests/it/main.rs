@@ -9,3 +9,4 @@ mod ops_schema;
 mod ops_search;
 mod rest;
 mod support;
+mod versions;

@@ -64,15 +64,7 @@ async fn send(
     path: &str,
     body: Option<Value>,
 ) -> (u16, reqwest::header::HeaderMap, Value) {
-    let mut request = s.client.request(method, s.rest(path)).basic_auth(USER, Some(PASSWORD));
-    if let Some(body) = body {
-        request = request.header("content-type", "application/json").body(body.to_string());
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let text = response.text().await.unwrap();
-    (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    s.rest_send(method, path, body.as_ref(), &[]).await
 }
 
 async fn get(s: &TestServer, path: &str) -> Value {

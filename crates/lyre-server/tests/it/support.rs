@@ -162,6 +162,29 @@ impl TestServer {
         (status, value)
     }
 
+    /// Sends a REST request with the admin's credentials and extra `headers`; returns
+    /// status, headers and body (JSON when it parses, else a string).
+    pub async fn rest_send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
+        let mut request = self.client.request(method, self.rest(path)).basic_auth(USER, Some(PASSWORD));
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_string());
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
     /// Sends an operation and asserts it succeeded; returns the body.
     pub async fn ok(&self, body: Value) -> Value {
         let (status, value) = self.op(body.clone()).await;
