@@ -9,6 +9,8 @@
 #   bench/compare-harper.sh                       # default durability on both sides
 #   DURABILITY=async bench/compare-harper.sh      # storage.writeAsync=true on both
 #   WORKLOADS="ops-insert" ROUNDS=5 bench/compare-harper.sh
+#   WORKLOADS="counters-hot counters-spread" bench/compare-harper.sh
+# Results of earlier invocations on the same day and durability stay in the report.
 #
 # Both run one request thread (THREADS_COUNT=1) on their one core.
 # Durability: "default" is each server's default (Lyre flushes every commit to disk
@@ -126,7 +128,7 @@ start_lyre() {
 
 run_workload() {
   local name=$1 app=""; shift
-  case $name in ycsb-*) app=ycsb ;; esac
+  case $name in ycsb-* | counters-*) app=ycsb ;; esac
   start_harper "$name" $app
   start_lyre "$name" $app
   # Harper runs under npm: measure the node process that serves (the newest match).
@@ -149,6 +151,8 @@ for workload in $WORKLOADS; do
     ops-search-value) run_workload ops-search-value ops-search --kind value --records "$RECORDS" --requests 10000 --concurrency 16 ;;
     ops-search-conditions) run_workload ops-search-conditions ops-search --kind conditions --records "$RECORDS" --requests 5000 --concurrency 16 ;;
     ycsb-*) run_workload "$workload" ycsb "${workload#ycsb-}" --records "$RECORDS" --operations 100000 --concurrency 32 ;;
+    counters-hot) run_workload counters-hot counters --keys 1 --operations 50000 --concurrency 64 ;;
+    counters-spread) run_workload counters-spread counters --keys 1000 --operations 50000 --concurrency 64 ;;
     *) echo "unknown workload $workload" >&2; exit 2 ;;
   esac
 done
@@ -164,8 +168,10 @@ if [[ " $WORKLOADS " == *" ycsb-c "* ]]; then
   cleanup
 fi
 
+# Every workload run today at this durability, including earlier invocations.
+done_workloads=$(cd "$OUT" && ls ./*.txt | sed 's|^\./||; s|\.txt$||' | grep -v '^ceiling$' || true)
 jsons=()
-for workload in $WORKLOADS; do jsons+=("$OUT/$workload.json"); done
+for workload in $done_workloads; do [ -f "$OUT/$workload.json" ] && jsons+=("$OUT/$workload.json"); done
 "$BENCH" chart --out "$ROOT/bench/results/$DATE-$DURABILITY.png" "${jsons[@]}"
 
 {
@@ -174,7 +180,7 @@ for workload in $WORKLOADS; do jsons+=("$OUT/$workload.json"); done
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB."
   echo "Servers pinned to CPU 0, load generator on CPU 1, $ROUNDS alternating rounds, medians (min–max)."
   echo
-  for workload in $WORKLOADS; do
+  for workload in $done_workloads; do
     echo "## $workload"
     echo
     echo '```'

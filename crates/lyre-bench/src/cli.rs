@@ -10,7 +10,7 @@ use crate::report;
 use crate::stats::Measurement;
 use crate::target::Target;
 use crate::workload::ops::{self, InsertParams, SearchKind, SearchParams};
-use crate::workload::ycsb;
+use crate::workload::{counters, ycsb};
 
 /// Load generators and side-by-side benchmarks for Lyre and Harper.
 #[derive(Debug, Parser)]
@@ -69,6 +69,19 @@ pub enum Command {
         operations: u64,
         /// Requests in flight.
         #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
+    /// CRDT increments over REST (`PATCH /counter/<key>`), checked for lost
+    /// increments after every round; needs the same application as `ycsb`.
+    Counters {
+        /// Distinct counters: 1 for one hot key.
+        #[arg(long, default_value_t = 1)]
+        keys: u64,
+        /// Increments per round.
+        #[arg(long, default_value_t = 50_000)]
+        operations: u64,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 64)]
         concurrency: usize,
     },
     /// Serve a fixed record on every path with bare hyper: the ceiling for REST GET.
@@ -222,6 +235,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             for round in 0..rounds {
                 for (target, client) in targets.iter().zip(&clients) {
                     measurements.push(ycsb::run(target, client, params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
+        Command::Counters { keys, operations, concurrency } => {
+            let params = counters::CounterParams { keys, operations, concurrency };
+            for round in 0..rounds {
+                for (target, client) in targets.iter().zip(&clients) {
+                    measurements.push(counters::run(target, client, params, round).await?);
                 }
             }
             serde_json::to_value(params)?

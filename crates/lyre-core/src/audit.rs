@@ -1,6 +1,6 @@
 //! The audit log: one table's view of its database's transaction log.
 //!
-//! Every record change is logged (with the record before and after) in the same
+//! Every record change is logged (with the record as written) in the same
 //! LMDB transaction as the change itself, so the audit log is exactly as durable as
 //! the data and never disagrees with it. Reading filters the log by table and by
 //! time, user or primary key; deleting old entries prunes this table's changes from
@@ -29,8 +29,6 @@ pub struct AuditEntry {
     pub hash_values: Vec<Value>,
     /// Per primary key, the record as written (`None` for a delete).
     pub records: Vec<Option<Object>>,
-    /// The records as they were before, where they existed.
-    pub original_records: Vec<Object>,
 }
 
 /// Which entries to read.
@@ -73,7 +71,7 @@ pub(crate) fn read(txn: &ReadTxn, table: &str, search: &AuditSearch, limit: Opti
                 }
                 from.is_none_or(|from| entry.version >= from)
             }
-            AuditSearch::Users(users) => users.iter().any(|u| *u == entry.user),
+            AuditSearch::Users(users) => users.contains(&entry.user),
             AuditSearch::Ids(_) => true,
         };
         if !wanted {
@@ -95,7 +93,6 @@ fn audit_entry<'a>(entry: &LogEntry, changes: impl Iterator<Item = &'a Change>) 
         timestamp: entry.version,
         hash_values: Vec::new(),
         records: Vec::new(),
-        original_records: Vec::new(),
     };
     for change in changes {
         audit.hash_values.push(decode_key(&change.key).map(|(key, _)| Value::from(key))?);
@@ -103,9 +100,6 @@ fn audit_entry<'a>(entry: &LogEntry, changes: impl Iterator<Item = &'a Change>) 
             (ChangeKind::Put, Some(record)) => Some(decode_object(record)?),
             _ => None,
         });
-        if let Some(previous) = &change.previous {
-            audit.original_records.push(decode_object(previous)?);
-        }
     }
     Ok((!audit.hash_values.is_empty()).then_some(audit))
 }

@@ -30,10 +30,6 @@ pub struct Change {
     /// The stored record (header and body) after a put; `None` after a delete.
     #[serde(with = "serde_bytes")]
     pub record: Option<Vec<u8>>,
-    /// The stored record before the change, if there was one (the audit log's
-    /// `original_records`).
-    #[serde(default, with = "serde_bytes")]
-    pub previous: Option<Vec<u8>>,
 }
 
 /// How far a [`crate::WriteTxn::prune_log`] call got.

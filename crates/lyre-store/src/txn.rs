@@ -193,27 +193,23 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
 
     /// Writes `record` (header and body, see [`crate::encode_record`]) under `key`.
     pub fn put_record(&mut self, table: &TableStore, key: Vec<u8>, record: Vec<u8>) -> Result<()> {
-        let previous = self.get_record(table, &key)?.map(<[u8]>::to_vec);
         table.records.put(self.writing(), &key, &record).map_err(|e| classify(self.db, e))?;
-        let name = table.name.to_string();
-        self.changes.push(Change { table: name, kind: ChangeKind::Put, key, record: Some(record), previous });
+        self.changes.push(Change { table: table.name.to_string(), kind: ChangeKind::Put, key, record: Some(record) });
         Ok(())
     }
 
     /// Deletes the record under `key`; returns whether it existed.
     pub fn delete_record(&mut self, table: &TableStore, key: &[u8]) -> Result<bool> {
-        let Some(previous) = self.get_record(table, key)?.map(<[u8]>::to_vec) else {
-            return Ok(false);
-        };
-        table.records.delete(self.writing(), key).map_err(|e| classify(self.db, e))?;
-        self.changes.push(Change {
-            table: table.name.to_string(),
-            kind: ChangeKind::Delete,
-            key: key.to_vec(),
-            record: None,
-            previous: Some(previous),
-        });
-        Ok(true)
+        let existed = table.records.delete(self.writing(), key).map_err(|e| classify(self.db, e))?;
+        if existed {
+            self.changes.push(Change {
+                table: table.name.to_string(),
+                kind: ChangeKind::Delete,
+                key: key.to_vec(),
+                record: None,
+            });
+        }
+        Ok(existed)
     }
 
     /// Removes, from log entries made before `before` (ms), the changes to `table`

@@ -24,6 +24,8 @@ pub enum Call {
     Get(String),
     /// `PUT` a JSON body at a REST path.
     Put(String, Bytes),
+    /// `PATCH` a JSON body at a REST path.
+    Patch(String, Bytes),
     /// `GET` then `PUT` the same path (YCSB's read-modify-write), timed as one.
     ReadModifyWrite(String, Bytes),
 }
@@ -72,6 +74,7 @@ impl HttpClient {
             Call::Op(body) => self.request(Method::POST, self.ops.clone(), body.clone()).await,
             Call::Get(path) => self.request(Method::GET, self.rest_uri(path)?, Bytes::new()).await,
             Call::Put(path, body) => self.request(Method::PUT, self.rest_uri(path)?, body.clone()).await,
+            Call::Patch(path, body) => self.request(Method::PATCH, self.rest_uri(path)?, body.clone()).await,
             Call::ReadModifyWrite(path, body) => {
                 let (status, read) = self.request(Method::GET, self.rest_uri(path)?, Bytes::new()).await?;
                 if status != 200 {

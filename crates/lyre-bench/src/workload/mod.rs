@@ -1,6 +1,7 @@
 //! Workloads. Each prepares its data (untimed) and runs a timed load, returning a
 //! [`Measurement`](crate::stats::Measurement).
 
+pub mod counters;
 mod load;
 pub mod ops;
 pub mod records;

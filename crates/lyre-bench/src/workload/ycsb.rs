@@ -31,7 +31,7 @@ use crate::workload::{LoadSpec, run_load};
 pub const TABLE: &str = "usertable";
 
 /// The `schema.graphql` that exports the table, for both servers.
-pub const SCHEMA: &str = "type usertable @table(database: \"ycsb\") @export {\n  id: ID @primaryKey\n  field0: String\n  field1: String\n  field2: String\n  field3: String\n  field4: String\n  field5: String\n  field6: String\n  field7: String\n  field8: String\n  field9: String\n}\n";
+pub const SCHEMA: &str = "type usertable @table(database: \"ycsb\") @export {\n  id: ID @primaryKey\n  field0: String\n  field1: String\n  field2: String\n  field3: String\n  field4: String\n  field5: String\n  field6: String\n  field7: String\n  field8: String\n  field9: String\n}\ntype counter @table(database: \"ycsb\") @export {\n  id: ID @primaryKey\n}\n";
 
 /// Which YCSB workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]

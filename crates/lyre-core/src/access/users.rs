@@ -40,6 +40,11 @@ struct CachedLogin {
 pub struct Users {
     system: Arc<Db>,
     cache: Mutex<HashMap<String, CachedLogin>>,
+    /// Held while an argon2 hash is verified. Each verification takes ~19 MiB and
+    /// tens of milliseconds; one at a time bounds that memory when many connections
+    /// log in at once, and the re-check of the cache under it means a burst of
+    /// requests with the same credentials costs one verification, not one each.
+    verifying: Mutex<()>,
     ttl: Duration,
     /// Per-process salt for cached password digests.
     salt: [u8; 16],
@@ -66,7 +71,13 @@ impl Users {
                 system.create_table(&ctx, spec).await?;
             }
         }
-        let users = Users { system, cache: Mutex::new(HashMap::new()), ttl, salt: rand::rng().random() };
+        let users = Users {
+            system,
+            cache: Mutex::new(HashMap::new()),
+            verifying: Mutex::new(()),
+            ttl,
+            salt: rand::rng().random(),
+        };
         let mut generated = None;
         let user_table = users.system.table(USER_TABLE)?;
         let any_user = user_table.search(&ctx, crate::query::Query { limit: Some(1), ..Default::default() })?;
@@ -125,6 +136,10 @@ impl Users {
     pub fn authenticate(&self, username: &str, password: &str) -> Result<Arc<User>> {
         if let Some(user) = self.cached(username, password) {
             return Ok(user);
+        }
+        let _one_at_a_time = self.verifying.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(user) = self.cached(username, password) {
+            return Ok(user); // verified while this call waited
         }
         let ctx = Context::system();
         let users = self.system.table(USER_TABLE)?;

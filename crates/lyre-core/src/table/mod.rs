@@ -56,21 +56,17 @@ impl Table {
 
     /// Inserts records; those whose primary key exists are skipped.
     pub async fn insert(&self, ctx: &Context, records: Vec<Object>) -> Result<WriteSummary> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Insert)?;
-        self.write(ctx, WriteMode::Insert, records).await
+        self.write_with(ctx, WriteMode::Insert, records, WriteOptions::default()).await
     }
 
     /// Merges records into existing ones; records with no match are skipped.
     pub async fn update(&self, ctx: &Context, records: Vec<Object>) -> Result<WriteSummary> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Update)?;
-        self.write(ctx, WriteMode::Update, records).await
+        self.write_with(ctx, WriteMode::Update, records, WriteOptions::default()).await
     }
 
     /// Merges records into existing ones, inserting those with no match.
     pub async fn upsert(&self, ctx: &Context, records: Vec<Object>) -> Result<WriteSummary> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Insert)?;
-        check_table(ctx, self.database(), &self.schema.name, Action::Update)?;
-        self.write(ctx, WriteMode::Upsert, records).await
+        self.write_with(ctx, WriteMode::Upsert, records, WriteOptions::default()).await
     }
 
     /// Deletes the records with these primary keys.
@@ -97,9 +93,12 @@ impl Table {
         records: Vec<Object>,
         options: WriteOptions,
     ) -> Result<WriteSummary> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Update)?;
+        // Insert needs insert permission, update needs update, the rest need both.
         if mode != WriteMode::Update {
             check_table(ctx, self.database(), &self.schema.name, Action::Insert)?;
+        }
+        if mode != WriteMode::Insert {
+            check_table(ctx, self.database(), &self.schema.name, Action::Update)?;
         }
         let prepared = write::prepare(&self.schema, mode, records, options.expect)?;
         write::apply(self, ctx, mode, prepared, options.at).await
@@ -219,11 +218,6 @@ impl Table {
     pub fn search(&self, ctx: &Context, query: Query) -> Result<Search> {
         check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
         Search::plan(self.clone(), query)
-    }
-
-    async fn write(&self, ctx: &Context, mode: WriteMode, records: Vec<Object>) -> Result<WriteSummary> {
-        let prepared = write::prepare(&self.schema, mode, records, Vec::new())?;
-        write::apply(self, ctx, mode, prepared, None).await
     }
 }
 

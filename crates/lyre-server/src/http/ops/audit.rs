@@ -183,12 +183,6 @@ fn entry_value(entry: &AuditEntry) -> Value {
     out.insert("hash_values".into(), Value::Array(entry.hash_values.clone()));
     let records = entry.records.iter().map(|r| r.clone().map_or(Value::Null, Value::Object)).collect();
     out.insert("records".into(), Value::Array(records));
-    if !entry.original_records.is_empty() {
-        out.insert(
-            "original_records".into(),
-            Value::Array(entry.original_records.iter().cloned().map(Value::Object).collect()),
-        );
-    }
     Value::Object(out)
 }
 

@@ -34,12 +34,7 @@ async fn write(
     let records = params.records()?;
     let total = records.len();
     let options = WriteOptions { expect: if_match(&mut params, total, "records")?, at: None };
-    let summary = match mode {
-        WriteMode::Insert => table.insert(ctx, records).await?,
-        WriteMode::Update if options.expect.is_empty() => table.update(ctx, records).await?,
-        WriteMode::Upsert if options.expect.is_empty() => table.upsert(ctx, records).await?,
-        _ => table.write_with(ctx, mode, records, options).await?,
-    };
+    let summary = table.write_with(ctx, mode, records, options).await?;
     let (verb, keys_field, with_skipped) = match mode {
         WriteMode::Insert => ("inserted", "inserted_hashes", true),
         WriteMode::Update => ("updated", "update_hashes", true),
