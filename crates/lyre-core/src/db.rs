@@ -1,7 +1,9 @@
 //! One open database: its store, its writer and its published schema.
 
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use lyre_store::{Database, DatabaseOptions, JobMeta, VersionClock, WriteTxn, Writer, WriterOptions};
 
@@ -19,12 +21,39 @@ use crate::table::Table;
 /// The writer's state: the database schema, copied on write.
 pub(crate) type SchemaState = Arc<DatabaseSchema>;
 
-/// An open database. Shared behind an `Arc` by everything using it.
+/// An open database. Shared behind an `Arc` by everything using it: every `Arc`
+/// is a handle a drop waits for, and long-lived users name themselves with a
+/// [`Lease`] so a refused drop can say who holds the database.
 pub struct Db {
     name: String,
     store: Database,
     writer: Writer<SchemaState>,
     published: Arc<RwLock<SchemaState>>,
+    leases: Mutex<BTreeMap<u64, String>>,
+    next_lease: AtomicU64,
+    /// Set while a drop or restore waits for users to leave: long-running readers
+    /// stop, new requests are refused.
+    closing: AtomicBool,
+}
+
+/// A named hold on an open database (a backup, a search stream, a job). Released
+/// when dropped.
+pub struct Lease {
+    db: Arc<Db>,
+    id: u64,
+}
+
+impl Lease {
+    /// The database held.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.db.leases.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+    }
 }
 
 /// Storage figures for `describe_table`.
@@ -68,7 +97,15 @@ impl Db {
             }
         });
         let writer = Writer::spawn(store.clone(), clock, state, on_commit, writer)?;
-        Ok(Arc::new(Db { name: name.to_string(), store, writer, published }))
+        Ok(Arc::new(Db {
+            name: name.to_string(),
+            store,
+            writer,
+            published,
+            leases: Mutex::new(BTreeMap::new()),
+            next_lease: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+        }))
     }
 
     /// The database's name.
@@ -160,7 +197,7 @@ impl Db {
                 return Err(Error::TableNotFound { database, table: name });
             }
             if let Some(store) = txn.table(&name)? {
-                txn.clear_table(&store)?;
+                txn.release_table(&store)?;
             }
             txn.delete_catalog(&TableSchema::catalog_key(&name))?;
             Arc::make_mut(state).tables.shift_remove(&name);
@@ -246,6 +283,41 @@ impl Db {
             db_audit_size: txn.log_size()?,
             last_updated_record,
         })
+    }
+
+    /// Takes a lease naming `holder` (e.g. "backup for admin").
+    pub fn lease(self: &Arc<Self>, holder: impl Into<String>) -> Lease {
+        let id = self.next_lease.fetch_add(1, Ordering::Relaxed);
+        self.leases.lock().unwrap_or_else(|e| e.into_inner()).insert(id, holder.into());
+        Lease { db: self.clone(), id }
+    }
+
+    /// Who holds leases now.
+    pub fn lease_holders(&self) -> Vec<String> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// Handles on the database's storage (this database's own, the writer's, and
+    /// every open snapshot): what must reach its baseline before the files can go.
+    pub fn open_handles(&self) -> usize {
+        self.store.open_handles()
+    }
+
+    /// Whether the database is going away (a drop or restore is waiting for its
+    /// users): long-running readers stop at their next step.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_closing(&self, closing: bool) {
+        self.closing.store(closing, Ordering::Release);
+    }
+
+    /// Writes a compacted, consistent copy of the database (one snapshot; writes
+    /// carry on) to `file`: what `get_backup` streams and `restore` reads back.
+    pub fn backup_to(&self, ctx: &Context, file: &mut std::fs::File) -> Result<()> {
+        require_super_user(ctx)?;
+        Ok(self.store.copy_to(file)?)
     }
 
     /// Stops the writer after the queued writes are applied.

@@ -14,6 +14,10 @@ use crate::catalog::{
 use crate::context::Context;
 use crate::db::Db;
 use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::lifecycle::files::{self, FileLock, refuse_symlink};
+use crate::lifecycle::marker::{Kind, Targets};
+use crate::lifecycle::{self, Blocked};
 
 /// The database holding users and roles.
 pub const SYSTEM_DATABASE: &str = "system";
@@ -33,6 +37,11 @@ pub struct EngineOptions {
     pub admin: AdminBootstrap,
     /// How long a verified login is trusted without re-hashing.
     pub auth_cache_ttl: Duration,
+    /// Where databases live (Harper's `storage.path`); `<root>/database` when `None`.
+    pub databases_dir: Option<PathBuf>,
+    /// How long a drop or restore waits for a database's users to leave before it
+    /// gives up with 409.
+    pub release_timeout: Duration,
 }
 
 /// Everything that is open: databases and users. One per process.
@@ -41,27 +50,43 @@ pub struct Engine {
     options: EngineOptions,
     clock: Arc<VersionClock>,
     databases: RwLock<BTreeMap<String, Arc<Db>>>,
-    /// Serializes creating and dropping databases.
+    /// Databases not loaded because an interrupted drop or restore could not be
+    /// finished safely, with the reason.
+    blocked: RwLock<Blocked>,
+    /// Serializes creating, dropping and restoring databases.
     lifecycle: tokio::sync::Mutex<()>,
     users: Users,
+    /// Held while the engine runs: one process per root.
+    _server_lock: FileLock,
 }
 
 impl Engine {
     /// Opens every database under the root and the user store. Returns the engine and
     /// the super user's generated password when one was created.
     pub async fn open(options: EngineOptions) -> Result<(Arc<Engine>, Option<String>)> {
-        let layout = Layout::new(options.root.clone());
+        let mut layout = Layout::new(options.root.clone());
+        if let Some(dir) = &options.databases_dir {
+            layout = layout.with_databases_dir(dir.clone());
+        }
         std::fs::create_dir_all(layout.databases_dir()).map_err(lyre_store::Error::from)?;
+        let server_lock = lifecycle::server_lock(&layout)?;
+        // Interrupted drops and restores are finished (or refused) before any database
+        // is opened, so a half-deleted database never loads as healthy.
+        let blocked = lifecycle::recover(&layout)?;
         let clock = Arc::new(VersionClock::new(options.node_id, 0.0));
         let mut databases = BTreeMap::new();
         for entry in std::fs::read_dir(layout.databases_dir()).map_err(lyre_store::Error::from)? {
             let entry = entry.map_err(lyre_store::Error::from)?;
-            if !entry.file_type().map_err(lyre_store::Error::from)?.is_dir() {
+            // A link to a directory elsewhere is a database too (a drop refuses it).
+            if !entry.path().is_dir() {
                 continue;
             }
             let Some(name) = entry.file_name().to_str().map(str::to_string) else {
                 continue;
             };
+            if !lifecycle::is_database_dir_name(&name) || blocked.contains_key(&name) {
+                continue;
+            }
             let db = Db::open(&name, &entry.path(), options.storage.clone(), options.writer.clone(), clock.clone())?;
             databases.insert(name, db);
         }
@@ -85,8 +110,10 @@ impl Engine {
             options,
             clock,
             databases: RwLock::new(databases),
+            blocked: RwLock::new(blocked),
             lifecycle: tokio::sync::Mutex::new(()),
             users,
+            _server_lock: server_lock,
         };
         Ok((Arc::new(engine), generated))
     }
@@ -101,10 +128,29 @@ impl Engine {
         &self.layout
     }
 
-    /// An open database.
+    /// An open database. Refused while it is being dropped or restored, and when
+    /// start-up could not safely finish an interrupted drop or restore of it.
     pub fn database(&self, name: &str) -> Result<Arc<Db>> {
+        self.check_not_blocked(name)?;
         let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
-        databases.get(name).cloned().ok_or_else(|| Error::DatabaseNotFound(name.to_string()))
+        let db = databases.get(name).cloned().ok_or_else(|| Error::DatabaseNotFound(name.to_string()))?;
+        if db.is_closing() {
+            return Err(Error::Lifecycle(format!("database '{name}' is being dropped or restored")));
+        }
+        Ok(db)
+    }
+
+    /// Databases that are not loaded, with the reason (an interrupted drop or restore
+    /// start-up refused to act on).
+    pub fn blocked_databases(&self) -> Blocked {
+        self.blocked.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn check_not_blocked(&self, name: &str) -> Result<()> {
+        match self.blocked.read().unwrap_or_else(|e| e.into_inner()).get(name) {
+            Some(reason) => Err(Error::Lifecycle(format!("database '{name}' is blocked: {reason}"))),
+            None => Ok(()),
+        }
     }
 
     /// User databases (not `system`), by name.
@@ -118,6 +164,7 @@ impl Engine {
         require_super_user(ctx)?;
         validate_database_name(name)?;
         let _guard = self.lifecycle.lock().await;
+        self.check_not_blocked(name)?;
         if self.database(name).is_ok() {
             return Err(Error::DatabaseExists(name.to_string()));
         }
@@ -177,21 +224,149 @@ impl Engine {
         Ok(changed)
     }
 
-    /// Drops a database: stops its writer, closes it, deletes its directory.
+    /// Drops a database through the crash-safe protocol in [`crate::lifecycle`]: a
+    /// marker first, then users are told to leave (409 naming the holders if they do
+    /// not within the release timeout, with nothing changed), then the recorded
+    /// directory is deleted strictly and the marker removed.
     pub async fn drop_database(&self, ctx: &Context, name: &str) -> Result<()> {
         require_super_user(ctx)?;
         if name == SYSTEM_DATABASE {
             return Err(Error::invalid("the system database cannot be dropped"));
         }
+        validate_database_name(name)?;
         let _guard = self.lifecycle.lock().await;
-        let db = {
-            let mut databases = self.databases.write().unwrap_or_else(|e| e.into_inner());
-            databases.remove(name).ok_or_else(|| Error::DatabaseNotFound(name.to_string()))?
-        };
-        let dir = self.layout.database_dir(name);
-        tokio::task::spawn_blocking(move || close_and_remove(db, dir))
+        let _lock = lifecycle::lock(&self.layout, name)?;
+        if let Some(reason) = self.blocked.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned() {
+            return self.retry_blocked_drop(name, reason);
+        }
+        let db = self.database(name)?;
+        let dir = lifecycle::absolute(db.store().dir())?;
+        refuse_symlink(&dir)?;
+        let targets = Targets { database: dir, staged: None, previous: None };
+        let (marker, resumed) = lifecycle::begin(&self.layout, name, Kind::Drop, targets)?;
+        failpoint::hit("drop-marked").map_err(|e| Error::Lifecycle(e.to_string()))?;
+        if let Err(err) = self.release(&db).await {
+            if !resumed {
+                lifecycle::end(&self.layout, name)?;
+            }
+            return Err(err);
+        }
+        self.close(name, db).await?;
+        failpoint::hit("drop-closed").map_err(|e| Error::Lifecycle(e.to_string()))?;
+        let finished = tokio::task::spawn_blocking(move || lifecycle::delete_recorded(&marker))
             .await
-            .map_err(|e| Error::invalid(format!("dropping the database failed: {e}")))?
+            .map_err(|e| Error::Lifecycle(format!("dropping the database failed: {e}")))?;
+        if let Err(err) = finished {
+            // The marker stays: the next start (or a retried drop) finishes the job.
+            let reason = format!("its drop did not finish ({err}); retry drop_database or restart");
+            self.blocked.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), reason);
+            return Err(err);
+        }
+        failpoint::hit("drop-deleted").map_err(|e| Error::Lifecycle(e.to_string()))?;
+        lifecycle::end(&self.layout, name)
+    }
+
+    /// A drop of a database left blocked by an earlier failed removal: finish it from
+    /// its marker.
+    fn retry_blocked_drop(&self, name: &str, reason: String) -> Result<()> {
+        match lifecycle::marker::read(&self.layout.lifecycle_dir(), &lifecycle::marker::key(name)) {
+            Ok(Some(marker)) if marker.kind == Kind::Drop => {
+                lifecycle::delete_recorded(&marker)?;
+                lifecycle::end(&self.layout, name)?;
+                self.blocked.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+                Ok(())
+            }
+            _ => Err(Error::Lifecycle(format!("database '{name}' is blocked: {reason}"))),
+        }
+    }
+
+    /// Replaces database `name` (created if absent) with the backup file `backup`,
+    /// through the same marker protocol as a drop: the backup is copied beside the
+    /// database and checked first, users are told to leave (409 if they do not), and
+    /// the copy is swapped in.
+    pub async fn restore_database(&self, ctx: &Context, name: &str, backup: &std::path::Path) -> Result<()> {
+        require_super_user(ctx)?;
+        validate_database_name(name)?;
+        if name == SYSTEM_DATABASE {
+            return Err(Error::invalid("the system database cannot be restored while the server runs"));
+        }
+        let _guard = self.lifecycle.lock().await;
+        let _lock = lifecycle::lock(&self.layout, name)?;
+        self.check_not_blocked(name)?;
+        let targets = lifecycle::restore_targets(&self.layout, name)?;
+        let (marker, _) = lifecycle::begin(&self.layout, name, Kind::Restore, targets)?;
+        let (staging, backup) = (marker.clone(), backup.to_path_buf());
+        let options = self.options.storage.clone();
+        let staged = tokio::task::spawn_blocking(move || lifecycle::stage(&staging, &backup, &options))
+            .await
+            .map_err(|e| Error::Lifecycle(format!("preparing the restore failed: {e}")));
+        if let Err(err) = staged.and_then(|r| r) {
+            lifecycle::end(&self.layout, name)?;
+            return Err(err);
+        }
+        failpoint::hit("restore-staged").map_err(|e| Error::Lifecycle(e.to_string()))?;
+        if let Ok(db) = self.database(name) {
+            if let Err(err) = self.release(&db).await {
+                let _ =
+                    files::remove_dir_strictly(marker.targets.staged.as_deref().unwrap_or(&marker.targets.database));
+                lifecycle::end(&self.layout, name)?;
+                return Err(err);
+            }
+            self.close(name, db).await?;
+        }
+        lifecycle::swap(&marker)?;
+        lifecycle::end(&self.layout, name)?;
+        self.open_database(name).map(|_| ())
+    }
+
+    /// Tells `db`'s users it is going away and waits (bounded) until only the
+    /// registry and the caller hold it. On timeout, undoes the "going away" and
+    /// answers 409 naming who still holds it.
+    async fn release(&self, db: &Arc<Db>) -> Result<()> {
+        db.set_closing(true);
+        let deadline = tokio::time::Instant::now() + self.options.release_timeout;
+        // The registry's handle and the caller's.
+        while Arc::strong_count(db) > 2 {
+            if tokio::time::Instant::now() >= deadline {
+                db.set_closing(false);
+                let holders = db.lease_holders();
+                let others = (Arc::strong_count(db) - 2).saturating_sub(holders.len());
+                let mut named = holders;
+                if others > 0 {
+                    named.push(format!("{others} request(s) in flight"));
+                }
+                return Err(Error::Lifecycle(format!(
+                    "database '{}' is in use and was not changed: held by {}",
+                    db.name(),
+                    named.join(", ")
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    /// Removes `db` from the registry, stops its writer and waits for its storage
+    /// to close.
+    async fn close(&self, name: &str, db: Arc<Db>) -> Result<()> {
+        self.databases.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+        tokio::task::spawn_blocking(move || {
+            db.shutdown();
+            let closing = db.store().closing();
+            drop(db);
+            if !closing.wait(Duration::from_secs(10)) {
+                return Err(Error::Lifecycle("the database's storage did not close within 10 s".into()));
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| Error::Lifecycle(format!("closing the database failed: {e}")))?
+    }
+
+    /// Open handles and leases of every open database (what a drop would wait for).
+    pub fn handles(&self) -> Vec<(String, usize, Vec<String>)> {
+        let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
+        databases.values().map(|db| (db.name().to_string(), db.open_handles(), db.lease_holders())).collect()
     }
 
     /// Stops every writer after its queued writes commit. Later writes fail as
@@ -206,16 +381,4 @@ impl Engine {
             tracing::error!(error = %err, "stopping the writers failed");
         }
     }
-}
-
-/// Waits (bounded) for the environment to close, then removes its directory.
-fn close_and_remove(db: Arc<Db>, dir: PathBuf) -> Result<()> {
-    db.shutdown();
-    let closing = db.store().closing();
-    drop(db);
-    if !closing.wait(Duration::from_secs(10)) {
-        tracing::warn!(dir = %dir.display(), "database still in use by readers; removing its files anyway");
-    }
-    std::fs::remove_dir_all(&dir).map_err(lyre_store::Error::from)?;
-    Ok(())
 }

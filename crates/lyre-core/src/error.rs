@@ -171,6 +171,10 @@ pub enum Error {
     /// A conditional write found the record changed (or gone) at commit.
     #[error("{0}")]
     PreconditionFailed(String),
+    /// A database's lifecycle prevents the request: it is being dropped or restored,
+    /// it is in use by named holders, or an interrupted drop could not be finished.
+    #[error("{0}")]
+    Lifecycle(String),
     /// No credentials.
     #[error("Must login")]
     MustLogin,
@@ -200,6 +204,7 @@ impl Error {
             Error::DatabaseExists(_) | Error::TableExists { .. } | Error::AttributeExists { .. } => Code::AlreadyExists,
             Error::Conflict(_) => Code::Conflict,
             Error::PreconditionFailed(_) => Code::PreconditionFailed,
+            Error::Lifecycle(_) => Code::Conflict,
             Error::MustLogin => Code::MustLogin,
             Error::LoginFailed => Code::LoginFailed,
             Error::Forbidden => Code::Forbidden,

@@ -14,7 +14,9 @@ mod context;
 mod db;
 mod engine;
 mod error;
+mod failpoint;
 mod index;
+pub mod lifecycle;
 pub mod query;
 mod table;
 mod value;
@@ -22,11 +24,12 @@ mod value;
 pub use audit::{AuditEntry, AuditSearch};
 pub use consistency::ConsistencyReport;
 pub use context::Context;
-pub use db::{Db, TableStats};
+pub use db::{Db, Lease, TableStats};
 pub use engine::{Engine, EngineOptions};
 pub use error::{Class, Code, Error, Result};
 /// How databases are opened (map size, durability); see `lyre_store`.
 pub use lyre_store::DatabaseOptions as StorageOptions;
+pub use lyre_store::Layout;
 pub use lyre_store::Version;
 /// How writers batch; see `lyre_store`.
 pub use lyre_store::WriterOptions;

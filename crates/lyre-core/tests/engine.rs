@@ -16,6 +16,8 @@ fn options(root: &std::path::Path) -> EngineOptions {
         writer: Default::default(),
         admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
         auth_cache_ttl: Duration::from_secs(30),
+        databases_dir: None,
+        release_timeout: Duration::from_secs(5),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The command line: `lyre run` and its flags.
+//! The command line: `lyre run`, `lyre dev`, `lyre backup`, `lyre restore`.
 
 use std::path::PathBuf;
 
@@ -29,6 +29,32 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         root: Option<PathBuf>,
     },
+    /// Write a compacted, consistent copy of a database to a file (safe while the
+    /// server runs).
+    Backup {
+        /// Root directory [default: ./lyre-data, or $ROOTPATH].
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+        /// The database to copy.
+        #[arg(long)]
+        database: String,
+        /// The file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Replace a database with a backup file (the server must not be running on the
+    /// root; a running server takes the `restore_backup` operation instead).
+    Restore {
+        /// Root directory [default: ./lyre-data, or $ROOTPATH].
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+        /// The database to replace (created if absent).
+        #[arg(long)]
+        database: String,
+        /// The backup file (from `get_backup` or `lyre backup`).
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+    },
 }
 
 /// Flags of `lyre run`.
@@ -45,7 +71,9 @@ impl Cli {
     pub fn run_args(&self) -> RunArgs {
         match &self.command {
             Some(Command::Run(args)) => args.clone(),
-            Some(Command::Dev { root, .. }) => RunArgs { root: root.clone() },
+            Some(Command::Dev { root, .. } | Command::Backup { root, .. } | Command::Restore { root, .. }) => {
+                RunArgs { root: root.clone() }
+            }
             None => RunArgs::default(),
         }
     }

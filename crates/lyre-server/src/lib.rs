@@ -12,4 +12,4 @@ mod jobs;
 mod listen;
 mod telemetry;
 
-pub use listen::run;
+pub use listen::{backup, restore, run};

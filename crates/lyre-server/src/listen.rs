@@ -35,22 +35,45 @@ pub fn run(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     runtime.block_on(serve(config, dev_app))
 }
 
+/// `lyre backup`: a consistent copy of `database` under the configured root.
+pub fn backup(config: &Config, database: &str, out: &std::path::Path) -> anyhow::Result<()> {
+    lyre_core::lifecycle::backup_offline(&layout(config), database, out, &storage_options(config))
+        .with_context(|| format!("backing up '{database}'"))
+}
+
+/// `lyre restore`: replaces `database` with a backup, the server not running.
+pub fn restore(config: &Config, database: &str, backup: &std::path::Path) -> anyhow::Result<()> {
+    lyre_core::lifecycle::restore_offline(&layout(config), database, backup, &storage_options(config))
+        .with_context(|| format!("restoring '{database}'"))
+}
+
+fn layout(config: &Config) -> lyre_core::Layout {
+    let layout = lyre_core::Layout::new(config.root().to_path_buf());
+    match &config.storage.path {
+        Some(dir) => layout.with_databases_dir(dir.clone()),
+        None => layout,
+    }
+}
+
+fn storage_options(config: &Config) -> lyre_core::StorageOptions {
+    lyre_core::StorageOptions { map_size: config.storage.max_database_size, durable: !config.storage.write_async }
+}
+
 async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     let started = Instant::now();
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let options = EngineOptions {
         root: config.root().to_path_buf(),
         node_id: 1,
-        storage: lyre_core::StorageOptions {
-            map_size: config.storage.max_database_size,
-            durable: !config.storage.write_async,
-        },
+        storage: storage_options(&config),
         writer: Default::default(),
         admin: AdminBootstrap {
             username: env("HDB_ADMIN_USERNAME").unwrap_or_else(|| "HDB_ADMIN".into()),
             password: env("HDB_ADMIN_PASSWORD"),
         },
         auth_cache_ttl: Duration::from_millis(config.authentication.cache_ttl),
+        databases_dir: config.storage.path.clone(),
+        release_timeout: Duration::from_millis(config.storage.release_timeout),
     };
     let (engine, generated) = Engine::open(options).await.context("opening the databases")?;
     if let Some(password) = generated {

@@ -1,11 +1,25 @@
 //! The `lyre` binary: parse the command line, load the configuration, run.
 
 use clap::Parser;
+use lyre_server::cli::Command;
 
 fn main() -> anyhow::Result<()> {
     let cli = lyre_server::cli::Cli::parse();
     let args = cli.run_args();
     let config = lyre_server::config::Config::load(args.root, &|name| std::env::var(name).ok())?;
+    match &cli.command {
+        Some(Command::Backup { database, out, .. }) => {
+            lyre_server::backup(&config, database, out)?;
+            println!("wrote a backup of '{database}' to {}", out.display());
+            return Ok(());
+        }
+        Some(Command::Restore { database, from, .. }) => {
+            lyre_server::restore(&config, database, from)?;
+            println!("restored '{database}' from {}", from.display());
+            return Ok(());
+        }
+        _ => {}
+    }
     let dev_app = match cli.dev_app() {
         Some(app) => Some(
             std::fs::canonicalize(&app).map_err(|e| anyhow::anyhow!("application directory {}: {e}", app.display()))?,

@@ -37,8 +37,19 @@ impl Default for DatabaseOptions {
 #[derive(Clone, Debug)]
 pub struct TableStore {
     pub(crate) name: Arc<str>,
+    /// The storage slot (sub-database pair) the table occupies.
+    pub(crate) slot: String,
     pub(crate) records: BytesDb,
     pub(crate) index: IndexDb,
+}
+
+/// A sub-database pair not assigned to any table (its table was dropped; it is
+/// empty), reused by the next table created.
+#[derive(Clone, Debug)]
+pub(crate) struct FreeSlot {
+    slot: String,
+    records: BytesDb,
+    index: IndexDb,
 }
 
 impl TableStore {
@@ -73,8 +84,13 @@ pub(crate) struct Inner {
     pub(crate) catalog: BytesDb,
     pub(crate) meta: BytesDb,
     pub(crate) txlog: LogDb,
-    /// Handles of tables opened so far. Only committed handles enter this map.
+    /// Handles of tables opened so far. Only committed handles enter this map; a
+    /// dropped table's entry is moved to `free` when the next table is created.
     pub(crate) tables: RwLock<HashMap<String, TableStore>>,
+    /// Emptied slots of dropped tables, for reuse: LMDB never forgets a named
+    /// sub-database, so without reuse every table name ever created would use up a
+    /// slot for good.
+    pub(crate) free: RwLock<Vec<FreeSlot>>,
     /// The sequence number of the last committed log entry.
     pub(crate) committed: watch::Sender<u64>,
 }
@@ -113,6 +129,7 @@ impl Database {
                 meta,
                 txlog,
                 tables: RwLock::new(HashMap::new()),
+                free: RwLock::new(Vec::new()),
                 committed,
             }),
         };
@@ -120,11 +137,13 @@ impl Database {
         Ok(db)
     }
 
-    /// Opens the handles of every table's storage.
+    /// Opens the handles of every table's storage, and of every free slot.
     ///
     /// LMDB only lets a transaction use sub-database handles opened before it began,
     /// so every handle is opened up front: here for existing tables, and by
-    /// [`Database::create_table_storage`] before the catalog names a new table.
+    /// [`Database::create_table_storage`] before the catalog names a new table. Which
+    /// slot holds which table is recorded in the metadata sub-database
+    /// (`slot:<table>` → slot); a slot no table maps to is free.
     fn open_existing_tables(&self) -> Result<()> {
         let env = &self.inner.env;
         let main: Option<heed::Database<'static, Bytes, heed::types::DecodeIgnore>> = env
@@ -133,30 +152,59 @@ impl Database {
             })?
             .unwrap_commit();
         let Some(main) = main else { return Ok(()) };
-        let tables: Vec<String> = {
+        let (slots, mut assigned) = {
             let rtxn = env.read_txn()?;
-            let mut names = Vec::new();
+            let mut slots = Vec::new();
             for item in main.prefix_iter(&rtxn, names::RECORDS_PREFIX.as_bytes())? {
                 let (name, ()) = item?;
-                if let Ok(name) = std::str::from_utf8(&name[names::RECORDS_PREFIX.len()..]) {
-                    names.push(name.to_string());
+                if let Ok(slot) = std::str::from_utf8(&name[names::RECORDS_PREFIX.len()..]) {
+                    slots.push(slot.to_string());
                 }
             }
-            names
+            (slots, self.slot_assignments(&rtxn)?)
         };
-        for table in tables {
+        if assigned.is_empty() && !slots.is_empty() {
+            // Written before slots existed: each sub-database is named after its table.
+            assigned = slots.iter().map(|s| (s.clone(), s.clone())).collect();
+            let mut wtxn = env.write_txn()?;
+            for (table, slot) in &assigned {
+                self.inner.meta.put(&mut wtxn, &names::slot_key(table), slot.as_bytes())?;
+            }
+            wtxn.commit()?;
+        }
+        for slot in slots {
             let opened: Option<(BytesDb, IndexDb)> = env
                 .open_databases_and_commit(env.read_txn()?, |opener, rtxn| {
-                    let records = opener.open_database(rtxn, Some(&names::records(&table)))?;
-                    let index = opener.open_database(rtxn, Some(&names::index(&table)))?;
+                    let records = opener.open_database(rtxn, Some(&names::records(&slot)))?;
+                    let index = opener.open_database(rtxn, Some(&names::index(&slot)))?;
                     Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit(records.zip(index)))
                 })?
                 .unwrap_commit();
-            if let Some((records, index)) = opened {
-                self.remember_table(&table, records, index);
+            let Some((records, index)) = opened else { continue };
+            match assigned.iter().find(|(_, s)| **s == slot) {
+                Some((table, _)) => {
+                    self.remember_table(table, FreeSlot { slot, records, index });
+                }
+                None => {
+                    self.inner.free.write().unwrap_or_else(|e| e.into_inner()).push(FreeSlot { slot, records, index })
+                }
             }
         }
         Ok(())
+    }
+
+    /// `table → slot` as committed in `txn`'s snapshot.
+    fn slot_assignments(&self, txn: &heed::RoTxn<'_, WithoutTls>) -> Result<HashMap<String, String>> {
+        let mut out = HashMap::new();
+        for item in self.inner.meta.prefix_iter(txn, names::SLOT_PREFIX.as_bytes())? {
+            let (key, value) = item?;
+            if let (Ok(table), Ok(slot)) =
+                (std::str::from_utf8(&key[names::SLOT_PREFIX.len()..]), std::str::from_utf8(value))
+            {
+                out.insert(table.to_string(), slot.to_string());
+            }
+        }
+        Ok(out)
     }
 
     /// The database's name.
@@ -186,6 +234,18 @@ impl Database {
         Closing(self.inner.env.clone().prepare_for_closing())
     }
 
+    /// How many handles on this database are alive (clones, read transactions,
+    /// table handles in flight): what a drop waits on.
+    pub fn open_handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
+    /// Writes a compacted, consistent copy of the environment's data file to `file`
+    /// (one read snapshot; writes carry on meanwhile).
+    pub fn copy_to(&self, file: &mut std::fs::File) -> Result<()> {
+        Ok(self.inner.env.copy_to_file(file, heed::CompactionOption::Enabled)?)
+    }
+
     /// Bytes the environment's pages occupy (the data file itself is sized to the
     /// map and sparse, so its length says nothing).
     pub fn disk_size(&self) -> Result<u64> {
@@ -199,23 +259,70 @@ impl Database {
         self.cached_table(table)
     }
 
-    /// Creates the table's sub-databases in a transaction of their own. Called by the
-    /// writer thread only, between batches.
+    /// Gives `table` storage: a free slot (emptied when its table was dropped) or a
+    /// new one, and records the assignment, in a transaction of its own. Called by
+    /// the writer thread only, between batches, so the committed state is current.
     pub(crate) fn create_table_storage(&self, table: &str) -> Result<TableStore> {
+        let env = &self.inner.env;
+        let assigned = self.slot_assignments(&env.read_txn()?)?;
+        self.reclaim_dropped(&assigned);
         if let Some(found) = self.cached_table(table) {
             return Ok(found);
         }
-        let env = &self.inner.env;
-        let wtxn = env.write_txn()?;
-        let (records, index): (BytesDb, IndexDb) = env
-            .create_databases_and_commit(wtxn, |opener, wtxn| {
-                let records = opener.create_database(wtxn, Some(&names::records(table)))?;
-                let index = opener.create_database(wtxn, Some(&names::index(table)))?;
-                Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((records, index)))
-            })
-            .map_err(|e| crate::txn::classify(self, e))?
-            .unwrap_commit();
-        Ok(self.remember_table(table, records, index))
+        let reused = self.inner.free.write().unwrap_or_else(|e| e.into_inner()).pop();
+        let slot = match reused {
+            Some(free) => {
+                let mut wtxn = env.write_txn()?;
+                self.inner.meta.put(&mut wtxn, &names::slot_key(table), free.slot.as_bytes())?;
+                if let Err(err) = wtxn.commit() {
+                    self.inner.free.write().unwrap_or_else(|e| e.into_inner()).push(free);
+                    return Err(crate::txn::classify(self, err));
+                }
+                free
+            }
+            None => {
+                let slot = self.next_slot_name(&assigned);
+                let wtxn = env.write_txn()?;
+                let meta = self.inner.meta;
+                let (records, index): (BytesDb, IndexDb) = env
+                    .create_databases_and_commit(wtxn, |opener, wtxn| {
+                        let records = opener.create_database(wtxn, Some(&names::records(&slot)))?;
+                        let index = opener.create_database(wtxn, Some(&names::index(&slot)))?;
+                        meta.put(wtxn, &names::slot_key(table), slot.as_bytes())?;
+                        Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((records, index)))
+                    })
+                    .map_err(|e| crate::txn::classify(self, e))?
+                    .unwrap_commit();
+                FreeSlot { slot, records, index }
+            }
+        };
+        Ok(self.remember_table(table, slot))
+    }
+
+    /// Moves the handles of tables whose assignment is gone (dropped, and emptied by
+    /// the drop) to the free pool.
+    fn reclaim_dropped(&self, assigned: &HashMap<String, String>) {
+        let mut tables = self.inner.tables.write().unwrap_or_else(|e| e.into_inner());
+        let dropped: Vec<String> = tables
+            .iter()
+            .filter(|(name, store)| assigned.get(name.as_str()) != Some(&store.slot))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut free = self.inner.free.write().unwrap_or_else(|e| e.into_inner());
+        for name in dropped {
+            if let Some(store) = tables.remove(&name) {
+                free.push(FreeSlot { slot: store.slot, records: store.records, index: store.index });
+            }
+        }
+    }
+
+    /// A slot name no sub-database has yet: the next number.
+    fn next_slot_name(&self, assigned: &HashMap<String, String>) -> String {
+        let tables = self.inner.tables.read().unwrap_or_else(|e| e.into_inner());
+        let free = self.inner.free.read().unwrap_or_else(|e| e.into_inner());
+        let used = tables.values().map(|t| t.slot.as_str()).chain(free.iter().map(|f| f.slot.as_str()));
+        let highest = used.chain(assigned.values().map(String::as_str)).filter_map(|s| s.parse::<u32>().ok()).max();
+        highest.map_or(0, |n| n + 1).to_string()
     }
 
     fn cached_table(&self, table: &str) -> Option<TableStore> {
@@ -223,11 +330,17 @@ impl Database {
         tables.get(table).cloned()
     }
 
-    fn remember_table(&self, table: &str, records: BytesDb, index: IndexDb) -> TableStore {
-        let store = TableStore { name: table.into(), records, index };
+    fn remember_table(&self, table: &str, slot: FreeSlot) -> TableStore {
+        let store = TableStore { name: table.into(), slot: slot.slot, records: slot.records, index: slot.index };
         let mut tables = self.inner.tables.write().unwrap_or_else(|e| e.into_inner());
         tables.insert(table.to_string(), store.clone());
         store
+    }
+
+    /// Storage slots in use and free (for tests of handle hygiene).
+    pub fn slot_counts(&self) -> (usize, usize) {
+        let tables = self.inner.tables.read().unwrap_or_else(|e| e.into_inner()).len();
+        (tables, self.inner.free.read().unwrap_or_else(|e| e.into_inner()).len())
     }
 
     pub(crate) fn map_full(&self) -> Error {

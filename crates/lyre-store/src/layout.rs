@@ -6,12 +6,20 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct Layout {
     root: PathBuf,
+    databases: Option<PathBuf>,
 }
 
 impl Layout {
     /// A layout rooted at `root` (not created until needed).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self { root: root.into(), databases: None }
+    }
+
+    /// The same layout with databases kept in `dir` instead of `<root>/database`
+    /// (Harper's `storage.path`).
+    pub fn with_databases_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.databases = Some(dir.into());
+        self
     }
 
     /// The root directory itself.
@@ -26,7 +34,14 @@ impl Layout {
 
     /// The directory holding one environment per database.
     pub fn databases_dir(&self) -> PathBuf {
-        self.root.join("database")
+        self.databases.clone().unwrap_or_else(|| self.root.join("database"))
+    }
+
+    /// Lifecycle markers and locks (drop, restore) and the server's lock. Under the
+    /// root rather than beside the databases, so a marker outlives a change of
+    /// `storage.path` and names what it was about to delete.
+    pub fn lifecycle_dir(&self) -> PathBuf {
+        self.root.join("lifecycle")
     }
 
     /// The environment directory of database `name`.

@@ -7,17 +7,27 @@ pub const META: &str = "meta";
 /// The transaction log, keyed by big-endian sequence number.
 pub const TXLOG: &str = "txlog";
 
-/// Prefix of every table's primary-record sub-database name.
+/// Prefix of every slot's primary-record sub-database name.
 pub const RECORDS_PREFIX: &str = "records/";
 
-/// Primary records of `table`, keyed by the encoded primary key.
-pub fn records(table: &str) -> String {
-    format!("{RECORDS_PREFIX}{table}")
+/// Prefix of the metadata keys recording which slot holds which table.
+pub const SLOT_PREFIX: &str = "slot:";
+
+/// Primary records in storage slot `slot`, keyed by the encoded primary key. A slot
+/// is a number (older databases named slots after their tables).
+pub fn records(slot: &str) -> String {
+    format!("{RECORDS_PREFIX}{slot}")
 }
 
-/// Secondary-index entries of `table`: attribute id, encoded value, encoded primary key.
-pub fn index(table: &str) -> String {
-    format!("index/{table}")
+/// Secondary-index entries in storage slot `slot`: attribute id, encoded value,
+/// encoded primary key.
+pub fn index(slot: &str) -> String {
+    format!("index/{slot}")
+}
+
+/// The metadata key recording `table`'s slot.
+pub fn slot_key(table: &str) -> Vec<u8> {
+    format!("{SLOT_PREFIX}{table}").into_bytes()
 }
 
 /// At most this many tables fit in one database environment (each owns two

@@ -176,6 +176,15 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         Ok(())
     }
 
+    /// Empties `table`'s storage and gives its slot back, for the next table created
+    /// (a dropped table must not keep its sub-databases for good).
+    pub fn release_table(&mut self, table: &TableStore) -> Result<()> {
+        self.clear_table(table)?;
+        let key = crate::names::slot_key(&table.name);
+        self.db.inner.meta.delete(self.writing(), &key).map_err(|e| classify(self.db, e))?;
+        Ok(())
+    }
+
     /// The stored record with primary key `key`, as of this transaction.
     pub fn get_record(&self, table: &TableStore, key: &[u8]) -> Result<Option<&[u8]>> {
         Ok(table.records.get(&*self.txn, key)?)

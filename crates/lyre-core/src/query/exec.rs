@@ -5,7 +5,7 @@ use std::ops::{Bound, ControlFlow};
 
 use lyre_store::{ReadTxn, TableStore, index_entry_primary_key};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::index::attribute_prefix;
 use crate::query::ast::SortKey;
 use crate::query::filter::{cmp_sort_values, matches_all};
@@ -32,6 +32,8 @@ impl Search {
         let query = &self.query;
         let conditions = &query.conditions;
         let operator = query.operator;
+        let db = self.table.db().clone();
+        let going_away = || Error::Lifecycle(format!("database '{}' is being dropped or restored", db.name()));
         match &self.order {
             Order::Natural => {
                 let mut skip = query.offset;
@@ -40,6 +42,9 @@ impl Search {
                     return Ok(());
                 }
                 let _stopped_early = walk(&self.txn, &store, &self.driver, &mut |_, record| {
+                    if db.is_closing() {
+                        return Err(going_away());
+                    }
                     if !matches_all(operator, conditions, &record, related)? {
                         return Ok(ControlFlow::Continue(()));
                     }
@@ -59,6 +64,9 @@ impl Search {
                 let keep = query.limit.map(|l| l.saturating_add(query.offset));
                 let mut matched: Vec<Object> = Vec::new();
                 let _complete = walk(&self.txn, &store, &self.driver, &mut |_, record| {
+                    if db.is_closing() {
+                        return Err(going_away());
+                    }
                     if matches_all(operator, conditions, &record, related)? {
                         matched.push(record);
                         if let Some(keep) = keep.filter(|k| matched.len() > k.saturating_mul(2).max(1024)) {

@@ -7,7 +7,7 @@ use lyre_store::{ReadTxn, TableStore, encode_key, encode_string_prefix_into, pre
 use std::sync::Arc;
 
 use crate::catalog::{Attribute, TableSchema};
-use crate::db::Db;
+use crate::db::{Db, Lease};
 use crate::error::{Error, Result};
 use crate::index::attribute_prefix;
 use crate::query::ast::{Comparator, Condition, Operator, Query, SortKey};
@@ -58,6 +58,8 @@ pub(crate) enum Order {
 /// A planned search over one snapshot. `Send`: run it on a blocking thread.
 pub struct Search {
     pub(crate) table: Table,
+    /// Names this search as a holder of its database while it lives.
+    pub(crate) _lease: Lease,
     pub(crate) txn: ReadTxn,
     pub(crate) store: Option<TableStore>,
     pub(crate) driver: Driver,
@@ -67,7 +69,7 @@ pub struct Search {
 
 impl Search {
     /// Validates `query` against the table and picks its driver.
-    pub(crate) fn plan(table: Table, query: Query) -> Result<Search> {
+    pub(crate) fn plan(table: Table, query: Query, lease: Lease) -> Result<Search> {
         let schema = table.schema().clone();
         for condition in &query.conditions {
             validate_condition(table.db(), &schema, condition)?;
@@ -85,7 +87,13 @@ impl Search {
             None => Driver::Keys(Vec::new()),
         };
         let order = order_for(&schema, &query, &mut driver);
-        Ok(Search { table, txn, store, driver, order, query })
+        Ok(Search { table, _lease: lease, txn, store, driver, order, query })
+    }
+
+    /// The database searched: a long-running consumer checks
+    /// [`Db::is_closing`] while it waits, and stops when the database goes away.
+    pub fn db(&self) -> Arc<Db> {
+        self.table.db().clone()
     }
 
     /// A description of the plan, for tests and diagnostics.

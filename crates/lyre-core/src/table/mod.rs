@@ -26,6 +26,7 @@ use crate::query::{Query, Search, Select};
 use crate::value::{Object, Value};
 
 pub(crate) use entry::{decode_entry, decode_object, encode_entry};
+pub(crate) use write::iso8601;
 pub use write::{DeleteSummary, Expect, WriteMode, WriteOptions, WriteSummary};
 
 /// A handle on one table, bound to the schema it was resolved with.
@@ -217,7 +218,9 @@ impl Table {
     /// any result when the query names unknown attributes or is malformed.
     pub fn search(&self, ctx: &Context, query: Query) -> Result<Search> {
         check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
-        Search::plan(self.clone(), query)
+        let lease =
+            self.db.lease(format!("a search of {}.{} for {}", self.database(), self.schema.name, ctx.username()));
+        Search::plan(self.clone(), query, lease)
     }
 }
 

@@ -21,21 +21,24 @@ use crate::value::{Object, Value};
 fn stamp_value(type_name: Option<&str>, time: f64) -> Value {
     match type_name {
         Some("Long" | "Int" | "BigInt" | "Date") => Value::Int(time.floor() as i64),
-        Some("String") => {
-            let millis = time.floor() as i64;
-            let secs = millis.div_euclid(1000);
-            let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-            let (y, m, d) = civil_from_days(days);
-            Value::String(format!(
-                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-                rem / 3600,
-                rem % 3600 / 60,
-                rem % 60,
-                millis.rem_euclid(1000)
-            ))
-        }
+        Some("String") => Value::String(iso8601(time)),
         _ => Value::Float(time),
     }
+}
+
+/// `time` (ms since the epoch) as ISO 8601 UTC with milliseconds.
+pub(crate) fn iso8601(time: f64) -> String {
+    let millis = time.floor() as i64;
+    let secs = millis.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        millis.rem_euclid(1000)
+    )
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).

@@ -120,6 +120,17 @@ pub struct StorageConfig {
     pub write_async: bool,
     /// Largest size a database may grow to, in bytes (address space, not disk).
     pub max_database_size: usize,
+    /// Where databases live (Harper's key); `<rootPath>/database` when unset.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// How long `drop_database` and restores wait for a database's users (backups,
+    /// searches, requests) to finish, in milliseconds, before answering 409.
+    #[serde(default = "default_release_timeout")]
+    pub release_timeout: u64,
+}
+
+fn default_release_timeout() -> u64 {
+    5_000
 }
 
 fn default_ops_body() -> usize {
@@ -138,7 +149,12 @@ impl Default for Config {
             logging: LoggingConfig { level: "info".into() },
             threads: ThreadsConfig { count: 0 },
             authentication: AuthenticationConfig { authorize_local: false, cache_ttl: 30_000 },
-            storage: StorageConfig { write_async: false, max_database_size: 256 << 30 },
+            storage: StorageConfig {
+                write_async: false,
+                max_database_size: 256 << 30,
+                path: None,
+                release_timeout: default_release_timeout(),
+            },
         }
     }
 }

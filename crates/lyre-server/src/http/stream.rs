@@ -24,6 +24,9 @@ use crate::http::negotiate::{CsvWriter, Format};
 const CHUNK: usize = 64 * 1024;
 /// Chunks that may wait for the socket before the search pauses.
 const CHUNKS_IN_FLIGHT: usize = 4;
+/// How often a search paused by a slow client checks whether its database is going
+/// away.
+const GOING_AWAY_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
 enum Start {
     Complete(Vec<u8>),
@@ -81,10 +84,11 @@ fn produce<F>(
     };
     let mut writer = ArrayWriter::new(format, framing);
     let mut start = Some(start_tx);
+    let db = search.db();
     let send = |chunk: Vec<u8>, start: &mut Option<oneshot::Sender<Start>>| -> bool {
         match start.take() {
             Some(tx) => tx.send(Start::Streaming(chunk)).is_ok(),
-            None => chunk_tx.blocking_send(Ok(Bytes::from(chunk))).is_ok(),
+            None => send_chunk(&chunk_tx, Bytes::from(chunk), &|| db.is_closing()),
         }
     };
     let result = search.run(&mut |record| {
@@ -109,6 +113,27 @@ fn produce<F>(
             // Headers are sent; all we can do is cut the body short.
             tracing::error!(error = %err, "a streamed search failed midway");
             let _ = chunk_tx.blocking_send(Err(std::io::Error::other(err.to_string())));
+        }
+    }
+}
+
+/// Hands a chunk to the socket, waiting while the client is slow, but giving up
+/// (returning false) when the client is gone or the database is going away, so a
+/// stalled reader never keeps a database from being dropped.
+fn send_chunk(tx: &mpsc::Sender<Result<Bytes, std::io::Error>>, chunk: Bytes, going_away: &dyn Fn() -> bool) -> bool {
+    let runtime = tokio::runtime::Handle::current();
+    loop {
+        match runtime.block_on(tokio::time::timeout(GOING_AWAY_CHECK, tx.reserve())) {
+            Ok(Ok(permit)) => {
+                permit.send(Ok(chunk));
+                return true;
+            }
+            Ok(Err(_closed)) => return false,
+            Err(_slow_client) if going_away() => {
+                let _ = tx.try_send(Err(std::io::Error::other("the database is being dropped or restored")));
+                return false;
+            }
+            Err(_slow_client) => {}
         }
     }
 }

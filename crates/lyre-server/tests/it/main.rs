@@ -2,6 +2,7 @@
 
 mod bench_smoke;
 mod components;
+mod drop_restore;
 mod envelope;
 mod lifecycle;
 mod ops_crud;

@@ -136,6 +136,26 @@ impl TestServer {
         self.spawn().await;
     }
 
+    /// Sets (or with `None` removes) an environment variable for later starts.
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.extra_env.retain(|(k, _)| k != key);
+        if let Some(value) = value {
+            self.extra_env.push((key.to_string(), value.to_string()));
+        }
+    }
+
+    /// Waits for the server process to exit on its own (a failpoint crash).
+    pub fn wait_exit(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    /// The server's root directory.
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
     /// A REST URL.
     pub fn rest(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.http_port)

@@ -5,6 +5,7 @@
 mod audit;
 mod components;
 mod crud;
+mod lifecycle;
 mod params;
 mod schema;
 mod search;
@@ -99,6 +100,9 @@ async fn dispatch(
         }
         "get_job" => audit::get_job(state, params, format).await,
         "check_consistency" => audit::check_consistency(state, ctx, params, format).await,
+        "get_backup" => lifecycle::get_backup(state, ctx, params).await,
+        "restore_backup" => lifecycle::restore_backup(state, ctx, params, format).await,
+        "get_lifecycle_status" => lifecycle::get_lifecycle_status(state, ctx, format).await,
         "add_component" | "deploy_component" | "package_component" | "drop_component" | "get_components"
         | "get_component_file" | "set_component_file" => {
             components::dispatch(state, ctx, operation, params, format).await

@@ -1,0 +1,33 @@
+//! Failpoints for crash and failure tests: named steps of crash-sensitive protocols
+//! (the drop and restore lifecycle) where a test can make the process die or the step
+//! fail, through the environment variable `LYRE_FAILPOINT` (comma-separated):
+//!
+//! * `crash:<step>`: the process aborts at the step, as abruptly as `kill -9`.
+//! * `fail:<step>`: the step returns an error.
+//!
+//! Unset (always, outside tests) it costs one read of a cached string.
+
+use std::sync::OnceLock;
+
+fn configured() -> &'static [String] {
+    static POINTS: OnceLock<Vec<String>> = OnceLock::new();
+    POINTS.get_or_init(|| {
+        std::env::var("LYRE_FAILPOINT")
+            .map(|v| v.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
+            .unwrap_or_default()
+    })
+}
+
+/// Marks the step `step`: dies or fails here when a test asked for it.
+pub(crate) fn hit(step: &str) -> std::io::Result<()> {
+    for point in configured() {
+        if point.strip_prefix("crash:") == Some(step) {
+            eprintln!("failpoint: crashing at {step}");
+            std::process::abort();
+        }
+        if point.strip_prefix("fail:") == Some(step) {
+            return Err(std::io::Error::other(format!("failpoint: {step} failed")));
+        }
+    }
+    Ok(())
+}

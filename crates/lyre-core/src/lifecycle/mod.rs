@@ -1,0 +1,286 @@
+//! Crash-safe database lifecycle: dropping and restoring a database through a
+//! marker, and finishing (or refusing) an interrupted one at start-up.
+//!
+//! The protocol, for a drop:
+//!
+//! 1. Refuse a database directory that is a symbolic link, before anything changes.
+//! 2. Take the database's lifecycle lock (an OS file lock, so another process, such
+//!    as `lyre restore`, cannot interleave).
+//! 3. Publish the marker (see [`marker`]) recording the absolute path to delete.
+//! 4. Tell the database's users it is going away and refuse new ones; wait a bounded
+//!    time for every lease to end, else undo 3–4 and answer 409 naming the holders.
+//! 5. Close the database, delete the recorded directory strictly, fsync its parent.
+//! 6. Remove the marker.
+//!
+//! A crash after 3 leaves the marker; [`recover`] finishes the drop at the next start
+//! from the recorded path (not from the configuration, which may have changed). A
+//! marker that cannot be fully validated is never acted on: the database stays
+//! unloaded ("blocked") with the reason, and nothing is deleted. A restore follows the
+//! same steps, preparing the backup beside the database and swapping it in at 5.
+
+pub(crate) mod files;
+pub mod marker;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use lyre_store::{DatabaseOptions, Layout};
+
+use crate::catalog::{DatabaseSchema, validate_database_name};
+use crate::error::{Error, Result};
+use files::{FileLock, refuse_symlink, remove_dir_strictly};
+use marker::{Kind, Marker, MarkerError, Targets, sync_dir};
+
+/// Databases recovery refused to load, by name, with the reason.
+pub(crate) type Blocked = BTreeMap<String, String>;
+
+/// The lifecycle lock of database `name`, if no other process holds it.
+pub(crate) fn lock(layout: &Layout, name: &str) -> Result<FileLock> {
+    let path = layout.lifecycle_dir().join(format!("{}.lock", marker::key(name)));
+    FileLock::try_acquire(&path)?.ok_or_else(|| {
+        Error::Lifecycle(format!("a drop or restore of database '{name}' is in progress in another process"))
+    })
+}
+
+/// The lock every running server holds on its root, so two processes never serve
+/// (or restore into) the same root.
+pub(crate) fn server_lock(layout: &Layout) -> Result<FileLock> {
+    FileLock::try_acquire(&layout.lifecycle_dir().join("server.lock"))?
+        .ok_or_else(|| Error::Lifecycle(format!("another Lyre process is using the root {}", layout.root().display())))
+}
+
+/// The absolute form of `path` (markers record absolute paths only).
+pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).map_err(|e| Error::Store(lyre_store::Error::from(e)))
+}
+
+/// Where a restore prepares `name`'s copy, and where the replaced copy waits to be
+/// deleted: beside the database directories, under names no database can have (a
+/// backtick is not allowed in a database name), so a scan never loads them.
+pub(crate) fn restore_targets(layout: &Layout, name: &str) -> Result<Targets> {
+    let dir = absolute(&layout.databases_dir())?;
+    let key = marker::key(name);
+    Ok(Targets {
+        database: dir.join(name),
+        staged: Some(dir.join(format!("`restore`{key}.staged"))),
+        previous: Some(dir.join(format!("`restore`{key}.previous"))),
+    })
+}
+
+/// Publishes a new marker for `name`, or resumes the one left by an earlier attempt
+/// of the same kind (its recorded targets are kept byte for byte). Returns the marker
+/// in force and whether it was already there.
+pub(crate) fn begin(layout: &Layout, name: &str, kind: Kind, targets: Targets) -> Result<(Marker, bool)> {
+    let dir = layout.lifecycle_dir();
+    let key = marker::key(name);
+    match marker::read(&dir, &key) {
+        Ok(Some(existing)) if existing.kind == kind => return Ok((existing, true)),
+        Ok(Some(existing)) => {
+            return Err(Error::Lifecycle(format!(
+                "an unfinished {} of database '{name}' must complete first (it is finished at the next start)",
+                if existing.kind == Kind::Drop { "drop" } else { "restore" }
+            )));
+        }
+        Ok(None) => {}
+        Err(err) => return Err(Error::Lifecycle(format!("database '{name}': {err}; refusing to proceed"))),
+    }
+    let marker = Marker::new(name, kind, targets);
+    marker::publish(&dir, &marker)
+        .map_err(|e| Error::Lifecycle(format!("writing the lifecycle marker failed: {e}")))?;
+    Ok((marker, false))
+}
+
+/// Removes `name`'s marker: the operation is complete (or was undone).
+pub(crate) fn end(layout: &Layout, name: &str) -> Result<()> {
+    marker::remove(&layout.lifecycle_dir(), &marker::key(name))
+        .map_err(|e| Error::Lifecycle(format!("removing the lifecycle marker failed: {e}")))
+}
+
+/// Step 5 of a drop: deletes exactly the recorded directory.
+pub(crate) fn delete_recorded(marker: &Marker) -> Result<()> {
+    crate::failpoint::hit("drop-delete").map_err(|e| Error::Lifecycle(e.to_string()))?;
+    remove_dir_strictly(&marker.targets.database)
+}
+
+/// Copies the backup file `backup` into the marker's staging directory and checks it
+/// is a Lyre database that opens, before anything live is touched.
+pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -> Result<()> {
+    let staged = staged_dir(marker)?;
+    remove_dir_strictly(staged)?;
+    let io = |e: std::io::Error| Error::Lifecycle(format!("preparing the restore in {} failed: {e}", staged.display()));
+    std::fs::create_dir_all(staged).map_err(io)?;
+    let data = staged.join("data.mdb");
+    std::fs::copy(backup, &data).map_err(io)?;
+    std::fs::File::open(&data).and_then(|f| f.sync_all()).map_err(io)?;
+    sync_dir(staged).map_err(io)?;
+    let check = lyre_store::Database::open(&marker.name, staged, options.clone())
+        .map_err(Error::from)
+        .and_then(|db| {
+            let txn = db.read()?;
+            DatabaseSchema::load(&marker.name, txn.catalog_entries()?)?;
+            Ok(db)
+        })
+        .map_err(|e| Error::Lifecycle(format!("{} is not a usable Lyre database backup: {e}", backup.display())))?;
+    let closing = check.closing();
+    drop(check);
+    closing.wait(std::time::Duration::from_secs(10));
+    Ok(())
+}
+
+/// Step 5 of a restore: the prepared copy replaces the live directory (which must be
+/// closed). Each rename is made durable before the next.
+pub(crate) fn swap(marker: &Marker) -> Result<()> {
+    let (live, staged, previous) = (&marker.targets.database, staged_dir(marker)?, previous_dir(marker)?);
+    let io = |e: std::io::Error| Error::Lifecycle(format!("swapping in the restored database failed: {e}"));
+    refuse_symlink(live)?;
+    remove_dir_strictly(previous)?;
+    if live.exists() {
+        std::fs::rename(live, previous).map_err(io)?;
+        sync_parent(live).map_err(io)?;
+    }
+    crate::failpoint::hit("restore-swap").map_err(|e| Error::Lifecycle(e.to_string()))?;
+    std::fs::rename(staged, live).map_err(io)?;
+    sync_parent(live).map_err(io)?;
+    remove_dir_strictly(previous)
+}
+
+/// `lyre restore`: replaces database `name` under a root no server is running on
+/// with the backup file `backup`, through the marker protocol.
+pub fn restore_offline(layout: &Layout, name: &str, backup: &Path, options: &DatabaseOptions) -> Result<()> {
+    validate_database_name(name)?;
+    let _server = server_lock(layout).map_err(|_| {
+        Error::Lifecycle(format!(
+            "a server is running on {}; use the restore_backup operation instead",
+            layout.root().display()
+        ))
+    })?;
+    let _lock = lock(layout, name)?;
+    let (marker, _) = begin(layout, name, Kind::Restore, restore_targets(layout, name)?)?;
+    if let Err(err) = stage(&marker, backup, options) {
+        end(layout, name)?;
+        return Err(err);
+    }
+    swap(&marker)?;
+    end(layout, name)
+}
+
+/// `lyre backup`: writes a compacted, consistent copy of database `name` to `out`.
+/// Safe while a server runs on the root (LMDB allows readers in other processes).
+pub fn backup_offline(layout: &Layout, name: &str, out: &Path, options: &DatabaseOptions) -> Result<()> {
+    validate_database_name(name)?;
+    let dir = layout.database_dir(name);
+    if !dir.join("data.mdb").exists() {
+        return Err(Error::DatabaseNotFound(name.to_string()));
+    }
+    let db = lyre_store::Database::open(name, &dir, options.clone())?;
+    let mut file = std::fs::File::create(out).map_err(|e| Error::Store(lyre_store::Error::from(e)))?;
+    db.copy_to(&mut file)?;
+    file.sync_all().map_err(|e| Error::Store(lyre_store::Error::from(e)))?;
+    Ok(())
+}
+
+/// Finishes or undoes every interrupted drop and restore under `layout`, before any
+/// database is opened. Returns the databases that must not load.
+pub(crate) fn recover(layout: &Layout) -> Result<Blocked> {
+    let dir = layout.lifecycle_dir();
+    let mut blocked = Blocked::new();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(blocked),
+        Err(err) => return Err(Error::Store(lyre_store::Error::from(err))),
+    };
+    // Unreadable markers are known only by key; map keys back to directory names.
+    let mut by_key: BTreeMap<String, String> = BTreeMap::new();
+    if let Ok(names) = std::fs::read_dir(layout.databases_dir()) {
+        for name in names.flatten().filter_map(|e| e.file_name().to_str().map(str::to_string)) {
+            by_key.insert(marker::key(&name), name);
+        }
+    }
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().to_string();
+        if file.ends_with(".marker.staged") {
+            // Publication never completed: the operation never started.
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        }
+        let Some(key) = file.strip_suffix(".marker") else { continue };
+        let key = key.to_string();
+        match marker::read(&dir, &key) {
+            Ok(Some(found)) => {
+                let name = found.name.clone();
+                if let Err(err) = finish(layout, &found) {
+                    tracing::error!(database = %name, error = %err, "an interrupted lifecycle operation could not be finished");
+                    blocked.insert(name, err.to_string());
+                }
+            }
+            Ok(None) => {}
+            Err(err) => {
+                let name = by_key.get(&key).cloned().unwrap_or_else(|| format!("(marker {key})"));
+                let reason = match err {
+                    MarkerError::Io(e) => format!("its lifecycle marker could not be read ({e}); nothing was deleted"),
+                    MarkerError::Unreadable(e) => {
+                        format!(
+                            "its lifecycle marker {} is unreadable ({e}); nothing was deleted",
+                            marker::path(&dir, &key).display()
+                        )
+                    }
+                };
+                tracing::error!(database = %name, reason = %reason, "refusing to load a database");
+                blocked.insert(name, reason);
+            }
+        }
+    }
+    Ok(blocked)
+}
+
+/// Finishes one interrupted operation from its marker.
+fn finish(layout: &Layout, found: &Marker) -> Result<()> {
+    let _lock = lock(layout, &found.name)?;
+    match found.kind {
+        Kind::Drop => {
+            delete_recorded(found)?;
+            tracing::info!(database = %found.name, dir = %found.targets.database.display(), "finished an interrupted drop");
+        }
+        Kind::Restore => {
+            let (live, staged) = (&found.targets.database, staged_dir(found)?);
+            if !live.exists() && staged.join("data.mdb").exists() {
+                // It crashed mid-swap: complete it.
+                std::fs::rename(staged, live)
+                    .map_err(|e| Error::Lifecycle(format!("finishing a restore failed: {e}")))?;
+                sync_parent(live).map_err(|e| Error::Lifecycle(e.to_string()))?;
+                tracing::info!(database = %found.name, "finished an interrupted restore");
+            } else {
+                // It never reached the swap: the live database is intact.
+                remove_dir_strictly(staged)?;
+                tracing::info!(database = %found.name, "undid an interrupted restore; the database is unchanged");
+            }
+            remove_dir_strictly(previous_dir(found)?)?;
+        }
+    }
+    end(layout, &found.name)
+}
+
+fn staged_dir(marker: &Marker) -> Result<&Path> {
+    marker.targets.staged.as_deref().ok_or_else(|| Error::Lifecycle("a restore marker without a staging path".into()))
+}
+
+fn previous_dir(marker: &Marker) -> Result<&Path> {
+    marker
+        .targets
+        .previous
+        .as_deref()
+        .ok_or_else(|| Error::Lifecycle("a restore marker without a previous path".into()))
+}
+
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(parent) => sync_dir(parent),
+        None => Ok(()),
+    }
+}
+
+/// Whether `name` may be a database directory a scan loads (lifecycle work areas
+/// carry a backtick, which no database name may).
+pub(crate) fn is_database_dir_name(name: &str) -> bool {
+    validate_database_name(name).is_ok()
+}
