@@ -10,6 +10,7 @@ pub mod config;
 mod http;
 mod jobs;
 mod listen;
+mod process;
 mod telemetry;
 
 pub use listen::{backup, restore, run};

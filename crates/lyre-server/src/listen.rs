@@ -120,6 +120,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
 
     shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight requests");
+    state.components.stop_processes();
     let _ = stop_tx.send(true);
     for server in [ops_server, rest_server] {
         if let Err(err) = server.await {

@@ -14,6 +14,26 @@ pub struct ComponentConfig {
     /// `graphqlSchema: {files: ...}`: the schema files (globs, relative).
     #[serde(default)]
     pub graphql_schema: Option<SchemaFiles>,
+    /// `install: {command, timeout}` (Lyre's): a shell command run in the
+    /// component's directory before each load (Harper runs `npm install` for
+    /// packages); the load fails if it fails or outlives its timeout.
+    #[serde(default)]
+    pub install: Option<Install>,
+}
+
+/// A component's install step.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Install {
+    /// Run with `sh -c` in the component's directory.
+    pub command: String,
+    /// Seconds it may run before its whole process tree is killed.
+    #[serde(default = "default_install_timeout")]
+    pub timeout: u64,
+}
+
+fn default_install_timeout() -> u64 {
+    300
 }
 
 /// `graphqlSchema.files`: one pattern or several.
@@ -52,7 +72,7 @@ impl ComponentConfig {
     }
 
     fn default_config() -> ComponentConfig {
-        ComponentConfig { rest: true, graphql_schema: None }
+        ComponentConfig { rest: true, graphql_schema: None, install: None }
     }
 
     /// The schema file patterns (`*.graphql` when none are configured).

@@ -14,9 +14,12 @@ pub mod ops;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use lyre_core::catalog::{TableDefinition, parse_sdl};
 use lyre_core::{Context, Engine};
+
+use crate::process::{Ended, Supervisor};
 
 pub use config::ComponentConfig;
 
@@ -70,19 +73,31 @@ pub struct Components {
     exports: RwLock<Arc<Exports>>,
     /// Serializes loads, so two reloads never interleave their table changes.
     loading: tokio::sync::Mutex<()>,
+    /// Install commands in flight (killed at shutdown).
+    processes: Supervisor,
+    /// Where install commands' output goes.
+    log_dir: PathBuf,
 }
 
 impl Components {
     /// Components under `dir`, plus `extra` directories loaded by name.
     pub fn new(engine: Arc<Engine>, dir: PathBuf, extra: BTreeMap<String, PathBuf>) -> Self {
+        let log_dir = dir.parent().map_or_else(|| PathBuf::from("log"), |root| root.join("log"));
         Self {
             engine,
             dir,
             extra,
+            processes: Supervisor::default(),
+            log_dir,
             status: RwLock::new(BTreeMap::new()),
             exports: RwLock::new(Arc::new(Exports::default())),
             loading: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Kills every install command still running (server shutdown).
+    pub fn stop_processes(&self) {
+        self.processes.stop_all();
     }
 
     /// The directory holding deployed components.
@@ -152,6 +167,9 @@ impl Components {
 
     async fn load(&self, name: &str, dir: &Path) -> Result<Vec<Export>, String> {
         let config = ComponentConfig::read(dir)?;
+        if let Some(install) = &config.install {
+            self.install(name, dir, install).await?;
+        }
         let mut definitions: Vec<TableDefinition> = Vec::new();
         for file in files::matching(dir, &config.schema_patterns())? {
             let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -179,6 +197,22 @@ impl Components {
             tracing::info!(component = name, tables = ?changed, "applied schema changes");
         }
         Ok(exports)
+    }
+
+    /// Runs a component's install command under supervision.
+    async fn install(&self, name: &str, dir: &Path, install: &config::Install) -> Result<(), String> {
+        let log = self.log_dir.join(format!("install-{name}.log"));
+        let timeout = Duration::from_secs(install.timeout);
+        let ended = self.processes.run(&install.command, dir, &log, timeout).await;
+        let failed = |how: String| Err(format!("{name}: the install command {how} (output in {})", log.display()));
+        match ended {
+            Ok(Ended::Exited(0)) => Ok(()),
+            Ok(Ended::Exited(code)) => failed(format!("exited with status {code}")),
+            Ok(Ended::Signalled(signal)) => failed(format!("was killed by signal {signal}")),
+            Ok(Ended::TimedOut) => failed(format!("ran past its {} s timeout; its processes were killed", install.timeout)),
+            Ok(Ended::Stopped) => failed("was stopped by the server shutting down".to_string()),
+            Err(err) => Err(format!("{name}: the install command could not be run: {err}")),
+        }
     }
 
     /// Rebuilds the export map from every loaded component.
