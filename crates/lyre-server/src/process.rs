@@ -177,8 +177,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let supervisor = Supervisor::default();
         let log = dir.path().join("log");
-        assert_eq!(supervisor.run("echo hi", dir.path(), &log, Duration::from_secs(10)).await.unwrap(), Ended::Exited(0));
-        assert_eq!(supervisor.run("exit 3", dir.path(), &log, Duration::from_secs(10)).await.unwrap(), Ended::Exited(3));
+        assert_eq!(
+            supervisor.run("echo hi", dir.path(), &log, Duration::from_secs(10)).await.unwrap(),
+            Ended::Exited(0)
+        );
+        assert_eq!(
+            supervisor.run("exit 3", dir.path(), &log, Duration::from_secs(10)).await.unwrap(),
+            Ended::Exited(3)
+        );
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "hi\n");
         // A command that leaves a background process behind: the straggler is killed.
         let ended = supervisor.run("sleep 30 & echo $! > bg.pid", dir.path(), &log, Duration::from_secs(10)).await;

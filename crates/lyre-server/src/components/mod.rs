@@ -209,7 +209,9 @@ impl Components {
             Ok(Ended::Exited(0)) => Ok(()),
             Ok(Ended::Exited(code)) => failed(format!("exited with status {code}")),
             Ok(Ended::Signalled(signal)) => failed(format!("was killed by signal {signal}")),
-            Ok(Ended::TimedOut) => failed(format!("ran past its {} s timeout; its processes were killed", install.timeout)),
+            Ok(Ended::TimedOut) => {
+                failed(format!("ran past its {} s timeout; its processes were killed", install.timeout))
+            }
             Ok(Ended::Stopped) => failed("was stopped by the server shutting down".to_string()),
             Err(err) => Err(format!("{name}: the install command could not be run: {err}")),
         }

@@ -180,3 +180,32 @@ async fn lyre_dev_serves_one_application_directory() {
     assert_eq!(rest_put(&s, "/Note/n1", json!({"text": "hello"})).await, 204);
     assert_eq!(rest_get(&s, "/Note/n1").await, (200, json!({"id": "n1", "text": "hello"})));
 }
+
+/// A component's install command runs before its schema loads; one that outlives
+/// its timeout has its whole process tree killed and fails only its component.
+#[tokio::test]
+async fn install_commands_are_bounded_and_their_trees_killed() {
+    let hanging = "install:\n  command: \"sleep 60 & echo $! > bg.pid; sleep 60\"\n  timeout: 1\n";
+    let working = "install:\n  command: \"echo built > built.txt\"\n";
+    let s = TestServer::start_app(
+        &[
+            ("components/hangs/config.yaml", hanging),
+            ("components/hangs/schema.graphql", "type Hung @table @export { id: ID @primaryKey }"),
+            ("components/builds/config.yaml", working),
+            ("components/builds/schema.graphql", "type Built @table @export { id: ID @primaryKey }"),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(rest_get(&s, "/Built/").await, (200, json!([])));
+    assert_eq!(std::fs::read_to_string(s.root().join("components/builds/built.txt")).unwrap(), "built\n");
+    assert_eq!(rest_get(&s, "/Hung/").await.0, 404);
+    let listed = s.ok(json!({"operation": "get_components"})).await;
+    let hangs = listed["entries"].as_array().unwrap().iter().find(|e| e["name"] == "hangs").unwrap();
+    let reason = hangs["status"]["message"].as_str().unwrap();
+    assert!(reason.contains("ran past its 1 s timeout; its processes were killed"), "{reason}");
+    let pid = std::fs::read_to_string(s.root().join("components/hangs/bg.pid")).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    let alive = stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z'));
+    assert!(!alive, "the background process of a timed-out install outlived it: {stat}");
+}
