@@ -173,8 +173,16 @@ impl Table {
     /// epoch), in bounded writer jobs; returns how many record changes were removed.
     pub async fn delete_audit_log_before(&self, ctx: &Context, before: f64) -> Result<u64> {
         require_super_user(ctx)?;
+        let _lease =
+            self.db.lease(format!("a log cleanup of {}.{} for {}", self.database(), self.schema.name, ctx.username()));
         let (mut from, mut removed) = (0, 0);
         loop {
+            if self.db.is_closing() {
+                return Err(Error::Lifecycle(format!(
+                    "stopped: database '{}' is being dropped or restored",
+                    self.database()
+                )));
+            }
             let name = self.schema.name.clone();
             let progress = self
                 .db
