@@ -3,6 +3,12 @@
 use clap::Parser;
 use lyre_server::cli::Command;
 
+/// mimalloc instead of glibc malloc: a request allocates and frees many small buffers
+/// across threads, and glibc's free/consolidate paths were a fifth of the server's CPU
+/// time on the write benchmarks (perf, `counters` workload).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = lyre_server::cli::Cli::parse();
     let args = cli.run_args();
