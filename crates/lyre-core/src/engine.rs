@@ -171,7 +171,17 @@ impl Engine {
         self.open_database(name)
     }
 
+    /// Database `name`, created when it does not exist (as Harper's `create_table`
+    /// does). A blocked or closing database is an error, never silently reopened.
+    fn database_or_create(&self, name: &str) -> Result<Arc<Db>> {
+        match self.database(name) {
+            Err(Error::DatabaseNotFound(_)) => self.open_database(name),
+            found => found,
+        }
+    }
+
     fn open_database(&self, name: &str) -> Result<Arc<Db>> {
+        self.check_not_blocked(name)?;
         let db = Db::open(
             name,
             &self.layout.database_dir(name),
@@ -194,10 +204,7 @@ impl Engine {
         })?;
         let db = {
             let _guard = self.lifecycle.lock().await;
-            match self.database(database) {
-                Ok(db) => db,
-                Err(_) => self.open_database(database)?,
-            }
+            self.database_or_create(database)?
         };
         db.create_table(ctx, spec).await
     }
@@ -211,10 +218,7 @@ impl Engine {
             validate_database_name(&definition.database)?;
             let db = {
                 let _guard = self.lifecycle.lock().await;
-                match self.database(&definition.database) {
-                    Ok(db) => db,
-                    Err(_) => self.open_database(&definition.database)?,
-                }
+                self.database_or_create(&definition.database)?
             };
             let name = format!("{}.{}", definition.database, definition.table);
             if db.define_table(ctx, definition).await? {
@@ -251,15 +255,14 @@ impl Engine {
             }
             return Err(err);
         }
-        self.close(name, db).await?;
+        self.close_or_block(name, db, "drop").await?;
         failpoint::hit("drop-closed").map_err(|e| Error::Lifecycle(e.to_string()))?;
         let finished = tokio::task::spawn_blocking(move || lifecycle::delete_recorded(&marker))
             .await
             .map_err(|e| Error::Lifecycle(format!("dropping the database failed: {e}")))?;
         if let Err(err) = finished {
             // The marker stays: the next start (or a retried drop) finishes the job.
-            let reason = format!("its drop did not finish ({err}); retry drop_database or restart");
-            self.blocked.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), reason);
+            self.block(name, format!("its drop did not finish ({err}); retry drop_database or restart"));
             return Err(err);
         }
         failpoint::hit("drop-deleted").map_err(|e| Error::Lifecycle(e.to_string()))?;
@@ -294,27 +297,36 @@ impl Engine {
         let _lock = lifecycle::lock(&self.layout, name)?;
         self.check_not_blocked(name)?;
         let targets = lifecycle::restore_targets(&self.layout, name)?;
-        let (marker, _) = lifecycle::begin(&self.layout, name, Kind::Restore, targets)?;
+        refuse_symlink(&targets.database)?;
+        let marker = lifecycle::begin_restore(&self.layout, name, targets)?;
         let (staging, backup) = (marker.clone(), backup.to_path_buf());
         let options = self.options.storage.clone();
         let staged = tokio::task::spawn_blocking(move || lifecycle::stage(&staging, &backup, &options))
             .await
             .map_err(|e| Error::Lifecycle(format!("preparing the restore failed: {e}")));
         if let Err(err) = staged.and_then(|r| r) {
+            if let Some(staged) = marker.targets.staged.as_deref() {
+                let _ = files::remove_dir_strictly(staged);
+            }
             lifecycle::end(&self.layout, name)?;
             return Err(err);
         }
         failpoint::hit("restore-staged").map_err(|e| Error::Lifecycle(e.to_string()))?;
         if let Ok(db) = self.database(name) {
             if let Err(err) = self.release(&db).await {
-                let _ =
-                    files::remove_dir_strictly(marker.targets.staged.as_deref().unwrap_or(&marker.targets.database));
+                if let Some(staged) = marker.targets.staged.as_deref() {
+                    let _ = files::remove_dir_strictly(staged);
+                }
                 lifecycle::end(&self.layout, name)?;
                 return Err(err);
             }
-            self.close(name, db).await?;
+            self.close_or_block(name, db, "restore").await?;
         }
-        lifecycle::swap(&marker)?;
+        if let Err(err) = lifecycle::swap(&marker) {
+            // The marker stays: the next start completes or undoes the swap from it.
+            self.block(name, format!("its restore did not finish ({err}); restart to complete it"));
+            return Err(err);
+        }
         lifecycle::end(&self.layout, name)?;
         self.open_database(name).map(|_| ())
     }
@@ -324,7 +336,8 @@ impl Engine {
     /// answers 409 naming who still holds it.
     async fn release(&self, db: &Arc<Db>) -> Result<()> {
         db.set_closing(true);
-        let deadline = tokio::time::Instant::now() + self.options.release_timeout;
+        let now = tokio::time::Instant::now();
+        let deadline = now.checked_add(self.options.release_timeout).unwrap_or(now + Duration::from_secs(86_400));
         // The registry's handle and the caller's.
         while Arc::strong_count(db) > 2 {
             if tokio::time::Instant::now() >= deadline {
@@ -344,6 +357,23 @@ impl Engine {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(())
+    }
+
+    /// [`Engine::close`]; when the storage does not close, `name` is blocked (its
+    /// marker stays, so the next start finishes the `operation`) rather than left
+    /// unregistered for a later request to reopen.
+    async fn close_or_block(&self, name: &str, db: Arc<Db>, operation: &str) -> Result<()> {
+        let closed = self.close(name, db).await;
+        if let Err(err) = &closed {
+            self.block(name, format!("its {operation} did not finish ({err}); restart to complete it"));
+        }
+        closed
+    }
+
+    /// Refuses every further use of database `name` until a restart (or, for a drop,
+    /// a retried drop) settles it.
+    fn block(&self, name: &str, reason: String) {
+        self.blocked.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), reason);
     }
 
     /// Removes `db` from the registry, stops its writer and waits for its storage

@@ -64,17 +64,18 @@ impl Supervisor {
             .spawn()?;
         let pid = Pid::from_child(&child);
         // The child is never waited on through `child`: it stays unreaped (its PID and
-        // group id reserved) until its group is killed below.
+        // group id reserved) until its group is killed, by `Started` at the latest.
         drop(child);
-        let pidfd = pidfd_open(pid, PidfdFlags::empty())?;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(id, pid);
-        let exited = wait_readable(&pidfd, timeout).await;
-        // Kill the group whatever happened: stragglers of a finished command, the
-        // whole tree of a timed-out one. The leader is unreaped, so the id is ours.
-        let _ = kill_process_group(pid, Signal::KILL);
-        self.lock().remove(&id);
-        let status = reap(&pidfd)?;
+        let mut started = Started { supervisor: self, id, pid, pidfd: None, reaped: None };
+        if self.stopping.load(Ordering::Acquire) {
+            // `stop_all` may have run before the child was registered.
+            return Ok(Ended::Stopped);
+        }
+        let pidfd = started.pidfd.insert(pidfd_open(pid, PidfdFlags::empty())?);
+        let exited = wait_readable(pidfd, timeout).await;
+        let status = started.finish()?;
         Ok(match (exited, status) {
             _ if self.stopping.load(Ordering::Acquire) => Ended::Stopped,
             (Ok(()), status) => status,
@@ -93,6 +94,43 @@ impl Supervisor {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pid>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A registered child until its group has been killed and its leader reaped. If the
+/// future running it is dropped (its request was cancelled) or a step fails, the drop
+/// kills the group and reaps, so no tree outlives its command and no PID is held.
+struct Started<'s> {
+    supervisor: &'s Supervisor,
+    id: u64,
+    pid: Pid,
+    pidfd: Option<OwnedFd>,
+    reaped: Option<Ended>,
+}
+
+impl Started<'_> {
+    /// Kills the group (stragglers of a finished command, the whole tree of a
+    /// timed-out one; the leader is unreaped, so the id is still ours), unregisters
+    /// and reaps the leader.
+    fn finish(&mut self) -> std::io::Result<Ended> {
+        if let Some(ended) = &self.reaped {
+            return Ok(ended.clone());
+        }
+        let _ = kill_process_group(self.pid, Signal::KILL);
+        self.supervisor.lock().remove(&self.id);
+        let id = match &self.pidfd {
+            Some(pidfd) => WaitId::PidFd(pidfd.as_fd()),
+            None => WaitId::Pid(self.pid),
+        };
+        let ended = reap(id)?;
+        self.reaped = Some(ended.clone());
+        Ok(ended)
+    }
+}
+
+impl Drop for Started<'_> {
+    fn drop(&mut self) {
+        let _ = self.finish();
     }
 }
 
@@ -131,8 +169,8 @@ fn exited(pidfd: &OwnedFd) -> bool {
 }
 
 /// Reaps the (killed or exited) leader and reports how it ended.
-fn reap(pidfd: &OwnedFd) -> std::io::Result<Ended> {
-    let status = waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED)?;
+fn reap(id: WaitId<'_>) -> std::io::Result<Ended> {
+    let status = waitid(id, WaitIdOptions::EXITED)?;
     Ok(match status {
         Some(s) if s.exited() => Ended::Exited(s.exit_status().unwrap_or(-1)),
         Some(s) => Ended::Signalled(s.terminating_signal().unwrap_or(-1)),
@@ -170,6 +208,24 @@ mod tests {
         assert!(alive(unrelated.id() as i32), "an unrelated process was killed");
         unrelated.kill().unwrap();
         unrelated.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_run_kills_its_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let supervisor = Supervisor::default();
+        let command = "sleep 30 & echo $! > child.pid; wait";
+        let log = dir.path().join("log");
+        let run = supervisor.run(command, dir.path(), &log, Duration::from_secs(60));
+        // The caller gives up (as a dropped request handler does) long before the timeout.
+        assert!(tokio::time::timeout(Duration::from_millis(500), run).await.is_err());
+        let pid: i32 = std::fs::read_to_string(dir.path().join("child.pid")).unwrap().trim().parse().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(pid), "the child {pid} outlived its cancelled command");
+        assert!(supervisor.lock().is_empty(), "a cancelled child stayed registered");
     }
 
     #[tokio::test]

@@ -152,7 +152,7 @@ impl Database {
             })?
             .unwrap_commit();
         let Some(main) = main else { return Ok(()) };
-        let (slots, mut assigned) = {
+        let (slots, mut assigned, slotted) = {
             let rtxn = env.read_txn()?;
             let mut slots = Vec::new();
             for item in main.prefix_iter(&rtxn, names::RECORDS_PREFIX.as_bytes())? {
@@ -161,15 +161,20 @@ impl Database {
                     slots.push(slot.to_string());
                 }
             }
-            (slots, self.slot_assignments(&rtxn)?)
+            (slots, self.slot_assignments(&rtxn)?, self.inner.meta.get(&rtxn, names::SLOTTED)?.is_some())
         };
-        if assigned.is_empty() && !slots.is_empty() {
-            // Written before slots existed: each sub-database is named after its table.
-            assigned = slots.iter().map(|s| (s.clone(), s.clone())).collect();
+        if !slotted {
             let mut wtxn = env.write_txn()?;
-            for (table, slot) in &assigned {
-                self.inner.meta.put(&mut wtxn, &names::slot_key(table), slot.as_bytes())?;
+            if assigned.is_empty() {
+                // Written before slots existed: each sub-database is named after its
+                // table. (A slotted database whose tables were all dropped also has
+                // no assignments, hence the explicit format key.)
+                assigned = slots.iter().map(|s| (s.clone(), s.clone())).collect();
+                for (table, slot) in &assigned {
+                    self.inner.meta.put(&mut wtxn, &names::slot_key(table), slot.as_bytes())?;
+                }
             }
+            self.inner.meta.put(&mut wtxn, names::SLOTTED, b"1")?;
             wtxn.commit()?;
         }
         for slot in slots {

@@ -13,6 +13,10 @@ pub const RECORDS_PREFIX: &str = "records/";
 /// Prefix of the metadata keys recording which slot holds which table.
 pub const SLOT_PREFIX: &str = "slot:";
 
+/// The metadata key present once a database records slot assignments (`slot:`
+/// keys). Without it, sub-databases are named after their tables (the older format).
+pub const SLOTTED: &[u8] = b"format:slotted";
+
 /// Primary records in storage slot `slot`, keyed by the encoded primary key. A slot
 /// is a number (older databases named slots after their tables).
 pub fn records(slot: &str) -> String {

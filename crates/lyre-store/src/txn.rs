@@ -36,9 +36,14 @@ impl ReadTxn {
         &self.db
     }
 
-    /// Handles of `table`, or `None` when its sub-databases do not exist.
+    /// Handles of `table`, or `None` when its sub-databases do not exist in this
+    /// snapshot. A dropped table's slot is reused by the next table created, so the
+    /// handle is trusted only if this snapshot assigns the table that same slot (an
+    /// old snapshot must never read another table's records under this name).
     pub fn table(&self, table: &str) -> Result<Option<TableStore>> {
-        Ok(self.db.open_table(table))
+        let Some(store) = self.db.open_table(table) else { return Ok(None) };
+        let assigned = self.db.inner.meta.get(&self.txn, &crate::names::slot_key(table))?;
+        Ok(assigned.filter(|slot| *slot == store.slot.as_bytes()).map(|_| store))
     }
 
     /// The stored record with primary key `key`.

@@ -53,3 +53,68 @@ async fn reopening_a_database_keeps_tables_and_log() {
     assert_eq!(entries[0].user, "tester");
     assert_eq!(entries[0].changes[0].key, b"k1");
 }
+
+/// Writes one record into `table` (already prepared).
+async fn put(writer: &Writer<u64>, table: &'static str, key: &'static [u8], body: &'static [u8]) {
+    writer
+        .submit(meta(), move |txn, _| {
+            let store = txn.table(table)?.expect("prepared");
+            txn.put_record(&store, key.to_vec(), record(body))
+        })
+        .await
+        .unwrap();
+}
+
+/// Drops `table`'s storage as `drop_table` does, giving its slot back.
+async fn release(writer: &Writer<u64>, table: &'static str) {
+    writer
+        .submit(meta(), move |txn, _| {
+            let store = txn.table(table)?.expect("prepared");
+            txn.release_table(&store)
+        })
+        .await
+        .unwrap();
+}
+
+async fn stop(writer: Writer<u64>) {
+    let w = Arc::new(writer);
+    tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_snapshot_never_reads_a_reused_slot_under_a_new_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open("t", dir.path(), options()).unwrap();
+    let writer = spawn(&db);
+    writer.prepare_table("a").await.unwrap();
+    put(&writer, "a", b"secret", b"of a").await;
+    let old = db.read().unwrap();
+    release(&writer, "a").await;
+    writer.prepare_table("b").await.unwrap();
+    assert_eq!(db.slot_counts(), (1, 0), "b reuses a's slot");
+    put(&writer, "b", b"k", b"of b").await;
+    // The snapshot from before the drop has a's records in that slot: it must not
+    // present them as b's.
+    assert!(old.table("b").unwrap().is_none());
+    let now = db.read().unwrap();
+    let store = now.table("b").unwrap().expect("b exists now");
+    assert!(now.get_record(&store, b"secret").unwrap().is_none());
+    assert!(now.get_record(&store, b"k").unwrap().is_some());
+    stop(writer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_whose_tables_were_all_dropped_keeps_its_slots_free() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Database::open("t", dir.path(), options()).unwrap();
+        let writer = spawn(&db);
+        writer.prepare_table("a").await.unwrap();
+        release(&writer, "a").await;
+        stop(writer).await;
+    }
+    // Reopened, the emptied slot is free, not mistaken for an older-format table.
+    let db = Database::open("t", dir.path(), options()).unwrap();
+    assert_eq!(db.slot_counts(), (0, 1));
+    assert!(db.read().unwrap().table("0").unwrap().is_none());
+}

@@ -149,13 +149,25 @@ impl Marker {
                 self.name
             )));
         }
-        for path in self.targets.staged.iter().chain(&self.targets.previous) {
-            if !path.is_absolute() {
-                return Err(MarkerError::Unreadable(format!("the recorded path {} is not absolute", path.display())));
-            }
+        if database.components().any(|c| c == std::path::Component::ParentDir) {
+            return Err(MarkerError::Unreadable(format!("the recorded path {} contains '..'", database.display())));
         }
         if self.kind == Kind::Restore && (self.targets.staged.is_none() || self.targets.previous.is_none()) {
             return Err(MarkerError::Unreadable("a restore marker must record its staging paths".into()));
+        }
+        // A restore's work areas sit beside the database under the exact names
+        // `restore_targets` gives them, so a marker cannot point a deletion elsewhere.
+        let key = key(&self.name);
+        let expected = [(&self.targets.staged, "staged"), (&self.targets.previous, "previous")];
+        for (path, suffix) in expected.into_iter().filter_map(|(path, suffix)| Some((path.as_ref()?, suffix))) {
+            let name = format!("`restore`{key}.{suffix}");
+            if path.parent() != database.parent() || path.file_name().and_then(|n| n.to_str()) != Some(name.as_str()) {
+                return Err(MarkerError::Unreadable(format!(
+                    "the recorded path {} is not database '{}''s {suffix} restore area",
+                    path.display(),
+                    self.name
+                )));
+            }
         }
         Ok(())
     }
@@ -248,5 +260,23 @@ mod tests {
         assert!(unreadable(&good.replace("{\"database\"", "{\"databse\"")), "unknown field");
         assert!(unreadable(&format!("{good}extra\n")), "trailing content");
         assert!(Marker::parse(&good, &key("other")).is_err(), "the name must match the file key");
+        assert!(unreadable(&good.replace("/data/database/sales", "/data/x/../database/sales")), "'..'");
+    }
+
+    #[test]
+    fn a_restore_marker_may_only_name_its_own_work_areas() {
+        let k = key("sales");
+        let area = |suffix: &str| PathBuf::from(format!("/data/database/`restore`{k}.{suffix}"));
+        let restore = |staged: PathBuf, previous: PathBuf| {
+            let targets =
+                Targets { database: "/data/database/sales".into(), staged: Some(staged), previous: Some(previous) };
+            Marker::parse(&Marker::new("sales", Kind::Restore, targets).encode(), &k)
+        };
+        assert!(restore(area("staged"), area("previous")).is_ok());
+        assert!(restore("/srv".into(), area("previous")).is_err(), "a foreign staging path");
+        assert!(restore(area("staged"), "/data/database/other".into()).is_err(), "a foreign previous path");
+        assert!(restore(area("previous"), area("staged")).is_err(), "swapped roles");
+        let elsewhere = PathBuf::from(format!("/tmp/`restore`{k}.staged"));
+        assert!(restore(elsewhere, area("previous")).is_err(), "not beside the database");
     }
 }

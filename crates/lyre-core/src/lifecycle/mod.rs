@@ -90,6 +90,18 @@ pub(crate) fn begin(layout: &Layout, name: &str, kind: Kind, targets: Targets) -
     Ok((marker, false))
 }
 
+/// Publishes the marker of a restore. A restore marker left by an earlier attempt is
+/// settled first (its swap completed or undone, as at start-up), so a new attempt never
+/// inherits a half-finished one's directories.
+pub(crate) fn begin_restore(layout: &Layout, name: &str, targets: Targets) -> Result<Marker> {
+    let (marker, resumed) = begin(layout, name, Kind::Restore, targets.clone())?;
+    if !resumed {
+        return Ok(marker);
+    }
+    settle(layout, &marker)?;
+    Ok(begin(layout, name, Kind::Restore, targets)?.0)
+}
+
 /// Removes `name`'s marker: the operation is complete (or was undone).
 pub(crate) fn end(layout: &Layout, name: &str) -> Result<()> {
     marker::remove(&layout.lifecycle_dir(), &marker::key(name))
@@ -111,6 +123,7 @@ pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -
     std::fs::create_dir_all(staged).map_err(io)?;
     let data = staged.join("data.mdb");
     std::fs::copy(backup, &data).map_err(io)?;
+    crate::failpoint::hit("restore-copied").map_err(|e| Error::Lifecycle(e.to_string()))?;
     std::fs::File::open(&data).and_then(|f| f.sync_all()).map_err(io)?;
     sync_dir(staged).map_err(io)?;
     let check = lyre_store::Database::open(&marker.name, staged, options.clone())
@@ -123,9 +136,18 @@ pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -
         .map_err(|e| Error::Lifecycle(format!("{} is not a usable Lyre database backup: {e}", backup.display())))?;
     let closing = check.closing();
     drop(check);
-    closing.wait(std::time::Duration::from_secs(10));
-    Ok(())
+    if !closing.wait(std::time::Duration::from_secs(10)) {
+        return Err(Error::Lifecycle("the checked backup copy did not close within 10 s".into()));
+    }
+    // Only a copy carrying this (durable) sentinel may be swapped in by recovery; a
+    // crash before it leaves a torn copy that recovery deletes instead.
+    let ready = staged.join(STAGED_READY);
+    std::fs::File::create(&ready).and_then(|f| f.sync_all()).map_err(io)?;
+    sync_dir(staged).map_err(io)
 }
+
+/// The file that marks a staged restore copy as complete and checked.
+const STAGED_READY: &str = "restore-ready";
 
 /// Step 5 of a restore: the prepared copy replaces the live directory (which must be
 /// closed). Each rename is made durable before the next.
@@ -141,6 +163,7 @@ pub(crate) fn swap(marker: &Marker) -> Result<()> {
     crate::failpoint::hit("restore-swap").map_err(|e| Error::Lifecycle(e.to_string()))?;
     std::fs::rename(staged, live).map_err(io)?;
     sync_parent(live).map_err(io)?;
+    let _ = std::fs::remove_file(live.join(STAGED_READY));
     remove_dir_strictly(previous)
 }
 
@@ -155,8 +178,9 @@ pub fn restore_offline(layout: &Layout, name: &str, backup: &Path, options: &Dat
         ))
     })?;
     let _lock = lock(layout, name)?;
-    let (marker, _) = begin(layout, name, Kind::Restore, restore_targets(layout, name)?)?;
+    let marker = begin_restore(layout, name, restore_targets(layout, name)?)?;
     if let Err(err) = stage(&marker, backup, options) {
+        let _ = remove_dir_strictly(staged_dir(&marker)?);
         end(layout, name)?;
         return Err(err);
     }
@@ -236,6 +260,12 @@ pub(crate) fn recover(layout: &Layout) -> Result<Blocked> {
 /// Finishes one interrupted operation from its marker.
 fn finish(layout: &Layout, found: &Marker) -> Result<()> {
     let _lock = lock(layout, &found.name)?;
+    settle(layout, found)
+}
+
+/// Completes or undoes the operation `found` records and removes its marker; the
+/// caller holds the database's lifecycle lock.
+fn settle(layout: &Layout, found: &Marker) -> Result<()> {
     match found.kind {
         Kind::Drop => {
             delete_recorded(found)?;
@@ -243,11 +273,12 @@ fn finish(layout: &Layout, found: &Marker) -> Result<()> {
         }
         Kind::Restore => {
             let (live, staged) = (&found.targets.database, staged_dir(found)?);
-            if !live.exists() && staged.join("data.mdb").exists() {
+            if !live.exists() && staged.join(STAGED_READY).exists() {
                 // It crashed mid-swap: complete it.
                 std::fs::rename(staged, live)
                     .map_err(|e| Error::Lifecycle(format!("finishing a restore failed: {e}")))?;
                 sync_parent(live).map_err(|e| Error::Lifecycle(e.to_string()))?;
+                let _ = std::fs::remove_file(live.join(STAGED_READY));
                 tracing::info!(database = %found.name, "finished an interrupted restore");
             } else {
                 // It never reached the swap: the live database is intact.

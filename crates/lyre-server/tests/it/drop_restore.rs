@@ -127,6 +127,20 @@ async fn a_held_lease_refuses_the_drop_then_releases() {
     let message = body["error"].as_str().unwrap();
     assert!(message.contains("a backup of 'held' for admin"), "{message}");
     assert!(!marker_path(s.root(), "held").exists(), "a refused drop leaves no marker");
+    // A client that gives up before the release timeout: the drop still runs to its
+    // end (here the same refusal), instead of being cancelled half-way.
+    let impatient = s
+        .client
+        .post(s.url("/"))
+        .basic_auth(USER, Some(PASSWORD))
+        .timeout(std::time::Duration::from_millis(100))
+        .header("content-type", "application/json")
+        .body(json!({"operation": "drop_database", "database": "held"}).to_string())
+        .send()
+        .await;
+    assert!(impatient.is_err(), "the client should have given up: {impatient:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    assert!(!marker_path(s.root(), "held").exists(), "an abandoned drop leaves no marker");
     // Nothing changed: still readable and writable.
     s.ok(json!({"operation": "insert", "database": "held", "table": "t", "records": [{"id": -1}]})).await;
     let found = s.ok(json!({"operation": "search_by_id", "database": "held", "table": "t", "ids": [-1, 5]})).await;
@@ -241,6 +255,9 @@ async fn a_failed_removal_keeps_the_marker() {
     assert!(marker_path(s.root(), "stuck").exists(), "the marker stays");
     let (status, _) = s.op(json!({"operation": "describe_database", "database": "stuck"})).await;
     assert_eq!(status, 409, "the half-dropped database is not served");
+    let create = json!({"operation": "create_table", "database": "stuck", "table": "again", "primary_key": "id"});
+    let (status, body) = s.op(create).await;
+    assert_eq!(status, 409, "a blocked database is never reopened by create_table: {body}");
     s.stop("-TERM");
     s.set_env("LYRE_FAILPOINT", None);
     s.start_again().await;
@@ -276,6 +293,41 @@ async fn schema_changes_leak_no_handles() {
     let reused = s.ok(json!({"operation": "search_by_value", "database": "churn", "table": "temp0", "attribute": "id", "value": "*"})).await;
     assert_eq!(reused, json!([]), "a reused slot starts empty");
     s.ok(json!({"operation": "drop_database", "database": "churn"})).await;
+}
+
+/// A crash while a restore is still copying the backup in (no database existed
+/// before) is undone at the next start: the unchecked copy is never swapped in.
+#[tokio::test]
+async fn a_crash_while_staging_a_restore_is_undone() {
+    let mut s = TestServer::start().await;
+    seed(&s, "source", 50).await;
+    let file = s.root().join("source.backup");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_lyre"))
+        .args(["backup", "--database", "source", "--out", file.to_str().unwrap(), "--root"])
+        .arg(s.root())
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    s.stop("-TERM");
+    s.set_env("LYRE_FAILPOINT", Some("crash:restore-copied"));
+    s.start_again().await;
+    crash_on(&s, json!({"operation": "restore_backup", "database": "fresh", "backup_file": file.to_str().unwrap()}))
+        .await;
+    s.wait_exit();
+    s.set_env("LYRE_FAILPOINT", None);
+    s.start_again().await;
+    assert!(!databases(&s).await.contains(&"fresh".to_string()), "a copy that was never checked was swapped in");
+    let leftovers: Vec<_> = std::fs::read_dir(s.root().join("database"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|name| name.contains('`'))
+        .collect();
+    assert!(leftovers.is_empty(), "restore work areas left behind: {leftovers:?}");
+    assert!(!marker_path(s.root(), "fresh").exists());
+    // The same restore, uninterrupted, then works.
+    s.ok(json!({"operation": "restore_backup", "database": "fresh", "backup_file": file.to_str().unwrap()})).await;
+    let report = s.ok(json!({"operation": "check_consistency", "database": "fresh"})).await;
+    assert_eq!(report["tables"][0]["records"].as_u64(), Some(50), "{report}");
 }
 
 /// A backup taken under write load restores to a consistent database, through the

@@ -95,8 +95,23 @@ pub async fn restore_backup(
 ) -> Result<Response, ApiError> {
     let name = params.database()?;
     let file = params.required_string(&["backup_file"])?;
-    state.engine.restore_database(ctx, &name, std::path::Path::new(&file)).await?;
+    let (engine, ctx, database) = (state.engine.clone(), ctx.clone(), name.clone());
+    let backup = std::path::PathBuf::from(&file);
+    detached(async move { engine.restore_database(&ctx, &database, &backup).await }).await?;
     message(format, format!("database '{name}' restored from {file}"))
+}
+
+/// Runs a drop or restore as a task of its own. A request handler is dropped when
+/// its client disconnects; cancelling a lifecycle operation between its marker and
+/// its end would leave the database refusing every request until a restart finished
+/// the operation the client never saw succeed.
+pub(super) async fn detached<T: Send + 'static>(
+    operation: impl Future<Output = lyre_core::Result<T>> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::spawn(operation).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(err) => Err(ApiError::new(Code::Internal, format!("the operation stopped unexpectedly: {err}"))),
+    }
 }
 
 /// `get_lifecycle_status` (Lyre's own): per open database its storage handles and

@@ -28,7 +28,8 @@ pub async fn drop_database(
     format: Format,
 ) -> Result<Response, ApiError> {
     let database = params.required_string(&["database", "schema"])?;
-    engine.drop_database(ctx, &database).await?;
+    let (engine, ctx, name) = (engine.clone(), ctx.clone(), database.clone());
+    super::lifecycle::detached(async move { engine.drop_database(&ctx, &name).await }).await?;
     message(format, format!("successfully deleted '{database}'"))
 }
 
