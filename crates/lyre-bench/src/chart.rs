@@ -53,26 +53,65 @@ pub fn draw(rows: &[Row], out: &Path) -> anyhow::Result<()> {
     let root = BitMapBackend::new(out, (1200, 900)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(450);
-    panel(&top, rows, "throughput (records/s, median)", |s| s.1)?;
-    panel(&bottom, rows, "p99 latency (ms, median)", |s| s.2)?;
+    panel(&top, rows, "throughput (records/s, median; ratio first/second above)", Scale::Linear, |s| s.1)?;
+    panel(&bottom, rows, "p99 latency (ms, median, log scale)", Scale::Log, |s| s.2)?;
     root.present()?;
     Ok(())
 }
+
+/// How a panel's values map to bar heights.
+#[derive(Clone, Copy)]
+enum Scale {
+    Linear,
+    /// Bars of log10 of the value, so sub-millisecond and second-long latencies are
+    /// both readable.
+    Log,
+}
+
+impl Scale {
+    fn height(self, value: f64) -> f64 {
+        match self {
+            Scale::Linear => value,
+            Scale::Log => value.max(LOG_FLOOR).log10(),
+        }
+    }
+
+    fn label(self, height: f64) -> String {
+        match self {
+            Scale::Linear => format!("{height:.0}"),
+            Scale::Log => {
+                let value = 10f64.powf(height);
+                if value < 1.0 { format!("{value:.2}") } else { format!("{value:.0}") }
+            }
+        }
+    }
+}
+
+/// The smallest latency (ms) the log scale shows.
+const LOG_FLOOR: f64 = 0.01;
 
 fn panel(
     area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
     rows: &[Row],
     title: &str,
+    scale: Scale,
     value: impl Fn(&(String, f64, f64)) -> f64,
 ) -> anyhow::Result<()> {
-    let max = rows.iter().flat_map(|r| r.servers.iter().map(&value)).fold(0.0f64, f64::max).max(1.0) * 1.15;
+    let heights = rows.iter().flat_map(|r| r.servers.iter().map(|s| scale.height(value(s))));
+    let (low, high) = match scale {
+        Scale::Linear => (0.0, heights.fold(0.0f64, f64::max).max(1.0) * 1.15),
+        Scale::Log => {
+            let (min, max) = heights.fold((f64::MAX, f64::MIN), |(lo, hi), h| (lo.min(h), hi.max(h)));
+            if min > max { (-1.0, 1.0) } else { ((min - 0.5).floor(), max + 0.5) }
+        }
+    };
     let servers = rows.iter().map(|r| r.servers.len()).max().unwrap_or(1).max(1);
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d(0f64..rows.len().max(1) as f64, 0f64..max)?;
+        .build_cartesian_2d(0f64..rows.len().max(1) as f64, low..high)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -85,6 +124,7 @@ fn panel(
                 String::new()
             }
         })
+        .y_label_formatter(&|y| scale.label(*y))
         .label_style(("sans-serif", 14))
         .draw()?;
     let width = 0.8 / servers as f64;
@@ -92,17 +132,30 @@ fn panel(
         for (j, server) in row.servers.iter().enumerate() {
             let x0 = i as f64 + 0.1 + j as f64 * width;
             let color = COLORS[j % COLORS.len()];
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(x0, 0.0), (x0 + width * 0.9, value(server))],
-                    color.filled(),
-                )))?
-                .label(server.0.clone())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+            let bar = chart.draw_series(std::iter::once(Rectangle::new(
+                [(x0, low), (x0 + width * 0.9, scale.height(value(server)))],
+                color.filled(),
+            )))?;
+            if i == 0 {
+                // One legend entry per server, not one per workload.
+                bar.label(server.0.clone())
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+            }
+        }
+        if let (Scale::Linear, [first, second, ..]) = (scale, row.servers.as_slice())
+            && second.1 > 0.0
+        {
+            let top = scale.height(value(first)).max(scale.height(value(second)));
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{:.1}×", first.1 / second.1),
+                (i as f64 + 0.35, top + (high - low) * 0.03),
+                ("sans-serif", 15),
+            )))?;
         }
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .label_font(("sans-serif", 14))
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
