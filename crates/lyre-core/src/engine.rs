@@ -342,11 +342,12 @@ impl Engine {
         while Arc::strong_count(db) > 2 {
             if tokio::time::Instant::now() >= deadline {
                 db.set_closing(false);
-                let holders = db.lease_holders();
-                let others = (Arc::strong_count(db) - 2).saturating_sub(holders.len());
-                let mut named = holders;
-                if others > 0 {
-                    named.push(format!("{others} request(s) in flight"));
+                // Every lease holds one handle; handles beyond those belong to leased
+                // requests' own work (or, briefly, to requests between steps).
+                let mut named = db.lease_holders();
+                let others = (Arc::strong_count(db) - 2).saturating_sub(named.len());
+                if named.is_empty() {
+                    named.push(format!("requests in flight ({others} handle(s))"));
                 }
                 return Err(Error::Lifecycle(format!(
                     "database '{}' is in use and was not changed: held by {}",

@@ -155,6 +155,40 @@ async fn a_held_lease_refuses_the_drop_then_releases() {
     assert!(!s.root().join("database/held").exists());
 }
 
+/// A request in flight holds a lease that names it: a drop refused because of it says
+/// which request and user hold the database.
+#[tokio::test]
+async fn a_refused_drop_names_the_requests_in_flight() {
+    use tokio::io::AsyncWriteExt;
+    let schema = "type Dog @table(database: \"kennel\") @export { id: ID @primaryKey }";
+    let s =
+        TestServer::start_app(&[("components/kennel/schema.graphql", schema)], &[("STORAGE_RELEASETIMEOUT", "300")])
+            .await;
+    // A client that sends a PUT's headers and only part of its body: the request is
+    // in flight until the body arrives.
+    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", s.http_port)).await.unwrap();
+    let auth = base64_basic(USER, PASSWORD);
+    let head = format!(
+        "PUT /Dog/rex HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{{\"id\""
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let (status, body) = s.op(json!({"operation": "drop_database", "database": "kennel"})).await;
+    assert_eq!(status, 409, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains(&format!("PUT /Dog/rex for {USER}")), "{message}");
+    drop(slow);
+    // Once the client is gone, the drop goes through.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    s.ok(json!({"operation": "drop_database", "database": "kennel"})).await;
+}
+
+/// `user:password` in Basic authentication's base64.
+fn base64_basic(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+}
+
 /// A crash at each step of a drop: the next start finishes it.
 #[tokio::test]
 async fn a_crash_at_any_drop_step_is_finished_at_restart() {

@@ -17,7 +17,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use lyre_core::{Code, Context, Object, Value};
+use lyre_core::{Code, Context, Lease, Object, Value};
 
 use crate::http::AppState;
 use crate::http::auth::authenticate;
@@ -65,7 +65,19 @@ async fn handle_request(
     };
     let (operation, params) = Params::from_body(value)?;
     let ctx = Context::new(user);
+    let _lease = request_lease(state, &ctx, &operation, &params);
     dispatch(state, &ctx, &operation, params, format).await
+}
+
+/// A lease naming this request on the database it addresses, held while it runs, so
+/// a drop refused because of it says which operation and user hold the database.
+/// Drops and restores take none: they are what waits for the leases.
+fn request_lease(state: &AppState, ctx: &Context, operation: &str, params: &Params) -> Option<Lease> {
+    if matches!(operation, "drop_database" | "drop_schema" | "restore_backup") {
+        return None;
+    }
+    let db = state.engine.database(params.peek_database()).ok()?;
+    Some(db.lease(format!("{operation} for {}", ctx.username())))
 }
 
 async fn dispatch(

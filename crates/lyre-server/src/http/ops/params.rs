@@ -48,6 +48,18 @@ impl Params {
         self.string(keys)?.ok_or_else(|| ApiError::bad_request(format!("'{}' is required", keys[0])))
     }
 
+    /// The database the request names (`database` or legacy `schema`), without
+    /// consuming it; `data` when it names none.
+    pub fn peek_database(&self) -> &str {
+        ["database", "schema"]
+            .iter()
+            .find_map(|k| match self.map.get(*k) {
+                Some(Value::String(name)) => Some(name.as_str()),
+                _ => None,
+            })
+            .unwrap_or("data")
+    }
+
     /// The database named by `database` or legacy `schema`, `data` by default.
     pub fn database(&mut self) -> Result<String, ApiError> {
         Ok(self.string(&["database", "schema"])?.unwrap_or_else(|| "data".to_string()))

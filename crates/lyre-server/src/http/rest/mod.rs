@@ -83,7 +83,10 @@ async fn route(state: &Arc<AppState>, peer: SocketAddr, parts: axum::http::reque
     let result = async {
         let user = authenticate(&state, &parts.headers, peer).await?;
         let ctx = Context::new(user);
-        let table = state.engine.database(&export.database)?.table(&export.table)?;
+        let db = state.engine.database(&export.database)?;
+        // Names this request to a drop that has to wait for it.
+        let _lease = db.lease(format!("{} {} for {}", parts.method, parts.uri.path(), ctx.username()));
+        let table = db.table(&export.table)?;
         let target = url::target(path.rest.as_deref(), table.schema());
         let request = RestRequest {
             state: &state,
