@@ -29,15 +29,33 @@ pub struct Db {
     store: Database,
     writer: Writer<SchemaState>,
     published: Arc<RwLock<SchemaState>>,
-    leases: Mutex<BTreeMap<u64, String>>,
+    leases: Mutex<BTreeMap<u64, Holder>>,
     next_lease: AtomicU64,
     /// Set while a drop or restore waits for users to leave: long-running readers
     /// stop, new requests are refused.
     closing: AtomicBool,
 }
 
-/// A named hold on an open database (a backup, a search stream, a job). Released
-/// when dropped.
+/// Who holds a lease. Described only when asked (a refused drop naming its
+/// holders): every request and search takes a lease, so none formats text up front.
+type Holder = Box<dyn std::fmt::Display + Send + Sync>;
+
+/// A lease holder `<what> for <user>`, from handles that are cheap to clone.
+pub struct ForUser<W> {
+    /// What holds the database: an operation, a method and path, a search.
+    pub what: W,
+    /// On whose behalf.
+    pub user: Arc<crate::access::User>,
+}
+
+impl<W: std::fmt::Display> std::fmt::Display for ForUser<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} for {}", self.what, self.user.username)
+    }
+}
+
+/// A named hold on an open database (a request, a backup, a search stream, a job).
+/// Released when dropped.
 pub struct Lease {
     db: Arc<Db>,
     id: u64,
@@ -285,16 +303,17 @@ impl Db {
         })
     }
 
-    /// Takes a lease naming `holder` (e.g. "backup for admin").
-    pub fn lease(self: &Arc<Self>, holder: impl Into<String>) -> Lease {
+    /// Takes a lease naming `holder` (e.g. "a backup of 'dev' for admin", or a
+    /// [`ForUser`]).
+    pub fn lease(self: &Arc<Self>, holder: impl std::fmt::Display + Send + Sync + 'static) -> Lease {
         let id = self.next_lease.fetch_add(1, Ordering::Relaxed);
-        self.leases.lock().unwrap_or_else(|e| e.into_inner()).insert(id, holder.into());
+        self.leases.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Box::new(holder));
         Lease { db: self.clone(), id }
     }
 
     /// Who holds leases now.
     pub fn lease_holders(&self) -> Vec<String> {
-        self.leases.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        self.leases.lock().unwrap_or_else(|e| e.into_inner()).values().map(|holder| holder.to_string()).collect()
     }
 
     /// Handles on the database's storage (this database's own, the writer's, and

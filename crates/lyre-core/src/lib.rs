@@ -24,7 +24,7 @@ mod value;
 pub use audit::{AuditEntry, AuditSearch};
 pub use consistency::ConsistencyReport;
 pub use context::Context;
-pub use db::{Db, Lease, TableStats};
+pub use db::{Db, ForUser, Lease, TableStats};
 pub use engine::{Engine, EngineOptions};
 pub use error::{Class, Code, Error, Result};
 /// How databases are opened (map size, durability); see `lyre_store`.

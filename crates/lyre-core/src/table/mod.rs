@@ -20,7 +20,7 @@ use crate::audit::{self, AuditEntry, AuditSearch};
 use crate::catalog::TableSchema;
 use crate::consistency::ConsistencyReport;
 use crate::context::Context;
-use crate::db::Db;
+use crate::db::{Db, ForUser};
 use crate::error::{Error, Result};
 use crate::query::{Query, Search, Select};
 use crate::value::{Object, Value};
@@ -226,9 +226,17 @@ impl Table {
     /// any result when the query names unknown attributes or is malformed.
     pub fn search(&self, ctx: &Context, query: Query) -> Result<Search> {
         check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
-        let lease =
-            self.db.lease(format!("a search of {}.{} for {}", self.database(), self.schema.name, ctx.username()));
+        let lease = self.db.lease(ForUser { what: SearchOf(self.schema.clone()), user: ctx.user.clone() });
         Search::plan(self.clone(), query, lease)
+    }
+}
+
+/// "a search of <database>.<table>", as a lease holder.
+struct SearchOf(Arc<TableSchema>);
+
+impl std::fmt::Display for SearchOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a search of {}.{}", self.0.database, self.0.name)
     }
 }
 

@@ -17,7 +17,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use lyre_core::{Code, Context, Lease, Object, Value};
+use lyre_core::{Code, Context, ForUser, Lease, Object, Value};
 
 use crate::http::AppState;
 use crate::http::auth::authenticate;
@@ -77,7 +77,7 @@ fn request_lease(state: &AppState, ctx: &Context, operation: &str, params: &Para
         return None;
     }
     let db = state.engine.database(params.peek_database()).ok()?;
-    Some(db.lease(format!("{operation} for {}", ctx.username())))
+    Some(db.lease(ForUser { what: operation.to_string(), user: ctx.user.clone() }))
 }
 
 async fn dispatch(

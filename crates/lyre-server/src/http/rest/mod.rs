@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Query, Select};
-use lyre_core::{Code, Context, Object, Table, Value, WriteOptions};
+use lyre_core::{Code, Context, ForUser, Object, Table, Value, WriteOptions};
 
 use crate::http::AppState;
 use crate::http::auth::authenticate;
@@ -85,7 +85,8 @@ async fn route(state: &Arc<AppState>, peer: SocketAddr, parts: axum::http::reque
         let ctx = Context::new(user);
         let db = state.engine.database(&export.database)?;
         // Names this request to a drop that has to wait for it.
-        let _lease = db.lease(format!("{} {} for {}", parts.method, parts.uri.path(), ctx.username()));
+        let call = RestCall(parts.method.clone(), parts.uri.clone());
+        let _lease = db.lease(ForUser { what: call, user: ctx.user.clone() });
         let table = db.table(&export.table)?;
         let target = url::target(path.rest.as_deref(), table.schema());
         let request = RestRequest {
@@ -103,6 +104,15 @@ async fn route(state: &Arc<AppState>, peer: SocketAddr, parts: axum::http::reque
     match result {
         Ok(response) => response,
         Err(err) => err.render_rest(format),
+    }
+}
+
+/// "<method> <path>", as a lease holder.
+struct RestCall(Method, axum::http::Uri);
+
+impl std::fmt::Display for RestCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.0, self.1.path())
     }
 }
 
