@@ -53,6 +53,9 @@ pub struct Engine {
     /// Databases not loaded because an interrupted drop or restore could not be
     /// finished safely, with the reason.
     blocked: RwLock<Blocked>,
+    /// Databases whose storage did not close when a drop or restore closed them: their
+    /// files may still be open in this process, so only a restart may finish the job.
+    unclosed: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Serializes creating, dropping and restoring databases.
     lifecycle: tokio::sync::Mutex<()>,
     users: Users,
@@ -111,6 +114,7 @@ impl Engine {
             clock,
             databases: RwLock::new(databases),
             blocked: RwLock::new(blocked),
+            unclosed: std::sync::Mutex::new(Default::default()),
             lifecycle: tokio::sync::Mutex::new(()),
             users,
             _server_lock: server_lock,
@@ -240,8 +244,9 @@ impl Engine {
         validate_database_name(name)?;
         let _guard = self.lifecycle.lock().await;
         let _lock = lifecycle::lock(&self.layout, name)?;
-        if let Some(reason) = self.blocked.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned() {
-            return self.retry_blocked_drop(name, reason);
+        let blocked = self.blocked.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned();
+        if let Some(reason) = blocked {
+            return self.retry_blocked_drop(name, reason).await;
         }
         let db = self.database(name)?;
         let dir = lifecycle::absolute(db.store().dir())?;
@@ -257,10 +262,7 @@ impl Engine {
         }
         self.close_or_block(name, db, "drop").await?;
         failpoint::hit("drop-closed").map_err(|e| Error::Lifecycle(e.to_string()))?;
-        let finished = tokio::task::spawn_blocking(move || lifecycle::delete_recorded(&marker))
-            .await
-            .map_err(|e| Error::Lifecycle(format!("dropping the database failed: {e}")))?;
-        if let Err(err) = finished {
+        if let Err(err) = blocking(move || lifecycle::delete_recorded(&marker)).await {
             // The marker stays: the next start (or a retried drop) finishes the job.
             self.block(name, format!("its drop did not finish ({err}); retry drop_database or restart"));
             return Err(err);
@@ -270,16 +272,20 @@ impl Engine {
     }
 
     /// A drop of a database left blocked by an earlier failed removal: finish it from
-    /// its marker.
-    fn retry_blocked_drop(&self, name: &str, reason: String) -> Result<()> {
+    /// its marker (not when its storage failed to close: its files may still be open).
+    async fn retry_blocked_drop(&self, name: &str, reason: String) -> Result<()> {
+        let refused = || Err(Error::Lifecycle(format!("database '{name}' is blocked: {reason}")));
+        if self.unclosed.lock().unwrap_or_else(|e| e.into_inner()).contains(name) {
+            return refused();
+        }
         match lifecycle::marker::read(&self.layout.lifecycle_dir(), &lifecycle::marker::key(name)) {
             Ok(Some(marker)) if marker.kind == Kind::Drop => {
-                lifecycle::delete_recorded(&marker)?;
+                blocking(move || lifecycle::delete_recorded(&marker)).await?;
                 lifecycle::end(&self.layout, name)?;
                 self.blocked.write().unwrap_or_else(|e| e.into_inner()).remove(name);
                 Ok(())
             }
-            _ => Err(Error::Lifecycle(format!("database '{name}' is blocked: {reason}"))),
+            _ => refused(),
         }
     }
 
@@ -298,37 +304,40 @@ impl Engine {
         self.check_not_blocked(name)?;
         let targets = lifecycle::restore_targets(&self.layout, name)?;
         refuse_symlink(&targets.database)?;
-        let marker = lifecycle::begin_restore(&self.layout, name, targets)?;
+        let layout = self.layout.clone();
+        let restoring = name.to_string();
+        let marker = blocking(move || lifecycle::begin_restore(&layout, &restoring, targets)).await?;
         let (staging, backup) = (marker.clone(), backup.to_path_buf());
         let options = self.options.storage.clone();
-        let staged = tokio::task::spawn_blocking(move || lifecycle::stage(&staging, &backup, &options))
-            .await
-            .map_err(|e| Error::Lifecycle(format!("preparing the restore failed: {e}")));
-        if let Err(err) = staged.and_then(|r| r) {
-            if let Some(staged) = marker.targets.staged.as_deref() {
-                let _ = files::remove_dir_strictly(staged);
-            }
-            lifecycle::end(&self.layout, name)?;
+        if let Err(err) = blocking(move || lifecycle::stage(&staging, &backup, &options)).await {
+            self.abandon_restore(name, &marker).await?;
             return Err(err);
         }
         failpoint::hit("restore-staged").map_err(|e| Error::Lifecycle(e.to_string()))?;
         if let Ok(db) = self.database(name) {
             if let Err(err) = self.release(&db).await {
-                if let Some(staged) = marker.targets.staged.as_deref() {
-                    let _ = files::remove_dir_strictly(staged);
-                }
-                lifecycle::end(&self.layout, name)?;
+                self.abandon_restore(name, &marker).await?;
                 return Err(err);
             }
             self.close_or_block(name, db, "restore").await?;
         }
-        if let Err(err) = lifecycle::swap(&marker) {
+        let swapping = marker.clone();
+        if let Err(err) = blocking(move || lifecycle::swap(&swapping)).await {
             // The marker stays: the next start completes or undoes the swap from it.
             self.block(name, format!("its restore did not finish ({err}); restart to complete it"));
             return Err(err);
         }
         lifecycle::end(&self.layout, name)?;
         self.open_database(name).map(|_| ())
+    }
+
+    /// Undoes a restore that has not touched the live database: its staged copy is
+    /// deleted (best effort; the next restore clears it anyway) and its marker removed.
+    async fn abandon_restore(&self, name: &str, marker: &lifecycle::marker::Marker) -> Result<()> {
+        if let Some(staged) = marker.targets.staged.clone() {
+            let _ = blocking(move || files::remove_dir_strictly(&staged)).await;
+        }
+        lifecycle::end(&self.layout, name)
     }
 
     /// Tells `db`'s users it is going away and waits (bounded) until only the
@@ -366,6 +375,7 @@ impl Engine {
     async fn close_or_block(&self, name: &str, db: Arc<Db>, operation: &str) -> Result<()> {
         let closed = self.close(name, db).await;
         if let Err(err) = &closed {
+            self.unclosed.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
             self.block(name, format!("its {operation} did not finish ({err}); restart to complete it"));
         }
         closed
@@ -412,4 +422,12 @@ impl Engine {
             tracing::error!(error = %err, "stopping the writers failed");
         }
     }
+}
+
+/// Runs file-system work of the lifecycle protocol (copies, deletions of whole
+/// databases) on the blocking pool, off the async workers.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Lifecycle(format!("a lifecycle step stopped unexpectedly: {e}")))?
 }

@@ -118,19 +118,39 @@ impl Started<'_> {
         }
         let _ = kill_process_group(self.pid, Signal::KILL);
         self.supervisor.lock().remove(&self.id);
-        let id = match &self.pidfd {
-            Some(pidfd) => WaitId::PidFd(pidfd.as_fd()),
-            None => WaitId::Pid(self.pid),
-        };
-        let ended = reap(id)?;
+        let ended = reap(wait_id(self.pid, &self.pidfd))?;
         self.reaped = Some(ended.clone());
         Ok(ended)
     }
 }
 
 impl Drop for Started<'_> {
+    /// Kills the group and reaps without blocking the (async) caller: a leader that
+    /// does not die at once (stuck in uninterruptible sleep) is reaped by a thread of
+    /// its own, so its PID stays reserved until then.
     fn drop(&mut self) {
-        let _ = self.finish();
+        if self.reaped.is_some() {
+            return;
+        }
+        let _ = kill_process_group(self.pid, Signal::KILL);
+        self.supervisor.lock().remove(&self.id);
+        let (pid, pidfd) = (self.pid, self.pidfd.take());
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG;
+        if matches!(waitid(wait_id(pid, &pidfd), options), Ok(Some(_))) {
+            return;
+        }
+        let _ = std::thread::Builder::new().name("reap-child".into()).spawn(move || {
+            let _ = waitid(wait_id(pid, &pidfd), WaitIdOptions::EXITED);
+        });
+    }
+}
+
+/// What `waitid` waits on: the pidfd when there is one, else the (unreaped, so
+/// still ours) PID.
+fn wait_id(pid: Pid, pidfd: &Option<OwnedFd>) -> WaitId<'_> {
+    match pidfd {
+        Some(fd) => WaitId::PidFd(fd.as_fd()),
+        None => WaitId::Pid(pid),
     }
 }
 

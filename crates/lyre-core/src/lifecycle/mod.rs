@@ -49,9 +49,17 @@ pub(crate) fn server_lock(layout: &Layout) -> Result<FileLock> {
         .ok_or_else(|| Error::Lifecycle(format!("another Lyre process is using the root {}", layout.root().display())))
 }
 
-/// The absolute form of `path` (markers record absolute paths only).
+/// The absolute form of `path`, without `.` or `..` (markers record such paths
+/// only): its parent directory is resolved by the file system, its last component is
+/// kept as it is, so a symbolic link there is still seen (and refused) as a link.
 pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
-    std::path::absolute(path).map_err(|e| Error::Store(lyre_store::Error::from(e)))
+    let io = |e: std::io::Error| Error::Lifecycle(format!("resolving {} failed: {e}", path.display()));
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
+            Ok(std::fs::canonicalize(parent).map_err(io)?.join(name))
+        }
+        _ => std::path::absolute(path).map_err(io),
+    }
 }
 
 /// Where a restore prepares `name`'s copy, and where the replaced copy waits to be
@@ -280,6 +288,14 @@ fn settle(layout: &Layout, found: &Marker) -> Result<()> {
                 sync_parent(live).map_err(|e| Error::Lifecycle(e.to_string()))?;
                 let _ = std::fs::remove_file(live.join(STAGED_READY));
                 tracing::info!(database = %found.name, "finished an interrupted restore");
+            } else if !live.exists() && previous_dir(found)?.exists() {
+                // The replaced database was moved aside but no checked copy is ready
+                // (a marker from an older build, or a lost sentinel): put it back.
+                std::fs::rename(previous_dir(found)?, live)
+                    .map_err(|e| Error::Lifecycle(format!("undoing a restore failed: {e}")))?;
+                sync_parent(live).map_err(|e| Error::Lifecycle(e.to_string()))?;
+                remove_dir_strictly(staged)?;
+                tracing::info!(database = %found.name, "undid an interrupted restore; the database was put back");
             } else {
                 // It never reached the swap: the live database is intact.
                 remove_dir_strictly(staged)?;
@@ -314,4 +330,50 @@ fn sync_parent(path: &Path) -> std::io::Result<()> {
 /// carry a backtick, which no database name may).
 pub(crate) fn is_database_dir_name(name: &str) -> bool {
     validate_database_name(name).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_paths_carry_no_dot_dot_and_keep_a_link_as_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("database")).unwrap();
+        // A root given as `…/x/../root` (e.g. `--root ../data`) still yields markers
+        // that validate when read back.
+        std::fs::create_dir(dir.path().join("x")).unwrap();
+        let layout = Layout::new(dir.path().join("x/../root"));
+        let targets = restore_targets(&layout, "sales").unwrap();
+        assert!(!targets.database.to_string_lossy().contains(".."), "{}", targets.database.display());
+        let marker = Marker::new("sales", Kind::Restore, targets);
+        assert!(Marker::parse(&marker.encode(), &marker::key("sales")).is_ok());
+        // The last component is not resolved: a link there stays visible to the refusal.
+        let link = root.join("database/linked");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert_eq!(absolute(&link).unwrap().file_name(), link.file_name());
+        assert!(refuse_symlink(&absolute(&link).unwrap()).is_err());
+    }
+
+    #[test]
+    fn recovery_puts_back_a_database_moved_aside_without_a_ready_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.databases_dir()).unwrap();
+        let targets = restore_targets(&layout, "sales").unwrap();
+        let previous = targets.previous.clone().unwrap();
+        let staged = targets.staged.clone().unwrap();
+        // Crashed after moving the live database aside, with an unchecked staged copy.
+        std::fs::create_dir_all(&previous).unwrap();
+        std::fs::write(previous.join("data.mdb"), b"the only copy").unwrap();
+        std::fs::create_dir_all(&staged).unwrap();
+        std::fs::write(staged.join("data.mdb"), b"torn").unwrap();
+        marker::publish(&layout.lifecycle_dir(), &Marker::new("sales", Kind::Restore, targets.clone())).unwrap();
+        let blocked = recover(&layout).unwrap();
+        assert!(blocked.is_empty(), "{blocked:?}");
+        assert_eq!(std::fs::read(targets.database.join("data.mdb")).unwrap(), b"the only copy");
+        assert!(!staged.exists() && !previous.exists());
+        assert!(marker::read(&layout.lifecycle_dir(), &marker::key("sales")).unwrap().is_none());
+    }
 }

@@ -71,12 +71,15 @@ async fn handle_request(
 
 /// A lease naming this request on the database it addresses, held while it runs, so
 /// a drop refused because of it says which operation and user hold the database.
-/// Drops and restores take none: they are what waits for the leases.
+/// Drops and restores take none (they are what waits for leases), nor do creations,
+/// which wait for the lifecycle lock a drop holds while it waits for leases.
 fn request_lease(state: &AppState, ctx: &Context, operation: &str, params: &Params) -> Option<Lease> {
-    if matches!(operation, "drop_database" | "drop_schema" | "restore_backup") {
+    const NONE: [&str; 6] =
+        ["drop_database", "drop_schema", "restore_backup", "create_database", "create_schema", "create_table"];
+    if NONE.contains(&operation) {
         return None;
     }
-    let db = state.engine.database(params.peek_database()).ok()?;
+    let db = state.engine.database(params.peek_database()?).ok()?;
     Some(db.lease(ForUser { what: operation.to_string(), user: ctx.user.clone() }))
 }
 

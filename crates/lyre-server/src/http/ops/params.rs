@@ -48,16 +48,15 @@ impl Params {
         self.string(keys)?.ok_or_else(|| ApiError::bad_request(format!("'{}' is required", keys[0])))
     }
 
-    /// The database the request names (`database` or legacy `schema`), without
-    /// consuming it; `data` when it names none.
-    pub fn peek_database(&self) -> &str {
-        ["database", "schema"]
-            .iter()
-            .find_map(|k| match self.map.get(*k) {
-                Some(Value::String(name)) => Some(name.as_str()),
-                _ => None,
-            })
-            .unwrap_or("data")
+    /// The database a request about data addresses, without consuming anything:
+    /// the one named (`database` or legacy `schema`), else `data` when it names a
+    /// table; `None` for requests about no database (users, components, jobs).
+    pub fn peek_database(&self) -> Option<&str> {
+        let named = ["database", "schema"].iter().find_map(|k| match self.map.get(*k) {
+            Some(Value::String(name)) => Some(name.as_str()),
+            _ => None,
+        });
+        named.or_else(|| self.map.contains_key("table").then_some("data"))
     }
 
     /// The database named by `database` or legacy `schema`, `data` by default.
