@@ -45,7 +45,17 @@ impl ApiError {
             }
             _ => {}
         }
+        close_if_unread(self.code, &mut response);
         response
+    }
+}
+
+/// A 413 is answered before the rest of the body is read, so the connection cannot
+/// carry another request: say so, or a client reuses it and loses its next request
+/// (reqwest: "IncompleteMessage").
+fn close_if_unread(code: Code, response: &mut Response) {
+    if code == Code::PayloadTooLarge {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
 }
 
@@ -79,6 +89,7 @@ impl ApiError {
             }
             _ => {}
         }
+        close_if_unread(self.code, &mut response);
         response
     }
 }

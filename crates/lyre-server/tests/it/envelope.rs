@@ -144,6 +144,8 @@ async fn oversized_bodies_get_413_and_write_nothing() {
         .await
         .unwrap();
     assert_eq!(response.status(), 413);
+    // The unread rest of the body makes the connection unusable: the client is told.
+    assert_eq!(response.headers()["connection"], "close");
     let count = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "t"})).await;
     assert_eq!(count["record_count"], 0);
 }

@@ -67,6 +67,20 @@ async fn send(
     s.rest_send(method, path, body.as_ref(), &[]).await
 }
 
+/// PUTs raw `body` bytes declared as `content_type`; returns the status.
+async fn put_raw(s: &TestServer, path: &str, content_type: &str, body: impl Into<reqwest::Body>) -> u16 {
+    let response = s
+        .client
+        .put(s.rest(path))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    response.status().as_u16()
+}
+
 async fn get(s: &TestServer, path: &str) -> Value {
     let (status, _, body) = send(s, Method::GET, path, None).await;
     assert_eq!(status, 200, "GET {path} answered {body}");
@@ -363,27 +377,9 @@ async fn content_types_and_extensions() {
     // Bodies in CBOR and MessagePack.
     let mut cbor = Vec::new();
     ciborium::into_writer(&json!({"name": "Cbor", "price": 1.5}), &mut cbor).unwrap();
-    let put = s
-        .client
-        .put(s.rest("/products/c1"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "application/cbor")
-        .body(cbor)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 204);
+    assert_eq!(put_raw(&s, "/products/c1", "application/cbor", cbor).await, 204);
     let msgpack = rmp_serde::to_vec_named(&json!({"name": "Msgpack", "price": 2.5})).unwrap();
-    let put = s
-        .client
-        .put(s.rest("/products/m1"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "application/x-msgpack")
-        .body(msgpack)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 204);
+    assert_eq!(put_raw(&s, "/products/m1", "application/x-msgpack", msgpack).await, 204);
     assert_eq!(get(&s, "/products/?price<3&sort(price)&select(name)").await, json!(["Cbor", "Msgpack"]));
 }
 
@@ -486,26 +482,8 @@ async fn authentication_and_validation() {
         assert_eq!((status, answer), (400, json!(message)), "{body}");
     }
     assert_eq!(send(&s, Method::GET, "/products/v1", None).await.0, 404, "nothing was written");
-    let malformed = s
-        .client
-        .put(s.rest("/products/v2"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "application/json")
-        .body("{\"name\": ")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(malformed.status(), 400);
-    let not_object = s
-        .client
-        .put(s.rest("/products/v2"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "application/json")
-        .body("[1,2]")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(not_object.status(), 400);
+    assert_eq!(put_raw(&s, "/products/v2", "application/json", "{\"name\": ").await, 400, "malformed JSON");
+    assert_eq!(put_raw(&s, "/products/v2", "application/json", "[1,2]").await, 400, "not an object");
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::response::Response;
-use lyre_core::{AuditEntry, AuditSearch, Code, Context, Object, Value};
+use lyre_core::{AuditEntry, AuditSearch, Code, Context, Object, Table, Value};
 
 use crate::http::AppState;
 use crate::http::error::ApiError;
@@ -44,10 +44,7 @@ pub async fn read_audit_log(
         Some("hash_value") => AuditSearch::Ids(values.clone()),
         Some(other) => return Err(ApiError::bad_request(format!("Invalid searchType '{other}'"))),
     };
-    let (table2, ctx2, search2) = (table.clone(), ctx.clone(), search.clone());
-    let entries = tokio::task::spawn_blocking(move || table2.read_audit_log(&ctx2, &search2, limit))
-        .await
-        .map_err(|e| ApiError::new(Code::Internal, format!("reading the audit log failed: {e}")))??;
+    let entries = read_entries(table, ctx, search.clone(), limit).await?;
     let body = match search {
         AuditSearch::Time { .. } => Value::Array(entries.iter().map(entry_value).collect()),
         AuditSearch::Users(users) => {
@@ -69,12 +66,23 @@ pub async fn read_transaction_log(
     let from = timestamp(&mut params, "from")?;
     let to = timestamp(&mut params, "to")?;
     let limit = params.count(&["limit"])?;
-    let ctx = ctx.clone();
-    let entries =
-        tokio::task::spawn_blocking(move || table.read_audit_log(&ctx, &AuditSearch::Time { from, to }, limit))
-            .await
-            .map_err(|e| ApiError::new(Code::Internal, format!("reading the transaction log failed: {e}")))??;
+    let entries = read_entries(table, ctx, AuditSearch::Time { from, to }, limit).await?;
     reply(format, &Value::Array(entries.iter().map(entry_value).collect()))
+}
+
+/// Reads the table's log entries matching `search` on a blocking thread (a log walk
+/// can be long).
+async fn read_entries(
+    table: Table,
+    ctx: &Context,
+    search: AuditSearch,
+    limit: Option<usize>,
+) -> Result<Vec<AuditEntry>, ApiError> {
+    let ctx = ctx.clone();
+    tokio::task::spawn_blocking(move || table.read_audit_log(&ctx, &search, limit))
+        .await
+        .map_err(|e| ApiError::new(Code::Internal, format!("reading the log failed: {e}")))?
+        .map_err(ApiError::from)
 }
 
 /// `delete_audit_logs_before` / `delete_transaction_logs_before`: a job pruning the
