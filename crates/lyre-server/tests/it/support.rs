@@ -3,6 +3,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -20,11 +21,29 @@ pub struct TestServer {
     pub client: reqwest::Client,
     extra_env: Vec<(String, String)>,
     dev_app: Option<PathBuf>,
+    /// Every start's stderr, appended: shown when a start fails.
+    stderr_log: PathBuf,
 }
 
+/// A port nothing else is using, chosen below the kernel's ephemeral range (32768+).
+///
+/// A port the kernel hands out for `bind(0)` is also one it hands out as the local end
+/// of outgoing connections: once a test stops its server to restart it, another test's
+/// client could take the port, and the restart would fail with "address in use".
+/// Ports below the range are only ever taken by an explicit bind.
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Start at a process-dependent offset so concurrent test binaries rarely probe the same ports.
+    let start = (std::process::id() % u32::from(SPAN)) as u16;
+    for _ in 0..SPAN {
+        let port = FIRST + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        if TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {FIRST} and {}", FIRST + SPAN);
 }
 
 impl TestServer {
@@ -41,6 +60,7 @@ impl TestServer {
     /// Starts `lyre dev <app>`: one application directory loaded from where it is.
     pub async fn start_dev(app: &std::path::Path) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
+        let stderr_log = dir.path().join("lyre-stderr.log");
         let mut server = TestServer {
             child: None,
             root: dir.path().join("root"),
@@ -50,6 +70,7 @@ impl TestServer {
             client: reqwest::Client::new(),
             extra_env: Vec::new(),
             dev_app: Some(app.to_path_buf()),
+            stderr_log,
         };
         server.spawn().await;
         server
@@ -59,6 +80,7 @@ impl TestServer {
     /// `components/shop/schema.graphql`) before start-up.
     pub async fn start_app(files: &[(&str, &str)], env: &[(&str, &str)]) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
+        let stderr_log = dir.path().join("lyre-stderr.log");
         let root = dir.path().join("root");
         for (path, text) in files {
             let path = root.join(path);
@@ -74,6 +96,7 @@ impl TestServer {
             client: reqwest::Client::new(),
             extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             dev_app: None,
+            stderr_log,
         };
         server.spawn().await;
         server
@@ -94,7 +117,9 @@ impl TestServer {
             .env("HDB_ADMIN_PASSWORD", PASSWORD)
             .env("LOGGING_LEVEL", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(
+                std::fs::OpenOptions::new().create(true).append(true).open(&self.stderr_log).expect("open stderr log"),
+            );
         // Tests do not need power-failure durability; crash tests set it back.
         command.env("STORAGE_WRITEASYNC", "true");
         for (k, v) in &self.extra_env {
@@ -108,7 +133,8 @@ impl TestServer {
                 return;
             }
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("lyre exited during start-up: {status}");
+                let stderr = std::fs::read_to_string(&self.stderr_log).unwrap_or_default();
+                panic!("lyre exited during start-up: {status}; its stderr:\n{stderr}");
             }
             assert!(Instant::now() < deadline, "lyre did not answer /health within 20 s");
             tokio::time::sleep(Duration::from_millis(20)).await;
