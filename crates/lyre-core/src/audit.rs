@@ -4,11 +4,18 @@
 //! LMDB transaction as the change itself, so the audit log is exactly as durable as
 //! the data and never disagrees with it. Reading filters the log by table and by
 //! time, user or primary key; deleting old entries prunes this table's changes from
-//! the log in bounded writer jobs.
+//! the log in bounded writer jobs. A background task ([`keep_within`]) removes every
+//! entry older than the retention period (Harper's `logging.auditRetention`).
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lyre_store::{Change, ChangeKind, LogEntry, ReadTxn, decode_key};
 
-use crate::error::Result;
+use crate::context::Context;
+use crate::db::Db;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
 use crate::table::decode_object;
 use crate::value::{Object, Value};
 
@@ -102,4 +109,59 @@ fn audit_entry<'a>(entry: &LogEntry, changes: impl Iterator<Item = &'a Change>) 
         });
     }
     Ok((!audit.hash_values.is_empty()).then_some(audit))
+}
+
+/// Removes the changes to `table` (to every table when `None`) from `db`'s log entries
+/// made before `before` (ms since the epoch), in bounded writer jobs, holding a lease
+/// named `holder`; stops when the database starts closing. Returns how many record
+/// changes were removed.
+pub(crate) async fn prune_before(
+    db: &Arc<Db>,
+    ctx: &Context,
+    table: Option<&str>,
+    before: f64,
+    holder: String,
+) -> Result<u64> {
+    let _lease = db.lease(holder);
+    let (mut from, mut removed) = (0, 0);
+    loop {
+        if db.is_closing() {
+            return Err(Error::Lifecycle(format!("stopped: database '{}' is being dropped or restored", db.name())));
+        }
+        let table = table.map(str::to_string);
+        let progress = db
+            .write(ctx, "delete_audit_logs_before", move |txn, _| {
+                Ok(txn.prune_log(from, before, table.as_deref(), PRUNE_BATCH)?)
+            })
+            .await?;
+        removed += progress.removed;
+        match progress.next {
+            Some(next) => from = next,
+            None => return Ok(removed),
+        }
+    }
+}
+
+/// Runs until the engine is gone: every `retention / 10` (between 100 ms and an hour)
+/// removes, from every database's log, the entries older than `retention`.
+pub(crate) async fn keep_within(engine: Weak<Engine>, retention: Duration) {
+    let period = (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(3_600));
+    let ctx = Context::system();
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(databases) = engine.upgrade().map(|engine| engine.all_databases()) else {
+            return;
+        };
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let before = now.saturating_sub(retention).as_secs_f64() * 1_000.0;
+        for db in databases.into_iter().filter(|db| !db.is_closing()) {
+            let holder = format!("the audit log retention of '{}'", db.name());
+            match prune_before(&db, &ctx, None, before, holder).await {
+                Ok(0) => {}
+                Ok(removed) => tracing::debug!(database = db.name(), removed, "expired audit log entries"),
+                Err(_) if db.is_closing() => {} // being dropped or restored: nothing to keep
+                Err(err) => tracing::warn!(database = db.name(), error = %err, "expiring audit log entries failed"),
+            }
+        }
+    }
 }

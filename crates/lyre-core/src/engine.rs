@@ -42,6 +42,9 @@ pub struct EngineOptions {
     /// How long a drop or restore waits for a database's users to leave before it
     /// gives up with 409.
     pub release_timeout: Duration,
+    /// How long log entries are kept (Harper's `logging.auditRetention`); `None`
+    /// keeps them until deleted with `delete_audit_logs_before`.
+    pub audit_retention: Option<Duration>,
 }
 
 /// Everything that is open: databases and users. One per process.
@@ -59,6 +62,8 @@ pub struct Engine {
     /// Serializes creating, dropping and restoring databases.
     lifecycle: tokio::sync::Mutex<()>,
     users: Users,
+    /// The task expiring old log entries, stopped at shutdown.
+    retention: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Held while the engine runs: one process per root.
     _server_lock: FileLock,
 }
@@ -117,9 +122,15 @@ impl Engine {
             unclosed: std::sync::Mutex::new(Default::default()),
             lifecycle: tokio::sync::Mutex::new(()),
             users,
+            retention: std::sync::Mutex::new(None),
             _server_lock: server_lock,
         };
-        Ok((Arc::new(engine), generated))
+        let engine = Arc::new(engine);
+        if let Some(retention) = engine.options.audit_retention {
+            let task = tokio::spawn(crate::audit::keep_within(Arc::downgrade(&engine), retention));
+            *engine.retention.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        }
+        Ok((engine, generated))
     }
 
     /// The user store.
@@ -161,6 +172,11 @@ impl Engine {
     pub fn databases(&self) -> Vec<Arc<Db>> {
         let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
         databases.iter().filter(|(name, _)| name.as_str() != SYSTEM_DATABASE).map(|(_, db)| db.clone()).collect()
+    }
+
+    /// Every open database, `system` included.
+    pub(crate) fn all_databases(&self) -> Vec<Arc<Db>> {
+        self.databases.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
     }
 
     /// Creates a database. Fails if it exists.
@@ -413,10 +429,10 @@ impl Engine {
     /// Stops every writer after its queued writes commit. Later writes fail as
     /// "database closed" (retryable), never half-applied.
     pub async fn shutdown(&self) {
-        let databases: Vec<Arc<Db>> = {
-            let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
-            databases.values().cloned().collect()
-        };
+        if let Some(retention) = self.retention.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            retention.abort();
+        }
+        let databases = self.all_databases();
         let stopped = tokio::task::spawn_blocking(move || databases.iter().for_each(|db| db.shutdown())).await;
         if let Err(err) = stopped {
             tracing::error!(error = %err, "stopping the writers failed");

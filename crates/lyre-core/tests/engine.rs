@@ -18,6 +18,7 @@ fn options(root: &std::path::Path) -> EngineOptions {
         auth_cache_ttl: Duration::from_secs(30),
         databases_dir: None,
         release_timeout: Duration::from_secs(5),
+        audit_retention: None,
     }
 }
 

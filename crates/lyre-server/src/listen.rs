@@ -74,6 +74,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         auth_cache_ttl: Duration::from_millis(config.authentication.cache_ttl),
         databases_dir: config.storage.path.clone(),
         release_timeout: Duration::from_millis(config.storage.release_timeout),
+        audit_retention: Some(config.logging.audit_retention.0),
     };
     let (engine, generated) = Engine::open(options).await.context("opening the databases")?;
     if let Some(password) = generated {

@@ -173,29 +173,8 @@ impl Table {
     /// epoch), in bounded writer jobs; returns how many record changes were removed.
     pub async fn delete_audit_log_before(&self, ctx: &Context, before: f64) -> Result<u64> {
         require_super_user(ctx)?;
-        let _lease =
-            self.db.lease(format!("a log cleanup of {}.{} for {}", self.database(), self.schema.name, ctx.username()));
-        let (mut from, mut removed) = (0, 0);
-        loop {
-            if self.db.is_closing() {
-                return Err(Error::Lifecycle(format!(
-                    "stopped: database '{}' is being dropped or restored",
-                    self.database()
-                )));
-            }
-            let name = self.schema.name.clone();
-            let progress = self
-                .db
-                .write(ctx, "delete_audit_logs_before", move |txn, _| {
-                    Ok(txn.prune_log(from, before, Some(&name), audit::PRUNE_BATCH)?)
-                })
-                .await?;
-            removed += progress.removed;
-            match progress.next {
-                Some(next) => from = next,
-                None => return Ok(removed),
-            }
-        }
+        let holder = format!("a log cleanup of {}.{} for {}", self.database(), self.schema.name, ctx.username());
+        audit::prune_before(&self.db, ctx, Some(&self.schema.name), before, holder).await
     }
 
     /// Walks every index of this table against its records in one snapshot and

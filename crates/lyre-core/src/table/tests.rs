@@ -21,6 +21,7 @@ async fn table(dir: &std::path::Path) -> (std::sync::Arc<Engine>, Table) {
         auth_cache_ttl: Duration::from_secs(30),
         databases_dir: None,
         release_timeout: Duration::from_secs(5),
+        audit_retention: None,
     };
     let (engine, _) = Engine::open(options).await.unwrap();
     let ctx = Context::system();

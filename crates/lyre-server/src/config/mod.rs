@@ -6,7 +6,10 @@
 //! command-line flags. Every key of the default tree can be overridden by the
 //! environment variable named after its path.
 
+mod duration;
 mod env;
+
+pub use duration::ConfigDuration;
 
 use std::path::{Path, PathBuf};
 
@@ -90,6 +93,14 @@ pub struct MqttNetworkConfig {
 pub struct LoggingConfig {
     /// `trace`, `debug`, `info`, `warn`, `error`, `fatal` or `notify`.
     pub level: String,
+    /// How long audit (transaction) log entries are kept before a background task
+    /// removes them (Harper's key and default, `3d`).
+    #[serde(default = "default_audit_retention")]
+    pub audit_retention: ConfigDuration,
+}
+
+fn default_audit_retention() -> ConfigDuration {
+    ConfigDuration(std::time::Duration::from_secs(3 * 86_400))
 }
 
 /// `threads.*`.
@@ -146,7 +157,7 @@ impl Default for Config {
                 network: NetworkConfig { port: 9925, max_body_size: default_ops_body() },
             },
             mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883 } },
-            logging: LoggingConfig { level: "info".into() },
+            logging: LoggingConfig { level: "info".into(), audit_retention: default_audit_retention() },
             threads: ThreadsConfig { count: 0 },
             authentication: AuthenticationConfig { authorize_local: false, cache_ttl: 30_000 },
             storage: StorageConfig {
@@ -272,6 +283,9 @@ mod tests {
         assert_eq!(config.mqtt.network.port, 1883);
         let config = Config::load(Some(root.clone()), &vars(&[("AUTHENTICATION_AUTHORIZELOCAL", "true")])).unwrap();
         assert!(config.authentication.authorize_local);
+        assert_eq!(config.logging.audit_retention.0, std::time::Duration::from_secs(3 * 86_400));
+        let config = Config::load(Some(root.clone()), &vars(&[("LOGGING_AUDITRETENTION", "12h")])).unwrap();
+        assert_eq!(config.logging.audit_retention.0, std::time::Duration::from_secs(12 * 3_600));
     }
 
     #[test]
@@ -282,5 +296,7 @@ mod tests {
         std::fs::write(dir.path().join("lyre-config.yaml"), "http:\n  port: 1\n").unwrap();
         let err = Config::load(Some(dir.path().into()), &vars(&[("HTTP_PORT", "not-a-port")])).unwrap_err();
         assert!(err.to_string().contains("invalid"), "{err}");
+        let err = Config::load(Some(dir.path().into()), &vars(&[("LOGGING_AUDITRETENTION", "3 weeks")])).unwrap_err();
+        assert!(err.to_string().contains("'3 weeks' is not a duration"), "{err}");
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -505,4 +506,27 @@ async fn audit_log_reads_and_prunes() {
     let left = s.ok(json!({"operation": "read_audit_log", "database": "dev", "table": "dog"})).await;
     assert_eq!(left.as_array().unwrap().len(), 1);
     assert_eq!(left[0]["operation"], "delete");
+}
+
+#[tokio::test]
+async fn audit_entries_older_than_the_retention_expire_and_the_records_stay() {
+    let s = TestServer::start_with(&[("LOGGING_AUDITRETENTION", "2s")]).await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 1, "name": "old"}]}))
+        .await;
+    let read_log = || s.ok(json!({"operation": "read_audit_log", "database": "dev", "table": "dog"}));
+    assert_eq!(read_log().await.as_array().unwrap().len(), 1, "logged at first");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !read_log().await.as_array().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the entry outlived its 2 s retention by 18 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A new write is logged again; the expired write's record is still there.
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 2, "name": "new"}]}))
+        .await;
+    let log = read_log().await;
+    assert_eq!(log.as_array().unwrap().len(), 1, "{log}");
+    assert_eq!(log[0]["hash_values"], json!([2]));
+    let found = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [1, 2], "get_attributes": ["name"]})).await;
+    assert_eq!(found, json!([{"name": "old"}, {"name": "new"}]));
 }
