@@ -151,6 +151,23 @@ async fn methods_and_status_codes() {
     );
     let w1 = get(&s, "/products/w1").await;
     assert_eq!(send(&s, Method::GET, "/products/other", None).await.0, 404);
+    // PUT on the collection writes an array of records in one transaction: one bad
+    // record (a string price) and none is written.
+    let batch = json!([{"id": "c1", "name": "One", "price": 1}, {"id": "c2", "name": "Two", "price": "dear"}]);
+    let (status, _, body) = send(&s, Method::PUT, "/products/", Some(batch)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("price"), "the error names the attribute: {body}");
+    assert_eq!(send(&s, Method::GET, "/products/c1", None).await.0, 404, "the good record was not written either");
+    let (status, _, body) = send(&s, Method::PUT, "/products/", Some(json!([{"id": "c3"}, {"name": "no key"}]))).await;
+    assert_eq!((status, body.to_string().contains("'id'")), (400, true), "{body}");
+    assert_eq!(send(&s, Method::GET, "/products/c3", None).await.0, 404);
+    let batch = json!([{"id": "c1", "name": "One", "price": 1}, {"id": "c2", "name": "Two", "price": 2}]);
+    assert_eq!(send(&s, Method::PUT, "/products/", Some(batch)).await.0, 204);
+    assert_eq!(get(&s, "/products/c2").await["price"], 2.0);
+    let log = s.ok(json!({"operation": "read_audit_log", "database": "shop", "table": "Product"})).await;
+    let last = log.as_array().and_then(|entries| entries.last()).cloned().unwrap_or_default();
+    assert_eq!(last["hash_values"], json!(["c1", "c2"]), "one logged transaction: {last}");
+
     assert_eq!(send(&s, Method::PUT, "/products/w1", Some(json!({"name": "Writer", "price": 32}))).await.0, 204);
     let replaced = get(&s, "/products/w1").await;
     assert!(replaced.get("count").is_none(), "PUT removes properties it does not name: {replaced}");

@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Query, Select};
-use lyre_core::{Code, Context, ForUser, Object, Table, Value, WriteOptions};
+use lyre_core::{Code, Context, ForUser, Object, Table, Value, WriteMode, WriteOptions};
 
 use crate::http::AppState;
 use crate::http::auth::authenticate;
@@ -164,16 +164,17 @@ impl RestRequest<'_> {
                     Value::Array(items) => items,
                     _ => return Err(ApiError::bad_request("PUT on a collection takes an array of records")),
                 };
-                for item in records {
-                    let Value::Object(record) = item else {
-                        return Err(ApiError::bad_request("each record must be an object"));
-                    };
-                    let id = record
-                        .get(&self.table.schema().primary_key)
-                        .cloned()
-                        .ok_or_else(|| ApiError::bad_request("each record needs its primary key"))?;
-                    self.table.put(&self.ctx, id, record, WriteOptions::default()).await?;
-                }
+                let primary_key = &self.table.schema().primary_key;
+                let records = records
+                    .into_iter()
+                    .map(|item| match item {
+                        Value::Object(record) if record.contains_key(primary_key) => Ok(record),
+                        Value::Object(_) => Err(ApiError::bad_request(format!("each record needs its '{primary_key}'"))),
+                        _ => Err(ApiError::bad_request("each record must be an object")),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                // One transaction: a bad record anywhere leaves every record as it was.
+                self.table.write_with(&self.ctx, WriteMode::Replace, records, WriteOptions::default()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("PATCH", Target::Record(id)) => {
