@@ -128,6 +128,7 @@ pub(crate) async fn prune_before(
         if db.is_closing() {
             return Err(Error::Lifecycle(format!("stopped: database '{}' is being dropped or restored", db.name())));
         }
+        crate::failpoint::hit("log-prune").map_err(|e| Error::Lifecycle(e.to_string()))?;
         let table = table.map(str::to_string);
         let progress = db
             .write(ctx, "delete_audit_logs_before", move |txn, _| {

@@ -1,5 +1,5 @@
 //! Failpoints for crash and failure tests: named steps of crash-sensitive protocols
-//! (the drop and restore lifecycle) where a test can make the process die or the step
+//! (the drop and restore lifecycle, log pruning) where a test can make the process die or the step
 //! fail, through the environment variable `LYRE_FAILPOINT` (comma-separated):
 //!
 //! * `crash:<step>`: the process aborts at the step, as abruptly as `kill -9`.

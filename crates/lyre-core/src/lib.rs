@@ -25,7 +25,7 @@ pub use audit::{AuditEntry, AuditSearch};
 pub use consistency::ConsistencyReport;
 pub use context::Context;
 pub use db::{Db, ForUser, Lease, TableStats};
-pub use engine::{Engine, EngineOptions};
+pub use engine::{Engine, EngineOptions, SYSTEM_DATABASE};
 pub use error::{Class, Code, Error, Result};
 /// How databases are opened (map size, durability); see `lyre_store`.
 pub use lyre_store::DatabaseOptions as StorageOptions;

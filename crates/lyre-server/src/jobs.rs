@@ -1,110 +1,139 @@
 //! Background jobs: operations Harper answers with a job id (`delete_audit_logs_before`,
 //! ...) run here, and `get_job` reports on them.
 //!
-//! Jobs live in memory: a restart forgets finished jobs (Harper keeps them in a
-//! system table). A job's work is an ordinary core call, so a restart never leaves
-//! half a job: each of its writer steps committed or did not.
+//! Each job is a record of `system.hdb_job` (Harper's table), written when the job
+//! starts and again when it ends, so `get_job` answers across restarts. A job's work
+//! is an ordinary core call, so a restart never leaves half a job: each of its writer
+//! steps committed or did not. A job still `IN_PROGRESS` when the server starts was
+//! cut short by a stop or a crash, and is marked `ERROR` saying so.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lyre_core::{Object, Value};
+use lyre_core::catalog::TableSpec;
+use lyre_core::query::{Query, Select};
+use lyre_core::{Context, Db, Engine, Object, SYSTEM_DATABASE, Table, Value};
 use uuid::Uuid;
 
-/// Finished jobs kept for `get_job`; the oldest are forgotten beyond this.
-const KEPT: usize = 10_000;
+/// Harper's table of jobs.
+const JOB_TABLE: &str = "hdb_job";
+const IN_PROGRESS: &str = "IN_PROGRESS";
+/// What `get_job` shows of a job, in Harper's order (the table also keeps `job_body`).
+const SHOWN: [&str; 8] =
+    ["id", "status", "message", "end_datetime", "type", "start_datetime", "created_datetime", "user"];
 
-/// The registry of jobs.
-#[derive(Default)]
+/// The registry of jobs: the `hdb_job` table.
 pub struct Jobs {
-    jobs: Mutex<HashMap<String, Job>>,
-}
-
-#[derive(Clone)]
-struct Job {
-    id: String,
-    user: String,
-    kind: String,
-    status: &'static str,
-    message: String,
-    created: f64,
-    start: f64,
-    end: Option<f64>,
-    body: Value,
+    system: Arc<Db>,
 }
 
 impl Jobs {
-    /// Starts `work` as a job of type `kind` for `user`; returns its id at once.
-    pub fn start<F>(self: &Arc<Self>, user: &str, kind: &str, body: Value, work: F) -> String
+    /// Opens (creating if needed) the job table, and marks the jobs a previous run
+    /// left unfinished as failed.
+    pub async fn open(engine: &Engine) -> lyre_core::Result<Arc<Jobs>> {
+        let ctx = Context::system();
+        let system = engine.database(SYSTEM_DATABASE)?;
+        if system.schema().table(JOB_TABLE).is_none() {
+            let spec = TableSpec {
+                name: JOB_TABLE.into(),
+                primary_key: "id".into(),
+                primary_key_type: None,
+                attributes: None,
+                audit: true,
+            };
+            system.create_table(&ctx, spec).await?;
+        }
+        let jobs = Jobs { system };
+        let interrupted = jobs.unfinished(&ctx)?;
+        if !interrupted.is_empty() {
+            let end = Value::Int(now_ms());
+            let records = interrupted
+                .into_iter()
+                .map(|mut job| {
+                    job.insert("status".into(), "ERROR".into());
+                    job.insert("message".into(), "interrupted: the server stopped before the job finished".into());
+                    job.insert("end_datetime".into(), end.clone());
+                    job
+                })
+                .collect();
+            jobs.table()?.upsert(&ctx, records).await?;
+        }
+        Ok(Arc::new(jobs))
+    }
+
+    /// Records a job of type `kind` for `user`, then runs `work` in the background;
+    /// returns the job's id once the job is recorded.
+    pub async fn start<F>(self: &Arc<Self>, user: &str, kind: &str, body: Value, work: F) -> lyre_core::Result<String>
     where
         F: Future<Output = Result<String, String>> + Send + 'static,
     {
         let id = Uuid::new_v4().to_string();
-        let now = now_ms();
-        let job = Job {
-            id: id.clone(),
-            user: user.to_string(),
-            kind: kind.to_string(),
-            status: "IN_PROGRESS",
-            message: String::new(),
-            created: now,
-            start: now,
-            end: None,
-            body,
-        };
-        self.insert(job);
+        let now = Value::Int(now_ms());
+        let mut job = Object::new();
+        job.insert("id".into(), id.clone().into());
+        job.insert("status".into(), IN_PROGRESS.into());
+        job.insert("message".into(), Value::Null);
+        job.insert("end_datetime".into(), Value::Null);
+        job.insert("type".into(), kind.into());
+        job.insert("start_datetime".into(), now.clone());
+        job.insert("created_datetime".into(), now);
+        job.insert("user".into(), user.into());
+        job.insert("job_body".into(), body);
+        let ctx = Context::system();
+        self.table()?.insert(&ctx, vec![job]).await?;
         let jobs = Arc::clone(self);
         let job_id = id.clone();
         tokio::spawn(async move {
-            let outcome = work.await;
-            let mut map = jobs.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(job) = map.get_mut(&job_id) {
-                job.end = Some(now_ms());
-                (job.status, job.message) = match outcome {
-                    Ok(message) => ("COMPLETE", message),
-                    Err(message) => ("ERROR", message),
-                };
+            let (status, message) = match work.await {
+                Ok(message) => ("COMPLETE", message),
+                Err(message) => ("ERROR", message),
+            };
+            let mut end = Object::new();
+            end.insert("id".into(), job_id.clone().into());
+            end.insert("status".into(), status.into());
+            end.insert("message".into(), message.into());
+            end.insert("end_datetime".into(), Value::Int(now_ms()));
+            let updated = match jobs.table() {
+                Ok(table) => table.update(&ctx, vec![end]).await.map(|_| ()),
+                Err(err) => Err(err),
+            };
+            if let Err(err) = updated {
+                tracing::error!(job = %job_id, error = %err, "recording the end of a job failed");
             }
         });
-        id
+        Ok(id)
     }
 
     /// `get_job`'s answer for `id`: a one-element array, or empty when unknown.
-    pub fn get(&self, id: &str) -> Value {
-        let map = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        Value::Array(map.get(id).map(Job::to_value).into_iter().collect())
+    pub fn get(&self, id: &str) -> lyre_core::Result<Value> {
+        let shown = Select::Attributes(SHOWN.iter().map(|name| name.to_string()).collect());
+        let found = self.table()?.get_many(&Context::system(), &[Value::from(id)], &shown)?;
+        Ok(Value::Array(found.into_iter().map(Value::Object).collect()))
     }
 
-    fn insert(&self, job: Job) {
-        let mut map = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if map.len() >= KEPT {
-            let finished = map.values().filter(|j| j.end.is_some()).min_by(|a, b| a.created.total_cmp(&b.created));
-            if let Some(oldest) = finished.map(|j| j.id.clone()) {
-                map.remove(&oldest);
+    /// The job table, with its current schema (a dynamic table's attributes grow
+    /// with its records, so a `Table` is not kept).
+    fn table(&self) -> lyre_core::Result<Table> {
+        self.system.table(JOB_TABLE)
+    }
+
+    /// Jobs recorded as in progress.
+    fn unfinished(&self, ctx: &Context) -> lyre_core::Result<Vec<Object>> {
+        let mut out = Vec::new();
+        self.table()?.search(ctx, Query::default())?.run(&mut |record| {
+            if let Value::Object(job) = record
+                && job.get("status").and_then(Value::as_str) == Some(IN_PROGRESS)
+            {
+                out.push(job);
             }
-        }
-        map.insert(job.id.clone(), job);
+            ControlFlow::Continue(())
+        })?;
+        Ok(out)
     }
 }
 
-impl Job {
-    fn to_value(&self) -> Value {
-        let mut out = Object::new();
-        out.insert("id".into(), self.id.clone().into());
-        out.insert("user".into(), self.user.clone().into());
-        out.insert("type".into(), self.kind.clone().into());
-        out.insert("status".into(), self.status.into());
-        out.insert("message".into(), self.message.clone().into());
-        out.insert("created_datetime".into(), Value::Float(self.created));
-        out.insert("start_datetime".into(), Value::Float(self.start));
-        out.insert("end_datetime".into(), self.end.map_or(Value::Null, Value::Float));
-        out.insert("job_body".into(), self.body.clone());
-        Value::Object(out)
-    }
-}
-
-fn now_ms() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0)
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use crate::components::Components;
 use crate::config::Config;
 use crate::http::{self, AppState};
+use crate::jobs::Jobs;
 use crate::telemetry;
 
 /// Runs the server until SIGINT or SIGTERM: builds the runtime, opens the engine,
@@ -97,7 +98,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         ops_body_limit: config.operations_api.network.max_body_size,
         rest_body_limit: config.http.max_body_size,
         cors: config.http.cors,
-        jobs: Arc::default(),
+        jobs: Jobs::open(&engine).await.context("opening the job table")?,
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -530,3 +530,51 @@ async fn audit_entries_older_than_the_retention_expire_and_the_records_stay() {
     let found = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [1, 2], "get_attributes": ["name"]})).await;
     assert_eq!(found, json!([{"name": "old"}, {"name": "new"}]));
 }
+
+/// Polls `get_job` until the job leaves `IN_PROGRESS`; returns its record.
+async fn finished_job(s: &TestServer, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let job = s.ok(json!({"operation": "get_job", "id": id})).await;
+        if job[0]["status"] != "IN_PROGRESS" {
+            return job[0].clone();
+        }
+        assert!(Instant::now() < deadline, "job {id} still running after 10 s: {job}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn jobs_survive_a_restart_and_a_crash_marks_the_interrupted_one_failed() {
+    let mut s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    let inserted =
+        s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 1}]})).await;
+    let prune = json!({"operation": "delete_audit_logs_before", "database": "dev", "table": "dog", "timestamp": inserted["txn_time"]});
+    let started = s.ok(prune.clone()).await;
+    let id = started["job_id"].as_str().unwrap().to_string();
+    let done = finished_job(&s, &id).await;
+    assert_eq!(done["status"], "COMPLETE", "{done}");
+    let keys: Vec<&str> = done.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["id", "status", "message", "end_datetime", "type", "start_datetime", "created_datetime", "user"]);
+    assert!(done["end_datetime"].as_i64().unwrap() >= done["start_datetime"].as_i64().unwrap(), "{done}");
+
+    s.restart().await;
+    assert_eq!(s.ok(json!({"operation": "get_job", "id": id})).await, json!([done]), "kept across a restart");
+
+    // The process dies (as with kill -9) while the job runs; the job stays recorded.
+    s.stop("-TERM");
+    s.set_env("LYRE_FAILPOINT", Some("crash:log-prune"));
+    s.start_again().await;
+    // The crash may come before the answer does; the job is found by its type below.
+    let _ = s.op(prune).await;
+    s.wait_exit();
+    s.set_env("LYRE_FAILPOINT", None);
+    s.start_again().await;
+    let jobs = s.ok(json!({"operation": "search_by_value", "database": "system", "table": "hdb_job", "search_attribute": "status", "search_value": "ERROR", "get_attributes": ["id"]})).await;
+    assert_eq!(jobs.as_array().unwrap().len(), 1, "{jobs}");
+    let failed = finished_job(&s, jobs[0]["id"].as_str().unwrap()).await;
+    assert_eq!(failed["type"], "delete_audit_logs_before");
+    assert!(failed["message"].as_str().unwrap().contains("interrupted"), "{failed}");
+    assert_eq!(finished_job(&s, &id).await["status"], "COMPLETE", "the finished job is untouched");
+}

@@ -106,12 +106,15 @@ pub async fn delete_logs_before(
     body.insert("table".into(), table_name.into());
     body.insert("timestamp".into(), Value::Float(before));
     let job_ctx = ctx.clone();
-    let id = state.jobs.start(ctx.username(), operation, Value::Object(body), async move {
-        match table.delete_audit_log_before(&job_ctx, before).await {
-            Ok(removed) => Ok(format!("Successfully completed job: removed {removed} log records")),
-            Err(err) => Err(err.to_string()),
-        }
-    });
+    let id = state
+        .jobs
+        .start(ctx.username(), operation, Value::Object(body), async move {
+            match table.delete_audit_log_before(&job_ctx, before).await {
+                Ok(removed) => Ok(format!("Successfully completed job: removed {removed} log records")),
+                Err(err) => Err(err.to_string()),
+            }
+        })
+        .await?;
     let mut out = Object::new();
     out.insert("message".into(), format!("Starting job with id {id}").into());
     out.insert("job_id".into(), id.into());
@@ -121,7 +124,7 @@ pub async fn delete_logs_before(
 /// `get_job`.
 pub async fn get_job(state: &Arc<AppState>, mut params: Params, format: Format) -> Result<Response, ApiError> {
     let id = params.required_string(&["id"])?;
-    reply(format, &state.jobs.get(&id))
+    reply(format, &state.jobs.get(&id)?)
 }
 
 /// `check_consistency` (Lyre's own): walks every index of a table, or of every table

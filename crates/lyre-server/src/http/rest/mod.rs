@@ -169,7 +169,9 @@ impl RestRequest<'_> {
                     .into_iter()
                     .map(|item| match item {
                         Value::Object(record) if record.contains_key(primary_key) => Ok(record),
-                        Value::Object(_) => Err(ApiError::bad_request(format!("each record needs its '{primary_key}'"))),
+                        Value::Object(_) => {
+                            Err(ApiError::bad_request(format!("each record needs its '{primary_key}'")))
+                        }
                         _ => Err(ApiError::bad_request("each record must be an object")),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
