@@ -150,13 +150,19 @@ pub(crate) async fn keep_within(engine: Weak<Engine>, retention: Duration) {
     let ctx = Context::system();
     loop {
         tokio::time::sleep(period).await;
-        let Some(databases) = engine.upgrade().map(|engine| engine.all_databases()) else {
+        let Some(names) = engine.upgrade().map(|engine| engine.database_names()) else {
             return;
         };
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let before = now.saturating_sub(retention).as_secs_f64() * 1_000.0;
-        for db in databases.into_iter().filter(|db| !db.is_closing()) {
-            let holder = format!("the audit log retention of '{}'", db.name());
+        for name in names {
+            // One database at a time, looked up just before its turn: a handle held
+            // across the sweep would make a drop or restore of it wait (and fail).
+            // A database being dropped or restored is not handed out.
+            let Some(db) = engine.upgrade().and_then(|engine| engine.database(&name).ok()) else {
+                continue;
+            };
+            let holder = format!("the audit log retention of '{name}'");
             match prune_before(&db, &ctx, None, before, holder).await {
                 Ok(0) => {}
                 Ok(removed) => tracing::debug!(database = db.name(), removed, "expired audit log entries"),

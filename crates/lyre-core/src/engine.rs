@@ -174,9 +174,9 @@ impl Engine {
         databases.iter().filter(|(name, _)| name.as_str() != SYSTEM_DATABASE).map(|(_, db)| db.clone()).collect()
     }
 
-    /// Every open database, `system` included.
-    pub(crate) fn all_databases(&self) -> Vec<Arc<Db>> {
-        self.databases.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    /// The names of every open database, `system` included.
+    pub(crate) fn database_names(&self) -> Vec<String> {
+        self.databases.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
     }
 
     /// Creates a database. Fails if it exists.
@@ -432,7 +432,8 @@ impl Engine {
         if let Some(retention) = self.retention.lock().unwrap_or_else(|e| e.into_inner()).take() {
             retention.abort();
         }
-        let databases = self.all_databases();
+        let databases: Vec<Arc<Db>> =
+            self.databases.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
         let stopped = tokio::task::spawn_blocking(move || databases.iter().for_each(|db| db.shutdown())).await;
         if let Err(err) = stopped {
             tracing::error!(error = %err, "stopping the writers failed");

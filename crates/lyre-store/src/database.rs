@@ -198,6 +198,27 @@ impl Database {
         Ok(())
     }
 
+    /// The highest version this database holds: the clock's mark recorded at the last
+    /// commit, or (for databases written before the mark existed) the newest log
+    /// entry's version.
+    pub(crate) fn highest_version(&self) -> Result<f64> {
+        let rtxn = self.inner.env.read_txn()?;
+        let recorded = match self.inner.meta.get(&rtxn, names::HIGHEST_VERSION)? {
+            Some(bytes) => bytes.try_into().map(|b| f64::from_bits(u64::from_be_bytes(b))).unwrap_or(0.0),
+            None => 0.0,
+        };
+        let logged = match self.inner.txlog.last(&rtxn)? {
+            Some((_, bytes)) => crate::txlog::LogEntry::decode(bytes)?.version,
+            None => 0.0,
+        };
+        Ok(recorded.max(logged))
+    }
+
+    /// Records `version` as the highest issued, inside the committing transaction.
+    pub(crate) fn record_highest_version(&self, txn: &mut heed::RwTxn<'_>, version: f64) -> heed::Result<()> {
+        self.inner.meta.put(txn, names::HIGHEST_VERSION, &version.to_bits().to_be_bytes())
+    }
+
     /// `table → slot` as committed in `txn`'s snapshot.
     fn slot_assignments(&self, txn: &heed::RoTxn<'_, WithoutTls>) -> Result<HashMap<String, String>> {
         let mut out = HashMap::new();

@@ -17,6 +17,11 @@ pub const SLOT_PREFIX: &str = "slot:";
 /// keys). Without it, sub-databases are named after their tables (the older format).
 pub const SLOTTED: &[u8] = b"format:slotted";
 
+/// The metadata key holding the highest version the node's clock had issued when a
+/// transaction committed (f64 ms, big-endian bits): the floor for versions issued after
+/// a restart, even if the wall clock has stepped back meanwhile.
+pub const HIGHEST_VERSION: &[u8] = b"version:highest";
+
 /// Primary records in storage slot `slot`, keyed by the encoded primary key. A slot
 /// is a number (older databases named slots after their tables).
 pub fn records(slot: &str) -> String {

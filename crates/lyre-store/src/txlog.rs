@@ -32,6 +32,11 @@ pub struct Change {
     pub record: Option<Vec<u8>>,
 }
 
+/// About how many bytes of log entries one [`crate::WriteTxn::prune_log`] call
+/// looks at: bulk inserts log every record, so a count of entries alone could mean
+/// gigabytes decoded in one writer job.
+pub const PRUNE_BYTES: usize = 8 << 20;
+
 /// How far a [`crate::WriteTxn::prune_log`] call got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PruneProgress {

@@ -6,7 +6,7 @@ use heed::{RoTxn, RwTxn, WithoutTls};
 
 use crate::database::{Database, TableStore};
 use crate::error::{Error, Result};
-use crate::txlog::{Change, ChangeKind, LogEntry, PruneProgress};
+use crate::txlog::{Change, ChangeKind, LogEntry, PRUNE_BYTES, PruneProgress};
 use crate::version::Version;
 
 /// A byte range over keys, with each bound inclusive, exclusive or open.
@@ -227,41 +227,45 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     }
 
     /// Removes, from log entries made before `before` (ms), the changes to `table`
-    /// (every change when `None`), looking at entries from sequence `from` and at most
-    /// `max` of them. An entry left without changes is deleted, except the newest
-    /// entry of the log, which keeps its place so sequence numbers are never reused.
-    /// The log is in commit order, so the walk stops at the first newer entry.
+    /// (every change when `None`), looking at entries from sequence `from`: at most
+    /// `max` of them and about [`PRUNE_BYTES`] of their encoded size, so one call
+    /// never holds the writer or memory for long. An entry left without changes is
+    /// deleted, except the newest entry of the log, which keeps its place so sequence
+    /// numbers are never reused. The log is in commit order, so the walk stops at the
+    /// first newer entry.
     pub fn prune_log(&mut self, from: u64, before: f64, table: Option<&str>, max: usize) -> Result<PruneProgress> {
         let last = self.db.inner.txlog.last(&*self.txn)?.map(|(seq, _)| seq);
-        let mut visited = Vec::new();
+        // Entries to rewrite (`Some`: what is left of it) or delete (`None`).
+        let mut edits: Vec<(u64, Option<LogEntry>)> = Vec::new();
+        let (mut removed, mut seen, mut bytes_seen) = (0, 0, 0);
         let mut next = None;
         for item in self.db.inner.txlog.range(&*self.txn, &(from..))? {
             let (seq, bytes) = item?;
-            if visited.len() == max {
+            if seen == max || bytes_seen >= PRUNE_BYTES {
                 next = Some(seq);
                 break;
             }
-            let entry = LogEntry::decode(bytes)?;
+            seen += 1;
+            bytes_seen += bytes.len();
+            let mut entry = LogEntry::decode(bytes)?;
             if entry.version >= before {
                 break;
             }
-            visited.push(entry);
-        }
-        let mut removed = 0;
-        for mut entry in visited {
             let before_len = entry.changes.len();
             entry.changes.retain(|c| table.is_some_and(|t| t != c.table));
-            if entry.changes.len() == before_len {
-                continue;
-            }
             removed += (before_len - entry.changes.len()) as u64;
-            let seq = entry.seq;
             if entry.changes.is_empty() && Some(seq) != last {
-                self.db.inner.txlog.delete(self.writing(), &seq).map_err(|e| classify(self.db, e))?;
-            } else {
-                let bytes = entry.encode()?;
-                self.db.inner.txlog.put(self.writing(), &seq, &bytes).map_err(|e| classify(self.db, e))?;
+                edits.push((seq, None)); // also an empty entry left by an earlier prune
+            } else if entry.changes.len() != before_len {
+                edits.push((seq, Some(entry)));
             }
+        }
+        for (seq, edit) in edits {
+            match edit {
+                None => self.db.inner.txlog.delete(self.writing(), &seq).map(drop),
+                Some(entry) => self.db.inner.txlog.put(self.writing(), &seq, &entry.encode()?),
+            }
+            .map_err(|e| classify(self.db, e))?;
         }
         Ok(PruneProgress { removed, next })
     }

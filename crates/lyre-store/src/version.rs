@@ -56,6 +56,11 @@ impl VersionClock {
         }
     }
 
+    /// The latest time issued or observed.
+    pub fn last(&self) -> f64 {
+        f64::from_bits(self.last.load(Ordering::Relaxed))
+    }
+
     /// Raises the floor so later versions exceed `time` (used after replaying writes).
     pub fn observe(&self, time: f64) {
         if time > 0.0 {

@@ -139,6 +139,8 @@ impl<S: Clone + Send + 'static> Writer<S> {
         on_commit: OnCommit<S>,
         options: WriterOptions,
     ) -> Result<Self> {
+        // Versions issued from now on exceed every version this database stores.
+        clock.observe(db.highest_version()?);
         let (queue, messages) = mpsc::channel(options.queue_capacity);
         let mut worker = Worker { db, clock, state, on_commit, max_batch: options.max_batch };
         let thread = std::thread::Builder::new()
@@ -295,6 +297,7 @@ impl<S: Clone + Send + 'static> Worker<S> {
                 return Err(Error::BatchAborted(poisoned.to_string()));
             }
         }
+        db.record_highest_version(&mut txn, self.clock.last()).map_err(|e| classify(&db, e))?;
         txn.commit().map_err(|e| classify(&db, e))
     }
 

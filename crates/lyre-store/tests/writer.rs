@@ -118,3 +118,69 @@ async fn a_database_whose_tables_were_all_dropped_keeps_its_slots_free() {
     assert_eq!(db.slot_counts(), (0, 1));
     assert!(db.read().unwrap().table("0").unwrap().is_none());
 }
+
+/// Prunes everything older than `before` (every table), in calls of at most `max` entries.
+async fn prune_all(writer: &Writer<u64>, before: f64, max: usize) -> u64 {
+    let (mut from, mut removed) = (0, 0);
+    loop {
+        let progress = writer.submit(meta(), move |txn, _| txn.prune_log(from, before, None, max)).await.unwrap();
+        removed += progress.removed;
+        match progress.next {
+            Some(next) => from = next,
+            None => return removed,
+        }
+    }
+}
+
+fn log_seqs(db: &Database) -> Vec<u64> {
+    let txn = db.read().unwrap();
+    txn.log_from(0).unwrap().map(|e| e.unwrap().seq).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruning_keeps_the_newest_entry_and_later_removes_it_once_emptied() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open("t", dir.path(), options()).unwrap();
+    let writer = spawn(&db);
+    writer.prepare_table("dog").await.unwrap();
+    for key in [b"k1", b"k2", b"k3"] {
+        put(&writer, "dog", key, b"v").await;
+    }
+    assert_eq!(log_seqs(&db), [1, 2, 3]);
+    // Everything is old: three changes go, in calls of one entry each; the newest
+    // entry stays (emptied) so its sequence number is never reused.
+    assert_eq!(prune_all(&writer, f64::MAX, 1).await, 3);
+    assert_eq!(log_seqs(&db), [3]);
+    put(&writer, "dog", b"k4", b"v").await;
+    assert_eq!(log_seqs(&db), [3, 4], "the next write continues the sequence");
+    // The emptied entry is no longer the newest: the next prune removes it.
+    assert_eq!(prune_all(&writer, f64::MAX, 10).await, 1);
+    assert_eq!(log_seqs(&db), [4]);
+    stop(writer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_after_a_restart_exceed_every_version_issued_before() {
+    let dir = tempfile::tempdir().unwrap();
+    // A version a day ahead of the wall clock, as after a clock that stepped back.
+    let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() * 1000.0
+        + 86_400_000.0;
+    {
+        let db = Database::open("t", dir.path(), options()).unwrap();
+        let writer = spawn(&db);
+        // The job writes nothing (so nothing is logged), but its version was issued.
+        writer
+            .submit(meta(), move |txn, _| {
+                txn.set_version(lyre_store::Version { time: ahead, node: 1 });
+                Ok::<_, Error>(())
+            })
+            .await
+            .unwrap();
+        stop(writer).await;
+    }
+    let db = Database::open("t", dir.path(), options()).unwrap();
+    let clock = Arc::new(VersionClock::new(1, 0.0));
+    let writer = Writer::spawn(db.clone(), clock.clone(), 0u64, Box::new(|_, _| {}), WriterOptions::default()).unwrap();
+    assert!(clock.next().time > ahead, "the reopened writer raised the clock past the stored mark");
+    stop(writer).await;
+}

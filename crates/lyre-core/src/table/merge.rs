@@ -69,6 +69,13 @@ fn later(a: Version, b: Version) -> bool {
     a.cmp_order(&b) == std::cmp::Ordering::Greater
 }
 
+/// Whether a write at `a` comes after one at `b`. An equal version is the same
+/// transaction writing the record again (the clock never issues a version twice, and
+/// a redelivered write is skipped before it is merged), so the later write wins.
+fn not_older(a: Version, b: Version) -> bool {
+    a.cmp_order(&b) != std::cmp::Ordering::Less
+}
+
 /// The outcome of a merge.
 #[derive(Debug)]
 pub(crate) struct Merged {
@@ -106,7 +113,7 @@ pub(crate) fn merge(
         return Ok(Merged { record, clock: Clock::uniform(version), version, flags: Flags::empty() });
     };
     let stored_version = entry.version();
-    let in_order = later(version, stored_version);
+    let in_order = not_older(version, stored_version);
     let replace = matches!(mode, WriteMode::Insert | WriteMode::Replace);
     let mut record = Object::with_capacity(entry.record.len() + body.len());
     record.insert(pk.clone(), id.clone());
@@ -128,7 +135,7 @@ pub(crate) fn merge(
             if k == pk {
                 continue;
             }
-            let superseded = replace && !body.contains_key(k) && later(version, clock.of(k));
+            let superseded = replace && !body.contains_key(k) && not_older(version, clock.of(k));
             if !superseded {
                 record.insert(k.clone(), v.clone());
             }
@@ -142,7 +149,7 @@ pub(crate) fn merge(
                         clock.set(&k, version);
                     }
                 }
-                None if !record.contains_key(&k) || later(version, clock.of(&k)) => {
+                None if !record.contains_key(&k) || not_older(version, clock.of(&k)) => {
                     clock.set(&k, version);
                     record.insert(k, v);
                 }

@@ -20,6 +20,9 @@ impl ConfigDuration {
     /// Parses `text` (see the type's documentation).
     pub fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
+        if text.starts_with('-') {
+            return Err(format!("'{text}' is not a duration: it must be more than zero"));
+        }
         let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
         let (number, unit) = text.split_at(split);
         let scale = match unit.trim() {
@@ -35,10 +38,13 @@ impl ConfigDuration {
     }
 
     fn from_millis(ms: f64, text: &str) -> Result<Self, String> {
-        if !ms.is_finite() || ms <= 0.0 || ms > u64::MAX as f64 {
-            return Err(format!("'{text}' is not a duration: it must be more than zero"));
+        if !ms.is_finite() || ms > u64::MAX as f64 {
+            return Err(format!("'{text}' is not a duration: it is too large"));
         }
-        Ok(ConfigDuration(Duration::from_millis(ms.round() as u64)))
+        match ms.round() {
+            ms if ms >= 1.0 => Ok(ConfigDuration(Duration::from_millis(ms as u64))),
+            _ => Err(format!("'{text}' is not a duration: it must be at least one millisecond")),
+        }
     }
 }
 
@@ -102,9 +108,12 @@ mod tests {
         assert_eq!(parse("90"), Ok(90_000));
         assert_eq!(parse("1.5s"), Ok(1_500));
         assert_eq!(parse("250ms"), Ok(250));
-        for bad in ["", "d", "3 weeks", "0", "-1d", "1e400"] {
+        for bad in ["", "d", "3 weeks", "0", "-1d", "1e400", "0.1ms"] {
             assert!(ConfigDuration::parse(bad).is_err(), "{bad}");
         }
+        let message = |text| ConfigDuration::parse(text).unwrap_err();
+        assert!(message("-1d").contains("more than zero"), "{}", message("-1d"));
+        assert!(message("99999999999999999999999M").contains("too large"), "{}", message("99999999999999999999999M"));
         for text in ["3d", "90s", "1500ms", "2h"] {
             assert_eq!(ConfigDuration::parse(text).unwrap().to_string(), text);
         }

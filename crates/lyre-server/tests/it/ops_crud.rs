@@ -188,6 +188,10 @@ async fn upsert_inserts_or_merges() {
     assert_eq!(&upserted["upserted_hashes"].as_array().unwrap()[..2], &[json!(2), json!(10)]);
     let two = &s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [2]})).await[0];
     assert_eq!((two["name"].clone(), two["upserted"].clone()), (json!("Kato"), json!(true)));
+    // One batch naming a record twice: the second upsert merges over the first.
+    s.ok(dog("upsert", json!([{"id": 3, "name": "Twice", "age": 1}, {"id": 3, "age": 2}]))).await;
+    let three = &s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [3]})).await[0];
+    assert_eq!((three["name"].clone(), three["age"].clone()), (json!("Twice"), json!(2)), "{three}");
 }
 
 #[tokio::test]

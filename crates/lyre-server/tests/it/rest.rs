@@ -167,6 +167,14 @@ async fn methods_and_status_codes() {
     let log = s.ok(json!({"operation": "read_audit_log", "database": "shop", "table": "Product"})).await;
     let last = log.as_array().and_then(|entries| entries.last()).cloned().unwrap_or_default();
     assert_eq!(last["hash_values"], json!(["c1", "c2"]), "one logged transaction: {last}");
+    // The same key twice in one array: the later record replaces the earlier one, and
+    // the record keeps a unique version (an ETag).
+    let batch = json!([{"id": "c4", "name": "first", "price": 1}, {"id": "c4", "name": "second"}]);
+    assert_eq!(send(&s, Method::PUT, "/products/", Some(batch)).await.0, 204);
+    let (status, headers, c4) = send(&s, Method::GET, "/products/c4", None).await;
+    assert_eq!((status, &c4["name"], c4.get("price")), (200, &json!("second"), None), "{c4}");
+    assert!(headers.contains_key("etag"), "{headers:?}");
+    assert_eq!(send(&s, Method::DELETE, "/products/c4", None).await.0, 200);
 
     assert_eq!(send(&s, Method::PUT, "/products/w1", Some(json!({"name": "Writer", "price": 32}))).await.0, 204);
     let replaced = get(&s, "/products/w1").await;

@@ -3,7 +3,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -34,11 +34,14 @@ pub struct TestServer {
 fn free_port() -> u16 {
     const FIRST: u16 = 20_000;
     const SPAN: u16 = 12_000;
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    // Start at a process-dependent offset so concurrent test binaries rarely probe the same ports.
-    let start = (std::process::id() % u32::from(SPAN)) as u16;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // A stride and start that depend on the process, so two test processes running at
+    // once walk different sequences of ports.
+    let pid = std::process::id();
+    let (start, stride) = (pid.wrapping_mul(2_654_435_761) % u32::from(SPAN), [7, 11, 13, 17, 19][pid as usize % 5]);
     for _ in 0..SPAN {
-        let port = FIRST + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = FIRST + (start.wrapping_add(step.wrapping_mul(stride)) % u32::from(SPAN)) as u16;
         if TcpListener::bind(("0.0.0.0", port)).is_ok() {
             return port;
         }
@@ -136,7 +139,10 @@ impl TestServer {
                 let stderr = std::fs::read_to_string(&self.stderr_log).unwrap_or_default();
                 panic!("lyre exited during start-up: {status}; its stderr:\n{stderr}");
             }
-            assert!(Instant::now() < deadline, "lyre did not answer /health within 20 s");
+            if Instant::now() >= deadline {
+                let stderr = std::fs::read_to_string(&self.stderr_log).unwrap_or_default();
+                panic!("lyre did not answer /health within 20 s; its stderr:\n{stderr}");
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
