@@ -62,8 +62,8 @@ pub struct Engine {
     /// Serializes creating, dropping and restoring databases.
     lifecycle: tokio::sync::Mutex<()>,
     users: Users,
-    /// The task expiring old log entries, stopped at shutdown.
-    retention: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Background tasks (log retention, the expiry sweeper), stopped at shutdown.
+    background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Held while the engine runs: one process per root.
     _server_lock: FileLock,
 }
@@ -122,14 +122,15 @@ impl Engine {
             unclosed: std::sync::Mutex::new(Default::default()),
             lifecycle: tokio::sync::Mutex::new(()),
             users,
-            retention: std::sync::Mutex::new(None),
+            background: std::sync::Mutex::new(Vec::new()),
             _server_lock: server_lock,
         };
         let engine = Arc::new(engine);
+        let mut background = vec![crate::expiry::spawn(&engine)];
         if let Some(retention) = engine.options.audit_retention {
-            let task = tokio::spawn(crate::audit::keep_within(Arc::downgrade(&engine), retention));
-            *engine.retention.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+            background.push(tokio::spawn(crate::audit::keep_within(Arc::downgrade(&engine), retention)));
         }
+        *engine.background.lock().unwrap_or_else(|e| e.into_inner()) = background;
         Ok((engine, generated))
     }
 
@@ -429,8 +430,8 @@ impl Engine {
     /// Stops every writer after its queued writes commit. Later writes fail as
     /// "database closed" (retryable), never half-applied.
     pub async fn shutdown(&self) {
-        if let Some(retention) = self.retention.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            retention.abort();
+        for task in self.background.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            task.abort();
         }
         let databases: Vec<Arc<Db>> =
             self.databases.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();

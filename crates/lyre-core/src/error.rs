@@ -190,6 +190,9 @@ pub enum Error {
     /// A stored value failed to decode.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// Work on the blocking pool ended without an answer (it panicked).
+    #[error("a background step stopped unexpectedly: {0}")]
+    Stopped(String),
 }
 
 impl Error {
@@ -216,7 +219,7 @@ impl Error {
                 }
                 _ => Code::Internal,
             },
-            Error::Corrupt(_) => Code::Internal,
+            Error::Corrupt(_) | Error::Stopped(_) => Code::Internal,
         }
     }
 

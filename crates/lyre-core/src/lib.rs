@@ -14,6 +14,7 @@ mod context;
 mod db;
 mod engine;
 mod error;
+mod expiry;
 mod failpoint;
 mod index;
 pub mod lifecycle;

@@ -34,7 +34,14 @@ fn record(json: &str) -> Object {
 }
 
 fn dynamic(name: &str) -> TableSpec {
-    TableSpec { name: name.into(), primary_key: "id".into(), primary_key_type: None, attributes: None, audit: true }
+    TableSpec {
+        name: name.into(),
+        primary_key: "id".into(),
+        primary_key_type: None,
+        attributes: None,
+        audit: true,
+        expiration: None,
+    }
 }
 
 fn collect(search: lyre_core::query::Search) -> Vec<Object> {

@@ -42,6 +42,7 @@ impl Jobs {
                 primary_key_type: None,
                 attributes: None,
                 audit: true,
+                expiration: None,
             };
             system.create_table(&ctx, spec).await?;
         }

@@ -67,6 +67,7 @@ impl Users {
                     primary_key_type: None,
                     attributes: None,
                     audit: true,
+                    expiration: None,
                 };
                 system.create_table(&ctx, spec).await?;
             }

@@ -115,6 +115,40 @@ pub struct TableSpec {
     pub attributes: Option<Vec<AttributeSpec>>,
     /// Whether changes go to the audit log.
     pub audit: bool,
+    /// When its records expire, if they do.
+    pub expiration: Option<Expiration>,
+}
+
+/// When a table's records expire (`@table(expiration, eviction, scanInterval)`, or
+/// `create_table`'s `expiration`): a record is hidden from every read once
+/// `expiration` seconds have passed since it was last written, and removed from
+/// storage `eviction` seconds after that by a sweep every `scan_interval` seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expiration {
+    /// Seconds after its last write a record is hidden (at least 1).
+    pub expiration: u64,
+    /// Further seconds before it is removed from storage.
+    pub eviction: u64,
+    /// Seconds between sweeps; `None` means a quarter of expiration plus eviction.
+    pub scan_interval: Option<u64>,
+}
+
+impl Expiration {
+    /// How often the table is swept for records to remove (at least every second).
+    pub fn sweep_period(&self) -> std::time::Duration {
+        let seconds = self.scan_interval.unwrap_or((self.expiration + self.eviction) / 4).max(1);
+        std::time::Duration::from_secs(seconds)
+    }
+
+    /// Whether a record last written at `version` (ms) is expired at `now` (ms).
+    pub fn is_expired(&self, version: f64, now: f64) -> bool {
+        version + (self.expiration as f64) * 1_000.0 <= now
+    }
+
+    /// Whether a record last written at `version` (ms) is due for removal at `now` (ms).
+    pub fn is_evictable(&self, version: f64, now: f64) -> bool {
+        version + ((self.expiration + self.eviction) as f64) * 1_000.0 <= now
+    }
 }
 
 /// A table's schema. Immutable once published; changed by copy-on-write in the writer.
@@ -140,6 +174,9 @@ pub struct TableSchema {
     /// `@relationship` fields.
     #[serde(default)]
     pub relationships: Vec<Relationship>,
+    /// When records expire; `None`: never.
+    #[serde(default)]
+    pub expiration: Option<Expiration>,
     #[serde(skip)]
     by_name: HashMap<String, usize>,
 }
@@ -268,6 +305,7 @@ impl DatabaseSchema {
             created_seq: self.next_table_seq,
             sealed: false,
             relationships: Vec::new(),
+            expiration: spec.expiration,
             by_name: HashMap::new(),
         };
         self.next_table_seq += 1;
@@ -327,6 +365,7 @@ impl DatabaseSchema {
                 primary_key_type: Some(definition.primary_key_type.clone()),
                 attributes: Some(Vec::new()),
                 audit: definition.audit,
+                expiration: definition.expiration,
             };
             let table = self.new_table(&spec);
             self.tables.insert(table.name.clone(), Arc::new(table));
@@ -348,6 +387,7 @@ impl DatabaseSchema {
         next.sealed = definition.sealed;
         next.audit = definition.audit;
         next.relationships = definition.relationships.clone();
+        next.expiration = definition.expiration;
         if let Some(pk) = next.by_name.get(&next.primary_key).copied() {
             next.attributes[pk].type_name = Some(definition.primary_key_type.clone());
         }
@@ -386,6 +426,7 @@ impl DatabaseSchema {
             || next.sealed != current.sealed
             || next.audit != current.audit
             || next.relationships != current.relationships
+            || next.expiration != current.expiration
             || !current.schema_defined;
         self.tables.insert(next.name.clone(), Arc::new(next));
         Ok(outcome)
@@ -446,7 +487,14 @@ mod tests {
     use super::*;
 
     fn dynamic(name: &str) -> TableSpec {
-        TableSpec { name: name.into(), primary_key: "id".into(), primary_key_type: None, attributes: None, audit: true }
+        TableSpec {
+            name: name.into(),
+            primary_key: "id".into(),
+            primary_key_type: None,
+            attributes: None,
+            audit: true,
+            expiration: None,
+        }
     }
 
     #[test]

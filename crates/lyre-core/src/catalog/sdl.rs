@@ -10,7 +10,7 @@ use std::fmt;
 use apollo_compiler::ast::{self, Definition, Directive, FieldDefinition, ObjectTypeDefinition, Type};
 use apollo_compiler::{Node, ast::Document};
 
-use crate::catalog::schema::{NestedField, Relationship, Shape, Stamp};
+use crate::catalog::schema::{Expiration, NestedField, Relationship, Shape, Stamp};
 
 /// The scalar types a field may have.
 const SCALARS: [&str; 11] =
@@ -48,8 +48,8 @@ pub struct TableDefinition {
     pub export: Option<String>,
     /// `@table(audit:)`.
     pub audit: bool,
-    /// `@table(expiration:)` in seconds.
-    pub expiration: Option<u64>,
+    /// `@table(expiration:, eviction:, scanInterval:)`.
+    pub expiration: Option<Expiration>,
     /// `@sealed`.
     pub sealed: bool,
     /// The `@primaryKey` field.
@@ -165,7 +165,7 @@ impl Reader<'_> {
             None => true,
         };
         let expiration = match directive {
-            Some(d) => self.int_arg(d, "expiration")?,
+            Some(d) => self.expiration(d)?,
             None => None,
         };
         let export = match ty.directives.get("export") {
@@ -342,6 +342,22 @@ impl Reader<'_> {
         }
     }
 
+    /// `@table(expiration:, eviction:, scanInterval:)`; `None` without `expiration`.
+    fn expiration(&self, directive: &Node<Directive>) -> Result<Option<Expiration>, SdlError> {
+        let Some(seconds) = self.int_arg(directive, "expiration")? else {
+            return Ok(None);
+        };
+        let eviction = self.int_arg(directive, "eviction")?.unwrap_or(0);
+        let scan_interval = self.int_arg(directive, "scanInterval")?;
+        for (name, value) in [("expiration", Some(seconds)), ("scanInterval", scan_interval)] {
+            if value == Some(0) {
+                let location = self.argument(directive, name).and_then(|v| v.location());
+                return self.error(location, format!("@table({name}:) must be at least 1 (seconds)"));
+            }
+        }
+        Ok(Some(Expiration { expiration: seconds, eviction, scan_interval }))
+    }
+
     fn int_arg(&self, directive: &Node<Directive>, name: &str) -> Result<Option<u64>, SdlError> {
         match self.argument(directive, name).map(|v| (v, v.as_ref())) {
             None => Ok(None),
@@ -422,6 +438,15 @@ type Session @table @sealed { id: ID @primaryKey }
         assert!(err.to_string().contains("no @primaryKey"), "{err}");
         let err = parse_sdl("type A @table(expiration: \"soon\") { id: ID @primaryKey }", "s.graphql").unwrap_err();
         assert!(err.message.contains("@table(expiration:) must be an integer"), "{err}");
+        let err = parse_sdl("type A @table(expiration: 0) { id: ID @primaryKey }", "s.graphql").unwrap_err();
+        assert!(err.message.contains("@table(expiration:) must be at least 1"), "{err}");
+        let parsed = parse_sdl(
+            "type A @table(expiration: 60, eviction: 30, scanInterval: 5) { id: ID @primaryKey }\ntype B @table(expiration: 8) { id: ID @primaryKey }",
+            "s.graphql",
+        )
+        .unwrap();
+        assert_eq!(parsed[0].expiration, Some(Expiration { expiration: 60, eviction: 30, scan_interval: Some(5) }));
+        assert_eq!(parsed[1].expiration.map(|e| e.sweep_period().as_secs()), Some(2));
         let err = parse_sdl("type A @table { id: ID @primaryKey", "s.graphql").unwrap_err();
         assert_eq!(err.line, 1, "{err}");
         let err =

@@ -6,12 +6,12 @@ use std::ops::{Bound, ControlFlow};
 use lyre_store::{ReadTxn, TableStore, index_entry_primary_key};
 
 use crate::error::{Error, Result};
+use crate::expiry::Live;
 use crate::index::attribute_prefix;
 use crate::query::ast::SortKey;
 use crate::query::filter::{cmp_sort_values, matches_all};
 use crate::query::plan::{Driver, Order, Search};
 use crate::query::related::Related;
-use crate::table::decode_object;
 use crate::value::{Object, Value};
 
 /// Receives each result (an object, or a bare value or array for `select(a)` and
@@ -27,6 +27,7 @@ impl Search {
             return Ok(());
         };
         let schema = self.table.schema().clone();
+        let live = Live::of(&schema);
         let related = Related::new(&self.txn, self.table.db(), &schema);
         let related = Some(&related);
         let query = &self.query;
@@ -41,7 +42,7 @@ impl Search {
                 if remaining == 0 {
                     return Ok(());
                 }
-                let _stopped_early = walk(&self.txn, &store, &self.driver, &mut |_, record| {
+                let _stopped_early = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
                     if db.is_closing() {
                         return Err(going_away());
                     }
@@ -63,7 +64,7 @@ impl Search {
             Order::Sort(keys) => {
                 let keep = query.limit.map(|l| l.saturating_add(query.offset));
                 let mut matched: Vec<Object> = Vec::new();
-                let _complete = walk(&self.txn, &store, &self.driver, &mut |_, record| {
+                let _complete = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
                     if db.is_closing() {
                         return Err(going_away());
                     }
@@ -109,19 +110,22 @@ pub(crate) type Visit<'a> = dyn FnMut(&[u8], Object) -> Result<ControlFlow<()>> 
 const ALL: (Bound<&[u8]>, Bound<&[u8]>) = (Bound::Unbounded, Bound::Unbounded);
 
 /// Feeds every candidate record of `driver` to `visit`, in the driver's order.
+/// Records `live` does not see (expired ones) are skipped.
 pub(crate) fn walk(
     txn: &ReadTxn,
     store: &TableStore,
+    live: Live,
     driver: &Driver,
     visit: &mut Visit<'_>,
 ) -> Result<ControlFlow<()>> {
     match driver {
-        Driver::Scan { descending } => scan(txn, store, ALL, *descending, visit),
-        Driver::PrimaryRange { range, descending } => scan(txn, store, range.as_ref(), *descending, visit),
+        Driver::Scan { descending } => scan(txn, store, live, ALL, *descending, visit),
+        Driver::PrimaryRange { range, descending } => scan(txn, store, live, range.as_ref(), *descending, visit),
         Driver::Keys(keys) => {
             for key in keys {
-                if let Some(stored) = txn.get_record(store, key)?
-                    && visit(key, decode_object(stored)?)?.is_break()
+                let Some(stored) = txn.get_record(store, key)? else { continue };
+                if let Some(record) = live.decode(stored)?
+                    && visit(key, record)?.is_break()
                 {
                     return Ok(ControlFlow::Break(()));
                 }
@@ -129,7 +133,7 @@ pub(crate) fn walk(
             Ok(ControlFlow::Continue(()))
         }
         Driver::Index { attribute, range, descending } => {
-            index_walk(txn, store, range.as_ref(), *descending, attribute.multi_valued, visit)
+            index_walk(txn, store, live, range.as_ref(), *descending, attribute.multi_valued, visit)
         }
         Driver::SortIndex { attribute, descending } => {
             let prefix = attribute_prefix(attribute);
@@ -137,13 +141,14 @@ pub(crate) fn walk(
             let name = &attribute.name;
             // Records lacking the attribute sort after every value: last ascending,
             // first descending.
-            if *descending && scan(txn, store, ALL, false, &mut lacking_or_all(name, true, visit))?.is_break() {
+            if *descending && scan(txn, store, live, ALL, false, &mut lacking_or_all(name, true, visit))?.is_break() {
                 return Ok(ControlFlow::Break(()));
             }
             let range = (Bound::Included(&prefix[..]), Bound::Excluded(&end[..]));
             if index_walk(
                 txn,
                 store,
+                live,
                 range,
                 *descending,
                 attribute.multi_valued,
@@ -154,7 +159,7 @@ pub(crate) fn walk(
                 return Ok(ControlFlow::Break(()));
             }
             if !*descending {
-                return scan(txn, store, ALL, false, &mut lacking_or_all(name, true, visit));
+                return scan(txn, store, live, ALL, false, &mut lacking_or_all(name, true, visit));
             }
             Ok(ControlFlow::Continue(()))
         }
@@ -164,7 +169,7 @@ pub(crate) fn walk(
                 let mut once = |pk: &[u8], record: Object| {
                     if seen.insert(pk.to_vec()) { visit(pk, record) } else { Ok(ControlFlow::Continue(())) }
                 };
-                if walk(txn, store, part, &mut once)?.is_break() {
+                if walk(txn, store, live, part, &mut once)?.is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
             }
@@ -187,13 +192,15 @@ fn lacking_or_all<'v>(
 fn scan(
     txn: &ReadTxn,
     store: &TableStore,
+    live: Live,
     range: (Bound<&[u8]>, Bound<&[u8]>),
     descending: bool,
     visit: &mut Visit<'_>,
 ) -> Result<ControlFlow<()>> {
     for item in txn.records(store, range, descending)? {
         let (pk, stored) = item?;
-        if visit(pk, decode_object(stored)?)?.is_break() {
+        let Some(record) = live.decode(stored)? else { continue };
+        if visit(pk, record)?.is_break() {
             return Ok(ControlFlow::Break(()));
         }
     }
@@ -203,6 +210,7 @@ fn scan(
 fn index_walk(
     txn: &ReadTxn,
     store: &TableStore,
+    live: Live,
     range: (Bound<&[u8]>, Bound<&[u8]>),
     descending: bool,
     dedupe: bool,
@@ -221,7 +229,8 @@ fn index_walk(
         let Some(stored) = txn.get_record(store, pk)? else {
             continue;
         };
-        if visit(pk, decode_object(stored)?)?.is_break() {
+        let Some(record) = live.decode(stored)? else { continue };
+        if visit(pk, record)?.is_break() {
             return Ok(ControlFlow::Break(()));
         }
     }

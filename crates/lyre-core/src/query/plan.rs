@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::catalog::{Attribute, TableSchema};
 use crate::db::{Db, Lease};
 use crate::error::{Error, Result};
+use crate::expiry::Live;
 use crate::index::attribute_prefix;
 use crate::query::ast::{Comparator, Condition, Operator, Query, SortKey};
 use crate::query::exec::walk;
@@ -264,7 +265,7 @@ fn related_driver(
     let inner_query = Query { conditions: vec![inner.clone()], ..Query::default() };
     let driver = choose_driver(txn, db, &target_store, &target, &inner_query)?;
     let mut matches = Vec::new();
-    let _ = walk(txn, &target_store, &driver, &mut |_, record| {
+    let _ = walk(txn, &target_store, Live::of(&target), &driver, &mut |_, record| {
         if crate::query::filter::matches(inner, &record, None)? {
             matches.push(record);
         }

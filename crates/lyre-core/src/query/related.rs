@@ -9,8 +9,8 @@ use lyre_store::{ReadTxn, TableStore, encode_key, index_entry_primary_key, prefi
 use crate::catalog::{Relationship, TableSchema};
 use crate::db::Db;
 use crate::error::{Error, Result};
+use crate::expiry::Live;
 use crate::index::attribute_prefix;
-use crate::table::decode_object;
 use crate::value::{Object, Value};
 
 /// A related table's schema and (when it has any records) storage.
@@ -51,6 +51,7 @@ impl<'t> Related<'t> {
         let (target, store) = self.target(relationship)?;
         let Some(store) = store else { return Ok(Vec::new()) };
         let mut out = Vec::new();
+        let live = Live::of(&target);
         if let Some(from) = &relationship.from {
             let keys: Vec<&Value> = match record.get(from) {
                 Some(Value::Array(items)) => items.iter().collect(),
@@ -63,8 +64,10 @@ impl<'t> Related<'t> {
                 if truncated {
                     continue;
                 }
-                if let Some(stored) = self.txn.get_record(&store, &encoded)? {
-                    out.push(decode_object(stored)?);
+                if let Some(stored) = self.txn.get_record(&store, &encoded)?
+                    && let Some(record) = live.decode(stored)?
+                {
+                    out.push(record);
                 }
             }
         } else if let Some(to) = &relationship.to {
@@ -98,12 +101,15 @@ pub(crate) fn records_where(
     value: &Value,
 ) -> Result<Vec<Object>> {
     let mut out = Vec::new();
+    let live = Live::of(table);
     let Some(key) = value.as_key() else { return Ok(out) };
     match table.attribute(attribute) {
         Some(a) if a.is_primary_key => {
             let (encoded, _) = encode_key(key)?;
-            if let Some(stored) = txn.get_record(store, &encoded)? {
-                out.push(decode_object(stored)?);
+            if let Some(stored) = txn.get_record(store, &encoded)?
+                && let Some(record) = live.decode(stored)?
+            {
+                out.push(record);
             }
         }
         Some(a) if a.indexed => {
@@ -114,17 +120,18 @@ pub(crate) fn records_where(
             for entry in txn.index_entries(store, range, false)? {
                 let entry = entry?;
                 let pk = index_entry_primary_key(entry.get(4..).unwrap_or_default())?;
-                if let Some(stored) = txn.get_record(store, pk)? {
-                    let record = decode_object(stored)?;
-                    if holds(&record, attribute, value) && !out.contains(&record) {
-                        out.push(record);
-                    }
+                if let Some(stored) = txn.get_record(store, pk)?
+                    && let Some(record) = live.decode(stored)?
+                    && holds(&record, attribute, value)
+                    && !out.contains(&record)
+                {
+                    out.push(record);
                 }
             }
         }
         _ => {
             for item in txn.records(store, (Bound::Unbounded, Bound::Unbounded), false)? {
-                let record = decode_object(item?.1)?;
+                let Some(record) = live.decode(item?.1)? else { continue };
                 if holds(&record, attribute, value) {
                     out.push(record);
                 }

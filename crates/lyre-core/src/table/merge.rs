@@ -181,6 +181,7 @@ mod tests {
             primary_key_type: None,
             attributes: Some(Vec::new()),
             audit: true,
+            expiration: None,
         })
     }
 

@@ -22,6 +22,7 @@ use crate::consistency::ConsistencyReport;
 use crate::context::Context;
 use crate::db::{Db, ForUser};
 use crate::error::{Error, Result};
+use crate::expiry::Live;
 use crate::query::{Query, Search, Select};
 use crate::value::{Object, Value};
 
@@ -113,6 +114,9 @@ impl Table {
         let Some(store) = txn.table(&self.schema.name)? else { return Ok(None) };
         let Some(stored) = txn.get_record(&store, &key)? else { return Ok(None) };
         let entry = decode_entry(stored)?;
+        if !Live::of(&self.schema).sees(entry.version().time) {
+            return Ok(None);
+        }
         let version = RecordVersion::of(&entry);
         Ok(Some((entry.record, version)))
     }
@@ -147,6 +151,7 @@ impl Table {
         let Some(store) = txn.table(&self.schema.name)? else {
             return Ok(Vec::new());
         };
+        let live = Live::of(&self.schema);
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let Some(key) = id.as_key().filter(|_| is_primary_key_value(id)) else {
@@ -155,8 +160,9 @@ impl Table {
             let Ok((key, false)) = encode_key(key) else {
                 continue;
             };
-            if let Some(stored) = txn.get_record(&store, &key)? {
-                out.push(select.project(&self.schema, decode_object(stored)?));
+            if let Some(record) = txn.get_record(&store, &key)?.map(|stored| live.decode(stored)).transpose()?.flatten()
+            {
+                out.push(select.project(&self.schema, record));
             }
         }
         Ok(out)
@@ -175,6 +181,28 @@ impl Table {
         require_super_user(ctx)?;
         let holder = format!("a log cleanup of {}.{} for {}", self.database(), self.schema.name, ctx.username());
         audit::prune_before(&self.db, ctx, Some(&self.schema.name), before, holder).await
+    }
+
+    /// Primary keys of the records due for eviction at `now` (ms); empty unless the
+    /// table's records expire. Reads only the record headers.
+    pub(crate) fn evictable_keys(&self, now: f64) -> Result<Vec<Vec<u8>>> {
+        let Some(expiration) = self.schema.expiration else { return Ok(Vec::new()) };
+        let txn = self.db.store().read()?;
+        let Some(store) = txn.table(&self.schema.name)? else { return Ok(Vec::new()) };
+        let mut keys = Vec::new();
+        for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
+            let (key, stored) = item?;
+            if expiration.is_evictable(lyre_store::decode_record(stored)?.0.version, now) {
+                keys.push(key.to_vec());
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Removes the records with these keys that are still due for eviction at `now`
+    /// (one may have been written since it was found); returns how many.
+    pub(crate) async fn evict(&self, ctx: &Context, keys: Vec<Vec<u8>>, now: f64) -> Result<usize> {
+        write::evict(self, ctx, keys, now).await
     }
 
     /// Walks every index of this table against its records in one snapshot and

@@ -9,6 +9,7 @@ use crate::catalog::{AttributeSpec, CREATED_TIME, Stamp, TableSchema, UPDATED_TI
 use crate::context::Context;
 use crate::db::{SchemaState, last_updated_key};
 use crate::error::{Error, Result};
+use crate::expiry::Live;
 use crate::index::{IndexChanges, update_record_indexes};
 use crate::table::entry::{decode_entry, encode_entry};
 use crate::table::merge::merge;
@@ -269,6 +270,34 @@ pub(crate) async fn delete(
         .await
 }
 
+/// Removes the records with these keys that are due for eviction at `now` (checked
+/// again inside the job: one may have been written since the sweep found it), with
+/// their index entries, as one logged transaction.
+pub(crate) async fn evict(table: &Table, ctx: &Context, keys: Vec<Vec<u8>>, now: f64) -> Result<usize> {
+    let Some(expiration) = table.schema().expiration else { return Ok(0) };
+    let name = table.schema().name.clone();
+    let database = table.database().to_string();
+    table
+        .db()
+        .write(ctx, "expire", move |txn, state| {
+            let mut job = WriteJob::start(txn, state, &database, &name, false)?;
+            let mut removed = 0;
+            for key in keys {
+                let Some(stored) = txn.get_record(&job.store, &key)? else { continue };
+                let old = decode_entry(stored)?;
+                if !expiration.is_evictable(old.version().time, now) {
+                    continue;
+                }
+                update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old.record), None)?;
+                txn.delete_record(&job.store, &key)?;
+                removed += 1;
+            }
+            job.finish(txn, state)?;
+            Ok(removed)
+        })
+        .await
+}
+
 /// State of one write job over one table, inside the writer.
 struct WriteJob {
     store: TableStore,
@@ -342,8 +371,11 @@ impl WriteJob {
             Some(found) => found,
             None => self.generate_key(txn)?,
         };
-        let existing = txn.get_record(&self.store, &key)?.map(decode_entry).transpose()?;
-        match (mode, &existing) {
+        let stored = txn.get_record(&self.store, &key)?.map(decode_entry).transpose()?;
+        // An expired record is gone for every purpose but removing its index entries.
+        let live = Live::of(&self.table);
+        let existing = stored.as_ref().filter(|entry| live.sees(entry.version().time));
+        match (mode, existing) {
             (WriteMode::Insert, Some(_)) | (WriteMode::Update, None) => {
                 summary.skipped.push(id);
                 return Ok(());
@@ -360,13 +392,13 @@ impl WriteJob {
             txn.put_meta(&marker, &[])?;
         }
         record.shift_remove(&self.table.primary_key);
-        let merged = merge(&self.table, mode, existing.as_ref(), record, &id, version)?;
+        let merged = merge(&self.table, mode, existing, record, &id, version)?;
         let mut new = merged.record;
-        self.stamp(&mut new, existing.as_ref().map(|e| &e.record), merged.version.time);
+        self.stamp(&mut new, existing.map(|e| &e.record), merged.version.time);
         if !self.table.schema_defined {
             self.add_new_attributes(state, &new, summary)?;
         }
-        let old = existing.as_ref().map(|e| &e.record);
+        let old = stored.as_ref().map(|e| &e.record);
         let newly_multi = update_record_indexes(&mut self.index_changes, &self.table, &key, old, Some(&new))?;
         if !newly_multi.is_empty() {
             let schema = Arc::make_mut(state);

@@ -4,6 +4,7 @@ mod bench_smoke;
 mod components;
 mod drop_restore;
 mod envelope;
+mod expiry;
 mod lifecycle;
 mod ops_crud;
 mod ops_schema;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::response::Response;
-use lyre_core::catalog::{AttributeSpec, TableSpec};
+use lyre_core::catalog::{AttributeSpec, Expiration, TableSpec};
 use lyre_core::{Context, Engine, Object, TableStats, Value};
 
 use crate::http::error::ApiError;
@@ -53,7 +53,13 @@ pub async fn create_table(
         .as_ref()
         .and_then(|attrs| attrs.iter().find(|a| a.name == primary_key))
         .and_then(|a| a.type_name.clone());
-    let spec = TableSpec { name: table.clone(), primary_key, primary_key_type, attributes: declared, audit };
+    let expiration = match params.count(&["expiration"])? {
+        None => None,
+        Some(0) => return Err(ApiError::bad_request("'expiration' must be at least 1 (seconds)")),
+        Some(seconds) => Some(Expiration { expiration: seconds as u64, eviction: 0, scan_interval: None }),
+    };
+    let spec =
+        TableSpec { name: table.clone(), primary_key, primary_key_type, attributes: declared, audit, expiration };
     engine.create_table(ctx, &database, spec).await?;
     message(format, format!("table '{database}.{table}' successfully created."))
 }
@@ -203,6 +209,9 @@ fn describe(stats: &TableStats) -> Object {
     out.insert("schema_defined".into(), table.schema_defined.into());
     out.insert("attributes".into(), attributes.into());
     out.insert("db_size".into(), count(stats.db_size));
+    if let Some(expiration) = &table.expiration {
+        out.insert("expiration".into(), format!("{}s", expiration.expiration).into());
+    }
     out.insert("sources".into(), Value::Array(Vec::new()));
     out.insert("record_count".into(), count(stats.record_count));
     out.insert("table_size".into(), count(stats.table_size));
