@@ -34,14 +34,7 @@ fn record(json: &str) -> Object {
 }
 
 fn dynamic(name: &str) -> TableSpec {
-    TableSpec {
-        name: name.into(),
-        primary_key: "id".into(),
-        primary_key_type: None,
-        attributes: None,
-        audit: true,
-        expiration: None,
-    }
+    TableSpec::dynamic(name, "id")
 }
 
 fn collect(search: lyre_core::query::Search) -> Vec<Object> {

@@ -36,15 +36,7 @@ impl Jobs {
         let ctx = Context::system();
         let system = engine.database(SYSTEM_DATABASE)?;
         if system.schema().table(JOB_TABLE).is_none() {
-            let spec = TableSpec {
-                name: JOB_TABLE.into(),
-                primary_key: "id".into(),
-                primary_key_type: None,
-                attributes: None,
-                audit: true,
-                expiration: None,
-            };
-            system.create_table(&ctx, spec).await?;
+            system.create_table(&ctx, TableSpec::dynamic(JOB_TABLE, "id")).await?;
         }
         let jobs = Jobs { system };
         let interrupted = jobs.unfinished(&ctx)?;

@@ -61,15 +61,7 @@ impl Users {
         let ctx = Context::system();
         for (table, key) in [(ROLE_TABLE, "id"), (USER_TABLE, "username")] {
             if system.schema().table(table).is_none() {
-                let spec = TableSpec {
-                    name: table.into(),
-                    primary_key: key.into(),
-                    primary_key_type: None,
-                    attributes: None,
-                    audit: true,
-                    expiration: None,
-                };
-                system.create_table(&ctx, spec).await?;
+                system.create_table(&ctx, TableSpec::dynamic(table, key)).await?;
             }
         }
         let users = Users {

@@ -119,6 +119,21 @@ pub struct TableSpec {
     pub expiration: Option<Expiration>,
 }
 
+impl TableSpec {
+    /// A dynamic table (attributes appear on write, all indexed), audited, whose
+    /// records never expire: what `create_table` makes without `attributes`.
+    pub fn dynamic(name: impl Into<String>, primary_key: impl Into<String>) -> Self {
+        TableSpec {
+            name: name.into(),
+            primary_key: primary_key.into(),
+            primary_key_type: None,
+            attributes: None,
+            audit: true,
+            expiration: None,
+        }
+    }
+}
+
 /// When a table's records expire (`@table(expiration, eviction, scanInterval)`, or
 /// `create_table`'s `expiration`): a record is hidden from every read once
 /// `expiration` seconds have passed since it was last written, and removed from
@@ -487,14 +502,7 @@ mod tests {
     use super::*;
 
     fn dynamic(name: &str) -> TableSpec {
-        TableSpec {
-            name: name.into(),
-            primary_key: "id".into(),
-            primary_key_type: None,
-            attributes: None,
-            audit: true,
-            expiration: None,
-        }
+        TableSpec::dynamic(name, "id")
     }
 
     #[test]

@@ -26,14 +26,7 @@ async fn table(dir: &std::path::Path) -> (std::sync::Arc<Engine>, Table) {
     let (engine, _) = Engine::open(options).await.unwrap();
     let ctx = Context::system();
     let db = engine.create_database(&ctx, "dev").await.unwrap();
-    let spec = TableSpec {
-        name: "t".into(),
-        primary_key: "id".into(),
-        primary_key_type: None,
-        attributes: None,
-        audit: true,
-        expiration: None,
-    };
+    let spec = TableSpec::dynamic("t", "id");
     db.create_table(&ctx, spec).await.unwrap();
     let table = db.table("t").unwrap();
     (engine, table)
