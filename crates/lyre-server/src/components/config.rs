@@ -8,9 +8,9 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ComponentConfig {
-    /// `rest: true` serves the exported tables over REST.
-    #[serde(default = "yes")]
-    pub rest: bool,
+    /// `rest: true` (or `rest: {lastModified: true}`) serves the exported tables over REST.
+    #[serde(default)]
+    pub rest: Rest,
     /// `graphqlSchema: {files: ...}`: the schema files (globs, relative).
     #[serde(default)]
     pub graphql_schema: Option<SchemaFiles>,
@@ -19,6 +19,43 @@ pub struct ComponentConfig {
     /// packages); the load fails if it fails or outlives its timeout.
     #[serde(default)]
     pub install: Option<Install>,
+}
+
+/// The `rest` plugin: `true`/`false`, or its options (which also turn it on).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Rest {
+    /// `rest: true` or `rest: false`.
+    Enabled(bool),
+    /// `rest: {lastModified: true, ...}`.
+    Options(RestOptions),
+}
+
+/// Options of the `rest` plugin (Harper's keys; others are ignored).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RestOptions {
+    /// Send `Last-Modified` (the record's version as an HTTP date) with records.
+    #[serde(default)]
+    pub last_modified: bool,
+}
+
+impl Default for Rest {
+    fn default() -> Self {
+        Rest::Enabled(true)
+    }
+}
+
+impl Rest {
+    /// Whether the exported tables are served.
+    pub fn enabled(&self) -> bool {
+        !matches!(self, Rest::Enabled(false))
+    }
+
+    /// Whether responses carry `Last-Modified`.
+    pub fn last_modified(&self) -> bool {
+        matches!(self, Rest::Options(RestOptions { last_modified: true }))
+    }
 }
 
 /// A component's install step.
@@ -53,10 +90,6 @@ pub enum Patterns {
     Many(Vec<String>),
 }
 
-fn yes() -> bool {
-    true
-}
-
 impl ComponentConfig {
     /// Reads `config.yaml` in `dir`; a component without one uses Harper's defaults
     /// (REST on, `*.graphql` schemas).
@@ -72,7 +105,7 @@ impl ComponentConfig {
     }
 
     fn default_config() -> ComponentConfig {
-        ComponentConfig { rest: true, graphql_schema: None, install: None }
+        ComponentConfig { rest: Rest::default(), graphql_schema: None, install: None }
     }
 
     /// The schema file patterns (`*.graphql` when none are configured).
@@ -98,7 +131,7 @@ mod tests {
         )
         .unwrap();
         let config = ComponentConfig::read(dir.path()).unwrap();
-        assert!(config.rest);
+        assert!(config.rest.enabled() && !config.rest.last_modified());
         assert_eq!(config.schema_patterns(), ["schemas/*.graphql"]);
         std::fs::write(
             dir.path().join("config.yaml"),
@@ -106,8 +139,11 @@ mod tests {
         )
         .unwrap();
         let config = ComponentConfig::read(dir.path()).unwrap();
-        assert!(!config.rest);
+        assert!(!config.rest.enabled());
         assert_eq!(config.schema_patterns(), ["a.graphql", "b.graphql"]);
+        std::fs::write(dir.path().join("config.yaml"), "rest:\n  lastModified: true\n  webSocket: false\n").unwrap();
+        let config = ComponentConfig::read(dir.path()).unwrap();
+        assert!(config.rest.enabled() && config.rest.last_modified());
         std::fs::write(dir.path().join("config.yaml"), "rest: [oops").unwrap();
         assert!(ComponentConfig::read(dir.path()).unwrap_err().contains("config.yaml"));
         let empty = tempfile::tempdir().unwrap();

@@ -34,6 +34,8 @@ pub struct Export {
     pub table: String,
     /// The component that exports it.
     pub component: String,
+    /// Its records are served with `Last-Modified` (`rest: {lastModified: true}`).
+    pub last_modified: bool,
 }
 
 /// Every exported table by URL name. Replaced whole on each reload.
@@ -176,7 +178,7 @@ impl Components {
             let shown = file.strip_prefix(dir.parent().unwrap_or(dir)).unwrap_or(&file).display().to_string();
             definitions.extend(parse_sdl(&text, &shown).map_err(|e| e.to_string())?);
         }
-        let exports: Vec<Export> = if config.rest {
+        let exports: Vec<Export> = if config.rest.enabled() {
             definitions
                 .iter()
                 .filter_map(|d| {
@@ -185,6 +187,7 @@ impl Components {
                         database: d.database.clone(),
                         table: d.table.clone(),
                         component: name.to_string(),
+                        last_modified: config.rest.last_modified(),
                     })
                 })
                 .collect()

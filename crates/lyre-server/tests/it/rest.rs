@@ -414,6 +414,7 @@ async fn etags_and_conditional_gets() {
     let (_, headers, _) = send(&s, Method::GET, "/products/p1", None).await;
     let tag = headers["etag"].to_str().unwrap().to_string();
     assert_eq!(tag.len(), 12, "a quoted 10-character ETag: {tag}");
+    assert!(!headers.contains_key("last-modified"), "only when the component asks for it");
     let p1 = get(&s, "/products/p1").await;
     // Harper's encoding of the version, which @updatedTime (Long) shows in whole ms.
     assert!(p1["updatedAt"].as_i64().is_some());
@@ -533,4 +534,26 @@ async fn openapi_describes_the_exports_for_super_users() {
     assert!(document["paths"].get("/Plain/").is_none(), "unexported tables are not described");
     assert_eq!(document["components"]["schemas"]["products"]["properties"]["price"], json!({"type": "number"}));
     assert_eq!(s.client.get(s.rest("/openapi")).send().await.unwrap().status(), 401);
+}
+
+#[tokio::test]
+async fn last_modified_when_the_component_asks_for_it() {
+    let config = "rest:\n  lastModified: true\ngraphqlSchema:\n  files: '*.graphql'\n";
+    let schema = "type Note @table(database: \"notes\") @export {\n  id: ID @primaryKey\n  text: String\n  at: Long @updatedTime\n}\n";
+    let s = TestServer::start_app(
+        &[("components/notes/config.yaml", config), ("components/notes/schema.graphql", schema)],
+        &[],
+    )
+    .await;
+    assert_eq!(send(&s, Method::PUT, "/Note/n1", Some(json!({"text": "hi"}))).await.0, 204);
+    let (status, headers, note) = send(&s, Method::GET, "/Note/n1", None).await;
+    assert_eq!(status, 200);
+    let header = headers["last-modified"].to_str().unwrap();
+    let stated = httpdate::parse_http_date(header).unwrap();
+    let written = std::time::UNIX_EPOCH + std::time::Duration::from_millis(note["at"].as_u64().unwrap());
+    // An HTTP date has whole seconds.
+    let gap = written.duration_since(stated).unwrap_or_default();
+    assert!(gap < std::time::Duration::from_secs(1), "{header} for a write at {note}");
+    let (_, headers, _) = send(&s, Method::GET, "/Note/n1.text", None).await;
+    assert_eq!(headers["last-modified"].to_str().unwrap(), header);
 }

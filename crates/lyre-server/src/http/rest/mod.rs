@@ -97,6 +97,7 @@ async fn route(state: &Arc<AppState>, peer: SocketAddr, parts: axum::http::reque
             format,
             headers: &parts.headers,
             query: parts.uri.query().unwrap_or(""),
+            last_modified: export.last_modified,
         };
         request.dispatch(&parts.method, body).await
     }
@@ -145,6 +146,8 @@ struct RestRequest<'a> {
     format: Format,
     headers: &'a HeaderMap,
     query: &'a str,
+    /// Send `Last-Modified` with records (the component's `rest.lastModified`).
+    last_modified: bool,
 }
 
 impl RestRequest<'_> {
@@ -259,6 +262,7 @@ impl RestRequest<'_> {
                 {
                     let mut response = empty(StatusCode::NOT_MODIFIED);
                     response.headers_mut().insert(header::ETAG, header_value(&tag));
+                    self.mark_modified(&mut response, version.time);
                     return Ok(response);
                 }
                 let value = match query.select {
@@ -269,6 +273,7 @@ impl RestRequest<'_> {
                 if version.unique {
                     response.headers_mut().insert(header::ETAG, header_value(&tag));
                 }
+                self.mark_modified(&mut response, version.time);
                 Ok(response)
             }
             Target::Property(id, name) => {
@@ -289,8 +294,21 @@ impl RestRequest<'_> {
                 if version.unique {
                     response.headers_mut().insert(header::ETAG, header_value(&etag::etag(version.time)));
                 }
+                self.mark_modified(&mut response, version.time);
                 Ok(response)
             }
+        }
+    }
+
+    /// Adds `Last-Modified` (the version `time`, ms, as an HTTP date) when the
+    /// component asked for it.
+    fn mark_modified(&self, response: &mut Response, time: f64) {
+        if !self.last_modified || !time.is_finite() || time < 0.0 {
+            return;
+        }
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_millis(time as u64);
+        if let Ok(value) = HeaderValue::from_str(&httpdate::fmt_http_date(when)) {
+            response.headers_mut().insert(header::LAST_MODIFIED, value);
         }
     }
 
