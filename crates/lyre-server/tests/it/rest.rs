@@ -351,6 +351,16 @@ async fn malformed_queries_are_rejected_with_the_position() {
         assert_eq!(got, 400, "?{query} answered {body}");
         assert!(body.as_str().unwrap().contains(fragment), "?{query} answered {body}");
     }
+    // Nesting is bounded (it once overflowed the stack and killed the process).
+    let nested = |depth: usize| format!("{}name==Foo{}", "(".repeat(depth), ")".repeat(depth));
+    assert_eq!(send(&s, Method::GET, &format!("/products/?{}&select(name)", nested(64)), None).await.2, json!(["Foo"]));
+    let deep_select = format!("select(brand{}name{})", "{name,brand".repeat(70), "}".repeat(70));
+    for query in [nested(5_000), "(".repeat(10_000), "[".repeat(10_000), deep_select] {
+        let (got, _, body) = send(&s, Method::GET, &format!("/products/?{query}"), None).await;
+        assert_eq!(got, 400, "{body}");
+        assert!(body.as_str().unwrap().contains("nested deeper than 64 levels"), "{body}");
+    }
+    assert_eq!(send(&s, Method::GET, "/products/p1?".to_string().as_str(), None).await.0, 200, "still serving");
 }
 
 #[tokio::test]

@@ -46,7 +46,7 @@ pub type RelatedSchema<'a> = &'a dyn Fn(&str) -> Option<Arc<TableSchema>>;
 pub fn parse(raw: &str, table: &TableSchema, related: RelatedSchema<'_>) -> Result<RestQuery, ApiError> {
     let normalized = normalize_operators(raw);
     let raw = normalized.as_str();
-    let mut parser = Parser { src: raw.as_bytes(), raw, pos: 0, table, related, query: RestQuery::default() };
+    let mut parser = Parser { src: raw.as_bytes(), raw, pos: 0, depth: 0, table, related, query: RestQuery::default() };
     if raw.is_empty() {
         return Ok(parser.query);
     }
@@ -56,10 +56,17 @@ pub fn parse(raw: &str, table: &TableSchema, related: RelatedSchema<'_>) -> Resu
     Ok(parser.query)
 }
 
+/// Deepest nesting of groups (`(...)`, `[...]`) or select fields (`{...}`) a query
+/// may have: parsing and evaluating recurse once per level, so without a bound a
+/// long enough URL would overflow the stack.
+pub const MAX_NESTING: usize = 64;
+
 struct Parser<'a> {
     src: &'a [u8],
     raw: &'a str,
     pos: usize,
+    /// Groups open at `pos`.
+    depth: usize,
     table: &'a TableSchema,
     related: RelatedSchema<'a>,
     query: RestQuery,
@@ -148,8 +155,13 @@ impl Parser<'_> {
                     expect_term = true;
                 }
                 Some(open @ (b'(' | b'[')) => {
+                    if self.depth == MAX_NESTING {
+                        return Err(self.error(format!("groups nested deeper than {MAX_NESTING} levels")));
+                    }
                     self.pos += 1;
+                    self.depth += 1;
                     let (inner_op, inner) = self.group(Some(if open == b'(' { b')' } else { b']' }))?;
+                    self.depth -= 1;
                     if !inner.is_empty() {
                         conditions.push(Condition::Group { operator: inner_op, conditions: inner });
                     }
@@ -506,7 +518,7 @@ fn select(args: &str) -> Result<Select, String> {
         (Shaped::Object, trimmed)
     };
     let trailing_comma = body.trim_end().ends_with(',');
-    let fields = fields(body)?;
+    let fields = fields(body, 0)?;
     let shape = match (shape, fields.len(), trailing_comma) {
         (Shaped::Object, 1, false) => Shaped::Value,
         (shape, _, _) => shape,
@@ -517,8 +529,11 @@ fn select(args: &str) -> Result<Select, String> {
     Ok(Select::Fields { fields, shape })
 }
 
-/// A comma-separated field list with `{...}` nesting.
-fn fields(text: &str) -> Result<Vec<Field>, String> {
+/// A comma-separated field list with `{...}` nesting, `level` levels down.
+fn fields(text: &str, level: usize) -> Result<Vec<Field>, String> {
+    if level == MAX_NESTING {
+        return Err(format!("select fields nested deeper than {MAX_NESTING} levels"));
+    }
     let mut out = Vec::new();
     let mut depth = 0usize;
     let mut start = 0usize;
@@ -531,7 +546,7 @@ fn fields(text: &str) -> Result<Vec<Field>, String> {
         match piece.split_once('{') {
             Some((name, rest)) => {
                 let inner = rest.strip_suffix('}').ok_or_else(|| format!("unclosed '{{' in select field {piece}"))?;
-                out.push(Field { name: name.trim().to_string(), nested: Some(fields(inner)?) });
+                out.push(Field { name: name.trim().to_string(), nested: Some(fields(inner, level + 1)?) });
             }
             None => out.push(Field { name: piece.to_string(), nested: None }),
         }
