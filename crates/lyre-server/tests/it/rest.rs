@@ -567,3 +567,51 @@ async fn last_modified_when_the_component_asks_for_it() {
     let (_, headers, _) = send(&s, Method::GET, "/Note/n1.text", None).await;
     assert_eq!(headers["last-modified"].to_str().unwrap(), header);
 }
+
+/// Sends `head`, then (after a pause, as a separate packet) `body` on `stream`, and
+/// reads one response: its status line and body length.
+fn exchange(stream: &mut std::net::TcpStream, head: &str, body: &[u8]) -> (String, usize) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    stream.write_all(head.as_bytes()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    stream.write_all(body).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut content = vec![0; length];
+    reader.read_exact(&mut content).unwrap();
+    (status.trim().to_string(), content.len())
+}
+
+#[tokio::test]
+async fn a_get_with_a_body_keeps_its_connection() {
+    let s = shop().await;
+    let s = std::sync::Arc::new(s);
+    let server = s.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.http_port)).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let auth = "Authorization: Basic YWRtaW46cGFzc3dvcmQ=";
+        let head = format!("GET /products/ HTTP/1.1\r\nHost: a\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n");
+        // A body on a GET, arriving after the headers: read and ignored.
+        let (status, length) = exchange(&mut stream, &head, br#"{"name":"x"} "#);
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert!(length > 100, "the whole collection: {length} bytes");
+        // The connection still serves the next request.
+        let head = format!("GET /products/p1 HTTP/1.1\r\nHost: a\r\n{auth}\r\n\r\n");
+        assert_eq!(exchange(&mut stream, &head, b"").0, "HTTP/1.1 200 OK");
+    })
+    .await
+    .unwrap();
+}

@@ -152,6 +152,12 @@ struct RestRequest<'a> {
 
 impl RestRequest<'_> {
     async fn dispatch(self, method: &Method, body: Body) -> Result<Response, ApiError> {
+        let body = if matches!(method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS" | "TRACE") {
+            self.discard(body).await?;
+            Body::empty()
+        } else {
+            body
+        };
         match (method.as_str(), &self.target) {
             ("GET" | "HEAD", _) => {
                 let response = self.get().await?;
@@ -231,6 +237,18 @@ impl RestRequest<'_> {
             }
             (other, _) => Err(ApiError::new(Code::NotImplemented, format!("Method {other} is not recognized"))),
         }
+    }
+
+    /// Reads and drops the body of a method that ignores it: unread bytes left in
+    /// the socket make the kernel reset the connection when it closes, cutting off
+    /// the response the client is still reading.
+    async fn discard(&self, body: Body) -> Result<(), ApiError> {
+        let has_body = self.headers.contains_key(header::TRANSFER_ENCODING)
+            || self.headers.get(header::CONTENT_LENGTH).is_some_and(|length| length != "0");
+        if has_body {
+            crate::http::read_body(self.headers, body, self.state.rest_body_limit).await?;
+        }
+        Ok(())
     }
 
     async fn get(&self) -> Result<Response, ApiError> {
