@@ -50,18 +50,25 @@ pub(crate) fn crdt_op(property: &str, value: &Value) -> Result<Option<Op>> {
     }
 }
 
-/// `base + n`, integers staying integers when they can.
-fn add(base: Option<&Value>, n: &Value) -> Result<Value> {
+/// `base + n`, integers staying integers when they can; an error naming `property`
+/// when the sum is not a finite number.
+pub(crate) fn add(property: &str, base: Option<&Value>, n: &Value) -> Result<Value> {
     let base = match base {
         Some(v @ (Value::Int(_) | Value::Float(_))) => v.clone(),
         _ => Value::Int(0),
     };
-    Ok(match (&base, n) {
+    let sum = match (&base, n) {
         (Value::Int(a), Value::Int(b)) => {
             a.checked_add(*b).map(Value::Int).unwrap_or(Value::Float(*a as f64 + *b as f64))
         }
         _ => Value::Float(base.as_f64().unwrap_or(0.0) + n.as_f64().unwrap_or(0.0)),
-    })
+    };
+    match sum {
+        Value::Float(f) if !f.is_finite() => {
+            Err(Error::invalid(format!("{property}: the sum of this \"add\" is too large to store")))
+        }
+        sum => Ok(sum),
+    }
 }
 
 /// Whether `a` is later than `b` (time, then node).
@@ -105,7 +112,7 @@ pub(crate) fn merge(
         record.insert(pk.clone(), id.clone());
         for (k, v) in body {
             let value = match crdt_op(&k, &v)? {
-                Some(Op::Add(n)) => add(None, &n)?,
+                Some(Op::Add(n)) => add(&k, None, &n)?,
                 None => v,
             };
             record.insert(k, value);
@@ -122,7 +129,7 @@ pub(crate) fn merge(
         // A newer full write supersedes everything; adds still apply to the stored value.
         for (k, v) in body {
             let value = match crdt_op(&k, &v)? {
-                Some(Op::Add(n)) => add(entry.record.get(&k), &n)?,
+                Some(Op::Add(n)) => add(&k, entry.record.get(&k), &n)?,
                 None => v,
             };
             record.insert(k, value);
@@ -143,7 +150,7 @@ pub(crate) fn merge(
         for (k, v) in body {
             match crdt_op(&k, &v)? {
                 Some(Op::Add(n)) => {
-                    let sum = add(record.get(&k), &n)?;
+                    let sum = add(&k, record.get(&k), &n)?;
                     record.insert(k.clone(), sum);
                     if later(version, clock.of(&k)) {
                         clock.set(&k, version);

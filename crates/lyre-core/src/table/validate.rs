@@ -108,7 +108,7 @@ pub(crate) fn encode_primary_key(value: &Value) -> Result<Vec<u8>> {
     }
 }
 
-fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value) -> Result<()> {
+pub(crate) fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value) -> Result<()> {
     let Some(type_name) = type_name else {
         return Ok(());
     };

@@ -1,5 +1,6 @@
 //! Record writes: what runs before the writer (preparation) and inside it (apply).
 
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -12,8 +13,8 @@ use crate::error::{Error, Result};
 use crate::expiry::Live;
 use crate::index::{IndexChanges, update_record_indexes};
 use crate::table::entry::{decode_entry, encode_entry};
-use crate::table::merge::merge;
-use crate::table::validate::{encode_primary_key, validate_record};
+use crate::table::merge::{Op, add, crdt_op, merge};
+use crate::table::validate::{encode_primary_key, validate_record, validate_scalar};
 use crate::table::{RecordVersion, Table};
 use crate::value::{Object, Value};
 
@@ -195,12 +196,14 @@ pub(crate) async fn apply(
                 txn.set_version(at);
             }
             let mut job = WriteJob::start(txn, state, &database, &name, at.is_some())?;
-            // Check every condition before the first write (the writer's contract).
+            // Check every condition and increment before the first write (the
+            // writer's contract: a job that fails after writing aborts its batch).
             for prepared in &records {
                 if let (Some(expect), Some((key, id))) = (&prepared.expect, &prepared.key) {
                     job.check(txn, key, id, expect)?;
                 }
             }
+            job.check_increments(txn, &records)?;
             let mut summary = WriteSummary {
                 written: Vec::new(),
                 skipped: Vec::new(),
@@ -346,6 +349,42 @@ impl WriteJob {
                 "record {id} does not match the expected version (If-Match); it was changed or removed"
             )))
         }
+    }
+
+    /// Fails (before anything is written) when an increment would leave a property
+    /// that is not a finite number, or outside its declared type (an `Int` past
+    /// 2^31). Increments of one record within the job add up in order.
+    fn check_increments(&self, txn: &WriteTxn<'_, '_>, records: &[Prepared]) -> Result<()> {
+        let live = Live::of(&self.table);
+        let mut sums: HashMap<(&[u8], &str), Value> = HashMap::new();
+        for prepared in records {
+            // A generated key names a new record: its increments start from 0.
+            let key = prepared.key.as_ref().map(|(key, _)| key.as_slice());
+            let mut stored = None;
+            for (name, value) in &prepared.record {
+                let Some(Op::Add(n)) = crdt_op(name, value)? else { continue };
+                let base = match key.map(|key| (key, sums.get(&(key, name.as_str())))) {
+                    None => None,
+                    Some((_, Some(sum))) => Some(sum.clone()),
+                    Some((key, None)) => {
+                        if stored.is_none() {
+                            stored = Some(match txn.get_record(&self.store, key)? {
+                                Some(bytes) => live.decode(bytes)?,
+                                None => None,
+                            });
+                        }
+                        stored.as_ref().and_then(|record| record.as_ref()).and_then(|r| r.get(name)).cloned()
+                    }
+                };
+                let sum = add(name, base.as_ref(), &n)?;
+                let type_name = self.table.attribute(name).and_then(|a| a.type_name.as_deref());
+                validate_scalar(name, type_name, &sum)?;
+                if let Some(key) = key {
+                    sums.insert((key, name.as_str()), sum);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Meta key marking that the write at `version` was applied to record `key`.

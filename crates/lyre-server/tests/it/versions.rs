@@ -303,6 +303,35 @@ async fn operations_api_adds_and_rejects_malformed_operations() {
         s.rest_send(Method::PATCH, "/Counter/x", Some(&json!({"hits": {"__op__": "add", "value": 1.5}})), &[]).await;
     assert_eq!(status, 400);
     assert_eq!(s.rest_send(Method::GET, "/Counter/x", None, &[]).await.0, 404, "nothing was written");
+    // The sum is checked too: it must fit the declared type and be a finite number.
+    s.ok(json!({"operation": "upsert", "database": "dev", "table": "t", "records": [{"id": 2, "f": 1e308}]})).await;
+    s.fails(
+        json!({"operation": "upsert", "database": "dev", "table": "t", "records": [{"id": 3, "n": add(1)}, {"id": 2, "f": {"__op__": "add", "value": 1e308}}]}),
+        400,
+        "f: the sum of this \"add\" is too large to store",
+    )
+    .await;
+    let (status, _, _) = s.rest_send(Method::PATCH, "/Counter/x", Some(&json!({"hits": 2_147_483_647})), &[]).await;
+    assert_eq!(status, 204);
+    let (status, _, body) = s.rest_send(Method::PATCH, "/Counter/x", Some(&json!({"hits": add(1)})), &[]).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string().contains("in property hits must be an integer (from -2147483648 to 2147483647)"),
+        "{body}"
+    );
+    // A batch naming the record twice adds up in order.
+    let (status, _, _) = s.rest_send(Method::PATCH, "/Counter/x", Some(&json!({"hits": 2_147_483_640})), &[]).await;
+    assert_eq!(status, 204);
+    s.fails(
+        json!({"operation": "update", "database": "v", "table": "Counter", "records": [{"id": "x", "hits": add(5)}, {"id": "x", "hits": add(5)}]}),
+        400,
+        "Value 2147483650 in property hits must be an integer (from -2147483648 to 2147483647)",
+    )
+    .await;
+    let (_, _, counter) = s.rest_send(Method::GET, "/Counter/x", None, &[]).await;
+    assert_eq!(counter["hits"], 2_147_483_640, "nothing was written: {counter}");
+    let three = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "t", "ids": [2, 3], "get_attributes": ["id", "f"]})).await;
+    assert_eq!(three, json!([{"id": 2, "f": 1e308}]), "the batch wrote nothing");
 }
 
 /// Acceptance 5 (black-box half): an absent body is an error and changes nothing; an
