@@ -544,6 +544,11 @@ async fn openapi_describes_the_exports_for_super_users() {
     assert!(document["paths"].get("/Plain/").is_none(), "unexported tables are not described");
     assert_eq!(document["components"]["schemas"]["products"]["properties"]["price"], json!({"type": "number"}));
     assert_eq!(s.client.get(s.rest("/openapi")).send().await.unwrap().status(), 401);
+    for method in [Method::POST, Method::DELETE, Method::from_bytes(b"FOO").unwrap()] {
+        let (status, headers, _) = send(&s, method.clone(), "/openapi", None).await;
+        assert_eq!((status, headers.get("allow").map(|v| v.to_str().unwrap())), (405, Some("GET, HEAD")), "{method}");
+    }
+    assert_eq!(send(&s, Method::HEAD, "/openapi", None).await.0, 200);
 }
 
 #[tokio::test]

@@ -72,6 +72,12 @@ async fn route(state: &Arc<AppState>, peer: SocketAddr, parts: axum::http::reque
     let state = state.clone();
     let exports = state.components.exports();
     if parts.uri.path() == "/openapi" && exports.get("openapi").is_none() {
+        if !matches!(parts.method, Method::GET | Method::HEAD) {
+            let message = format!("/openapi answers GET and HEAD, not {}", parts.method);
+            let mut response = ApiError::new(Code::MethodNotAllowed, message).render_rest(Format::Json);
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return response;
+        }
         return openapi_response(&state, &parts.headers, peer).await;
     }
     let Some(path) = url::split(parts.uri.path()) else { return not_found() };
