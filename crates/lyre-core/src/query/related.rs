@@ -29,6 +29,12 @@ impl<'t> Related<'t> {
         Self { txn, db, table, tables: Mutex::new(HashMap::new()) }
     }
 
+    /// The same snapshot, following `table`'s relationships (a projection nested
+    /// inside a related record).
+    pub(crate) fn of<'a>(&'a self, table: &'a TableSchema) -> Related<'a> {
+        Related::new(self.txn, self.db, table)
+    }
+
     /// The relationship named `name` of the queried table.
     pub(crate) fn relationship(&self, name: &str) -> Option<&'t Relationship> {
         self.table.relationships.iter().find(|r| r.name == name)

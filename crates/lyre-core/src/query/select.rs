@@ -120,10 +120,11 @@ fn project_fields(
         let value = match (relationship, related) {
             (Some(relationship), Some(related)) => {
                 let (target, _) = related.target(relationship)?;
+                let inner = related.of(&target);
                 let mut found = Vec::new();
                 for other in related.records(record, relationship)? {
                     found.push(match &field.nested {
-                        Some(nested) => Value::Object(project_fields(nested, &target, &other, None)?),
+                        Some(nested) => Value::Object(project_fields(nested, &target, &other, Some(&inner))?),
                         None => Value::Object(other),
                     });
                 }

@@ -307,6 +307,15 @@ async fn select_sort_limit() {
         get(&s, "/Brand/b1?select(name,products{name})").await,
         json!({"name": "Acme", "products": [{"name": "Foo"}, {"name": "Fob"}]})
     );
+    // Relationships inside relationships.
+    assert_eq!(
+        get(&s, "/products/p1?select(brand{name,products{name}})").await,
+        json!({"name": "Acme", "products": [{"name": "Foo"}, {"name": "Fob"}]})
+    );
+    assert_eq!(
+        get(&s, "/Brand/b1?select(name,products{name,brand{name}})").await,
+        json!({"name": "Acme", "products": [{"name": "Foo", "brand": {"name": "Acme"}}, {"name": "Fob", "brand": {"name": "Acme"}}]})
+    );
     assert_eq!(ids(&get(&s, "/products/?sort(price)&limit(2)").await), ["p4", "p3"]);
     assert_eq!(ids(&get(&s, "/products/?sort(price)&limit(1,3)").await), ["p3", "p5"]);
     assert_eq!(get(&s, "/products/?limit(0)").await, json!([]));
