@@ -148,6 +148,15 @@ impl Db {
         Ok(Table::new(self.clone(), table))
     }
 
+    /// The `system` database's tables are Lyre's own (users, roles, jobs): their
+    /// shape is not the client's to change.
+    pub(crate) fn refuse_system_change(&self) -> Result<()> {
+        if self.name == crate::engine::SYSTEM_DATABASE {
+            return Err(Error::invalid("the system database's tables cannot be created, dropped or altered"));
+        }
+        Ok(())
+    }
+
     pub(crate) fn table_not_found(&self, table: &str) -> Error {
         Error::TableNotFound { database: self.name.clone(), table: table.to_string() }
     }
@@ -208,6 +217,7 @@ impl Db {
     /// Drops a table and all its records.
     pub async fn drop_table(&self, ctx: &Context, table: &str) -> Result<()> {
         require_super_user(ctx)?;
+        self.refuse_system_change()?;
         let name = table.to_string();
         let database = self.name.clone();
         self.write(ctx, "drop_table", move |txn, state| {
@@ -227,6 +237,7 @@ impl Db {
     /// Adds an attribute to a table and indexes the existing records for it.
     pub async fn create_attribute(&self, ctx: &Context, table: &str, spec: AttributeSpec) -> Result<()> {
         require_super_user(ctx)?;
+        self.refuse_system_change()?;
         validate_attribute_name(&spec.name)?;
         let table = table.to_string();
         let database = self.name.clone();
@@ -257,6 +268,7 @@ impl Db {
     /// Removes an attribute: its index, and (in dynamic tables) its values.
     pub async fn drop_attribute(&self, ctx: &Context, table: &str, attribute: &str) -> Result<()> {
         require_super_user(ctx)?;
+        self.refuse_system_change()?;
         let table = table.to_string();
         let attribute = attribute.to_string();
         let database = self.name.clone();

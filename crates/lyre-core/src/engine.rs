@@ -9,7 +9,7 @@ use lyre_store::{DatabaseOptions, Layout, VersionClock, WriterOptions};
 
 use crate::access::{AdminBootstrap, Users, require_super_user};
 use crate::catalog::{
-    TableDefinition, TableSpec, validate_attribute_name, validate_database_name, validate_table_name,
+    TableDefinition, TableSpec, check_name_length, validate_attribute_name, validate_database_name, validate_table_name,
 };
 use crate::context::Context;
 use crate::db::Db;
@@ -220,6 +220,7 @@ impl Engine {
         require_super_user(ctx)?;
         validate_database_name(database)?;
         validate_table_name(&spec.name)?;
+        check_name_length("primary_key", &spec.primary_key)?;
         validate_attribute_name(&spec.primary_key).map_err(|_| {
             Error::invalid("'primary_key' names cannot include backticks or forward slashes and cannot be empty")
         })?;
@@ -227,6 +228,7 @@ impl Engine {
             let _guard = self.lifecycle.lock().await;
             self.database_or_create(database)?
         };
+        db.refuse_system_change()?;
         db.create_table(ctx, spec).await
     }
 

@@ -10,6 +10,7 @@ mod names;
 mod schema;
 mod sdl;
 
+pub(crate) use names::check_length as check_name_length;
 pub use names::{validate_attribute_name, validate_database_name, validate_table_name};
 pub(crate) use schema::COUNTERS_KEY;
 pub use schema::{

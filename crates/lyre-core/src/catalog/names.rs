@@ -37,7 +37,8 @@ pub fn validate_attribute_name(name: &str) -> Result<()> {
     check_length("attribute", name)
 }
 
-fn check_length(what: &str, name: &str) -> Result<()> {
+/// Fails when `name` (the `what` of something) is longer than names may be.
+pub(crate) fn check_length(what: &str, name: &str) -> Result<()> {
     // Names become sub-database and file names; keep them well inside OS limits.
     if name.len() > 200 {
         return Err(Error::invalid(format!("'{what}' names cannot be longer than 200 bytes")));

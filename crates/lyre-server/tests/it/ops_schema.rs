@@ -141,6 +141,24 @@ async fn create_table_validates_its_input() {
     )
     .await;
     s.fails(
+        json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "k".repeat(201)}),
+        400,
+        "'primary_key' names cannot be longer than 200 bytes",
+    )
+    .await;
+    // The system database holds Lyre's own tables: clients cannot reshape it.
+    let system_change = "the system database's tables cannot be created, dropped or altered";
+    for change in [
+        json!({"operation": "create_table", "database": "system", "table": "t", "primary_key": "id"}),
+        json!({"operation": "drop_table", "database": "system", "table": "hdb_user"}),
+        json!({"operation": "create_attribute", "database": "system", "table": "hdb_user", "attribute": "x"}),
+        json!({"operation": "drop_attribute", "database": "system", "table": "hdb_user", "attribute": "role"}),
+    ] {
+        s.fails(change, 400, system_change).await;
+    }
+    s.ok(json!({"operation": "describe_all"})).await;
+    assert_eq!(s.op(json!({"operation": "describe_table", "database": "system", "table": "hdb_user"})).await.0, 200);
+    s.fails(
         json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id", "attributes": "x"}),
         400,
         "'attributes' must be an array",
