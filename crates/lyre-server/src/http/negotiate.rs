@@ -133,11 +133,49 @@ pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
     }
     match format {
         Format::Json => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}"))),
-        Format::Cbor => ciborium::from_reader(body).map_err(|e| ApiError::bad_request(format!("Invalid CBOR: {e}"))),
-        Format::MessagePack => {
-            rmp_serde::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid MessagePack: {e}")))
-        }
+        Format::Cbor => decode_cbor(body),
+        Format::MessagePack => decode_msgpack(body),
         Format::Csv => Err(unsupported("text/csv")),
+    }
+}
+
+/// One CBOR value filling the whole body.
+fn decode_cbor(body: &[u8]) -> Result<Value, ApiError> {
+    use ciborium::de::Error;
+    let invalid = |why: String| ApiError::bad_request(format!("Invalid CBOR: {why}"));
+    let mut rest = body;
+    let value = ciborium::from_reader(&mut rest).map_err(|err| {
+        invalid(match err {
+            Error::Io(_) => "the body ends in the middle of a value".to_string(),
+            Error::Syntax(at) => format!("malformed at byte {at}"),
+            Error::Semantic(Some(at), why) => format!("{why} (at byte {at})"),
+            Error::Semantic(None, why) => why,
+            Error::RecursionLimitExceeded => "nested too deeply".to_string(),
+        })
+    })?;
+    match rest.len() {
+        0 => Ok(value),
+        extra => Err(invalid(trailing(extra))),
+    }
+}
+
+/// One MessagePack value filling the whole body.
+fn decode_msgpack(body: &[u8]) -> Result<Value, ApiError> {
+    use serde::Deserialize;
+    let mut cursor = std::io::Cursor::new(body);
+    let value = Value::deserialize(&mut rmp_serde::Deserializer::new(&mut cursor))
+        .map_err(|e| ApiError::bad_request(format!("Invalid MessagePack: {e}")))?;
+    match body.len().saturating_sub(cursor.position() as usize) {
+        0 => Ok(value),
+        extra => Err(ApiError::bad_request(format!("Invalid MessagePack: {}", trailing(extra)))),
+    }
+}
+
+/// "3 bytes follow the value".
+fn trailing(extra: usize) -> String {
+    match extra {
+        1 => "1 byte follows the value".to_string(),
+        n => format!("{n} bytes follow the value"),
     }
 }
 

@@ -115,6 +115,26 @@ async fn malformed_envelopes_get_400_with_the_reason() {
     assert!(body["error"].as_str().unwrap().starts_with("Invalid CBOR"), "{body}");
     let (status, _) = raw(&s, Some("application/x-msgpack"), vec![0xc1]).await;
     assert_eq!(status, 400);
+    // Errors read as sentences, and a body is one value: trailing bytes are refused.
+    let describe = json!({"operation": "describe_all"});
+    let mut cbor = Vec::new();
+    ciborium::into_writer(&describe, &mut cbor).unwrap();
+    let cut = cbor[..cbor.len() - 2].to_vec();
+    cbor.extend_from_slice(&[1, 2, 3]);
+    assert_eq!(
+        raw(&s, Some("application/cbor"), cut).await,
+        (400, json!({"error": "Invalid CBOR: the body ends in the middle of a value"}))
+    );
+    assert_eq!(
+        raw(&s, Some("application/cbor"), cbor).await,
+        (400, json!({"error": "Invalid CBOR: 3 bytes follow the value"}))
+    );
+    let mut msgpack = rmp_serde::to_vec_named(&describe).unwrap();
+    msgpack.push(0xc0);
+    assert_eq!(
+        raw(&s, Some("application/x-msgpack"), msgpack).await,
+        (400, json!({"error": "Invalid MessagePack: 1 byte follows the value"}))
+    );
     // Deeply nested input is refused, not a stack overflow.
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     assert_eq!(raw(&s, Some("application/json"), deep.into_bytes()).await.0, 400);
