@@ -251,6 +251,7 @@ pub(crate) async fn delete(
             }
             let mut summary = DeleteSummary { deleted: Vec::new(), skipped: Vec::new(), txn_time: txn.version().time };
             let version = txn.version();
+            let live = Live::of(&job.table);
             for (key, id, _) in keys {
                 let Some(stored) = txn.get_record(&job.store, &key)? else {
                     summary.skipped.push(id);
@@ -265,7 +266,11 @@ pub(crate) async fn delete(
                 update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old.record), None)?;
                 txn.delete_record(&job.store, &key)?;
                 job.changed = true;
-                summary.deleted.push(id);
+                // An expired record is removed all the same, but it was not there to delete.
+                match live.sees(old.version().time) {
+                    true => summary.deleted.push(id),
+                    false => summary.skipped.push(id),
+                }
             }
             job.finish(txn, state)?;
             Ok(summary)
@@ -333,7 +338,9 @@ impl WriteJob {
 
     /// Fails (before anything is written) unless `expect` holds for record `key`.
     fn check(&self, txn: &WriteTxn<'_, '_>, key: &[u8], id: &Value, expect: &Expect) -> Result<()> {
+        let live = Live::of(&self.table);
         let current = txn.get_record(&self.store, key)?.map(decode_entry).transpose()?;
+        let current = current.filter(|entry| live.sees(entry.version().time));
         let holds = match (expect, &current) {
             (_, None) => false,
             (Expect::Exists, Some(_)) => true,

@@ -47,9 +47,12 @@ async fn expired_records_vanish_from_every_read_and_are_swept_away() {
     assert_eq!(described["expiration"], "2s", "{described}");
     let written = Instant::now();
     assert_eq!(status(&s, Method::PUT, "/Temp/a", Some(json!({"name": "A", "note": "old"}))).await.0, 204);
+    assert_eq!(status(&s, Method::PUT, "/Temp/d", Some(json!({"name": "D"}))).await.0, 204);
     assert_eq!(status(&s, Method::PUT, "/Swept/x", Some(json!({"name": "X"}))).await.0, 204);
     // Fresh: visible through every path.
-    assert_eq!(status(&s, Method::GET, "/Temp/a", None).await, (200, json!({"id": "a", "name": "A", "note": "old"})));
+    let (code, headers, body) = s.rest_send(Method::GET, "/Temp/a", None, &[]).await;
+    assert_eq!((code, body), (200, json!({"id": "a", "name": "A", "note": "old"})));
+    let etag = headers["etag"].to_str().unwrap().to_string();
     let by_index = || {
         s.ok(json!({"operation": "search_by_value", "database": "ttl", "table": "Temp", "search_attribute": "name", "search_value": "A", "get_attributes": ["id"]}))
     };
@@ -67,7 +70,15 @@ async fn expired_records_vanish_from_every_read_and_are_swept_away() {
     assert_eq!(status(&s, Method::GET, "/Temp/", None).await, (200, json!([])));
     // Hidden, not yet removed: its eviction is an hour away.
     let described = s.ok(json!({"operation": "describe_table", "database": "ttl", "table": "Temp"})).await;
-    assert_eq!(described["record_count"], 1, "{described}");
+    assert_eq!(described["record_count"], 2, "{described}");
+
+    // Its old ETag no longer matches anything, and a delete finds nothing to delete
+    // (it does remove the stored copy).
+    let (code, _, _) =
+        s.rest_send(Method::PUT, "/Temp/a", Some(&json!({"name": "C"})), &[("if-match", etag.as_str())]).await;
+    assert_eq!(code, 412);
+    let deleted = s.ok(json!({"operation": "delete", "database": "ttl", "table": "Temp", "ids": ["d"]})).await;
+    assert_eq!((&deleted["deleted_hashes"], &deleted["skipped_hashes"]), (&json!([]), &json!(["d"])), "{deleted}");
 
     // A write to an expired record starts a new one: nothing of the old one shows.
     assert_eq!(status(&s, Method::PATCH, "/Temp/a", Some(json!({"name": "B"}))).await.0, 204);
