@@ -205,6 +205,7 @@ impl Db {
     /// anything changed.
     pub async fn define_table(&self, ctx: &Context, definition: TableDefinition) -> Result<bool> {
         require_super_user(ctx)?;
+        self.refuse_system_change()?;
         validate_table_name(&definition.table)?;
         validate_attribute_name(&definition.primary_key)?;
         for attribute in &definition.attributes {

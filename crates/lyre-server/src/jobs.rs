@@ -101,9 +101,11 @@ impl Jobs {
 
     /// `get_job`'s answer for `id`: a one-element array, or empty when unknown.
     pub fn get(&self, id: &str) -> lyre_core::Result<Value> {
-        let shown = Select::Attributes(SHOWN.iter().map(|name| name.to_string()).collect());
-        let found = self.table()?.get_many(&Context::system(), &[Value::from(id)], &shown)?;
-        Ok(Value::Array(found.into_iter().map(Value::Object).collect()))
+        let found = self.table()?.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?;
+        let shown = |job: Object| -> Object {
+            SHOWN.iter().map(|name| (name.to_string(), job.get(*name).cloned().unwrap_or(Value::Null))).collect()
+        };
+        Ok(Value::Array(found.into_iter().map(|job| Value::Object(shown(job))).collect()))
     }
 
     /// The job table, with its current schema (a dynamic table's attributes grow

@@ -149,10 +149,14 @@ pub struct Expiration {
 }
 
 impl Expiration {
+    /// The longest any of the three may be, in seconds (a hundred years): larger
+    /// values would overflow time arithmetic.
+    pub const MAX_SECONDS: u64 = 100 * 365 * 86_400;
+
     /// How often the table is swept for records to remove (at least every second).
     pub fn sweep_period(&self) -> std::time::Duration {
-        let seconds = self.scan_interval.unwrap_or((self.expiration + self.eviction) / 4).max(1);
-        std::time::Duration::from_secs(seconds)
+        let seconds = self.scan_interval.unwrap_or(self.expiration.saturating_add(self.eviction) / 4);
+        std::time::Duration::from_secs(seconds.clamp(1, Self::MAX_SECONDS))
     }
 
     /// Whether a record last written at `version` (ms) is expired at `now` (ms).
@@ -162,7 +166,7 @@ impl Expiration {
 
     /// Whether a record last written at `version` (ms) is due for removal at `now` (ms).
     pub fn is_evictable(&self, version: f64, now: f64) -> bool {
-        version + ((self.expiration + self.eviction) as f64) * 1_000.0 <= now
+        version + (self.expiration as f64 + self.eviction as f64) * 1_000.0 <= now
     }
 }
 

@@ -349,10 +349,14 @@ impl Reader<'_> {
         };
         let eviction = self.int_arg(directive, "eviction")?.unwrap_or(0);
         let scan_interval = self.int_arg(directive, "scanInterval")?;
-        for (name, value) in [("expiration", Some(seconds)), ("scanInterval", scan_interval)] {
-            if value == Some(0) {
+        for (name, value, least) in
+            [("expiration", Some(seconds), 1), ("eviction", Some(eviction), 0), ("scanInterval", scan_interval, 1)]
+        {
+            if let Some(value) = value.filter(|v| *v < least || *v > Expiration::MAX_SECONDS) {
                 let location = self.argument(directive, name).and_then(|v| v.location());
-                return self.error(location, format!("@table({name}:) must be at least 1 (seconds)"));
+                let most = Expiration::MAX_SECONDS;
+                return self
+                    .error(location, format!("@table({name}:) must be from {least} to {most} (seconds), not {value}"));
             }
         }
         Ok(Some(Expiration { expiration: seconds, eviction, scan_interval }))
@@ -439,7 +443,9 @@ type Session @table @sealed { id: ID @primaryKey }
         let err = parse_sdl("type A @table(expiration: \"soon\") { id: ID @primaryKey }", "s.graphql").unwrap_err();
         assert!(err.message.contains("@table(expiration:) must be an integer"), "{err}");
         let err = parse_sdl("type A @table(expiration: 0) { id: ID @primaryKey }", "s.graphql").unwrap_err();
-        assert!(err.message.contains("@table(expiration:) must be at least 1"), "{err}");
+        assert!(err.message.contains("@table(expiration:) must be from 1 to 3153600000 (seconds), not 0"), "{err}");
+        let huge = "type A @table(expiration: 3600, eviction: 18446744073709548016) { id: ID @primaryKey }";
+        assert!(parse_sdl(huge, "s.graphql").unwrap_err().message.contains("@table(eviction:) must be from 0"));
         let parsed = parse_sdl(
             "type A @table(expiration: 60, eviction: 30, scanInterval: 5) { id: ID @primaryKey }\ntype B @table(expiration: 8) { id: ID @primaryKey }",
             "s.graphql",

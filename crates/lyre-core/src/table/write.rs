@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use lyre_store::{OwnedKey, TableStore, Version, WriteTxn, decode_key};
+use lyre_store::{OwnedKey, RecordHeader, TableStore, Version, WriteTxn, decode_key};
 
 use crate::catalog::{AttributeSpec, CREATED_TIME, Stamp, TableSchema, UPDATED_TIME};
 use crate::context::Context;
@@ -12,8 +12,8 @@ use crate::db::{SchemaState, last_updated_key};
 use crate::error::{Error, Result};
 use crate::expiry::Live;
 use crate::index::{IndexChanges, update_record_indexes};
-use crate::table::entry::{decode_entry, encode_entry};
-use crate::table::merge::{Op, add, crdt_op, merge};
+use crate::table::entry::{Entry, decode_entry, encode_entry};
+use crate::table::merge::{crdt_op, merge};
 use crate::table::validate::{encode_primary_key, validate_record, validate_scalar};
 use crate::table::{RecordVersion, Table};
 use crate::value::{Object, Value};
@@ -203,7 +203,7 @@ pub(crate) async fn apply(
                     job.check(txn, key, id, expect)?;
                 }
             }
-            job.check_increments(txn, &records)?;
+            job.check_increments(txn, mode, &records)?;
             let mut summary = WriteSummary {
                 written: Vec::new(),
                 skipped: Vec::new(),
@@ -251,7 +251,6 @@ pub(crate) async fn delete(
             }
             let mut summary = DeleteSummary { deleted: Vec::new(), skipped: Vec::new(), txn_time: txn.version().time };
             let version = txn.version();
-            let live = Live::of(&job.table);
             for (key, id, _) in keys {
                 let Some(stored) = txn.get_record(&job.store, &key)? else {
                     summary.skipped.push(id);
@@ -267,7 +266,7 @@ pub(crate) async fn delete(
                 txn.delete_record(&job.store, &key)?;
                 job.changed = true;
                 // An expired record is removed all the same, but it was not there to delete.
-                match live.sees(old.version().time) {
+                match job.is_live(&old) {
                     true => summary.deleted.push(id),
                     false => summary.skipped.push(id),
                 }
@@ -282,13 +281,14 @@ pub(crate) async fn delete(
 /// again inside the job: one may have been written since the sweep found it), with
 /// their index entries, as one logged transaction.
 pub(crate) async fn evict(table: &Table, ctx: &Context, keys: Vec<Vec<u8>>, now: f64) -> Result<usize> {
-    let Some(expiration) = table.schema().expiration else { return Ok(0) };
     let name = table.schema().name.clone();
     let database = table.database().to_string();
     table
         .db()
         .write(ctx, "expire", move |txn, state| {
             let mut job = WriteJob::start(txn, state, &database, &name, false)?;
+            // The table's current rule: a reload may have changed or removed it.
+            let Some(expiration) = job.table.expiration else { return Ok(0) };
             let mut removed = 0;
             for key in keys {
                 let Some(stored) = txn.get_record(&job.store, &key)? else { continue };
@@ -306,6 +306,11 @@ pub(crate) async fn evict(table: &Table, ctx: &Context, keys: Vec<Vec<u8>>, now:
         .await
 }
 
+/// The properties of `record` that carry an increment.
+fn increments(record: &Object) -> impl Iterator<Item = &String> + '_ {
+    record.iter().filter(|(name, value)| matches!(crdt_op(name, value), Ok(Some(_)))).map(|(name, _)| name)
+}
+
 /// State of one write job over one table, inside the writer.
 struct WriteJob {
     store: TableStore,
@@ -317,6 +322,8 @@ struct WriteJob {
     /// The write carries its own version (replication): remember which writes were
     /// applied, so a redelivery is applied once.
     explicit: bool,
+    /// Which stored records exist for this job: one moment for all its records.
+    live: Live,
 }
 
 impl WriteJob {
@@ -326,6 +333,7 @@ impl WriteJob {
         let table = state.table(name).cloned().ok_or_else(not_found)?;
         let store = txn.table(name)?.ok_or_else(not_found)?;
         Ok(Self {
+            live: Live::of(&table),
             store,
             table,
             schema_changed: false,
@@ -338,9 +346,7 @@ impl WriteJob {
 
     /// Fails (before anything is written) unless `expect` holds for record `key`.
     fn check(&self, txn: &WriteTxn<'_, '_>, key: &[u8], id: &Value, expect: &Expect) -> Result<()> {
-        let live = Live::of(&self.table);
-        let current = txn.get_record(&self.store, key)?.map(decode_entry).transpose()?;
-        let current = current.filter(|entry| live.sees(entry.version().time));
+        let current = self.stored(txn, key)?.filter(|entry| self.is_live(entry));
         let holds = match (expect, &current) {
             (_, None) => false,
             (Expect::Exists, Some(_)) => true,
@@ -358,37 +364,52 @@ impl WriteJob {
         }
     }
 
+    /// The stored record with key `key`, expired or not.
+    fn stored(&self, txn: &WriteTxn<'_, '_>, key: &[u8]) -> Result<Option<Entry>> {
+        txn.get_record(&self.store, key)?.map(decode_entry).transpose()
+    }
+
+    /// Whether a stored record still exists for this job (it has not expired).
+    fn is_live(&self, entry: &Entry) -> bool {
+        self.live.sees(entry.version().time)
+    }
+
     /// Fails (before anything is written) when an increment would leave a property
-    /// that is not a finite number, or outside its declared type (an `Int` past
-    /// 2^31). Increments of one record within the job add up in order.
-    fn check_increments(&self, txn: &WriteTxn<'_, '_>, records: &[Prepared]) -> Result<()> {
-        let live = Live::of(&self.table);
-        let mut sums: HashMap<(&[u8], &str), Value> = HashMap::new();
+    /// that is not a finite number, or outside its declared type (an `Int` past 2^31).
+    /// When any record carries an increment, runs the merges the writes will run, in
+    /// order, over this job's earlier results, and checks every incremented property.
+    fn check_increments(&self, txn: &WriteTxn<'_, '_>, mode: WriteMode, records: &[Prepared]) -> Result<()> {
+        if !records.iter().any(|prepared| increments(&prepared.record).next().is_some()) {
+            return Ok(());
+        }
+        let version = txn.version();
+        let mut written: HashMap<&[u8], Entry> = HashMap::new();
         for prepared in records {
-            // A generated key names a new record: its increments start from 0.
-            let key = prepared.key.as_ref().map(|(key, _)| key.as_slice());
-            let mut stored = None;
-            for (name, value) in &prepared.record {
-                let Some(Op::Add(n)) = crdt_op(name, value)? else { continue };
-                let base = match key.map(|key| (key, sums.get(&(key, name.as_str())))) {
-                    None => None,
-                    Some((_, Some(sum))) => Some(sum.clone()),
-                    Some((key, None)) => {
-                        if stored.is_none() {
-                            stored = Some(match txn.get_record(&self.store, key)? {
-                                Some(bytes) => live.decode(bytes)?,
-                                None => None,
-                            });
-                        }
-                        stored.as_ref().and_then(|record| record.as_ref()).and_then(|r| r.get(name)).cloned()
+            let mut body = prepared.record.clone();
+            body.shift_remove(&self.table.primary_key);
+            let merged = match &prepared.key {
+                // A generated key names a new record: its increments start from 0.
+                None => merge(&self.table, mode, None, body, &Value::Null, version)?,
+                Some((key, id)) => {
+                    let existing = match written.get(key.as_slice()) {
+                        Some(entry) => Some(entry.clone()),
+                        None => self.stored(txn, key)?.filter(|entry| self.is_live(entry)),
+                    };
+                    let skipped = matches!((mode, &existing), (WriteMode::Insert, Some(_)) | (WriteMode::Update, None))
+                        || (self.explicit && txn.meta(&self.applied_key(key, version))?.is_some());
+                    if skipped {
+                        continue;
                     }
-                };
-                let sum = add(name, base.as_ref(), &n)?;
-                let type_name = self.table.attribute(name).and_then(|a| a.type_name.as_deref());
-                validate_scalar(name, type_name, &sum)?;
-                if let Some(key) = key {
-                    sums.insert((key, name.as_str()), sum);
+                    let merged = merge(&self.table, mode, existing.as_ref(), body, id, version)?;
+                    let header =
+                        RecordHeader { version: merged.version.time, flags: merged.flags, node: merged.version.node };
+                    written.insert(key, Entry { record: merged.record.clone(), header, clock: merged.clock.clone() });
+                    merged
                 }
+            };
+            for name in increments(&prepared.record) {
+                let type_name = self.table.attribute(name).and_then(|a| a.type_name.as_deref());
+                validate_scalar(name, type_name, merged.record.get(name).unwrap_or(&Value::Null))?;
             }
         }
         Ok(())
@@ -417,10 +438,9 @@ impl WriteJob {
             Some(found) => found,
             None => self.generate_key(txn)?,
         };
-        let stored = txn.get_record(&self.store, &key)?.map(decode_entry).transpose()?;
+        let stored = self.stored(txn, &key)?;
         // An expired record is gone for every purpose but removing its index entries.
-        let live = Live::of(&self.table);
-        let existing = stored.as_ref().filter(|entry| live.sees(entry.version().time));
+        let existing = stored.as_ref().filter(|entry| self.is_live(entry));
         match (mode, existing) {
             (WriteMode::Insert, Some(_)) | (WriteMode::Update, None) => {
                 summary.skipped.push(id);

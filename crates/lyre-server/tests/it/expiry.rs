@@ -114,7 +114,8 @@ async fn create_table_takes_an_expiration_in_seconds() {
     let again = s.ok(json!({"operation": "insert", "database": "dev", "table": "tmp", "records": [{"id": 1}]})).await;
     assert_eq!(again["inserted_hashes"], json!([1]), "{again}");
     for (bad, message) in [
-        (json!(0), "'expiration' must be at least 1 (seconds)"),
+        (json!(0), "'expiration' must be from 1 to 3153600000 (seconds)"),
+        (json!(10_000_000_000u64), "'expiration' must be from 1 to 3153600000 (seconds)"),
         (json!(-5), "'expiration' must be a non-negative integer"),
         (json!("soon"), "'expiration' must be a non-negative integer"),
     ] {

@@ -330,6 +330,20 @@ async fn operations_api_adds_and_rejects_malformed_operations() {
     .await;
     let (_, _, counter) = s.rest_send(Method::GET, "/Counter/x", None, &[]).await;
     assert_eq!(counter["hits"], 2_147_483_640, "nothing was written: {counter}");
+    // A value set earlier in the same batch is what the increment adds to.
+    s.fails(
+        json!({"operation": "upsert", "database": "v", "table": "Counter", "records": [{"id": "y", "hits": 2_147_483_640}, {"id": "y", "hits": add(10)}]}),
+        400,
+        "Value 2147483650 in property hits must be an integer (from -2147483648 to 2147483647)",
+    )
+    .await;
+    s.fails(
+        json!({"operation": "upsert", "database": "dev", "table": "t", "records": [{"id": 5, "f": 1e308}, {"id": 5, "f": {"__op__": "add", "value": 1e308}}]}),
+        400,
+        "f: the sum of this \"add\" is too large to store",
+    )
+    .await;
+    assert_eq!(s.rest_send(Method::GET, "/Counter/y", None, &[]).await.0, 404);
     let three = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "t", "ids": [2, 3], "get_attributes": ["id", "f"]})).await;
     assert_eq!(three, json!([{"id": 2, "f": 1e308}]), "the batch wrote nothing");
 }
@@ -576,6 +590,7 @@ async fn finished_job(s: &TestServer, id: &str) -> Value {
 #[tokio::test]
 async fn jobs_survive_a_restart_and_a_crash_marks_the_interrupted_one_failed() {
     let mut s = TestServer::start().await;
+    assert_eq!(s.ok(json!({"operation": "get_job", "id": "none-yet"})).await, json!([]), "before any job ran");
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
     let inserted =
         s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 1}]})).await;

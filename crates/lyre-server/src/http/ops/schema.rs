@@ -55,7 +55,12 @@ pub async fn create_table(
         .and_then(|a| a.type_name.clone());
     let expiration = match params.count(&["expiration"])? {
         None => None,
-        Some(0) => return Err(ApiError::bad_request("'expiration' must be at least 1 (seconds)")),
+        Some(seconds) if seconds == 0 || seconds as u64 > Expiration::MAX_SECONDS => {
+            return Err(ApiError::bad_request(format!(
+                "'expiration' must be from 1 to {} (seconds)",
+                Expiration::MAX_SECONDS
+            )));
+        }
         Some(seconds) => Some(Expiration { expiration: seconds as u64, eviction: 0, scan_interval: None }),
     };
     let spec =
