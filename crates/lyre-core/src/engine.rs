@@ -444,10 +444,8 @@ impl Engine {
     }
 }
 
-/// Runs file-system work of the lifecycle protocol (copies, deletions of whole
-/// databases) on the blocking pool, off the async workers.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| Error::Lifecycle(format!("a lifecycle step stopped unexpectedly: {e}")))?
+/// Runs blocking work (the lifecycle protocol's file-system steps, long storage
+/// scans) on the blocking pool, off the async workers.
+pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| Error::Stopped(e.to_string()))?
 }

@@ -7,7 +7,7 @@
 //! index entries, as a logged delete) `eviction` seconds later, checking each table
 //! every `scanInterval` seconds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -20,8 +20,10 @@ use crate::error::Result;
 use crate::table::{Table, decode_object};
 use crate::value::Object;
 
-/// Records removed per writer job, so a large sweep never holds the writer for long.
-const EVICT_BATCH: usize = 1_000;
+/// Records looked at per step of a sweep: each step reads one short snapshot and
+/// removes what it found in one writer job, so a large table never holds a snapshot,
+/// the writer or memory for long.
+const SCAN_STEP: usize = 1_000;
 
 /// How often the sweeper looks for tables due a sweep.
 const TICK: Duration = Duration::from_secs(1);
@@ -62,26 +64,31 @@ impl Live {
 /// Runs until the engine is gone: every second, sweeps each table whose sweep is due.
 pub(crate) async fn sweep_forever(engine: Weak<Engine>) {
     let ctx = Context::system();
-    let mut due: HashMap<(String, String), Instant> = HashMap::new();
+    // When each table is next due, and the period that was computed with.
+    let mut due: HashMap<(String, String), (Instant, Duration)> = HashMap::new();
     loop {
         tokio::time::sleep(TICK).await;
         let Some(names) = engine.upgrade().map(|engine| engine.database_names()) else {
             return;
         };
+        let mut seen = HashSet::new();
         for name in names {
-            // Looked up one at a time: a handle held across the sweep would make a
-            // drop or restore wait. Databases going away are not handed out.
+            // Looked up one at a time and dropped before the next; a database going
+            // away is not handed out, and a sweep stops when its database starts to.
             let Some(db) = engine.upgrade().and_then(|engine| engine.database(&name).ok()) else {
                 continue;
             };
             let schema = db.schema();
             for (table_name, table) in &schema.tables {
                 let Some(expiration) = table.expiration else { continue };
-                let slot = (name.clone(), table_name.clone());
-                if due.get(&slot).is_some_and(|at| Instant::now() < *at) {
+                let (slot, period) = ((name.clone(), table_name.clone()), expiration.sweep_period());
+                seen.insert(slot.clone());
+                // A changed rule (a reloaded schema) is swept at once.
+                if due.get(&slot).is_some_and(|(at, was)| Instant::now() < *at && *was == period) {
                     continue;
                 }
-                due.insert(slot, Instant::now() + expiration.sweep_period());
+                let next = Instant::now().checked_add(period).unwrap_or_else(|| Instant::now() + TICK);
+                due.insert(slot, (next, period));
                 let Ok(table) = db.table(table_name) else { continue };
                 match sweep(&table, &ctx).await {
                     Ok(0) => {}
@@ -95,24 +102,33 @@ pub(crate) async fn sweep_forever(engine: Weak<Engine>) {
                 }
             }
         }
+        due.retain(|slot, _| seen.contains(slot)); // dropped tables and databases
     }
 }
 
-/// Removes `table`'s records due for eviction; returns how many.
+/// Removes `table`'s records due for eviction; returns how many. Works through the
+/// table in bounded steps (a short read snapshot, then a writer job), under a lease
+/// that names it, and stops as soon as the database starts closing.
 async fn sweep(table: &Table, ctx: &Context) -> Result<usize> {
+    let db = table.db().clone();
+    let _lease = db.lease(format!("the expiry sweep of {}.{}", db.name(), table.schema().name));
     let now = now_ms();
-    let scanned = table.clone();
-    let keys = tokio::task::spawn_blocking(move || scanned.evictable_keys(now))
-        .await
-        .map_err(|e| crate::error::Error::Stopped(format!("the expiry scan: {e}")))??;
-    let mut removed = 0;
-    for batch in keys.chunks(EVICT_BATCH) {
-        if table.db().is_closing() {
-            break;
+    let (mut after, mut removed): (Option<Vec<u8>>, usize) = (None, 0);
+    loop {
+        if db.is_closing() {
+            return Ok(removed);
         }
-        removed += table.evict(ctx, batch.to_vec(), now).await?;
+        let scanned = table.clone();
+        let (keys, next) =
+            crate::engine::blocking(move || scanned.evictable_keys(now, after.as_deref(), SCAN_STEP)).await?;
+        if !keys.is_empty() {
+            removed += table.evict(ctx, keys, now).await?;
+        }
+        match next {
+            Some(key) => after = Some(key),
+            None => return Ok(removed),
+        }
     }
-    Ok(removed)
 }
 
 /// Keeps `engine`'s background sweeper running while the engine lives.

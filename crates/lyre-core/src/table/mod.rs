@@ -183,20 +183,31 @@ impl Table {
         audit::prune_before(&self.db, ctx, Some(&self.schema.name), before, holder).await
     }
 
-    /// Primary keys of the records due for eviction at `now` (ms); empty unless the
-    /// table's records expire. Reads only the record headers.
-    pub(crate) fn evictable_keys(&self, now: f64) -> Result<Vec<Vec<u8>>> {
-        let Some(expiration) = self.schema.expiration else { return Ok(Vec::new()) };
+    /// Up to `max` records after key `after` (from the first when `None`): the keys of
+    /// those due for eviction at `now` (ms), and the last key looked at when more
+    /// records follow. Finds nothing unless the table's records expire.
+    pub(crate) fn evictable_keys(
+        &self,
+        now: f64,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> Result<(Vec<Vec<u8>>, Option<Vec<u8>>)> {
+        let Some(expiration) = self.schema.expiration else { return Ok((Vec::new(), None)) };
         let txn = self.db.store().read()?;
-        let Some(store) = txn.table(&self.schema.name)? else { return Ok(Vec::new()) };
-        let mut keys = Vec::new();
-        for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
+        let Some(store) = txn.table(&self.schema.name)? else { return Ok((Vec::new(), None)) };
+        let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        let (mut keys, mut seen) = (Vec::new(), 0);
+        for item in txn.records(&store, (start, std::ops::Bound::Unbounded), false)? {
             let (key, stored) = item?;
+            if seen == max {
+                return Ok((keys, Some(key.to_vec())));
+            }
+            seen += 1;
             if expiration.is_evictable(lyre_store::decode_record(stored)?.0.version, now) {
                 keys.push(key.to_vec());
             }
         }
-        Ok(keys)
+        Ok((keys, None))
     }
 
     /// Removes the records with these keys that are still due for eviction at `now`

@@ -113,6 +113,14 @@ async fn create_table_takes_an_expiration_in_seconds() {
     // insert treats the expired record as absent.
     let again = s.ok(json!({"operation": "insert", "database": "dev", "table": "tmp", "records": [{"id": 1}]})).await;
     assert_eq!(again["inserted_hashes"], json!([1]), "{again}");
+    // A sweep works through a table larger than one step (1,000 records).
+    let many: Vec<Value> = (10..2_510).map(|id| json!({"id": id, "tag": "bulk"})).collect();
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "tmp", "records": many})).await;
+    eventually(Duration::from_secs(15), "2,500 records are swept away", async || {
+        let described = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "tmp"})).await;
+        described["record_count"] == 0
+    })
+    .await;
     for (bad, message) in [
         (json!(0), "'expiration' must be from 1 to 3153600000 (seconds)"),
         (json!(10_000_000_000u64), "'expiration' must be from 1 to 3153600000 (seconds)"),
