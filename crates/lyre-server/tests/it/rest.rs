@@ -609,7 +609,7 @@ fn exchange(stream: &mut std::net::TcpStream, head: &str, body: &[u8]) -> (Strin
 }
 
 #[tokio::test]
-async fn a_get_with_a_body_keeps_its_connection() {
+async fn requests_whose_body_is_not_read_keep_their_connection() {
     let s = shop().await;
     let s = std::sync::Arc::new(s);
     let server = s.clone();
@@ -622,7 +622,14 @@ async fn a_get_with_a_body_keeps_its_connection() {
         let (status, length) = exchange(&mut stream, &head, br#"{"name":"x"} "#);
         assert_eq!(status, "HTTP/1.1 200 OK");
         assert!(length > 100, "the whole collection: {length} bytes");
-        // The connection still serves the next request.
+        // The connection still serves the next request, also after answers given
+        // before any body was read: wrong credentials, an unknown path.
+        let body = br#"{"name":"late"}"#;
+        let length = body.len();
+        let head = format!("PUT /products/p9 HTTP/1.1\r\nHost: a\r\nAuthorization: Basic eDp5\r\nContent-Length: {length}\r\n\r\n");
+        assert_eq!(exchange(&mut stream, &head, body).0, "HTTP/1.1 401 Unauthorized");
+        let head = format!("POST /nowhere/ HTTP/1.1\r\nHost: a\r\n{auth}\r\nContent-Length: {length}\r\n\r\n");
+        assert_eq!(exchange(&mut stream, &head, body).0, "HTTP/1.1 404 Not Found");
         let head = format!("GET /products/p1 HTTP/1.1\r\nHost: a\r\n{auth}\r\n\r\n");
         assert_eq!(exchange(&mut stream, &head, b"").0, "HTTP/1.1 200 OK");
     })

@@ -39,20 +39,44 @@ pub async fn handle(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let origin = parts.headers.get(header::ORIGIN).filter(|_| state.cors).cloned();
+    let mut body = Some(body);
     let mut response = if origin.is_some()
         && parts.method == Method::OPTIONS
         && parts.headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
     {
         preflight()
     } else {
-        route(&state, peer, parts, body).await
+        route(&state, peer, parts, &mut body).await
     };
+    // A body nobody read (a GET's, or one an error answered before reading) is read
+    // and dropped: unread bytes make the kernel reset the connection when it closes,
+    // cutting off the response the client is still reading.
+    if let Some(unread) = body
+        && !drain(unread, state.rest_body_limit).await
+    {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     if let Some(origin) = origin {
         let headers = response.headers_mut();
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         headers.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
     }
     response
+}
+
+/// Reads and drops a request body, up to `limit` bytes; returns whether it ended
+/// (false: too large or broken, so the connection must not be reused).
+async fn drain(mut body: Body, limit: usize) -> bool {
+    use http_body_util::BodyExt;
+    let mut seen = 0;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return false };
+        seen += frame.data_ref().map_or(0, |data| data.len());
+        if seen > limit {
+            return false;
+        }
+    }
+    true
 }
 
 /// A CORS preflight answer (Harper's allowed methods and headers).
@@ -68,7 +92,13 @@ fn preflight() -> Response {
     response
 }
 
-async fn route(state: &Arc<AppState>, peer: SocketAddr, parts: axum::http::request::Parts, body: Body) -> Response {
+/// Answers one request; takes `body` out of its slot only to read it.
+async fn route(
+    state: &Arc<AppState>,
+    peer: SocketAddr,
+    parts: axum::http::request::Parts,
+    body: &mut Option<Body>,
+) -> Response {
     let state = state.clone();
     let exports = state.components.exports();
     if parts.uri.path() == "/openapi" && exports.get("openapi").is_none() {
@@ -157,12 +187,11 @@ struct RestRequest<'a> {
 }
 
 impl RestRequest<'_> {
-    async fn dispatch(self, method: &Method, body: Body) -> Result<Response, ApiError> {
-        let body = if matches!(method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS" | "TRACE") {
-            self.discard(body).await?;
-            Body::empty()
-        } else {
-            body
+    /// Takes the body out of `body` when the method uses one.
+    async fn dispatch(self, method: &Method, body: &mut Option<Body>) -> Result<Response, ApiError> {
+        let body = match method.as_str() {
+            "PUT" | "PATCH" | "POST" => body.take().unwrap_or_default(),
+            _ => Body::empty(),
         };
         match (method.as_str(), &self.target) {
             ("GET" | "HEAD", _) => {
@@ -243,18 +272,6 @@ impl RestRequest<'_> {
             }
             (other, _) => Err(ApiError::new(Code::NotImplemented, format!("Method {other} is not recognized"))),
         }
-    }
-
-    /// Reads and drops the body of a method that ignores it: unread bytes left in
-    /// the socket make the kernel reset the connection when it closes, cutting off
-    /// the response the client is still reading.
-    async fn discard(&self, body: Body) -> Result<(), ApiError> {
-        let has_body = self.headers.contains_key(header::TRANSFER_ENCODING)
-            || self.headers.get(header::CONTENT_LENGTH).is_some_and(|length| length != "0");
-        if has_body {
-            crate::http::read_body(self.headers, body, self.state.rest_body_limit).await?;
-        }
-        Ok(())
     }
 
     async fn get(&self) -> Result<Response, ApiError> {
