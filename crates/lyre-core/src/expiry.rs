@@ -119,12 +119,11 @@ async fn sweep(table: &Table, ctx: &Context) -> Result<usize> {
             return Ok(removed);
         }
         let scanned = table.clone();
-        let (keys, next) =
-            crate::engine::blocking(move || scanned.evictable_keys(now, after.as_deref(), SCAN_STEP)).await?;
-        if !keys.is_empty() {
-            removed += table.evict(ctx, keys, now).await?;
+        let step = crate::engine::blocking(move || scanned.evictable_keys(now, after.as_deref(), SCAN_STEP)).await?;
+        if !step.keys.is_empty() {
+            removed += table.evict(ctx, step.keys, now).await?;
         }
-        match next {
+        match step.next {
             Some(key) => after = Some(key),
             None => return Ok(removed),
         }

@@ -186,28 +186,23 @@ impl Table {
     /// Up to `max` records after key `after` (from the first when `None`): the keys of
     /// those due for eviction at `now` (ms), and the last key looked at when more
     /// records follow. Finds nothing unless the table's records expire.
-    pub(crate) fn evictable_keys(
-        &self,
-        now: f64,
-        after: Option<&[u8]>,
-        max: usize,
-    ) -> Result<(Vec<Vec<u8>>, Option<Vec<u8>>)> {
-        let Some(expiration) = self.schema.expiration else { return Ok((Vec::new(), None)) };
+    pub(crate) fn evictable_keys(&self, now: f64, after: Option<&[u8]>, max: usize) -> Result<EvictionStep> {
+        let mut step = EvictionStep { keys: Vec::new(), next: None };
+        let Some(expiration) = self.schema.expiration else { return Ok(step) };
         let txn = self.db.store().read()?;
-        let Some(store) = txn.table(&self.schema.name)? else { return Ok((Vec::new(), None)) };
+        let Some(store) = txn.table(&self.schema.name)? else { return Ok(step) };
         let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-        let (mut keys, mut seen) = (Vec::new(), 0);
-        for item in txn.records(&store, (start, std::ops::Bound::Unbounded), false)? {
+        for (seen, item) in txn.records(&store, (start, std::ops::Bound::Unbounded), false)?.enumerate() {
             let (key, stored) = item?;
             if seen == max {
-                return Ok((keys, Some(key.to_vec())));
+                step.next = Some(key.to_vec());
+                break;
             }
-            seen += 1;
             if expiration.is_evictable(lyre_store::decode_record(stored)?.0.version, now) {
-                keys.push(key.to_vec());
+                step.keys.push(key.to_vec());
             }
         }
-        Ok((keys, None))
+        Ok(step)
     }
 
     /// Removes the records with these keys that are still due for eviction at `now`
@@ -278,6 +273,14 @@ impl RecordVersion {
 fn with_key(schema: &TableSchema, id: Value, mut body: Object) -> Object {
     body.insert(schema.primary_key.clone(), id);
     body
+}
+
+/// One step of an expiry sweep: what it found, and where the next step starts.
+pub(crate) struct EvictionStep {
+    /// Keys of the records due for eviction.
+    pub keys: Vec<Vec<u8>>,
+    /// The key after which the next step starts; `None` when the table is done.
+    pub next: Option<Vec<u8>>,
 }
 
 /// Whether `value` may be a primary key: a string or a number.

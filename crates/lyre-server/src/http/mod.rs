@@ -81,6 +81,21 @@ pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> 
     })
 }
 
+/// Reads and drops a request body, up to `limit` bytes; returns whether it ended
+/// (false: too large or broken, so the connection must not be reused).
+pub(crate) async fn drain(mut body: Body, limit: usize) -> bool {
+    use http_body_util::BodyExt;
+    let mut seen = 0;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return false };
+        seen += frame.data_ref().map_or(0, |data| data.len());
+        if seen > limit {
+            return false;
+        }
+    }
+    true
+}
+
 /// Harper's health answer, which monitors match on.
 async fn health() -> Response {
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "HarperDB is running.").into_response()

@@ -104,6 +104,11 @@ async fn create_table_takes_an_expiration_in_seconds() {
         .await;
     let described = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "tmp"})).await;
     assert_eq!(described["expiration"], "1s");
+    // A whole number written as a float (JavaScript makes no difference) is accepted.
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "tmp2", "primary_key": "id", "expiration": 60.0}))
+        .await;
+    let described = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "tmp2"})).await;
+    assert_eq!(described["expiration"], "60s");
     s.ok(json!({"operation": "insert", "database": "dev", "table": "tmp", "records": [{"id": 1, "tag": "t"}]})).await;
     let tagged = || {
         s.ok(json!({"operation": "search_by_value", "database": "dev", "table": "tmp", "search_attribute": "tag", "search_value": "t"}))

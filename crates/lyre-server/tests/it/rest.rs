@@ -158,6 +158,8 @@ async fn methods_and_status_codes() {
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("price"), "the error names the attribute: {body}");
     assert_eq!(send(&s, Method::GET, "/products/c1", None).await.0, 404, "the good record was not written either");
+    let (status, _, body) = send(&s, Method::PUT, "/products/", Some(json!([{"id": null, "name": "null key"}]))).await;
+    assert_eq!((status, body.to_string().contains("'id'")), (400, true), "{body}");
     let (status, _, body) = send(&s, Method::PUT, "/products/", Some(json!([{"id": "c3"}, {"name": "no key"}]))).await;
     assert_eq!((status, body.to_string().contains("'id'")), (400, true), "{body}");
     assert_eq!(send(&s, Method::GET, "/products/c3", None).await.0, 404);
@@ -632,6 +634,15 @@ async fn requests_whose_body_is_not_read_keep_their_connection() {
         assert_eq!(exchange(&mut stream, &head, body).0, "HTTP/1.1 404 Not Found");
         let head = format!("GET /products/p1 HTTP/1.1\r\nHost: a\r\n{auth}\r\n\r\n");
         assert_eq!(exchange(&mut stream, &head, b"").0, "HTTP/1.1 200 OK");
+        // The same on the Operations API.
+        let mut ops = std::net::TcpStream::connect(("127.0.0.1", server.ops_port)).unwrap();
+        ops.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let body = br#"{"operation":"describe_all"}"#;
+        let length = body.len();
+        let head = format!("POST / HTTP/1.1\r\nHost: a\r\nAuthorization: Basic eDp5\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n");
+        assert_eq!(exchange(&mut ops, &head, body).0, "HTTP/1.1 401 Unauthorized");
+        let head = format!("POST / HTTP/1.1\r\nHost: a\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n");
+        assert_eq!(exchange(&mut ops, &head, body).0, "HTTP/1.1 200 OK");
     })
     .await
     .unwrap();

@@ -53,7 +53,15 @@ async fn handle_request(
     body: Body,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let user = authenticate(state, headers, peer).await?;
+    let user = match authenticate(state, headers, peer).await {
+        Ok(user) => user,
+        Err(err) => {
+            // Read before answering, or the unread body resets the connection and
+            // cuts the answer off.
+            crate::http::drain(body, state.ops_body_limit).await;
+            return Err(err);
+        }
+    };
     let bytes = crate::http::read_body(headers, body, state.ops_body_limit).await?;
     let value = if bytes.len() > INLINE_DECODE_LIMIT {
         let headers = headers.clone();

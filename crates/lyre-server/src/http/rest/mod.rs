@@ -52,7 +52,7 @@ pub async fn handle(
     // and dropped: unread bytes make the kernel reset the connection when it closes,
     // cutting off the response the client is still reading.
     if let Some(unread) = body
-        && !drain(unread, state.rest_body_limit).await
+        && !crate::http::drain(unread, state.rest_body_limit).await
     {
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
@@ -62,21 +62,6 @@ pub async fn handle(
         headers.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
     }
     response
-}
-
-/// Reads and drops a request body, up to `limit` bytes; returns whether it ended
-/// (false: too large or broken, so the connection must not be reused).
-async fn drain(mut body: Body, limit: usize) -> bool {
-    use http_body_util::BodyExt;
-    let mut seen = 0;
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return false };
-        seen += frame.data_ref().map_or(0, |data| data.len());
-        if seen > limit {
-            return false;
-        }
-    }
-    true
 }
 
 /// A CORS preflight answer (Harper's allowed methods and headers).
@@ -212,7 +197,9 @@ impl RestRequest<'_> {
                 let records = records
                     .into_iter()
                     .map(|item| match item {
-                        Value::Object(record) if record.contains_key(primary_key) => Ok(record),
+                        Value::Object(record) if record.get(primary_key).is_some_and(|id| *id != Value::Null) => {
+                            Ok(record)
+                        }
                         Value::Object(_) => {
                             Err(ApiError::bad_request(format!("each record needs its '{primary_key}'")))
                         }
