@@ -5,7 +5,8 @@
 //! starts and again when it ends, so `get_job` answers across restarts. A job's work
 //! is an ordinary core call, so a restart never leaves half a job: each of its writer
 //! steps committed or did not. A job still `IN_PROGRESS` when the server starts was
-//! cut short by a stop or a crash, and is marked `ERROR` saying so.
+//! cut short by a stop or a crash (or, rarely, finished but could not record its end),
+//! and is marked `ERROR` saying so. Finished jobs are kept, as Harper keeps them.
 
 use std::future::Future;
 use std::ops::ControlFlow;
@@ -13,13 +14,15 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lyre_core::catalog::TableSpec;
-use lyre_core::query::{Query, Select};
+use lyre_core::query::{Comparator, Condition, Query, Select};
 use lyre_core::{Context, Db, Engine, Object, SYSTEM_DATABASE, Table, Value};
 use uuid::Uuid;
 
 /// Harper's table of jobs.
 const JOB_TABLE: &str = "hdb_job";
 const IN_PROGRESS: &str = "IN_PROGRESS";
+/// Tries at recording a job's end before giving up.
+const END_WRITE_ATTEMPTS: u64 = 5;
 /// What `get_job` shows of a job, in Harper's order (the table also keeps `job_body`).
 const SHOWN: [&str; 8] =
     ["id", "status", "message", "end_datetime", "type", "start_datetime", "created_datetime", "user"];
@@ -88,12 +91,20 @@ impl Jobs {
             end.insert("status".into(), status.into());
             end.insert("message".into(), message.into());
             end.insert("end_datetime".into(), Value::Int(now_ms()));
-            let updated = match jobs.table() {
-                Ok(table) => table.update(&ctx, vec![end]).await.map(|_| ()),
-                Err(err) => Err(err),
-            };
-            if let Err(err) = updated {
-                tracing::error!(job = %job_id, error = %err, "recording the end of a job failed");
+            // A busy writer may refuse for a moment; a job whose end is never recorded
+            // is reported interrupted at the next start.
+            for attempt in 1..=END_WRITE_ATTEMPTS {
+                let updated = match jobs.table() {
+                    Ok(table) => table.update(&ctx, vec![end.clone()]).await.map(|_| ()),
+                    Err(err) => Err(err),
+                };
+                match updated {
+                    Ok(()) => break,
+                    Err(err) if attempt == END_WRITE_ATTEMPTS => {
+                        tracing::error!(job = %job_id, error = %err, "recording the end of a job failed")
+                    }
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await,
+                }
             }
         });
         Ok(id)
@@ -114,13 +125,20 @@ impl Jobs {
         self.system.table(JOB_TABLE)
     }
 
-    /// Jobs recorded as in progress.
+    /// Jobs recorded as in progress (found through the `status` index).
     fn unfinished(&self, ctx: &Context) -> lyre_core::Result<Vec<Object>> {
+        let table = self.table()?;
+        if table.schema().attribute("status").is_none() {
+            return Ok(Vec::new()); // no job has been recorded yet
+        }
+        let status = Condition::Compare {
+            attribute: "status".into(),
+            comparator: Comparator::Equals,
+            value: IN_PROGRESS.into(),
+        };
         let mut out = Vec::new();
-        self.table()?.search(ctx, Query::default())?.run(&mut |record| {
-            if let Value::Object(job) = record
-                && job.get("status").and_then(Value::as_str) == Some(IN_PROGRESS)
-            {
+        table.search(ctx, Query { conditions: vec![status], ..Query::default() })?.run(&mut |record| {
+            if let Value::Object(job) = record {
                 out.push(job);
             }
             ControlFlow::Continue(())

@@ -56,9 +56,9 @@ pub fn parse(raw: &str, table: &TableSchema, related: RelatedSchema<'_>) -> Resu
     Ok(parser.query)
 }
 
-/// Deepest nesting of groups (`(...)`, `[...]`) or select fields (`{...}`) a query
-/// may have: parsing and evaluating recurse once per level, so without a bound a
-/// long enough URL would overflow the stack.
+/// Deepest nesting of condition groups (`(...)`, `[...]`) a query may have: parsing
+/// and evaluating recurse once per level, so without a bound a long enough URL would
+/// overflow the stack.
 pub const MAX_NESTING: usize = 64;
 
 struct Parser<'a> {
@@ -529,10 +529,15 @@ fn select(args: &str) -> Result<Select, String> {
     Ok(Select::Fields { fields, shape })
 }
 
+/// Deepest `{...}` nesting of a `select`: each level may follow a relationship, and
+/// each relationship multiplies the records read, so a deep chain from a table back
+/// to itself could read a table many times over for one request.
+pub const MAX_SELECT_NESTING: usize = 6;
+
 /// A comma-separated field list with `{...}` nesting, `level` levels down.
 fn fields(text: &str, level: usize) -> Result<Vec<Field>, String> {
-    if level == MAX_NESTING {
-        return Err(format!("select fields nested deeper than {MAX_NESTING} levels"));
+    if level == MAX_SELECT_NESTING {
+        return Err(format!("select fields nested deeper than {MAX_SELECT_NESTING} levels"));
     }
     let mut out = Vec::new();
     let mut depth = 0usize;
