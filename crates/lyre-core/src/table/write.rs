@@ -203,7 +203,10 @@ pub(crate) async fn apply(
                     job.check(txn, key, id, expect)?;
                 }
             }
-            job.check_increments(txn, mode, &records)?;
+            if records.len() > 1 {
+                // A single record's sums are checked in `write_one`, before it writes.
+                job.check_increments(txn, mode, &records)?;
+            }
             let mut summary = WriteSummary {
                 written: Vec::new(),
                 skipped: Vec::new(),
@@ -374,6 +377,16 @@ impl WriteJob {
         self.live.sees(entry.version().time)
     }
 
+    /// Fails when a property `names` incremented holds, in `merged`, a value outside
+    /// its declared type (an `Int` past 2^31).
+    fn check_sums<'n>(&self, names: impl Iterator<Item = &'n String>, merged: &Object) -> Result<()> {
+        for name in names {
+            let type_name = self.table.attribute(name).and_then(|a| a.type_name.as_deref());
+            validate_scalar(name, type_name, merged.get(name).unwrap_or(&Value::Null))?;
+        }
+        Ok(())
+    }
+
     /// Fails (before anything is written) when an increment would leave a property
     /// that is not a finite number, or outside its declared type (an `Int` past 2^31).
     /// When any record carries an increment, runs the merges the writes will run, in
@@ -407,10 +420,7 @@ impl WriteJob {
                     merged
                 }
             };
-            for name in increments(&prepared.record) {
-                let type_name = self.table.attribute(name).and_then(|a| a.type_name.as_deref());
-                validate_scalar(name, type_name, merged.record.get(name).unwrap_or(&Value::Null))?;
-            }
+            self.check_sums(increments(&prepared.record), &merged.record)?;
         }
         Ok(())
     }
@@ -449,16 +459,21 @@ impl WriteJob {
             _ => {}
         }
         let version = txn.version();
-        if self.explicit {
-            let marker = self.applied_key(&key, version);
-            if txn.meta(&marker)?.is_some() {
-                summary.skipped.push(id); // a redelivery: applied already
-                return Ok(());
-            }
-            txn.put_meta(&marker, &[])?;
+        let marker = self.explicit.then(|| self.applied_key(&key, version));
+        if let Some(marker) = &marker
+            && txn.meta(marker)?.is_some()
+        {
+            summary.skipped.push(id); // a redelivery: applied already
+            return Ok(());
         }
         record.shift_remove(&self.table.primary_key);
+        let incremented: Vec<String> = increments(&record).cloned().collect();
         let merged = merge(&self.table, mode, existing, record, &id, version)?;
+        // Before this record writes anything (earlier records were checked up front).
+        self.check_sums(incremented.iter(), &merged.record)?;
+        if let Some(marker) = &marker {
+            txn.put_meta(marker, &[])?;
+        }
         let mut new = merged.record;
         self.stamp(&mut new, existing.map(|e| &e.record), merged.version.time);
         if !self.table.schema_defined {
