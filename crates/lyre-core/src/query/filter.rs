@@ -33,11 +33,13 @@ pub(crate) fn matches(condition: &Condition, record: &Object, related: Option<&R
         Condition::Related { relationship, condition } => {
             let Some(related) = related else { return Ok(false) };
             let Some(found) = related.relationship(relationship) else { return Ok(false) };
+            // Inner conditions are evaluated on the related table, following its own
+            // relationships in turn (`a.b.c`).
+            let (schema, _) = related.target(found)?;
+            let inner = related.of(&schema);
             let mut hit = false;
             for target in related.records(record, found)? {
-                // Inner conditions are evaluated on the related table; deeper joins are
-                // not followed.
-                if matches(condition, &target, None)? {
+                if matches(condition, &target, Some(&inner))? {
                     hit = true;
                     break;
                 }

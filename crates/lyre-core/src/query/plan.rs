@@ -265,8 +265,10 @@ fn related_driver(
     let inner_query = Query { conditions: vec![inner.clone()], ..Query::default() };
     let driver = choose_driver(txn, db, &target_store, &target, &inner_query)?;
     let mut matches = Vec::new();
+    // The inner condition may itself follow the target's relationships (`a.b.c`).
+    let related = crate::query::related::Related::new(txn, db, &target);
     let _ = walk(txn, &target_store, Live::of(&target), &driver, &mut |_, record| {
-        if crate::query::filter::matches(inner, &record, None)? {
+        if crate::query::filter::matches(inner, &record, Some(&related))? {
             matches.push(record);
         }
         Ok(std::ops::ControlFlow::Continue(()))

@@ -273,6 +273,11 @@ async fn query_operators() {
     // A relationship seen from the other side.
     let brands = get(&s, "/Brand/?products.name==Bar").await;
     assert_eq!(ids(&brands), ["b2"]);
+    // Several levels: products whose brand makes a product named Fob.
+    assert_eq!(sorted(ids(&get(&s, "/products/?brand.products.name==Fob").await)), ["p1", "p3"]);
+    assert_eq!(ids(&get(&s, "/Brand/?products.brand.name==Globex").await), ["b2"]);
+    let (status, _, body) = send(&s, Method::GET, "/products/?brand.products.nosuch==1", None).await;
+    assert_eq!((status, body), (404, json!("HdbError: nosuch is not a defined attribute")));
 }
 
 #[tokio::test]

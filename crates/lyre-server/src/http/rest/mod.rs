@@ -279,7 +279,8 @@ impl RestRequest<'_> {
                 self.reply(&Value::Array(Vec::new()))
             }
             Target::Record(id) => {
-                let query = query::parse(self.query, self.table.schema(), &|name| self.related_schema(name))?;
+                let query =
+                    query::parse(self.query, self.table.schema(), &|table, name| self.related_schema(table, name))?;
                 let Some((record, version)) = self.table.get(&self.ctx, id)? else {
                     return Ok(empty(StatusCode::NOT_FOUND));
                 };
@@ -348,7 +349,7 @@ impl RestRequest<'_> {
 
     /// The query string as a search.
     fn search_query(&self) -> Result<Query, ApiError> {
-        let parsed = query::parse(self.query, self.table.schema(), &|name| self.related_schema(name))?;
+        let parsed = query::parse(self.query, self.table.schema(), &|table, name| self.related_schema(table, name))?;
         Ok(Query {
             operator: parsed.operator,
             conditions: parsed.conditions,
@@ -360,8 +361,8 @@ impl RestRequest<'_> {
         })
     }
 
-    fn related_schema(&self, name: &str) -> Option<Arc<TableSchema>> {
-        let relationship = self.table.schema().relationships.iter().find(|r| r.name == name)?;
+    fn related_schema(&self, table: &TableSchema, name: &str) -> Option<Arc<TableSchema>> {
+        let relationship = table.relationships.iter().find(|r| r.name == name)?;
         let db = self.state.engine.database(&relationship.database).ok()?;
         db.schema().table(&relationship.table).cloned()
     }

@@ -35,8 +35,8 @@ pub struct RestQuery {
     pub limit: Option<usize>,
 }
 
-/// Finds the schema of a related table by relationship name.
-pub type RelatedSchema<'a> = &'a dyn Fn(&str) -> Option<Arc<TableSchema>>;
+/// Finds the schema of the table a table's relationship (by name) leads to.
+pub type RelatedSchema<'a> = &'a dyn Fn(&TableSchema, &str) -> Option<Arc<TableSchema>>;
 
 /// Parses `raw` (the part after `?`) against `table`.
 ///
@@ -240,7 +240,7 @@ impl Parser<'_> {
             let value = self.typed_value(&attribute, self.table, raw_value, value_start)?;
             return Ok(Some(Term::Chain(Condition::Compare { attribute, comparator: op, value })));
         }
-        self.comparison(&name, comparator, raw_value, value_start).map(|c| Some(Term::Condition(c)))
+        self.condition_on(self.table, &name, comparator, raw_value, value_start).map(|c| Some(Term::Condition(c)))
     }
 
     /// Reads the operator after an attribute name: `None` when there is none.
@@ -286,31 +286,27 @@ impl Parser<'_> {
         Ok(Some(op))
     }
 
-    fn comparison(
-        &mut self,
+    /// A comparison of `name` on `table`, where `rel.attr` (and `a.b.c`) compares on
+    /// the tables the relationships lead to.
+    fn condition_on(
+        &self,
+        table: &TableSchema,
         name: &str,
         (op, comparator): (Op, Comparator),
         raw_value: &str,
         value_start: usize,
     ) -> Result<Condition, ApiError> {
-        // `rel.attr`: a condition on the related table.
-        if let Some((head, tail)) = name.split_once('.')
-            && self.table.attribute(name).is_none()
-        {
-            if let Some(target) = (self.related)(head) {
-                let inner = self.compare_on(&target, tail, op, comparator, raw_value, value_start)?;
-                return Ok(Condition::Related { relationship: head.to_string(), condition: Box::new(inner) });
-            }
-            if self.table.attribute(head).is_some() {
-                return Err(ApiError::bad_request(format!("Unable to query by attribute [\"{head}\",\"{tail}\"]")));
-            }
-            return Err(ApiError::new(
-                Code::NotFound,
-                format!("{} is not a defined attribute", name.replace('.', ",")),
-            ));
+        let Some((head, tail)) = name.split_once('.').filter(|_| table.attribute(name).is_none()) else {
+            return self.compare_on(table, name, op, comparator, raw_value, value_start);
+        };
+        if let Some(target) = (self.related)(table, head) {
+            let inner = self.condition_on(&target, tail, (op, comparator), raw_value, value_start)?;
+            return Ok(Condition::Related { relationship: head.to_string(), condition: Box::new(inner) });
         }
-        let table = self.table;
-        self.compare_on(table, name, op, comparator, raw_value, value_start)
+        if table.attribute(head).is_some() {
+            return Err(ApiError::bad_request(format!("Unable to query by attribute [\"{head}\",\"{tail}\"]")));
+        }
+        Err(ApiError::new(Code::NotFound, format!("{} is not a defined attribute", name.replace('.', ","))))
     }
 
     fn compare_on(
