@@ -26,9 +26,13 @@ pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool)
         if let Some(Op::Add(operand)) = crdt_op(name, value)? {
             // An increment: its operand must fit the attribute's numeric type.
             let composite = attribute.is_some_and(|a| a.shape.list || !a.shape.fields.is_empty());
+            let stamped = attribute.is_some_and(|a| a.shape.stamp.is_some());
             match type_name.filter(|_| !composite) {
                 _ if composite => {
                     return Err(Error::invalid(format!("{name}: cannot add to a list or object attribute")));
+                }
+                _ if stamped => {
+                    return Err(Error::invalid(format!("{name}: cannot add to a time stamp the server sets")));
                 }
                 None | Some("Int" | "Long" | "BigInt" | "Float" | "Any") => validate_scalar(name, type_name, &operand)?,
                 Some(other) => {

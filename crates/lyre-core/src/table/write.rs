@@ -1,6 +1,6 @@
 //! Record writes: what runs before the writer (preparation) and inside it (apply).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -196,6 +196,9 @@ pub(crate) async fn apply(
                 txn.set_version(at);
             }
             let mut job = WriteJob::start(txn, state, &database, &name, at.is_some())?;
+            // Keys first, so the checks see the records the writes will write.
+            let mut records = records;
+            job.assign_keys(txn, &mut records)?;
             // Check every condition and increment before the first write (the
             // writer's contract: a job that fails after writing aborts its batch).
             for prepared in &records {
@@ -309,6 +312,11 @@ pub(crate) async fn evict(table: &Table, ctx: &Context, keys: Vec<Vec<u8>>, now:
         .await
 }
 
+/// A record reached the writer without a key (`assign_keys` gives every record one).
+fn unkeyed() -> Error {
+    Error::Corrupt("a record reached the writer without a key".into())
+}
+
 /// The properties of `record` that carry an increment.
 fn increments(record: &Object) -> impl Iterator<Item = &String> + '_ {
     record.iter().filter(|(name, value)| matches!(crdt_op(name, value), Ok(Some(_)))).map(|(name, _)| name)
@@ -398,29 +406,25 @@ impl WriteJob {
         let version = txn.version();
         let mut written: HashMap<&[u8], Entry> = HashMap::new();
         for prepared in records {
+            let Some((key, id)) = &prepared.key else { return Err(unkeyed()) };
+            let earlier = written.get(key.as_slice()).cloned();
+            // A replicated write applies once per key: a second one is a redelivery.
+            let redelivered =
+                self.explicit && (earlier.is_some() || txn.meta(&self.applied_key(key, version))?.is_some());
+            let existing = match earlier {
+                Some(entry) => Some(entry),
+                None => self.stored(txn, key)?.filter(|entry| self.is_live(entry)),
+            };
+            let skipped = matches!((mode, &existing), (WriteMode::Insert, Some(_)) | (WriteMode::Update, None));
+            if skipped || redelivered {
+                continue;
+            }
             let mut body = prepared.record.clone();
             body.shift_remove(&self.table.primary_key);
-            let merged = match &prepared.key {
-                // A generated key names a new record: its increments start from 0.
-                None => merge(&self.table, mode, None, body, &Value::Null, version)?,
-                Some((key, id)) => {
-                    let existing = match written.get(key.as_slice()) {
-                        Some(entry) => Some(entry.clone()),
-                        None => self.stored(txn, key)?.filter(|entry| self.is_live(entry)),
-                    };
-                    let skipped = matches!((mode, &existing), (WriteMode::Insert, Some(_)) | (WriteMode::Update, None))
-                        || (self.explicit && txn.meta(&self.applied_key(key, version))?.is_some());
-                    if skipped {
-                        continue;
-                    }
-                    let merged = merge(&self.table, mode, existing.as_ref(), body, id, version)?;
-                    let header =
-                        RecordHeader { version: merged.version.time, flags: merged.flags, node: merged.version.node };
-                    written.insert(key, Entry { record: merged.record.clone(), header, clock: merged.clock.clone() });
-                    merged
-                }
-            };
+            let merged = merge(&self.table, mode, existing.as_ref(), body, id, version)?;
             self.check_sums(increments(&prepared.record), &merged.record)?;
+            let header = RecordHeader { version: merged.version.time, flags: merged.flags, node: merged.version.node };
+            written.insert(key, Entry { record: merged.record, header, clock: merged.clock });
         }
         Ok(())
     }
@@ -444,10 +448,7 @@ impl WriteJob {
         summary: &mut WriteSummary,
     ) -> Result<()> {
         let Prepared { key, mut record, .. } = prepared;
-        let (key, id) = match key {
-            Some(found) => found,
-            None => self.generate_key(txn)?,
-        };
+        let Some((key, id)) = key else { return Err(unkeyed()) };
         let stored = self.stored(txn, &key)?;
         // An expired record is gone for every purpose but removing its index entries.
         let existing = stored.as_ref().filter(|entry| self.is_live(entry));
@@ -545,22 +546,43 @@ impl WriteJob {
 
     /// A new primary key: a UUID for string-keyed and dynamic tables, the next integer
     /// for integer-keyed ones.
-    fn generate_key(&mut self, txn: &WriteTxn<'_, '_>) -> Result<(Vec<u8>, Value)> {
+    /// Gives every record without a key a generated one: the next integer above the
+    /// table's largest (passing over keys other records of the job name) for numeric
+    /// keys, a UUID otherwise.
+    fn assign_keys(&mut self, txn: &WriteTxn<'_, '_>, records: &mut [Prepared]) -> Result<()> {
+        if records.iter().all(|prepared| prepared.key.is_some()) {
+            return Ok(());
+        }
+        let named: HashSet<Vec<u8>> = records.iter().filter_map(|p| p.key.as_ref().map(|(k, _)| k.clone())).collect();
+        for prepared in records.iter_mut().filter(|prepared| prepared.key.is_none()) {
+            prepared.key = Some(self.generate_key(txn, &named)?);
+        }
+        Ok(())
+    }
+
+    fn generate_key(&mut self, txn: &WriteTxn<'_, '_>, named: &HashSet<Vec<u8>>) -> Result<(Vec<u8>, Value)> {
         let numeric = matches!(
             self.table.primary_key_attribute().and_then(|a| a.type_name.as_deref()),
             Some("Int" | "Long" | "Any" | "Float" | "BigInt")
         );
-        let id = if numeric {
-            let next = match self.next_generated {
-                Some(n) => n,
-                None => self.largest_integer_key(txn)?.map_or(1, |n| n.saturating_add(1)),
-            };
-            self.next_generated = Some(next.saturating_add(1));
-            Value::Int(next)
-        } else {
-            Value::String(uuid::Uuid::new_v4().to_string())
+        if !numeric {
+            let id = Value::String(uuid::Uuid::new_v4().to_string());
+            return Ok((encode_primary_key(&id)?, id));
+        }
+        let mut next = match self.next_generated {
+            Some(n) => n,
+            None => self.largest_integer_key(txn)?.map_or(1, |n| n.saturating_add(1)),
         };
-        Ok((encode_primary_key(&id)?, id))
+        loop {
+            let id = Value::Int(next);
+            let key = encode_primary_key(&id)?;
+            let following = next.checked_add(1).ok_or_else(|| Error::invalid("no integer key is left to generate"))?;
+            next = following;
+            if !named.contains(&key) {
+                self.next_generated = Some(next);
+                return Ok((key, id));
+            }
+        }
     }
 
     fn largest_integer_key(&self, txn: &WriteTxn<'_, '_>) -> Result<Option<i64>> {

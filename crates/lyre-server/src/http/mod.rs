@@ -81,10 +81,26 @@ pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> 
     })
 }
 
-/// Reads and drops a request body, up to `limit` bytes; returns whether it ended
-/// (false: too large or broken, so the connection must not be reused).
-pub(crate) async fn drain(mut body: Body, limit: usize) -> bool {
+/// The most of an unread request body drained before answering; beyond it the
+/// connection is closed instead (reading it all could take as long as the client likes).
+const DRAIN_LIMIT: usize = 1 << 20;
+
+/// How much of an unread body to drain before answering, or `None` when it should
+/// not be read at all and the connection closed instead: the client waits for `100
+/// Continue` (reading would invite the upload), or declares more than [`DRAIN_LIMIT`].
+pub(crate) fn drain_budget(headers: &HeaderMap) -> Option<usize> {
+    let expects_continue =
+        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    (!expects_continue && declared.is_none_or(|n| n <= DRAIN_LIMIT as u64)).then_some(DRAIN_LIMIT)
+}
+
+/// Reads and drops a request body, at most `budget` bytes (`None`: none at all);
+/// returns whether it ended, so the connection can serve the next request.
+pub(crate) async fn drain(mut body: Body, budget: Option<usize>) -> bool {
     use http_body_util::BodyExt;
+    let Some(limit) = budget else { return false };
     let mut seen = 0;
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { return false };

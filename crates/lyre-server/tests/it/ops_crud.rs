@@ -228,3 +228,15 @@ async fn delete_reports_deleted_and_skipped_and_cleans_indexes() {
         1
     );
 }
+
+#[tokio::test]
+async fn generated_integer_keys_pass_over_keys_the_batch_names() {
+    let s = TestServer::start().await;
+    let attributes = json!([{"name": "id", "type": "Int", "is_primary_key": true}, {"name": "name", "type": "String"}]);
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "n", "primary_key": "id", "attributes": attributes})).await;
+    let records = json!([{"name": "a"}, {"id": 2, "name": "b"}, {"name": "c"}, {"id": 1, "name": "d"}]);
+    let inserted = s.ok(json!({"operation": "insert", "database": "dev", "table": "n", "records": records})).await;
+    assert_eq!(inserted["inserted_hashes"], json!([3, 2, 4, 1]), "{inserted}");
+    let names = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "n", "ids": [1, 2, 3, 4], "get_attributes": ["name"]})).await;
+    assert_eq!(names, json!([{"name": "d"}, {"name": "b"}, {"name": "a"}, {"name": "c"}]));
+}

@@ -183,6 +183,10 @@ async fn methods_and_status_codes() {
     assert!(replaced.get("count").is_none(), "PUT removes properties it does not name: {replaced}");
     assert_eq!(replaced["createdAt"], w1["createdAt"], "@createdTime survives a replace");
     assert!(replaced["updatedAt"].as_i64() >= w1["updatedAt"].as_i64());
+    // A time stamp the server sets cannot be incremented.
+    let (status, _, body) =
+        send(&s, Method::PATCH, "/products/p1", Some(json!({"updatedAt": {"__op__": "add", "value": 1}}))).await;
+    assert_eq!((status, body), (400, json!("ClientError: updatedAt: cannot add to a time stamp the server sets")));
     // PATCH merges at the top level; nested objects are replaced whole.
     assert_eq!(
         send(&s, Method::PATCH, "/products/p1", Some(json!({"price": 11, "details": {"weight": 5}}))).await.0,
@@ -383,6 +387,10 @@ async fn malformed_queries_are_rejected_with_the_position() {
         assert_eq!(got, 400, "{body}");
         assert!(body.as_str().unwrap().contains("select fields nested deeper than 6 levels"), "{body}");
     }
+    let long_path = format!("/products/?{}name==x", "brand.products.".repeat(4));
+    let (got, _, body) = send(&s, Method::GET, &long_path, None).await;
+    assert_eq!(got, 400, "{body}");
+    assert!(body.as_str().unwrap().contains("relationship path nested deeper than 6 levels"), "{body}");
     assert_eq!(send(&s, Method::GET, "/products/p1?".to_string().as_str(), None).await.0, 200, "still serving");
 }
 
@@ -624,6 +632,7 @@ fn exchange(stream: &mut std::net::TcpStream, head: &str, body: &[u8]) -> (Strin
 
 #[tokio::test]
 async fn requests_whose_body_is_not_read_keep_their_connection() {
+    use std::io::{Read, Write};
     let s = shop().await;
     let s = std::sync::Arc::new(s);
     let server = s.clone();
@@ -644,6 +653,8 @@ async fn requests_whose_body_is_not_read_keep_their_connection() {
         assert_eq!(exchange(&mut stream, &head, body).0, "HTTP/1.1 401 Unauthorized");
         let head = format!("POST /nowhere/ HTTP/1.1\r\nHost: a\r\n{auth}\r\nContent-Length: {length}\r\n\r\n");
         assert_eq!(exchange(&mut stream, &head, body).0, "HTTP/1.1 404 Not Found");
+        let head = format!("POST /products/p1 HTTP/1.1\r\nHost: a\r\n{auth}\r\nContent-Length: {length}\r\n\r\n");
+        assert_eq!(exchange(&mut stream, &head, body).0, "HTTP/1.1 405 Method Not Allowed");
         let head = format!("GET /products/p1 HTTP/1.1\r\nHost: a\r\n{auth}\r\n\r\n");
         assert_eq!(exchange(&mut stream, &head, b"").0, "HTTP/1.1 200 OK");
         // The same on the Operations API.
@@ -655,6 +666,16 @@ async fn requests_whose_body_is_not_read_keep_their_connection() {
         assert_eq!(exchange(&mut ops, &head, body).0, "HTTP/1.1 401 Unauthorized");
         let head = format!("POST / HTTP/1.1\r\nHost: a\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n");
         assert_eq!(exchange(&mut ops, &head, body).0, "HTTP/1.1 200 OK");
+        // A client waiting for `100 Continue` is answered without being asked for its
+        // body, and the connection closes.
+        let head = "PUT /products/p9 HTTP/1.1\r\nHost: a\r\nAuthorization: Basic eDp5\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n";
+        let mut fresh = std::net::TcpStream::connect(("127.0.0.1", server.http_port)).unwrap();
+        fresh.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        fresh.write_all(head.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = fresh.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
     })
     .await
     .unwrap();

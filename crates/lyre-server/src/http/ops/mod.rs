@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use lyre_core::{Code, Context, ForUser, Lease, Object, Value};
 
@@ -36,32 +36,34 @@ pub async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let format = match response_format(&headers) {
-        Ok(format) => format,
-        Err(err) => return err.render(Format::Json),
+    let mut body = Some(body);
+    let mut response = match response_format(&headers) {
+        Err(err) => err.render(Format::Json),
+        Ok(format) => match handle_request(&state, peer, &headers, &mut body, format).await {
+            Ok(response) => response,
+            Err(err) => err.render(format),
+        },
     };
-    match handle_request(&state, peer, &headers, body, format).await {
-        Ok(response) => response,
-        Err(err) => err.render(format),
+    // A body an error answered before reading is read first: unread bytes make the
+    // kernel reset the connection when it closes, cutting the answer off.
+    if let Some(unread) = body
+        && !crate::http::drain(unread, crate::http::drain_budget(&headers)).await
+    {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    response
 }
 
+/// Answers one request; takes the body out of its slot once the caller is known.
 async fn handle_request(
     state: &Arc<AppState>,
     peer: SocketAddr,
     headers: &HeaderMap,
-    body: Body,
+    body: &mut Option<Body>,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let user = match authenticate(state, headers, peer).await {
-        Ok(user) => user,
-        Err(err) => {
-            // Read before answering, or the unread body resets the connection and
-            // cuts the answer off.
-            crate::http::drain(body, state.ops_body_limit).await;
-            return Err(err);
-        }
-    };
+    let user = authenticate(state, headers, peer).await?;
+    let body = body.take().unwrap_or_default();
     let bytes = crate::http::read_body(headers, body, state.ops_body_limit).await?;
     let value = if bytes.len() > INLINE_DECODE_LIMIT {
         let headers = headers.clone();

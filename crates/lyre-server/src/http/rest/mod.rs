@@ -40,6 +40,7 @@ pub async fn handle(
     let (parts, body) = request.into_parts();
     let origin = parts.headers.get(header::ORIGIN).filter(|_| state.cors).cloned();
     let mut body = Some(body);
+    let budget = crate::http::drain_budget(&parts.headers);
     let mut response = if origin.is_some()
         && parts.method == Method::OPTIONS
         && parts.headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
@@ -52,7 +53,7 @@ pub async fn handle(
     // and dropped: unread bytes make the kernel reset the connection when it closes,
     // cutting off the response the client is still reading.
     if let Some(unread) = body
-        && !crate::http::drain(unread, state.rest_body_limit).await
+        && !crate::http::drain(unread, budget).await
     {
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
@@ -172,24 +173,22 @@ struct RestRequest<'a> {
 }
 
 impl RestRequest<'_> {
-    /// Takes the body out of `body` when the method uses one.
+    /// Takes the body out of `body` only in the answers that read it; the rest leave
+    /// it for [`handle`] to drain.
     async fn dispatch(self, method: &Method, body: &mut Option<Body>) -> Result<Response, ApiError> {
-        let body = match method.as_str() {
-            "PUT" | "PATCH" | "POST" => body.take().unwrap_or_default(),
-            _ => Body::empty(),
-        };
+        let mut take = || body.take().unwrap_or_default();
         match (method.as_str(), &self.target) {
             ("GET" | "HEAD", _) => {
                 let response = self.get().await?;
                 Ok(if method == Method::HEAD { strip_body(response) } else { response })
             }
             ("PUT", Target::Record(id)) => {
-                let record = self.object_body(body).await?;
+                let record = self.object_body(take()).await?;
                 self.table.put(&self.ctx, id.clone(), record, self.conditions()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("PUT", Target::Collection) => {
-                let records = match self.body(body).await? {
+                let records = match self.body(take()).await? {
                     Value::Array(items) => items,
                     _ => return Err(ApiError::bad_request("PUT on a collection takes an array of records")),
                 };
@@ -211,12 +210,12 @@ impl RestRequest<'_> {
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("PATCH", Target::Record(id)) => {
-                let record = self.object_body(body).await?;
+                let record = self.object_body(take()).await?;
                 self.table.patch(&self.ctx, id.clone(), record, self.conditions()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("POST", Target::Collection) => {
-                let record = self.object_body(body).await?;
+                let record = self.object_body(take()).await?;
                 let id = self.table.create(&self.ctx, record).await?;
                 let location = match &id {
                     Value::String(s) => s.clone(),

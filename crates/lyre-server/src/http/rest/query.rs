@@ -299,6 +299,13 @@ impl Parser<'_> {
         let Some((head, tail)) = name.split_once('.').filter(|_| table.attribute(name).is_none()) else {
             return self.compare_on(table, name, op, comparator, raw_value, value_start);
         };
+        if tail.matches('.').count() >= MAX_PATH_DEPTH {
+            return Err(syntax(
+                format!("relationship path nested deeper than {MAX_PATH_DEPTH} levels"),
+                value_start,
+                self.raw,
+            ));
+        }
         if let Some(target) = (self.related)(table, head) {
             let inner = self.condition_on(&target, tail, (op, comparator), raw_value, value_start)?;
             return Ok(Condition::Related { relationship: head.to_string(), condition: Box::new(inner) });
@@ -525,15 +532,16 @@ fn select(args: &str) -> Result<Select, String> {
     Ok(Select::Fields { fields, shape })
 }
 
-/// Deepest `{...}` nesting of a `select`: each level may follow a relationship, and
-/// each relationship multiplies the records read, so a deep chain from a table back
-/// to itself could read a table many times over for one request.
-pub const MAX_SELECT_NESTING: usize = 6;
+/// Deepest `{...}` nesting of a `select`, and longest `a.b.c` relationship path of a
+/// condition: each level may follow a relationship, and each relationship multiplies
+/// the records read, so a deep chain from a table back to itself could read a table
+/// many times over for one request.
+pub const MAX_PATH_DEPTH: usize = 6;
 
 /// A comma-separated field list with `{...}` nesting, `level` levels down.
 fn fields(text: &str, level: usize) -> Result<Vec<Field>, String> {
-    if level == MAX_SELECT_NESTING {
-        return Err(format!("select fields nested deeper than {MAX_SELECT_NESTING} levels"));
+    if level == MAX_PATH_DEPTH {
+        return Err(format!("select fields nested deeper than {MAX_PATH_DEPTH} levels"));
     }
     let mut out = Vec::new();
     let mut depth = 0usize;
