@@ -40,14 +40,32 @@ fn glob(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// A relative path that cannot leave its base: no root, no `..`, not empty.
+/// A relative path that cannot leave its base: no root, no `..`, no NUL, and naming
+/// something below the base (not the base itself, as `.` would).
 pub fn safe_relative(path: &str) -> Result<PathBuf, String> {
     let candidate = Path::new(path);
     let clean = candidate.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    if path.is_empty() || !clean {
+    let names_something = candidate.components().any(|c| matches!(c, Component::Normal(_)));
+    if !clean || !names_something || path.contains('\0') {
         return Err(format!("'{path}' must be a relative path inside the component"));
     }
     Ok(candidate.to_path_buf())
+}
+
+/// Fails when any step of `relative` below `base` is a symbolic link: a link placed in
+/// a component by hand must not let file operations reach outside it.
+pub fn no_links(base: &Path, relative: &Path) -> Result<(), String> {
+    let mut path = base.to_path_buf();
+    for part in relative.components() {
+        path.push(part);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(format!("'{}' is a symbolic link", relative.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A component or project name: one path segment.
@@ -58,10 +76,12 @@ pub fn safe_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Packs `dir` into a tar archive (skipping `node_modules` when asked).
-pub fn pack(dir: &Path, skip_node_modules: bool) -> std::io::Result<Vec<u8>> {
+/// Packs `dir` into a tar archive (skipping `node_modules` when asked): directories
+/// and regular files only, at most `limit` bytes of file content.
+pub fn pack(dir: &Path, skip_node_modules: bool, limit: u64) -> std::io::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
+    let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(current) = stack.pop() {
         let mut entries: Vec<_> = std::fs::read_dir(&current)?.flatten().collect();
@@ -77,6 +97,10 @@ pub fn pack(dir: &Path, skip_node_modules: bool) -> std::io::Result<Vec<u8>> {
                 builder.append_dir(relative, &path)?;
                 stack.push(path);
             } else if kind.is_file() {
+                total = total.saturating_add(entry.metadata()?.len());
+                if total > limit {
+                    return Err(std::io::Error::other(format!("it holds more than {limit} bytes")));
+                }
                 builder.append_path_with_name(&path, relative)?;
             }
         }
@@ -141,6 +165,9 @@ mod tests {
         assert!(safe_relative("../etc/passwd").is_err());
         assert!(safe_relative("/etc/passwd").is_err());
         assert!(safe_relative("").is_err());
+        assert!(safe_relative(".").is_err());
+        assert!(safe_relative("./").is_err());
+        assert!(safe_relative("a\0b").is_err());
         assert!(safe_name("shop").is_ok());
         assert!(safe_name("..").is_err());
         assert!(safe_name("a/b").is_err());
@@ -152,7 +179,8 @@ mod tests {
         std::fs::create_dir_all(from.path().join("sub")).unwrap();
         std::fs::write(from.path().join("schema.graphql"), "type A @table { id: ID @primaryKey }").unwrap();
         std::fs::write(from.path().join("sub/x.txt"), "x").unwrap();
-        let archive = pack(from.path(), true).unwrap();
+        let archive = pack(from.path(), true, 1 << 20).unwrap();
+        assert!(pack(from.path(), true, 1).is_err(), "over the limit");
         let to = tempfile::tempdir().unwrap();
         unpack(&archive, to.path(), 1 << 20).unwrap();
         assert_eq!(std::fs::read_to_string(to.path().join("sub/x.txt")).unwrap(), "x");

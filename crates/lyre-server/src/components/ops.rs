@@ -1,5 +1,9 @@
 //! The component operations of the Operations API: add, deploy, package, drop, list,
 //! read and write files. Every change reloads the component at once.
+//!
+//! File work runs on the blocking pool: a package path can name anything on the
+//! machine (a huge tree, a device that never answers), and a request must not hold
+//! up the workers every other request runs on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -7,17 +11,75 @@ use std::sync::Arc;
 use base64::Engine as _;
 use lyre_core::{Code, Object, Value};
 
-use crate::components::files::{pack, safe_name, safe_relative, unpack};
+use crate::components::files::{no_links, pack, safe_name, safe_relative, unpack};
 use crate::components::{Components, Status};
 use crate::http::error::ApiError;
 
 /// Most an unpacked deployment may hold.
 const MAX_UNPACKED: u64 = 512 << 20;
 
+/// Largest file `get_component_file` returns (Harper's
+/// `operationsApi.componentFile.maxSize` default).
+const MAX_FILE_READ: u64 = 5 << 20;
+
+/// Directories a package is never read from: their files can block forever or never end.
+const NOT_PACKAGES: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// Runs file work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::new(Code::Internal, format!("file work stopped unexpectedly: {e}")))?
+}
+
+/// A file-system failure: the client's mistake (a directory where a file is meant, a
+/// name too long, ...) is 400 naming it; anything else is 500.
+fn file_error(what: &str, err: std::io::Error) -> ApiError {
+    // EEXIST, ENOTDIR, EISDIR, EINVAL, ENAMETOOLONG
+    let clients =
+        matches!(err.raw_os_error(), Some(17 | 20 | 21 | 22 | 36)) || err.kind() == std::io::ErrorKind::InvalidInput;
+    let code = if clients { Code::BadRequest } else { Code::Internal };
+    ApiError::new(code, format!("{what} failed: {err}"))
+}
+
+/// A file path inside `project`'s directory, refused when it leaves it, names the
+/// directory itself, or passes through a symbolic link.
+fn project_file(components: &Components, project: &str, file: &str) -> Result<PathBuf, ApiError> {
+    let dir = components.component_dir(project);
+    let relative = safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?;
+    no_links(&dir, &relative).map_err(ApiError::bad_request)?;
+    Ok(dir.join(relative))
+}
+
+/// How a file's bytes travel as text (`encoding`): `utf8` (the default) or `base64`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Encoding {
+    /// Text.
+    Utf8,
+    /// Binary, base64-encoded.
+    Base64,
+}
+
+impl Encoding {
+    /// Reads the `encoding` parameter.
+    pub fn parse(name: Option<&str>) -> Result<Encoding, ApiError> {
+        match name.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("utf8" | "utf-8") => Ok(Encoding::Utf8),
+            Some("base64") => Ok(Encoding::Base64),
+            Some(other) => Err(ApiError::bad_request(format!("'encoding' must be utf8 or base64, not '{other}'"))),
+        }
+    }
+}
+
 const TEMPLATE_CONFIG: &str = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n";
 const TEMPLATE_SCHEMA: &str = "# Define tables here, for example:\n# type Dog @table @export {\n#   id: ID @primaryKey\n#   name: String @indexed\n# }\n";
 
 fn project_name(name: &str) -> Result<(), ApiError> {
+    if name.len() > 100 {
+        return Err(ApiError::bad_request("Project names can be at most 100 characters"));
+    }
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         return Err(ApiError::bad_request(
             "Project name can only contain alphanumeric, dash and underscores characters",
@@ -45,13 +107,16 @@ fn loaded(status: Status) -> Result<(), ApiError> {
 pub async fn add(components: &Arc<Components>, project: &str) -> Result<Value, ApiError> {
     project_name(project)?;
     let dir = components.component_dir(project);
-    if dir.exists() {
-        return Err(ApiError::bad_request("Project already exists"));
-    }
-    let io = |e: std::io::Error| ApiError::new(Code::Internal, format!("creating the project failed: {e}"));
-    std::fs::create_dir_all(&dir).map_err(io)?;
-    std::fs::write(dir.join("config.yaml"), TEMPLATE_CONFIG).map_err(io)?;
-    std::fs::write(dir.join("schema.graphql"), TEMPLATE_SCHEMA).map_err(io)?;
+    blocking(move || {
+        if dir.exists() {
+            return Err(ApiError::bad_request("Project already exists"));
+        }
+        let io = |e| file_error("creating the project", e);
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        std::fs::write(dir.join("config.yaml"), TEMPLATE_CONFIG).map_err(io)?;
+        std::fs::write(dir.join("schema.graphql"), TEMPLATE_SCHEMA).map_err(io)
+    })
+    .await?;
     loaded(components.reload(project).await)?;
     Ok(message(format!("Successfully added project: {project}")))
 }
@@ -66,40 +131,84 @@ pub async fn deploy(
 ) -> Result<Value, ApiError> {
     project_name(project)?;
     let staging = components.dir().join(format!(".deploy-{project}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    let staged = match (payload, package) {
-        (Some(payload), _) => {
-            let archive = base64::engine::general_purpose::STANDARD
+    let archive = match (payload, package) {
+        (Some(payload), _) => Some(
+            base64::engine::general_purpose::STANDARD
                 .decode(payload.trim())
-                .map_err(|e| ApiError::bad_request(format!("'payload' is not valid base64: {e}")))?;
-            unpack(&archive, &staging, MAX_UNPACKED)
+                .map_err(|e| ApiError::bad_request(format!("'payload' is not valid base64: {e}")))?,
+        ),
+        (None, Some(package)) => {
+            let package = PathBuf::from(package);
+            let staged = staging.clone();
+            return deploy_staged(components, project, staging, move || stage_package(&package, &staged)).await;
         }
-        (None, Some(package)) => stage_package(Path::new(&package), &staging),
         (None, None) => return Err(ApiError::bad_request("Either payload or package must be provided")),
     };
-    if let Err(reason) = staged {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(ApiError::bad_request(format!("the component could not be unpacked: {reason}")));
-    }
+    let staged = staging.clone();
+    let archive = archive.unwrap_or_default();
+    deploy_staged(components, project, staging, move || unpack(&archive, &staged, MAX_UNPACKED)).await
+}
+
+/// Fills `staging` with `stage`, swaps it in for the component's directory, and loads
+/// it; when the new version fails to load, the previous one is put back and reloaded.
+async fn deploy_staged(
+    components: &Arc<Components>,
+    project: &str,
+    staging: PathBuf,
+    stage: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Result<Value, ApiError> {
     let dir = components.component_dir(project);
     let old = components.dir().join(format!(".old-{project}-{}", std::process::id()));
-    let io = |e: std::io::Error| ApiError::new(Code::Internal, format!("installing the component failed: {e}"));
-    if dir.exists() {
-        std::fs::rename(&dir, &old).map_err(io)?;
+    let root = components.dir().to_path_buf();
+    let (swap_dir, swap_old) = (dir.clone(), old.clone());
+    let had_old = blocking(move || {
+        let _ = std::fs::remove_dir_all(&staging);
+        if let Err(reason) = stage() {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(ApiError::bad_request(format!("the component could not be unpacked: {reason}")));
+        }
+        let io = |e| file_error("installing the component", e);
+        let _ = std::fs::remove_dir_all(&swap_old);
+        let had_old = swap_dir.exists();
+        if had_old {
+            std::fs::rename(&swap_dir, &swap_old).map_err(io)?;
+        }
+        std::fs::create_dir_all(&root).map_err(io)?;
+        std::fs::rename(&staging, &swap_dir).map_err(io)?;
+        Ok(had_old)
+    })
+    .await?;
+    let status = components.reload(project).await;
+    if matches!(status, Status::Failed(_)) && had_old {
+        // Keep the working version: the failed one is reported, not installed.
+        let (failed_dir, kept) = (dir.clone(), old.clone());
+        blocking(move || {
+            let _ = std::fs::remove_dir_all(&failed_dir);
+            std::fs::rename(&kept, &failed_dir).map_err(|e| file_error("restoring the previous version", e))
+        })
+        .await?;
+        let _ = components.reload(project).await;
+    } else {
+        let _ = blocking(move || Ok(std::fs::remove_dir_all(&old))).await;
     }
-    std::fs::create_dir_all(components.dir()).map_err(io)?;
-    std::fs::rename(&staging, &dir).map_err(io)?;
-    let _ = std::fs::remove_dir_all(&old);
-    loaded(components.reload(project).await)?;
+    loaded(status)?;
     Ok(message(format!("Successfully deployed: {project}")))
 }
 
 /// Copies a local directory, or unpacks a local tarball, into `staging`.
 fn stage_package(package: &Path, staging: &Path) -> Result<(), String> {
+    let real = std::fs::canonicalize(package).map_err(|e| format!("{}: {e}", package.display()))?;
+    if NOT_PACKAGES.iter().any(|dir| real.starts_with(dir)) {
+        return Err(format!("package '{}' is in {}, which is not read", package.display(), real.display()));
+    }
     if package.is_dir() {
-        let archive = pack(package, true).map_err(|e| e.to_string())?;
+        let archive = pack(package, true, MAX_UNPACKED).map_err(|e| format!("{}: {e}", package.display()))?;
         unpack(&archive, staging, MAX_UNPACKED)
     } else if package.is_file() {
+        let size = std::fs::metadata(package).map_err(|e| format!("{}: {e}", package.display()))?.len();
+        if size > MAX_UNPACKED {
+            return Err(format!("{} is larger than {MAX_UNPACKED} bytes", package.display()));
+        }
         let archive = std::fs::read(package).map_err(|e| format!("{}: {e}", package.display()))?;
         unpack(&archive, staging, MAX_UNPACKED)
     } else {
@@ -108,17 +217,20 @@ fn stage_package(package: &Path, staging: &Path) -> Result<(), String> {
 }
 
 /// `package_component`: the component as a base64 gzipped tar.
-pub fn package(components: &Arc<Components>, project: &str, skip_node_modules: bool) -> Result<Value, ApiError> {
+pub async fn package(components: &Arc<Components>, project: &str, skip_node_modules: bool) -> Result<Value, ApiError> {
     project_name(project)?;
     let dir = components.component_dir(project);
-    if !dir.is_dir() {
-        return Err(ApiError::new(Code::NotFound, format!("Unable to locate project '{project}'")));
-    }
-    let tar =
-        pack(&dir, skip_node_modules).map_err(|e| ApiError::new(Code::Internal, format!("packing failed: {e}")))?;
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    std::io::Write::write_all(&mut gz, &tar).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
-    let bytes = gz.finish().map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
+    let shown = project.to_string();
+    let bytes = blocking(move || {
+        if !dir.is_dir() {
+            return Err(ApiError::new(Code::NotFound, format!("Unable to locate project '{shown}'")));
+        }
+        let tar = pack(&dir, skip_node_modules, MAX_UNPACKED).map_err(|e| file_error("packing", e))?;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, &tar).map_err(|e| file_error("packing", e))?;
+        gz.finish().map_err(|e| file_error("packing", e))
+    })
+    .await?;
     let mut out = Object::new();
     out.insert("project".into(), project.into());
     out.insert("payload".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
@@ -129,25 +241,30 @@ pub fn package(components: &Arc<Components>, project: &str, skip_node_modules: b
 /// Its tables and data stay, as in Harper.
 pub async fn drop(components: &Arc<Components>, project: &str, file: Option<String>) -> Result<Value, ApiError> {
     project_name(project)?;
-    let dir = components.component_dir(project);
     let (target, shown) = match &file {
-        Some(file) => (
-            dir.join(safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?),
-            format!("{project}/{file}"),
-        ),
-        None => (dir.clone(), project.to_string()),
+        Some(file) => (project_file(components, project, file)?, format!("{project}/{file}")),
+        None => (components.component_dir(project), project.to_string()),
     };
-    if !target.exists() {
-        return Err(ApiError::new(Code::NotFound, format!("Unable to locate '{shown}'")));
-    }
-    let removed = if target.is_dir() { std::fs::remove_dir_all(&target) } else { std::fs::remove_file(&target) };
-    removed.map_err(|e| ApiError::new(Code::Internal, format!("dropping failed: {e}")))?;
+    let missing = format!("Unable to locate '{shown}'");
+    blocking(move || {
+        let Ok(meta) = std::fs::symlink_metadata(&target) else {
+            return Err(ApiError::new(Code::NotFound, missing));
+        };
+        let removed = if meta.is_dir() { std::fs::remove_dir_all(&target) } else { std::fs::remove_file(&target) };
+        removed.map_err(|e| file_error("dropping", e))
+    })
+    .await?;
     let _ = components.reload(project).await;
     Ok(message(format!("Successfully dropped: {shown}")))
 }
 
 /// `get_components`: every component's files and load status.
-pub fn list(components: &Arc<Components>) -> Result<Value, ApiError> {
+pub async fn list(components: &Arc<Components>) -> Result<Value, ApiError> {
+    let components = components.clone();
+    blocking(move || Ok(list_now(&components))).await
+}
+
+fn list_now(components: &Components) -> Value {
     let status = components.status();
     let mut entries = Vec::new();
     if let Ok(read) = std::fs::read_dir(components.dir()) {
@@ -180,13 +297,15 @@ pub fn list(components: &Arc<Components>) -> Result<Value, ApiError> {
     let mut out = Object::new();
     out.insert("name".into(), "components".into());
     out.insert("entries".into(), Value::Array(entries));
-    Ok(Value::Object(out))
+    Value::Object(out)
 }
 
+/// A directory's files and subdirectories (symbolic links are not followed).
 fn tree(path: &Path, name: &str) -> Object {
     let mut out = Object::new();
     out.insert("name".into(), name.into());
-    if path.is_dir() {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return out };
+    if meta.is_dir() {
         let mut children: Vec<PathBuf> =
             std::fs::read_dir(path).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default();
         children.sort();
@@ -199,22 +318,40 @@ fn tree(path: &Path, name: &str) -> Object {
             })
             .collect();
         out.insert("entries".into(), Value::Array(entries));
-    } else if let Ok(meta) = std::fs::metadata(path) {
+    } else if meta.is_file() {
         out.insert("size".into(), Value::Int(i64::try_from(meta.len()).unwrap_or(i64::MAX)));
     }
     out
 }
 
-/// `get_component_file`: a file's text.
-pub fn get_file(components: &Arc<Components>, project: &str, file: &str) -> Result<Value, ApiError> {
+/// `get_component_file`: a regular file's contents, as text or base64.
+pub async fn get_file(
+    components: &Arc<Components>,
+    project: &str,
+    file: &str,
+    encoding: Encoding,
+) -> Result<Value, ApiError> {
     project_name(project)?;
-    let relative = safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?;
-    let path = components.component_dir(project).join(relative);
-    let text = std::fs::read(&path)
-        .map_err(|_| ApiError::new(Code::NotFound, format!("Component file not found '{project}/{file}'")))?;
+    let path = project_file(components, project, file)?;
+    let missing = format!("Component file not found '{project}/{file}'");
+    let bytes = blocking(move || {
+        // Only a regular file: a FIFO or device could block the read forever.
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.len() > MAX_FILE_READ => {
+                Err(ApiError::new(Code::PayloadTooLarge, format!("the file is larger than {MAX_FILE_READ} bytes")))
+            }
+            Ok(meta) if meta.is_file() => std::fs::read(&path).map_err(|e| file_error("reading the file", e)),
+            _ => Err(ApiError::new(Code::NotFound, missing)),
+        }
+    })
+    .await?;
+    let text = match encoding {
+        Encoding::Utf8 => String::from_utf8_lossy(&bytes).into_owned(),
+        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&bytes),
+    };
     let mut out = Object::new();
-    out.insert("message".into(), Value::String(String::from_utf8_lossy(&text).into_owned()));
-    out.insert("size".into(), Value::Int(text.len() as i64));
+    out.insert("message".into(), Value::String(text));
+    out.insert("size".into(), Value::Int(bytes.len() as i64));
     Ok(Value::Object(out))
 }
 
@@ -224,23 +361,24 @@ pub async fn set_file(
     project: &str,
     file: &str,
     payload: &str,
-    base64: bool,
+    encoding: Encoding,
 ) -> Result<Value, ApiError> {
     project_name(project)?;
-    let relative = safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?;
-    let path = components.component_dir(project).join(relative);
-    let bytes = if base64 {
-        base64::engine::general_purpose::STANDARD
+    let path = project_file(components, project, file)?;
+    let bytes = match encoding {
+        Encoding::Base64 => base64::engine::general_purpose::STANDARD
             .decode(payload)
-            .map_err(|e| ApiError::bad_request(format!("'payload' is not valid base64: {e}")))?
-    } else {
-        payload.as_bytes().to_vec()
+            .map_err(|e| ApiError::bad_request(format!("'payload' is not valid base64: {e}")))?,
+        Encoding::Utf8 => payload.as_bytes().to_vec(),
     };
-    let io = |e: std::io::Error| ApiError::new(Code::Internal, format!("writing the file failed: {e}"));
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    std::fs::write(&path, bytes).map_err(io)?;
+    blocking(move || {
+        let io = |e| file_error("writing the file", e);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        std::fs::write(&path, bytes).map_err(io)
+    })
+    .await?;
     loaded(components.reload(project).await)?;
     Ok(message(format!("Successfully set component: {file}")))
 }

@@ -215,3 +215,61 @@ async fn install_commands_are_bounded_and_their_trees_killed() {
     let last = stat();
     assert!(!alive(&last), "the background process of a timed-out install outlived it: {last}");
 }
+
+#[tokio::test]
+async fn component_files_stay_inside_and_a_failed_deploy_keeps_the_working_version() {
+    let s = TestServer::start().await;
+    let widget = "type Widget @table(database: \"w\") @export { id: ID @primaryKey name: String }";
+    let deploy = |files: &[(&str, &str)]| json!({"operation": "deploy_component", "project": "widgets", "payload": payload(files)});
+    s.ok(deploy(&[("config.yaml", SHOP_CONFIG), ("schema.graphql", widget)])).await;
+    assert_eq!(rest_put(&s, "/Widget/1", json!({"name": "one"})).await, 204);
+
+    // A version that does not load is refused, and the working one keeps serving.
+    let (status, body) =
+        s.op(deploy(&[("config.yaml", SHOP_CONFIG), ("schema.graphql", "type Broken @table {")])).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(rest_get(&s, "/Widget/1").await.0, 200);
+    let schema = s.ok(json!({"operation": "get_component_file", "project": "widgets", "file": "schema.graphql"})).await;
+    assert_eq!(schema["message"], widget);
+
+    // Paths name something inside the project, never the project itself, and never
+    // pass through a link to elsewhere.
+    s.fails(json!({"operation": "drop_component", "project": "widgets", "file": "."}), 400, "Invalid file path").await;
+    let outside = s.root().parent().unwrap().join("outside.txt");
+    std::fs::write(&outside, "untouched").unwrap();
+    std::os::unix::fs::symlink(&outside, s.root().join("components/widgets/link")).unwrap();
+    let through_link =
+        json!({"operation": "set_component_file", "project": "widgets", "file": "link", "payload": "changed"});
+    s.fails(through_link, 400, "'link' is a symbolic link").await;
+    let (status, _) = s.op(json!({"operation": "get_component_file", "project": "widgets", "file": "link"})).await;
+    assert_eq!(status, 400);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "untouched");
+    // A directory where a file is meant is the client's mistake.
+    let (status, body) =
+        s.op(json!({"operation": "set_component_file", "project": "widgets", "file": ".", "payload": "x"})).await;
+    assert_eq!(status, 400, "{body}");
+    s.ok(json!({"operation": "set_component_file", "project": "widgets", "file": "dir/a.txt", "payload": "a"})).await;
+    let (status, body) =
+        s.op(json!({"operation": "set_component_file", "project": "widgets", "file": "dir", "payload": "x"})).await;
+    assert_eq!(status, 400, "{body}");
+
+    // Binary files travel as base64; unknown encodings are refused.
+    let binary = base64::engine::general_purpose::STANDARD.encode((0u8..=255).collect::<Vec<u8>>());
+    s.ok(json!({"operation": "set_component_file", "project": "widgets", "file": "bytes.bin", "payload": binary, "encoding": "base64"})).await;
+    let back = s
+        .ok(json!({"operation": "get_component_file", "project": "widgets", "file": "bytes.bin", "encoding": "base64"}))
+        .await;
+    assert_eq!((back["message"].as_str(), back["size"].as_i64()), (Some(binary.as_str()), Some(256)));
+    s.fails(
+        json!({"operation": "get_component_file", "project": "widgets", "file": "bytes.bin", "encoding": "hex"}),
+        400,
+        "'encoding' must be utf8 or base64, not 'hex'",
+    )
+    .await;
+
+    // A package is never read from /proc, /sys or /dev (their files can block forever).
+    let (status, body) = s.op(json!({"operation": "deploy_component", "project": "p", "package": "/proc"})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("is not read"), "{body}");
+    assert_eq!(rest_get(&s, "/Widget/1").await.0, 200, "still serving");
+}

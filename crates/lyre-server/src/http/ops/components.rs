@@ -23,7 +23,7 @@ pub async fn dispatch(
     require_super_user(ctx)?;
     let components = &state.components;
     let value = match operation {
-        "get_components" => ops::list(components)?,
+        "get_components" => ops::list(components).await?,
         "add_component" => ops::add(components, &params.required_string(&["project"])?).await?,
         "deploy_component" => {
             let project = params.required_string(&["project"])?;
@@ -33,7 +33,7 @@ pub async fn dispatch(
         }
         "package_component" => {
             let project = params.required_string(&["project"])?;
-            ops::package(components, &project, params.bool(&["skip_node_modules"])?.unwrap_or(false))?
+            ops::package(components, &project, params.bool(&["skip_node_modules"])?.unwrap_or(false)).await?
         }
         "drop_component" => {
             let project = params.required_string(&["project"])?;
@@ -41,14 +41,16 @@ pub async fn dispatch(
         }
         "get_component_file" => {
             let project = params.required_string(&["project"])?;
-            ops::get_file(components, &project, &params.required_string(&["file"])?)?
+            let file = params.required_string(&["file"])?;
+            let encoding = ops::Encoding::parse(params.string(&["encoding"])?.as_deref())?;
+            ops::get_file(components, &project, &file, encoding).await?
         }
         "set_component_file" => {
             let project = params.required_string(&["project"])?;
             let file = params.required_string(&["file"])?;
             let payload = params.required_string(&["payload"])?;
-            let base64 = params.string(&["encoding"])?.is_some_and(|e| e == "base64");
-            ops::set_file(components, &project, &file, &payload, base64).await?
+            let encoding = ops::Encoding::parse(params.string(&["encoding"])?.as_deref())?;
+            ops::set_file(components, &project, &file, &payload, encoding).await?
         }
         other => return Err(ApiError::bad_request(format!("Operation '{other}' not found"))),
     };
