@@ -142,6 +142,10 @@ pub fn unpack(archive: &[u8], dir: &Path, limit: u64) -> Result<(), String> {
                 std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
             }
             entry.unpack(&target).map_err(|e| format!("unpacking {}: {e}", path.display()))?;
+            // Whatever the archive says, nobody but the owner may write the file.
+            let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
+            std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .map_err(|e| format!("unpacking {}: {e}", path.display()))?;
         }
     }
     Ok(())
@@ -179,11 +183,17 @@ mod tests {
         std::fs::create_dir_all(from.path().join("sub")).unwrap();
         std::fs::write(from.path().join("schema.graphql"), "type A @table { id: ID @primaryKey }").unwrap();
         std::fs::write(from.path().join("sub/x.txt"), "x").unwrap();
+        std::fs::set_permissions(from.path().join("sub/x.txt"), std::os::unix::fs::PermissionsExt::from_mode(0o4777))
+            .unwrap();
         let archive = pack(from.path(), true, 1 << 20).unwrap();
         assert!(pack(from.path(), true, 1).is_err(), "over the limit");
         let to = tempfile::tempdir().unwrap();
         unpack(&archive, to.path(), 1 << 20).unwrap();
         assert_eq!(std::fs::read_to_string(to.path().join("sub/x.txt")).unwrap(), "x");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(to.path().join("sub/x.txt")).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o7777, 0o755, "no setuid, no group or world write");
         assert!(unpack(&archive, to.path(), 3).unwrap_err().contains("more than"));
         assert!(unpack(b"not a tar archive at all", to.path(), 1 << 20).is_err());
     }
