@@ -604,6 +604,13 @@ async fn last_modified_when_the_component_asks_for_it() {
     assert_eq!(headers["last-modified"].to_str().unwrap(), header);
 }
 
+/// A plain TCP connection to a local port, giving up on reads after 5 s.
+fn raw_connection(port: u16) -> std::net::TcpStream {
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    stream
+}
+
 /// Sends `head`, then (after a pause, as a separate packet) `body` on `stream`, and
 /// reads one response: its status line and body length.
 fn exchange(stream: &mut std::net::TcpStream, head: &str, body: &[u8]) -> (String, usize) {
@@ -637,8 +644,7 @@ async fn requests_whose_body_is_not_read_keep_their_connection() {
     let s = std::sync::Arc::new(s);
     let server = s.clone();
     tokio::task::spawn_blocking(move || {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.http_port)).unwrap();
-        stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let mut stream = raw_connection(server.http_port);
         let auth = "Authorization: Basic YWRtaW46cGFzc3dvcmQ=";
         let head = format!("GET /products/ HTTP/1.1\r\nHost: a\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n");
         // A body on a GET, arriving after the headers: read and ignored.
@@ -658,8 +664,7 @@ async fn requests_whose_body_is_not_read_keep_their_connection() {
         let head = format!("GET /products/p1 HTTP/1.1\r\nHost: a\r\n{auth}\r\n\r\n");
         assert_eq!(exchange(&mut stream, &head, b"").0, "HTTP/1.1 200 OK");
         // The same on the Operations API.
-        let mut ops = std::net::TcpStream::connect(("127.0.0.1", server.ops_port)).unwrap();
-        ops.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let mut ops = raw_connection(server.ops_port);
         let body = br#"{"operation":"describe_all"}"#;
         let length = body.len();
         let head = format!("POST / HTTP/1.1\r\nHost: a\r\nAuthorization: Basic eDp5\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n");
@@ -669,8 +674,7 @@ async fn requests_whose_body_is_not_read_keep_their_connection() {
         // A client waiting for `100 Continue` is answered without being asked for its
         // body, and the connection closes.
         let head = "PUT /products/p9 HTTP/1.1\r\nHost: a\r\nAuthorization: Basic eDp5\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n";
-        let mut fresh = std::net::TcpStream::connect(("127.0.0.1", server.http_port)).unwrap();
-        fresh.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let mut fresh = raw_connection(server.http_port);
         fresh.write_all(head.as_bytes()).unwrap();
         let mut answer = String::new();
         let _ = fresh.read_to_string(&mut answer);
