@@ -126,7 +126,8 @@ pub fn unpack(archive: &[u8], dir: &Path, limit: u64) -> Result<(), String> {
         let path = entry.path().map_err(|e| format!("invalid archive: {e}"))?.into_owned();
         // Archives made by `npm pack` put everything under `package/`.
         let path = path.strip_prefix("package").map(Path::to_path_buf).unwrap_or(path);
-        if path.as_os_str().is_empty() {
+        // `tar -C dir .` archives begin with a `./` entry: the directory itself.
+        if path.components().all(|c| matches!(c, Component::CurDir)) {
             continue;
         }
         let kind = entry.header().entry_type();
@@ -196,5 +197,12 @@ mod tests {
         assert_eq!(mode & 0o7777, 0o755, "no setuid, no group or world write");
         assert!(unpack(&archive, to.path(), 3).unwrap_err().contains("more than"));
         assert!(unpack(b"not a tar archive at all", to.path(), 1 << 20).is_err());
+        // `tar -C dir .` archives start with a `./` entry for the directory itself.
+        let mut builder = tar::Builder::new(Vec::new());
+        builder.append_dir("./", from.path()).unwrap();
+        builder.append_path_with_name(from.path().join("schema.graphql"), "./schema.graphql").unwrap();
+        let dotted = tempfile::tempdir().unwrap();
+        unpack(&builder.into_inner().unwrap(), dotted.path(), 1 << 20).unwrap();
+        assert!(dotted.path().join("schema.graphql").is_file());
     }
 }

@@ -373,6 +373,10 @@ pub async fn set_file(
     };
     blocking(move || {
         let io = |e| file_error("writing the file", e);
+        // Only a regular file is replaced: opening a FIFO to write would block.
+        if std::fs::symlink_metadata(&path).is_ok_and(|meta| !meta.is_file()) {
+            return Err(ApiError::bad_request("the path names something other than a regular file"));
+        }
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io)?;
         }

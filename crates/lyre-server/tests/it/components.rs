@@ -252,6 +252,13 @@ async fn component_files_stay_inside_and_a_failed_deploy_keeps_the_working_versi
     let (status, body) =
         s.op(json!({"operation": "set_component_file", "project": "widgets", "file": "dir", "payload": "x"})).await;
     assert_eq!(status, 400, "{body}");
+    // A FIFO is neither read nor written (either would block).
+    let fifo = s.root().join("components/widgets/pipe");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let write = json!({"operation": "set_component_file", "project": "widgets", "file": "pipe", "payload": "x"});
+    s.fails(write, 400, "the path names something other than a regular file").await;
+    let (status, _) = s.op(json!({"operation": "get_component_file", "project": "widgets", "file": "pipe"})).await;
+    assert_eq!(status, 404);
 
     // Binary files travel as base64; unknown encodings are refused.
     let binary = base64::engine::general_purpose::STANDARD.encode((0u8..=255).collect::<Vec<u8>>());
