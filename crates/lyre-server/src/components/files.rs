@@ -76,11 +76,16 @@ pub fn safe_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Packs `dir` into a tar archive (skipping `node_modules` when asked): directories
-/// and regular files only, at most `limit` bytes of file content.
-pub fn pack(dir: &Path, skip_node_modules: bool, limit: u64) -> std::io::Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
-    builder.follow_symlinks(false);
+/// Visits `dir`'s directories and regular files below it, each directory before its
+/// contents (symbolic links and other kinds are skipped, and `node_modules` when
+/// asked), failing once the files add up to more than `limit` bytes. `visit` gets the
+/// path, the path relative to `dir`, and whether it is a directory.
+fn walk(
+    dir: &Path,
+    skip_node_modules: bool,
+    limit: u64,
+    visit: &mut dyn FnMut(&Path, &Path, bool) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(current) = stack.pop() {
@@ -88,24 +93,52 @@ pub fn pack(dir: &Path, skip_node_modules: bool, limit: u64) -> std::io::Result<
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
             let path = entry.path();
-            let relative = path.strip_prefix(dir).unwrap_or(&path);
+            let relative = path.strip_prefix(dir).unwrap_or(&path).to_path_buf();
             if skip_node_modules && entry.file_name() == "node_modules" {
                 continue;
             }
             let kind = entry.file_type()?;
             if kind.is_dir() {
-                builder.append_dir(relative, &path)?;
+                visit(&path, &relative, true)?;
                 stack.push(path);
             } else if kind.is_file() {
                 total = total.saturating_add(entry.metadata()?.len());
                 if total > limit {
                     return Err(std::io::Error::other(format!("it holds more than {limit} bytes")));
                 }
-                builder.append_path_with_name(&path, relative)?;
+                visit(&path, &relative, false)?;
             }
         }
     }
+    Ok(())
+}
+
+/// Packs `dir` into a tar archive (skipping `node_modules` when asked): directories
+/// and regular files only, at most `limit` bytes of file content.
+pub fn pack(dir: &Path, skip_node_modules: bool, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    walk(dir, skip_node_modules, limit, &mut |path, relative, is_dir| match is_dir {
+        true => builder.append_dir(relative, path),
+        false => builder.append_path_with_name(path, relative),
+    })?;
     builder.into_inner()
+}
+
+/// Copies `from`'s directories and regular files (not `node_modules`) into `to`, at
+/// most `limit` bytes, without holding them in memory; nobody but the owner may write
+/// the copies.
+pub fn copy_tree(from: &Path, to: &Path, limit: u64) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    walk(from, true, limit, &mut |path, relative, is_dir| {
+        let target = to.join(relative);
+        if is_dir {
+            return std::fs::create_dir_all(&target);
+        }
+        std::fs::copy(path, &target)?;
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&target)?.permissions());
+        std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(mode & 0o755))
+    })
 }
 
 /// Unpacks a tar archive (gzipped or not) into `dir`, refusing entries that would
@@ -204,5 +237,10 @@ mod tests {
         let dotted = tempfile::tempdir().unwrap();
         unpack(&builder.into_inner().unwrap(), dotted.path(), 1 << 20).unwrap();
         assert!(dotted.path().join("schema.graphql").is_file());
+        // A directory copies the same way, with the same limit.
+        let copied = tempfile::tempdir().unwrap();
+        copy_tree(from.path(), copied.path(), 1 << 20).unwrap();
+        assert_eq!(std::fs::read_to_string(copied.path().join("sub/x.txt")).unwrap(), "x");
+        assert!(copy_tree(from.path(), copied.path(), 1).is_err(), "over the limit");
     }
 }

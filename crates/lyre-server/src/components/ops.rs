@@ -11,7 +11,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use lyre_core::{Code, Object, Value};
 
-use crate::components::files::{no_links, pack, safe_name, safe_relative, unpack};
+use crate::components::files::{copy_tree, no_links, pack, safe_name, safe_relative, unpack};
 use crate::components::{Components, Status};
 use crate::http::error::ApiError;
 
@@ -202,8 +202,7 @@ fn stage_package(package: &Path, staging: &Path) -> Result<(), String> {
         return Err(format!("package '{}' is in {}, which is not read", package.display(), real.display()));
     }
     if package.is_dir() {
-        let archive = pack(package, true, MAX_UNPACKED).map_err(|e| format!("{}: {e}", package.display()))?;
-        unpack(&archive, staging, MAX_UNPACKED)
+        copy_tree(package, staging, MAX_UNPACKED).map_err(|e| format!("{}: {e}", package.display()))
     } else if package.is_file() {
         let size = std::fs::metadata(package).map_err(|e| format!("{}: {e}", package.display()))?.len();
         if size > MAX_UNPACKED {
