@@ -8,7 +8,7 @@
 //! entry older than the retention period (Harper's `logging.auditRetention`).
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use lyre_store::{Change, ChangeKind, LogEntry, ReadTxn, decode_key};
 
@@ -153,8 +153,7 @@ pub(crate) async fn keep_within(engine: Weak<Engine>, retention: Duration) {
         let Some(names) = engine.upgrade().map(|engine| engine.database_names()) else {
             return;
         };
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let before = now.saturating_sub(retention).as_secs_f64() * 1_000.0;
+        let before = crate::expiry::now_ms() - retention.as_secs_f64() * 1_000.0;
         for name in names {
             // One database at a time, looked up just before its turn: a handle held
             // across the sweep would make a drop or restore of it wait (and fail).
