@@ -192,17 +192,17 @@ impl Table {
         let txn = self.db.store().read()?;
         let Some(store) = txn.table(&self.schema.name)? else { return Ok(step) };
         let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-        let mut last = None;
+        let mut last: Option<&[u8]> = None;
         for (seen, item) in txn.records(&store, (start, std::ops::Bound::Unbounded), false)?.enumerate() {
             let (key, stored) = item?;
             if seen == max {
-                step.next = last; // more follow: the next step starts after the last looked at
+                step.next = last.map(<[u8]>::to_vec); // more follow: resume after the last looked at
                 break;
             }
             if expiration.is_evictable(lyre_store::decode_record(stored)?.0.version, now) {
                 step.keys.push(key.to_vec());
             }
-            last = Some(key.to_vec());
+            last = Some(key);
         }
         Ok(step)
     }

@@ -24,14 +24,7 @@ async fn seed(s: &TestServer, database: &str, records: usize) {
 
 /// Sends an operation that a failpoint makes the server die in; asserts no answer.
 async fn crash_on(s: &TestServer, body: Value) {
-    let answered = s
-        .client
-        .post(s.url("/"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await;
+    let answered = s.op_request(&body).send().await;
     assert!(answered.is_err(), "{body}: the process should have died, it answered {answered:?}");
 }
 
@@ -109,15 +102,7 @@ async fn drop_under_schema_churn() {
 async fn a_held_lease_refuses_the_drop_then_releases() {
     let s = TestServer::start_with(&[("STORAGE_RELEASETIMEOUT", "500")]).await;
     seed(&s, "held", 40_000).await;
-    let mut backup = s
-        .client
-        .post(s.url("/"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "application/json")
-        .body(json!({"operation": "get_backup", "database": "held"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut backup = s.op_request(&json!({"operation": "get_backup", "database": "held"})).send().await.unwrap();
     assert_eq!(backup.status(), 200);
     let first = backup.chunk().await.unwrap().expect("a first chunk");
     assert!(!first.is_empty());
@@ -130,12 +115,8 @@ async fn a_held_lease_refuses_the_drop_then_releases() {
     // A client that gives up before the release timeout: the drop still runs to its
     // end (here the same refusal), instead of being cancelled half-way.
     let impatient = s
-        .client
-        .post(s.url("/"))
-        .basic_auth(USER, Some(PASSWORD))
+        .op_request(&json!({"operation": "drop_database", "database": "held"}))
         .timeout(std::time::Duration::from_millis(100))
-        .header("content-type", "application/json")
-        .body(json!({"operation": "drop_database", "database": "held"}).to_string())
         .send()
         .await;
     assert!(impatient.is_err(), "the client should have given up: {impatient:?}");
@@ -391,15 +372,7 @@ async fn backups_under_load_restore_consistently() {
         })
     };
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let backup = s
-        .client
-        .post(s.url("/"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "application/json")
-        .body(json!({"operation": "get_backup", "database": "live"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let backup = s.op_request(&json!({"operation": "get_backup", "database": "live"})).send().await.unwrap();
     assert_eq!(backup.status(), 200);
     assert_eq!(backup.headers()["content-type"], "application/octet-stream");
     let bytes = backup.bytes().await.unwrap();

@@ -271,15 +271,9 @@ async fn large_results_stream_in_chunks() {
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "bulk", "primary_key": "id"})).await;
     let records: Vec<Value> = (0..3000).map(|i| json!({"id": i, "group": i % 3, "pad": "p".repeat(100)})).collect();
     s.ok(json!({"operation": "insert", "database": "dev", "table": "bulk", "records": records})).await;
-    let response = s
-        .client
-        .post(s.url("/"))
-        .basic_auth(crate::support::USER, Some(crate::support::PASSWORD))
-        .header("content-type", "application/json")
-        .body(json!({"operation": "search_by_value", "database": "dev", "table": "bulk", "attribute": "group", "value": 1}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let search =
+        json!({"operation": "search_by_value", "database": "dev", "table": "bulk", "attribute": "group", "value": 1});
+    let response = s.op_request(&search).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(response.content_length().is_none(), "a large result is streamed, not buffered");
     let results: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();

@@ -197,17 +197,19 @@ impl TestServer {
         format!("http://127.0.0.1:{}{path}", self.ops_port)
     }
 
-    /// Sends an operation as JSON with the admin's credentials; returns status and body.
-    pub async fn op(&self, body: Value) -> (u16, Value) {
-        let response = self
-            .client
+    /// An operation as JSON with the admin's credentials, ready to adjust and send
+    /// (for tests that read the raw response or expect no answer).
+    pub fn op_request(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.client
             .post(self.url("/"))
             .basic_auth(USER, Some(PASSWORD))
             .header("content-type", "application/json")
             .body(body.to_string())
-            .send()
-            .await
-            .expect("request");
+    }
+
+    /// Sends an operation as JSON with the admin's credentials; returns status and body.
+    pub async fn op(&self, body: Value) -> (u16, Value) {
+        let response = self.op_request(&body).send().await.expect("request");
         let status = response.status().as_u16();
         let text = response.text().await.expect("body");
         let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
