@@ -1,11 +1,14 @@
-//! Records that expire (`@table(expiration:)`): what reads may see, and the sweep
-//! that removes expired records from storage.
+//! Records that expire (`@table(expiration:)`, `@expiresAt`): what reads may see, and
+//! the sweep that removes expired records from storage.
 //!
-//! A record of a table with an [`Expiration`] is hidden from every read once
-//! `expiration` seconds have passed since its last write ([`Live`]), and a write to it
-//! then starts a new record. The engine's sweeper removes it from storage (with its
-//! index entries, as a logged delete) `eviction` seconds later, checking each table
-//! every `scanInterval` seconds.
+//! A record of a table with an [`Expiration`](crate::catalog::Expiration) is hidden
+//! from every read once `expiration` seconds have passed since its last write
+//! ([`Live`]); a record whose `@expiresAt` attribute holds a time (ms since the epoch)
+//! is hidden from that time on, whatever the table's rule. A write to a hidden record
+//! starts a new record. The engine's sweeper removes it from storage (with its index
+//! entries, as a logged delete) `eviction` seconds later, checking each table every
+//! `scanInterval` seconds (every second, through the attribute's index, when
+//! `@expiresAt` is the only rule).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -13,12 +16,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lyre_store::decode_record;
 
-use crate::catalog::{Expiration, TableSchema};
+use crate::catalog::TableSchema;
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::table::{Table, decode_object};
-use crate::value::Object;
+use crate::value::{Object, Value};
 
 /// Records looked at per step of a sweep: each step reads one short snapshot and
 /// removes what it found in one writer job, so a large table never holds a snapshot,
@@ -33,31 +36,80 @@ pub(crate) fn now_ms() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1_000.0)
 }
 
+/// Whether records of `table` can expire at all.
+pub(crate) fn expires(table: &TableSchema) -> bool {
+    table.expiration.is_some() || table.expires_at.is_some()
+}
+
+/// When a record stops being visible (ms since the epoch), if it ever does: its own
+/// `@expiresAt` time when it holds one (a number), else its last write (`version`)
+/// plus the table's `expiration`.
+pub(crate) fn hidden_from(table: &TableSchema, version: f64, record: &Object) -> Option<f64> {
+    let own = table.expires_at.as_ref().and_then(|name| match record.get(name) {
+        Some(Value::Int(ms)) => Some(*ms as f64),
+        Some(Value::Float(ms)) if ms.is_finite() => Some(*ms),
+        _ => None,
+    });
+    own.or_else(|| table.expiration.map(|e| version + e.expiration as f64 * 1_000.0))
+}
+
+/// When a record may be removed from storage (ms since the epoch), if it ever may:
+/// the table's `eviction` seconds after it stops being visible.
+pub(crate) fn removable_from(table: &TableSchema, version: f64, record: &Object) -> Option<f64> {
+    let eviction = table.expiration.map_or(0.0, |e| e.eviction as f64 * 1_000.0);
+    hidden_from(table, version, record).map(|at| at + eviction)
+}
+
 /// Which stored records a read may see: every one, or (for a table whose records
 /// expire) those not expired when the read began.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Live {
-    expiration: Option<Expiration>,
+pub(crate) struct Live<'a> {
+    table: &'a TableSchema,
     now: f64,
 }
 
-impl Live {
+impl<'a> Live<'a> {
     /// What a read of `table` starting now may see.
-    pub(crate) fn of(table: &TableSchema) -> Live {
-        Live { expiration: table.expiration, now: if table.expiration.is_some() { now_ms() } else { 0.0 } }
+    pub(crate) fn of(table: &'a TableSchema) -> Self {
+        Live::at(table, if expires(table) { now_ms() } else { 0.0 })
+    }
+
+    /// What a read of `table` at `now` (ms) may see.
+    pub(crate) fn at(table: &'a TableSchema, now: f64) -> Self {
+        Live { table, now }
     }
 
     /// Whether a record last written at `version` (ms) is visible.
-    pub(crate) fn sees(&self, version: f64) -> bool {
-        self.expiration.is_none_or(|e| !e.is_expired(version, self.now))
+    pub(crate) fn sees(&self, version: f64, record: &Object) -> bool {
+        hidden_from(self.table, version, record).is_none_or(|at| at > self.now)
     }
 
     /// The stored record, decoded, unless it has expired.
     pub(crate) fn decode(&self, stored: &[u8]) -> Result<Option<Object>> {
-        if self.expiration.is_some() && !self.sees(decode_record(stored)?.0.version) {
-            return Ok(None);
+        match (&self.table.expiration, &self.table.expires_at) {
+            (None, None) => decode_object(stored).map(Some),
+            // Expiry by age alone: the header says, without decoding the record.
+            (Some(expiration), None) => {
+                let version = decode_record(stored)?.0.version;
+                if expiration.is_expired(version, self.now) { Ok(None) } else { decode_object(stored).map(Some) }
+            }
+            (_, Some(_)) => {
+                let version = decode_record(stored)?.0.version;
+                let record = decode_object(stored)?;
+                Ok(self.sees(version, &record).then_some(record))
+            }
         }
-        decode_object(stored).map(Some)
+    }
+}
+
+/// How often `table` is swept, if its records expire: as its `expiration` rule
+/// says, or every second when `@expiresAt` is its only rule (such a sweep reads only
+/// the index entries already due, so it costs next to nothing when none are).
+fn sweep_period(table: &TableSchema) -> Option<Duration> {
+    match (table.expiration, &table.expires_at) {
+        (Some(expiration), _) => Some(expiration.sweep_period()),
+        (None, Some(_)) => Some(TICK),
+        (None, None) => None,
     }
 }
 
@@ -80,8 +132,8 @@ pub(crate) async fn sweep_forever(engine: Weak<Engine>) {
             };
             let schema = db.schema();
             for (table_name, table) in &schema.tables {
-                let Some(expiration) = table.expiration else { continue };
-                let (slot, period) = ((name.clone(), table_name.clone()), expiration.sweep_period());
+                let Some(period) = sweep_period(table) else { continue };
+                let slot = (name.clone(), table_name.clone());
                 seen.insert(slot.clone());
                 // A changed rule (a reloaded schema) is swept at once.
                 if due.get(&slot).is_some_and(|(at, was)| Instant::now() < *at && *was == period) {

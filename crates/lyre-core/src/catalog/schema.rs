@@ -196,6 +196,10 @@ pub struct TableSchema {
     /// When records expire; `None`: never.
     #[serde(default)]
     pub expiration: Option<Expiration>,
+    /// `@expiresAt`: the attribute holding each record's own expiry time (ms since
+    /// the epoch), which overrides `expiration` for a record that has one.
+    #[serde(default)]
+    pub expires_at: Option<String>,
     #[serde(skip)]
     by_name: HashMap<String, usize>,
 }
@@ -325,6 +329,7 @@ impl DatabaseSchema {
             sealed: false,
             relationships: Vec::new(),
             expiration: spec.expiration,
+            expires_at: None,
             by_name: HashMap::new(),
         };
         self.next_table_seq += 1;
@@ -407,6 +412,7 @@ impl DatabaseSchema {
         next.audit = definition.audit;
         next.relationships = definition.relationships.clone();
         next.expiration = definition.expiration;
+        next.expires_at = definition.expires_at.clone();
         if let Some(pk) = next.by_name.get(&next.primary_key).copied() {
             next.attributes[pk].type_name = Some(definition.primary_key_type.clone());
         }
@@ -446,6 +452,7 @@ impl DatabaseSchema {
             || next.audit != current.audit
             || next.relationships != current.relationships
             || next.expiration != current.expiration
+            || next.expires_at != current.expires_at
             || !current.schema_defined;
         self.tables.insert(next.name.clone(), Arc::new(next));
         Ok(outcome)

@@ -16,6 +16,9 @@ use crate::catalog::schema::{Expiration, NestedField, Relationship, Shape, Stamp
 const SCALARS: [&str; 11] =
     ["ID", "String", "Int", "Long", "Float", "BigInt", "Boolean", "Date", "Bytes", "Any", "Blob"];
 
+/// Field types `@expiresAt` accepts: each holds a time as ms since the epoch.
+const EXPIRY_TYPES: [&str; 5] = ["Long", "Int", "Float", "Date", "Any"];
+
 /// A schema file that could not be read, with where and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub struct SdlError {
@@ -52,6 +55,8 @@ pub struct TableDefinition {
     pub expiration: Option<Expiration>,
     /// `@sealed`.
     pub sealed: bool,
+    /// The `@expiresAt` field: each record's own expiry time (ms since the epoch).
+    pub expires_at: Option<String>,
     /// The `@primaryKey` field.
     pub primary_key: String,
     /// Its declared type.
@@ -173,6 +178,7 @@ impl Reader<'_> {
             None => None,
         };
         let mut primary_key = None;
+        let mut expires_at = None;
         let mut attributes = Vec::new();
         let mut relationships = Vec::new();
         for field in &ty.fields {
@@ -187,6 +193,12 @@ impl Reader<'_> {
                 );
             }
             if field.directives.get("primaryKey").is_some() {
+                if let Some(directive) = field.directives.get("expiresAt") {
+                    return self.error(
+                        directive.location(),
+                        format!("@expiresAt cannot be on the primary key {}.{}", ty.name, field.name),
+                    );
+                }
                 if primary_key.is_some() {
                     return self.error(field.location(), format!("type {} has more than one @primaryKey", ty.name));
                 }
@@ -194,7 +206,25 @@ impl Reader<'_> {
                 primary_key = Some((field.name.to_string(), type_name.to_string()));
                 continue;
             }
-            attributes.push(self.attribute(ty, field, types)?);
+            let mut attribute = self.attribute(ty, field, types)?;
+            if let Some(directive) = field.directives.get("expiresAt") {
+                if expires_at.is_some() {
+                    return self.error(directive.location(), format!("type {} has more than one @expiresAt", ty.name));
+                }
+                if attribute.shape.list || !EXPIRY_TYPES.contains(&attribute.type_name.as_str()) {
+                    return self.error(
+                        directive.location(),
+                        format!(
+                            "@expiresAt on {}.{} needs a Long, Int, Float, Date or Any field (ms since the epoch)",
+                            ty.name, field.name
+                        ),
+                    );
+                }
+                // The sweep finds due records through this index, as Harper's does.
+                attribute.indexed = true;
+                expires_at = Some(attribute.name.clone());
+            }
+            attributes.push(attribute);
         }
         let Some((primary_key, primary_key_type)) = primary_key else {
             return self.error(ty.location(), format!("type {} has @table but no @primaryKey field", ty.name));
@@ -207,6 +237,7 @@ impl Reader<'_> {
             audit,
             expiration,
             sealed: ty.directives.get("sealed").is_some(),
+            expires_at,
             primary_key,
             primary_key_type,
             attributes,
@@ -459,5 +490,26 @@ type Session @table @sealed { id: ID @primaryKey }
             parse_sdl("type A @table { id: ID @primaryKey b: B }\ntype B @table { id: ID @primaryKey }", "s.graphql")
                 .unwrap_err();
         assert!(err.message.contains("without @relationship"), "{err}");
+    }
+
+    #[test]
+    fn expires_at_marks_one_time_field_and_indexes_it() {
+        let parsed = parse_sdl("type S @table { id: ID @primaryKey\n until: Date @expiresAt }", "s.graphql").unwrap();
+        assert_eq!(parsed[0].expires_at.as_deref(), Some("until"));
+        assert!(parsed[0].attributes[0].indexed);
+        for (sdl, line, message) in [
+            ("type S @table { id: ID @primaryKey\n until: String @expiresAt }", 2, "needs a Long, Int, Float"),
+            ("type S @table { id: ID @primaryKey\n until: [Long] @expiresAt }", 2, "needs a Long, Int, Float"),
+            ("type S @table { id: Long @primaryKey @expiresAt }", 1, "cannot be on the primary key S.id"),
+            (
+                "type S @table { id: ID @primaryKey\n a: Long @expiresAt\n b: Long @expiresAt }",
+                3,
+                "more than one @expiresAt",
+            ),
+        ] {
+            let err = parse_sdl(sdl, "s.graphql").unwrap_err();
+            assert_eq!(err.line, line, "{err}");
+            assert!(err.message.contains(message), "{err}");
+        }
     }
 }

@@ -11,6 +11,7 @@ mod tests;
 mod validate;
 mod write;
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use lyre_store::encode_key;
@@ -114,7 +115,7 @@ impl Table {
         let Some(store) = txn.table(&self.schema.name)? else { return Ok(None) };
         let Some(stored) = txn.get_record(&store, &key)? else { return Ok(None) };
         let entry = decode_entry(stored)?;
-        if !Live::of(&self.schema).sees(entry.version().time) {
+        if !Live::of(&self.schema).sees(entry.version().time, &entry.record) {
             return Ok(None);
         }
         let version = RecordVersion::of(&entry);
@@ -183,28 +184,82 @@ impl Table {
         audit::prune_before(&self.db, ctx, Some(&self.schema.name), before, holder).await
     }
 
-    /// Up to `max` records after key `after` (from the first when `None`): the keys of
-    /// those due for eviction at `now` (ms), and the last key looked at when more
-    /// records follow. Finds nothing unless the table's records expire.
+    /// One step of an expiry sweep at `now` (ms), resuming after `after`: the keys of
+    /// up to `max` records looked at that are due for eviction, and where the next
+    /// step resumes when more may follow. Finds nothing unless the table's records
+    /// expire. A table whose only rule is `@expiresAt` is swept through that
+    /// attribute's index, so a sweep reads only the records already due; one with an
+    /// `expiration` (age) rule walks every record.
     pub(crate) fn evictable_keys(&self, now: f64, after: Option<&[u8]>, max: usize) -> Result<EvictionStep> {
         let mut step = EvictionStep { keys: Vec::new(), next: None };
-        let Some(expiration) = self.schema.expiration else { return Ok(step) };
+        if !crate::expiry::expires(&self.schema) {
+            return Ok(step);
+        }
         let txn = self.db.store().read()?;
         let Some(store) = txn.table(&self.schema.name)? else { return Ok(step) };
-        let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        let due = |stored: &[u8]| -> Result<bool> {
+            let version = lyre_store::decode_record(stored)?.0.version;
+            let due = match self.schema.expires_at {
+                // Expiry by age alone: the header says, without decoding the record.
+                None => self.schema.expiration.is_some_and(|e| e.is_evictable(version, now)),
+                Some(_) => {
+                    let record = decode_object(stored)?;
+                    crate::expiry::removable_from(&self.schema, version, &record).is_some_and(|at| at <= now)
+                }
+            };
+            Ok(due)
+        };
+        let Some(attribute) = self.expiry_index() else {
+            let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+            let mut last: Option<&[u8]> = None;
+            for (seen, item) in txn.records(&store, (start, Bound::Unbounded), false)?.enumerate() {
+                let (key, stored) = item?;
+                if seen == max {
+                    step.next = last.map(<[u8]>::to_vec); // more follow: resume after the last looked at
+                    break;
+                }
+                if due(stored)? {
+                    step.keys.push(key.to_vec());
+                }
+                last = Some(key);
+            }
+            return Ok(step);
+        };
+        // Index entries of times before `now`, lowest first: the only records due.
+        let prefix = crate::index::attribute_prefix(attribute);
+        let bound = |ms: f64| -> Result<Vec<u8>> {
+            let mut key = prefix.to_vec();
+            lyre_store::encode_key_into(lyre_store::KeyValue::Float(ms), &mut key)?;
+            Ok(key)
+        };
+        let (lowest, end) = (bound(f64::NEG_INFINITY)?, bound(now)?);
+        let start = after.map_or(Bound::Included(lowest.as_slice()), Bound::Excluded);
         let mut last: Option<&[u8]> = None;
-        for (seen, item) in txn.records(&store, (start, std::ops::Bound::Unbounded), false)?.enumerate() {
-            let (key, stored) = item?;
+        for (seen, entry) in txn.index_entries(&store, (start, Bound::Excluded(end.as_slice())), false)?.enumerate() {
+            let entry = entry?;
             if seen == max {
-                step.next = last.map(<[u8]>::to_vec); // more follow: resume after the last looked at
+                step.next = last.map(<[u8]>::to_vec);
                 break;
             }
-            if expiration.is_evictable(lyre_store::decode_record(stored)?.0.version, now) {
+            let key = lyre_store::index_entry_primary_key(entry.get(prefix.len()..).unwrap_or_default())?;
+            if let Some(stored) = txn.get_record(&store, key)?
+                && due(stored)?
+            {
                 step.keys.push(key.to_vec());
             }
-            last = Some(key);
+            last = Some(entry);
         }
         Ok(step)
+    }
+
+    /// The index an expiry sweep can follow: the `@expiresAt` attribute's, when that
+    /// is the table's only expiry rule and the attribute is indexed.
+    fn expiry_index(&self) -> Option<&crate::catalog::Attribute> {
+        if self.schema.expiration.is_some() {
+            return None;
+        }
+        let name = self.schema.expires_at.as_ref()?;
+        self.schema.attribute(name).filter(|a| a.indexed && !a.multi_valued)
     }
 
     /// Removes the records with these keys that are still due for eviction at `now`

@@ -10,7 +10,7 @@ use crate::catalog::{AttributeSpec, CREATED_TIME, Stamp, TableSchema, UPDATED_TI
 use crate::context::Context;
 use crate::db::{SchemaState, last_updated_key};
 use crate::error::{Error, Result};
-use crate::expiry::Live;
+use crate::expiry::{Live, removable_from};
 use crate::index::{IndexChanges, update_record_indexes};
 use crate::table::entry::{Entry, decode_entry, encode_entry};
 use crate::table::merge::{crdt_op, merge};
@@ -294,12 +294,11 @@ pub(crate) async fn evict(table: &Table, ctx: &Context, keys: Vec<Vec<u8>>, now:
         .write(ctx, "expire", move |txn, state| {
             let mut job = WriteJob::start(txn, state, &database, &name, false)?;
             // The table's current rule: a reload may have changed or removed it.
-            let Some(expiration) = job.table.expiration else { return Ok(0) };
             let mut removed = 0;
             for key in keys {
                 let Some(stored) = txn.get_record(&job.store, &key)? else { continue };
                 let old = decode_entry(stored)?;
-                if !expiration.is_evictable(old.version().time, now) {
+                if removable_from(&job.table, old.version().time, &old.record).is_none_or(|at| at > now) {
                     continue;
                 }
                 update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old.record), None)?;
@@ -333,8 +332,9 @@ struct WriteJob {
     /// The write carries its own version (replication): remember which writes were
     /// applied, so a redelivery is applied once.
     explicit: bool,
-    /// Which stored records exist for this job: one moment for all its records.
-    live: Live,
+    /// The moment (ms) at which this job sees which stored records exist (expired
+    /// ones do not): one moment for all its records.
+    now: f64,
 }
 
 impl WriteJob {
@@ -344,7 +344,7 @@ impl WriteJob {
         let table = state.table(name).cloned().ok_or_else(not_found)?;
         let store = txn.table(name)?.ok_or_else(not_found)?;
         Ok(Self {
-            live: Live::of(&table),
+            now: if crate::expiry::expires(&table) { crate::expiry::now_ms() } else { 0.0 },
             store,
             table,
             schema_changed: false,
@@ -382,7 +382,7 @@ impl WriteJob {
 
     /// Whether a stored record still exists for this job (it has not expired).
     fn is_live(&self, entry: &Entry) -> bool {
-        self.live.sees(entry.version().time)
+        Live::at(&self.table, self.now).sees(entry.version().time, &entry.record)
     }
 
     /// Fails when a property `names` incremented holds, in `merged`, a value outside

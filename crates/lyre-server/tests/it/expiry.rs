@@ -135,3 +135,104 @@ async fn create_table_takes_an_expiration_in_seconds() {
         s.fails(json!({"operation": "create_table", "database": "dev", "table": "bad", "primary_key": "id", "expiration": bad}), 400, message).await;
     }
 }
+
+const EXPIRES_AT_SCHEMA: &str = r#"
+type Session @table(database: "ttl") @export {
+  id: ID @primaryKey
+  user: String @indexed
+  expiresAt: Long @expiresAt
+}
+type Cached @table(database: "ttl", expiration: 1, eviction: 3600) @export {
+  id: ID @primaryKey
+  until: Float @expiresAt
+}
+"#;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[tokio::test]
+async fn a_record_expires_at_its_own_expires_at_time() {
+    let s = TestServer::start_app(
+        &[("components/ttl/config.yaml", CONFIG), ("components/ttl/schema.graphql", EXPIRES_AT_SCHEMA)],
+        &[],
+    )
+    .await;
+    let now = now_ms();
+    let written = Instant::now();
+    for (id, body) in [
+        ("soon", json!({"user": "u", "expiresAt": now + 1_500})),
+        ("later", json!({"user": "u", "expiresAt": now + 3_600_000})),
+        ("never", json!({"user": "u"})),
+        ("past", json!({"user": "u", "expiresAt": now - 1_000})),
+    ] {
+        assert_eq!(status(&s, Method::PUT, &format!("/Session/{id}"), Some(body)).await.0, 204, "{id}");
+    }
+    let users = || async {
+        let (code, body) = status(&s, Method::GET, "/Session/?user==u&select(id)&sort(+id)", None).await;
+        assert_eq!(code, 200, "{body}");
+        body
+    };
+    // A time already past hides the record at once.
+    assert_eq!(status(&s, Method::GET, "/Session/past", None).await.0, 404);
+    assert_eq!(users().await, json!(["later", "never", "soon"]));
+    eventually(Duration::from_secs(10), "Session/soon expires", async || {
+        status(&s, Method::GET, "/Session/soon", None).await.0 == 404
+    })
+    .await;
+    assert!(
+        written.elapsed() >= Duration::from_millis(1_300),
+        "expired after {:?}, before its time",
+        written.elapsed()
+    );
+    assert_eq!(users().await, json!(["later", "never"]));
+    // The sweeper removes both from storage (the table has no eviction delay).
+    eventually(Duration::from_secs(10), "expired sessions are removed", async || {
+        let described = s.ok(json!({"operation": "describe_table", "database": "ttl", "table": "Session"})).await;
+        described["record_count"] == 2
+    })
+    .await;
+    let report = s.ok(json!({"operation": "check_consistency", "database": "ttl"})).await;
+    assert_eq!(report["consistent"], true, "{report}");
+
+    // A patch keeps the time; a full put without it clears it.
+    assert_eq!(status(&s, Method::PATCH, "/Session/later", Some(json!({"user": "v"}))).await.0, 204);
+    let (_, body) = status(&s, Method::GET, "/Session/later", None).await;
+    assert_eq!(body["expiresAt"], json!(now + 3_600_000), "{body}");
+    assert_eq!(status(&s, Method::PUT, "/Session/later", Some(json!({"user": "v"}))).await.0, 204);
+    assert_eq!(status(&s, Method::GET, "/Session/later", None).await, (200, json!({"id": "later", "user": "v"})));
+    // A write to an expired record starts a new one.
+    assert_eq!(status(&s, Method::PATCH, "/Session/soon", Some(json!({"expiresAt": now + 3_600_000}))).await.0, 204);
+    assert_eq!(
+        status(&s, Method::GET, "/Session/soon", None).await,
+        (200, json!({"id": "soon", "expiresAt": now + 3_600_000}))
+    );
+
+    // A record's own time overrides the table's `expiration`, either way.
+    let now = now_ms();
+    for (id, body) in [
+        ("kept", json!({"until": now as f64 + 3_600_000.5})),
+        ("aged", json!({})),
+        ("gone", json!({"until": now as f64 - 1.0})),
+    ] {
+        assert_eq!(status(&s, Method::PUT, &format!("/Cached/{id}"), Some(body)).await.0, 204, "{id}");
+    }
+    assert_eq!(status(&s, Method::GET, "/Cached/gone", None).await.0, 404);
+    assert_eq!(status(&s, Method::GET, "/Cached/aged", None).await.0, 200);
+    eventually(Duration::from_secs(10), "Cached/aged expires by the table's rule", async || {
+        status(&s, Method::GET, "/Cached/aged", None).await.0 == 404
+    })
+    .await;
+    assert_eq!(status(&s, Method::GET, "/Cached/kept", None).await.0, 200);
+    let all = s.ok(json!({"operation": "search_by_value", "database": "ttl", "table": "Cached", "search_attribute": "id", "search_value": "*", "get_attributes": ["id"]})).await;
+    assert_eq!(all, json!([{"id": "kept"}]));
+
+    // The attribute must hold a time.
+    s.fails(
+        json!({"operation": "insert", "database": "ttl", "table": "Session", "records": [{"id": "x", "expiresAt": "soon"}]}),
+        400,
+        "Value \"soon\" in property expiresAt must be an integer (from -9007199254740992 to 9007199254740992)",
+    )
+    .await;
+}
