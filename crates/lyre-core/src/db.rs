@@ -11,7 +11,7 @@ use crate::access::require_super_user;
 use crate::catalog::define;
 use crate::catalog::{
     AttributeSpec, DatabaseSchema, TableDefinition, TableSchema, TableSpec, validate_attribute_name,
-    validate_table_name,
+    validate_definition_names,
 };
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -205,14 +205,21 @@ impl Db {
     /// anything changed.
     pub async fn define_table(&self, ctx: &Context, definition: TableDefinition) -> Result<bool> {
         require_super_user(ctx)?;
-        self.refuse_system_change()?;
-        validate_table_name(&definition.table)?;
-        validate_attribute_name(&definition.primary_key)?;
-        for attribute in &definition.attributes {
-            validate_attribute_name(&attribute.name)?;
-        }
+        self.check_definition(&definition)?;
         self.writer.prepare_table(&definition.table).await?;
         self.write(ctx, "define_table", move |txn, state| define::apply(txn, state, definition)).await
+    }
+
+    /// Fails when `definition` cannot be applied to this database as it is now: a
+    /// system database, a bad name, or a primary key other than the existing table's.
+    /// Lets a schema of several tables be checked whole before any of it is applied.
+    pub(crate) fn check_definition(&self, definition: &TableDefinition) -> Result<()> {
+        self.refuse_system_change()?;
+        validate_definition_names(definition)?;
+        match self.schema().table(&definition.table) {
+            Some(current) => current.check_primary_key(definition),
+            None => Ok(()),
+        }
     }
 
     /// Drops a table and all its records.

@@ -233,12 +233,20 @@ impl Engine {
     }
 
     /// Creates or alters the tables a `schema.graphql` defines, creating databases as
-    /// needed. Returns the names (`db.table`) of tables that changed.
+    /// needed. Returns the names (`db.table`) of tables that changed. Every definition
+    /// is checked against the catalog before any is applied, so a schema that cannot
+    /// be applied (a changed primary key, a bad name) changes nothing.
     pub async fn define_tables(&self, ctx: &Context, definitions: Vec<TableDefinition>) -> Result<Vec<String>> {
         require_super_user(ctx)?;
+        for definition in &definitions {
+            match self.database(&definition.database) {
+                Ok(db) => db.check_definition(definition)?,
+                Err(Error::DatabaseNotFound(_)) => crate::catalog::validate_definition_names(definition)?,
+                Err(err) => return Err(err),
+            }
+        }
         let mut changed = Vec::new();
         for definition in definitions {
-            validate_database_name(&definition.database)?;
             let db = {
                 let _guard = self.lifecycle.lock().await;
                 self.database_or_create(&definition.database)?

@@ -11,6 +11,7 @@ mod schema;
 mod sdl;
 
 pub(crate) use names::check_length as check_name_length;
+pub(crate) use names::validate_definition_names;
 pub use names::{validate_attribute_name, validate_database_name, validate_table_name};
 pub(crate) use schema::COUNTERS_KEY;
 pub use schema::{

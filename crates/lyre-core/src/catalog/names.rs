@@ -37,6 +37,15 @@ pub fn validate_attribute_name(name: &str) -> Result<()> {
     check_length("attribute", name)
 }
 
+/// Checks every name a schema definition gives: its database, table, primary key
+/// and attributes.
+pub(crate) fn validate_definition_names(definition: &super::TableDefinition) -> Result<()> {
+    validate_database_name(&definition.database)?;
+    validate_table_name(&definition.table)?;
+    validate_attribute_name(&definition.primary_key)?;
+    definition.attributes.iter().try_for_each(|attribute| validate_attribute_name(&attribute.name))
+}
+
 /// Fails when `name` (the `what` of something) is longer than names may be.
 pub(crate) fn check_length(what: &str, name: &str) -> Result<()> {
     // Names become sub-database and file names; keep them well inside OS limits.

@@ -205,6 +205,17 @@ pub struct TableSchema {
 }
 
 impl TableSchema {
+    /// Fails when `definition` names another primary key: a schema cannot change it.
+    pub(crate) fn check_primary_key(&self, definition: &TableDefinition) -> Result<()> {
+        if self.primary_key == definition.primary_key {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "the primary key of table '{}' is '{}'; a schema cannot change it to '{}'",
+            self.name, self.primary_key, definition.primary_key
+        )))
+    }
+
     /// Finds an attribute by name.
     pub fn attribute(&self, name: &str) -> Option<&Attribute> {
         self.by_name.get(name).map(|&i| &self.attributes[i])
@@ -400,12 +411,7 @@ impl DatabaseSchema {
             .table(&definition.table)
             .cloned()
             .ok_or_else(|| Error::TableNotFound { database, table: definition.table.clone() })?;
-        if current.primary_key != definition.primary_key {
-            return Err(Error::invalid(format!(
-                "the primary key of table '{}' is '{}'; a schema cannot change it to '{}'",
-                current.name, current.primary_key, definition.primary_key
-            )));
-        }
+        current.check_primary_key(definition)?;
         let mut next = (*current).clone();
         next.schema_defined = true;
         next.sealed = definition.sealed;

@@ -231,6 +231,15 @@ async fn component_files_stay_inside_and_a_failed_deploy_keeps_the_working_versi
     assert_eq!(rest_get(&s, "/Widget/1").await.0, 200);
     let schema = s.ok(json!({"operation": "get_component_file", "project": "widgets", "file": "schema.graphql"})).await;
     assert_eq!(schema["message"], widget);
+    // One that parses but cannot be applied (it changes Widget's primary key) is
+    // refused whole: the new table it declares first is not created either.
+    let regrip = "type Gadget @table(database: \"w\") @export { id: ID @primaryKey }\ntype Widget @table(database: \"w\") @export { code: ID @primaryKey }";
+    let (status, body) = s.op(deploy(&[("config.yaml", SHOP_CONFIG), ("schema.graphql", regrip)])).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("a schema cannot change it to 'code'"), "{body}");
+    let (status, _) = s.op(json!({"operation": "describe_table", "database": "w", "table": "Gadget"})).await;
+    assert_eq!(status, 404, "nothing of the refused schema was applied");
+    assert_eq!(rest_get(&s, "/Widget/1").await.0, 200);
 
     // Paths name something inside the project, never the project itself, and never
     // pass through a link to elsewhere.
