@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use axum::serve::ListenerExt;
 use lyre_core::access::AdminBootstrap;
 use lyre_core::{Engine, EngineOptions};
 use tokio::net::TcpListener;
@@ -14,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::components::Components;
 use crate::config::Config;
+use crate::http::conn::{Connection, HttpListener};
 use crate::http::{self, AppState};
 use crate::jobs::Jobs;
 use crate::telemetry;
@@ -139,6 +141,7 @@ async fn serve_router(listener: TcpListener, router: axum::Router, mut stop: wat
     let graceful = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };
+    let listener = HttpListener(listener).tap_io(Connection::disable_nagle);
     if let Err(err) = axum::serve(listener, service).with_graceful_shutdown(graceful).await {
         tracing::error!(error = %err, "server error");
     }

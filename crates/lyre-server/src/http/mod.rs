@@ -1,7 +1,9 @@
 //! HTTP: the Operations API router and what every handler shares.
 
 mod auth;
+pub mod conn;
 pub(crate) mod error;
+mod framing;
 mod negotiate;
 mod ops;
 pub mod rest;

@@ -684,3 +684,45 @@ async fn requests_whose_body_is_not_read_keep_their_connection() {
     .await
     .unwrap();
 }
+
+/// curl sends `<`, `>` and `"` in a query as they are (browsers and most client
+/// libraries percent-encode them); Harper takes both, and so does Lyre, on one
+/// kept-alive connection with pipelined requests, without touching bodies.
+#[tokio::test]
+async fn raw_comparison_characters_in_urls_work_as_curl_sends_them() {
+    use base64::Engine as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let s = shop().await;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let body = r#"{"name": "say \"hi\" <b>", "price": 1}"#;
+    let requests = [
+        format!(
+            "PUT /products/raw HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+        format!(
+            "GET /products/?price<6&select(id)&sort(+id) HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n\r\n"
+        ),
+        format!(
+            "GET /products/?price>=12&select(id)&sort(+id) HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n\r\n"
+        ),
+        format!(
+            "GET /products/?name==say%20\"hi\"%20%3Cb%3E&select(id) HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+        ),
+    ];
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", s.http_port)).await.unwrap();
+    conn.write_all(requests.concat().as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    // Each response: status line, headers, then its body up to the next response.
+    let responses: Vec<(&str, &str)> =
+        answer.split("HTTP/1.1 ").skip(1).map(|r| (&r[..3], r.split("\r\n\r\n").nth(1).unwrap_or_default())).collect();
+    assert_eq!(
+        responses,
+        [("204", ""), ("200", r#"["p3","p4","raw"]"#), ("200", r#"["p2","p6"]"#), ("200", r#"["raw"]"#)],
+        "{answer}"
+    );
+    // The body's characters were stored as sent.
+    assert_eq!(get(&s, "/products/raw").await["name"], "say \"hi\" <b>");
+}
