@@ -235,7 +235,8 @@ impl Engine {
     /// Creates or alters the tables a `schema.graphql` defines, creating databases as
     /// needed. Returns the names (`db.table`) of tables that changed. Every definition
     /// is checked against the catalog before any is applied, so a schema that cannot
-    /// be applied (a changed primary key, a bad name) changes nothing.
+    /// be applied (a changed primary key, a bad name) changes nothing; a storage
+    /// failure or a concurrent schema change can still stop it part-way.
     pub async fn define_tables(&self, ctx: &Context, definitions: Vec<TableDefinition>) -> Result<Vec<String>> {
         require_super_user(ctx)?;
         for definition in &definitions {

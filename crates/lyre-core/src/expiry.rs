@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lyre_store::decode_record;
 
-use crate::catalog::TableSchema;
+use crate::catalog::{Attribute, TableSchema};
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::Result;
@@ -102,13 +102,30 @@ impl<'a> Live<'a> {
     }
 }
 
+/// How often a table whose only rule is `@expiresAt` is swept when it cannot follow
+/// the attribute's index (Harper's period).
+const FULL_SWEEP_PERIOD: Duration = Duration::from_secs(60);
+
+/// The attribute whose index an expiry sweep can follow instead of walking every
+/// record: the `@expiresAt` one, when that is the table's only rule and its index
+/// holds one entry per record.
+pub(crate) fn sweep_index(table: &TableSchema) -> Option<&Attribute> {
+    if table.expiration.is_some() {
+        return None;
+    }
+    let name = table.expires_at.as_ref()?;
+    table.attribute(name).filter(|a| a.indexed && !a.multi_valued)
+}
+
 /// How often `table` is swept, if its records expire: as its `expiration` rule
-/// says, or every second when `@expiresAt` is its only rule (such a sweep reads only
-/// the index entries already due, so it costs next to nothing when none are).
+/// says; every second when `@expiresAt` is its only rule and the sweep can follow its
+/// index (reading only the entries already due costs next to nothing); else every
+/// minute.
 fn sweep_period(table: &TableSchema) -> Option<Duration> {
     match (table.expiration, &table.expires_at) {
         (Some(expiration), _) => Some(expiration.sweep_period()),
-        (None, Some(_)) => Some(TICK),
+        (None, Some(_)) if sweep_index(table).is_some() => Some(TICK),
+        (None, Some(_)) => Some(FULL_SWEEP_PERIOD),
         (None, None) => None,
     }
 }

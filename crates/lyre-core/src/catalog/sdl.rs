@@ -16,8 +16,9 @@ use crate::catalog::schema::{Expiration, NestedField, Relationship, Shape, Stamp
 const SCALARS: [&str; 11] =
     ["ID", "String", "Int", "Long", "Float", "BigInt", "Boolean", "Date", "Bytes", "Any", "Blob"];
 
-/// Field types `@expiresAt` accepts: each holds a time as ms since the epoch.
-const EXPIRY_TYPES: [&str; 5] = ["Long", "Int", "Float", "Date", "Any"];
+/// Field types `@expiresAt` accepts: each can hold a time as ms since the epoch
+/// (`Int` cannot: it stops at 2^31).
+const EXPIRY_TYPES: [&str; 4] = ["Long", "Float", "Date", "Any"];
 
 /// A schema file that could not be read, with where and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -215,7 +216,7 @@ impl Reader<'_> {
                     return self.error(
                         directive.location(),
                         format!(
-                            "@expiresAt on {}.{} needs a Long, Int, Float, Date or Any field (ms since the epoch)",
+                            "@expiresAt on {}.{} needs a Long, Float, Date or Any field (ms since the epoch)",
                             ty.name, field.name
                         ),
                     );
@@ -498,8 +499,9 @@ type Session @table @sealed { id: ID @primaryKey }
         assert_eq!(parsed[0].expires_at.as_deref(), Some("until"));
         assert!(parsed[0].attributes[0].indexed);
         for (sdl, line, message) in [
-            ("type S @table { id: ID @primaryKey\n until: String @expiresAt }", 2, "needs a Long, Int, Float"),
-            ("type S @table { id: ID @primaryKey\n until: [Long] @expiresAt }", 2, "needs a Long, Int, Float"),
+            ("type S @table { id: ID @primaryKey\n until: String @expiresAt }", 2, "needs a Long, Float"),
+            ("type S @table { id: ID @primaryKey\n until: Int @expiresAt }", 2, "needs a Long, Float"),
+            ("type S @table { id: ID @primaryKey\n until: [Long] @expiresAt }", 2, "needs a Long, Float"),
             ("type S @table { id: Long @primaryKey @expiresAt }", 1, "cannot be on the primary key S.id"),
             (
                 "type S @table { id: ID @primaryKey\n a: Long @expiresAt\n b: Long @expiresAt }",

@@ -209,7 +209,7 @@ impl Table {
             };
             Ok(due)
         };
-        let Some(attribute) = self.expiry_index() else {
+        let Some(attribute) = crate::expiry::sweep_index(&self.schema) else {
             let start = after.map_or(Bound::Unbounded, Bound::Excluded);
             let mut last: Option<&[u8]> = None;
             for (seen, item) in txn.records(&store, (start, Bound::Unbounded), false)?.enumerate() {
@@ -250,16 +250,6 @@ impl Table {
             last = Some(entry);
         }
         Ok(step)
-    }
-
-    /// The index an expiry sweep can follow: the `@expiresAt` attribute's, when that
-    /// is the table's only expiry rule and the attribute is indexed.
-    fn expiry_index(&self) -> Option<&crate::catalog::Attribute> {
-        if self.schema.expiration.is_some() {
-            return None;
-        }
-        let name = self.schema.expires_at.as_ref()?;
-        self.schema.attribute(name).filter(|a| a.indexed && !a.multi_valued)
     }
 
     /// Removes the records with these keys that are still due for eviction at `now`

@@ -15,6 +15,19 @@ pub(crate) const MAX_PRIMARY_KEY_BYTES: usize = MAX_KEY_STRING_BYTES;
 
 /// Validates one record: attribute names, declared types and shapes, sealed tables,
 /// and (for writes that replace the whole record) required attributes.
+/// Fails unless `value` of the table's `@expiresAt` attribute `name` is a time in ms
+/// since the epoch (a finite number) or null (no time of its own).
+fn validate_expiry_time(name: &str, value: &Value) -> Result<()> {
+    match value {
+        Value::Null | Value::Int(_) => Ok(()),
+        Value::Float(ms) if ms.is_finite() => Ok(()),
+        other => Err(Error::invalid(format!(
+            "Value {} in property {name} must be a time in milliseconds since the epoch (it is the table's @expiresAt)",
+            shown(other)
+        ))),
+    }
+}
+
 pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool) -> Result<()> {
     for (name, value) in record {
         validate_attribute_name(name)?;
@@ -43,6 +56,9 @@ pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool)
             }
         } else if let Some(attribute) = attribute {
             validate_value(&attribute.name, type_name, &attribute.shape, value)?;
+            if table.expires_at.as_ref() == Some(name) {
+                validate_expiry_time(name, value)?;
+            }
         }
     }
     if whole {

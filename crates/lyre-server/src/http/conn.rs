@@ -70,6 +70,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Connection<S> {
             let take = buf.remaining().min(this.pending.len() - this.pending_read);
             buf.put_slice(&this.pending[this.pending_read..this.pending_read + take]);
             this.pending_read += take;
+            if this.pending_read == this.pending.len() {
+                this.pending = Vec::new(); // rare: not worth keeping for the connection's life
+            }
             return Poll::Ready(Ok(()));
         }
         let start = buf.filled().len();
@@ -86,8 +89,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Connection<S> {
         buf.set_filled(start);
         let take = buf.remaining().min(rewritten.len());
         buf.put_slice(&rewritten[..take]);
-        this.pending = rewritten;
-        this.pending_read = take;
+        if take < rewritten.len() {
+            this.pending = rewritten;
+            this.pending_read = take;
+        }
         Poll::Ready(Ok(()))
     }
 }

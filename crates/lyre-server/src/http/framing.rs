@@ -101,12 +101,12 @@ impl Framing {
                 State::Body(left) | State::ChunkData(left) => {
                     let taken = left.min(rest.len() as u64);
                     let left = left - taken;
-                    self.state = match (self.state, left) {
-                        (State::Body(_), 0) => State::Method,
-                        (State::Body(_), _) => State::Body(left),
-                        (_, 0) => State::ChunkEnd,
-                        _ => State::ChunkData(left),
-                    };
+                    match (self.state, left) {
+                        (State::Body(_), 0) => self.next_request(),
+                        (State::Body(_), _) => self.state = State::Body(left),
+                        (_, 0) => self.state = State::ChunkEnd,
+                        _ => self.state = State::ChunkData(left),
+                    }
                     taken as usize
                 }
             };
@@ -338,6 +338,16 @@ mod tests {
         let padded =
             format!("POST / HTTP/1.1\r\nContent-Length: {}1\r\n\r\nxGET /b<c HTTP/1.1\r\n\r\n", " ".repeat(300));
         check(&padded, &[]);
+    }
+
+    #[test]
+    fn many_requests_with_bodies_on_one_connection() {
+        let put = "PUT /T/1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
+        let input = format!(
+            "{}\r\nGET /a<b HTTP/1.1\r\n\r\nCONNECT h:1 HTTP/1.1\r\n\r\nGET /c<d HTTP/1.1\r\n\r\n",
+            put.repeat(6)
+        );
+        check(&input, &positions(&input, '<')[..1]);
     }
 
     #[test]

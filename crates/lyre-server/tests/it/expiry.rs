@@ -146,6 +146,10 @@ type Cached @table(database: "ttl", expiration: 1, eviction: 3600) @export {
   id: ID @primaryKey
   until: Float @expiresAt
 }
+type Token @table(database: "ttl") @export {
+  id: ID @primaryKey
+  until: Any @expiresAt
+}
 "#;
 
 fn now_ms() -> u64 {
@@ -235,4 +239,19 @@ async fn a_record_expires_at_its_own_expires_at_time() {
         "Value \"soon\" in property expiresAt must be an integer (from -9007199254740992 to 9007199254740992)",
     )
     .await;
+    // Whatever the declared type, the time is a number (or null: no time of its own).
+    for (bad, shown) in [(json!("2030-01-01"), "\"2030-01-01\""), (json!([1, 2]), "[array]")] {
+        let message = format!(
+            "Value {shown} in property until must be a time in milliseconds since the epoch (it is the table's @expiresAt)"
+        );
+        s.fails(
+            json!({"operation": "insert", "database": "ttl", "table": "Token", "records": [{"id": "t", "until": bad}]}),
+            400,
+            &message,
+        )
+        .await;
+    }
+    s.ok(json!({"operation": "insert", "database": "ttl", "table": "Token", "records": [{"id": "t", "until": null}]}))
+        .await;
+    assert_eq!(status(&s, Method::GET, "/Token/t", None).await.0, 200);
 }
