@@ -97,8 +97,8 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         engine: engine.clone(),
         components,
         authorize_local: config.authentication.authorize_local,
-        ops_body_limit: config.operations_api.network.max_body_size,
-        rest_body_limit: config.http.max_body_size,
+        ops_body_limit: config.operations_api.network.max_request_body_size,
+        rest_body_limit: config.http.max_request_body_size,
         cors: config.http.cors,
         jobs: Jobs::open(&engine).await.context("opening the job table")?,
     });

@@ -31,6 +31,10 @@ fn validate_expiry_time(name: &str, value: &Value) -> Result<()> {
 pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool) -> Result<()> {
     for (name, value) in record {
         validate_attribute_name(name)?;
+        if table.relationships.iter().any(|r| &r.name == name) {
+            // A relationship is computed from the related records, never stored.
+            return Err(Error::invalid(format!("Computed property {name} may not be directly assigned a value")));
+        }
         let attribute = table.attribute(name);
         if attribute.is_none() && table.sealed {
             return Err(Error::invalid(format!("Property {name} is not allowed: table {} is sealed", table.name)));

@@ -43,8 +43,8 @@ pub struct Config {
 pub struct HttpConfig {
     /// Port of the REST interface.
     pub port: u16,
-    /// Largest accepted request body, in bytes.
-    pub max_body_size: usize,
+    /// Largest accepted request body, in bytes (Harper's key and default).
+    pub max_request_body_size: usize,
     /// Responses larger than this many bytes are compressed (Brotli or gzip, as the
     /// client accepts); 0 turns compression off.
     pub compression_threshold: u16,
@@ -66,9 +66,9 @@ pub struct OperationsApiConfig {
 pub struct NetworkConfig {
     /// TCP port.
     pub port: u16,
-    /// Largest accepted request body, in bytes.
+    /// Largest accepted request body, in bytes (Harper's key).
     #[serde(default = "default_ops_body")]
-    pub max_body_size: usize,
+    pub max_request_body_size: usize,
 }
 
 /// `mqtt.*`.
@@ -152,9 +152,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             root_path: PathBuf::from("./lyre-data"),
-            http: HttpConfig { port: 9926, max_body_size: 100 << 20, compression_threshold: 1200, cors: true },
+            http: HttpConfig { port: 9926, max_request_body_size: 10_000_000, compression_threshold: 1200, cors: true },
             operations_api: OperationsApiConfig {
-                network: NetworkConfig { port: 9925, max_body_size: default_ops_body() },
+                network: NetworkConfig { port: 9925, max_request_body_size: default_ops_body() },
             },
             mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883 } },
             logging: LoggingConfig { level: "info".into(), audit_retention: default_audit_retention() },
@@ -207,7 +207,7 @@ impl Config {
                 let from_file: serde_json::Value = serde_saphyr::from_str(&text)
                     .map_err(|e| ConfigError::Yaml { path: file.clone(), message: e.to_string() })?;
                 if !from_file.is_null() {
-                    merge(&mut tree, from_file);
+                    merge(&mut tree, rename_legacy_keys(from_file));
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_default(&root, &file)?,
@@ -233,6 +233,22 @@ fn write_default(root: &Path, file: &Path) -> Result<(), ConfigError> {
         "# Lyre configuration (Harper's key names). Environment variables such as\n# HTTP_PORT or OPERATIONSAPI_NETWORK_PORT override these values.\n{yaml}"
     );
     std::fs::write(file, text).map_err(io)
+}
+
+/// A config file as Lyre first wrote it, with keys since renamed to Harper's:
+/// `maxBodySize` became `maxRequestBodySize` (under `http` and
+/// `operationsApi.network`).
+fn rename_legacy_keys(mut file: serde_json::Value) -> serde_json::Value {
+    for section in [&["http"][..], &["operationsApi", "network"][..]] {
+        let node = section.iter().try_fold(&mut file, |node, key| node.get_mut(*key));
+        if let Some(serde_json::Value::Object(map)) = node
+            && !map.contains_key("maxRequestBodySize")
+            && let Some(size) = map.remove("maxBodySize")
+        {
+            map.insert("maxRequestBodySize".into(), size);
+        }
+    }
+    file
 }
 
 /// Deep-merges `overlay` into `base`: objects merge key by key, anything else replaces.
@@ -286,6 +302,29 @@ mod tests {
         assert_eq!(config.logging.audit_retention.0, std::time::Duration::from_secs(3 * 86_400));
         let config = Config::load(Some(root.clone()), &vars(&[("LOGGING_AUDITRETENTION", "12h")])).unwrap();
         assert_eq!(config.logging.audit_retention.0, std::time::Duration::from_secs(12 * 3_600));
+    }
+
+    #[test]
+    fn body_limits_take_harpers_key_and_read_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let config = Config::load(Some(root.clone()), &vars(&[])).unwrap();
+        assert_eq!(config.http.max_request_body_size, 10_000_000);
+        assert!(std::fs::read_to_string(root.join("lyre-config.yaml")).unwrap().contains("maxRequestBodySize"));
+        let legacy = "http:\n  maxBodySize: 5000\noperationsApi:\n  network:\n    port: 9925\n    maxBodySize: 6000\n";
+        std::fs::write(root.join("lyre-config.yaml"), legacy).unwrap();
+        let config = Config::load(Some(root.clone()), &vars(&[])).unwrap();
+        assert_eq!(
+            (config.http.max_request_body_size, config.operations_api.network.max_request_body_size),
+            (5000, 6000)
+        );
+        std::fs::write(root.join("lyre-config.yaml"), "http:\n  maxRequestBodySize: 7000\n").unwrap();
+        let config =
+            Config::load(Some(root.clone()), &vars(&[("OPERATIONSAPI_NETWORK_MAXREQUESTBODYSIZE", "8000")])).unwrap();
+        assert_eq!(
+            (config.http.max_request_body_size, config.operations_api.network.max_request_body_size),
+            (7000, 8000)
+        );
     }
 
     #[test]

@@ -68,7 +68,8 @@ pub fn rest_router(state: Arc<AppState>, compression_threshold: u16) -> Router {
 /// Reads a whole request body, refusing (413) anything over `limit` before reading it
 /// when the length is declared, and as soon as it is exceeded otherwise.
 pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
-    let too_large = || ApiError::new(Code::PayloadTooLarge, format!("Request body exceeds the limit of {limit} bytes"));
+    let too_large =
+        || ApiError::new(Code::PayloadTooLarge, format!("Request body too large, maximum size is {limit} bytes"));
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {

@@ -144,13 +144,13 @@ async fn malformed_envelopes_get_400_with_the_reason() {
 
 #[tokio::test]
 async fn oversized_bodies_get_413_and_write_nothing() {
-    let s = TestServer::start_with(&[("OPERATIONSAPI_NETWORK_MAXBODYSIZE", "10000")]).await;
+    let s = TestServer::start_with(&[("OPERATIONSAPI_NETWORK_MAXREQUESTBODYSIZE", "10000")]).await;
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"})).await;
     let records: Vec<Value> = (0..200).map(|i| json!({"id": i, "pad": "x".repeat(100)})).collect();
     let (status, body) =
         s.op(json!({"operation": "insert", "database": "dev", "table": "t", "records": records})).await;
     assert_eq!(status, 413);
-    assert_eq!(body, json!({"error": "Request body exceeds the limit of 10000 bytes"}));
+    assert_eq!(body, json!({"error": "Request body too large, maximum size is 10000 bytes"}));
     // Without a declared length (chunked), the limit still holds.
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
         vec![Ok(b"{\"operation\":\"describe_all\",\"pad\":\"".to_vec()), Ok(vec![b'x'; 20_000]), Ok(b"\"}".to_vec())];

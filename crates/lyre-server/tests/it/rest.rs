@@ -470,7 +470,12 @@ async fn etags_and_conditional_gets() {
     assert_eq!(conditional.status(), 304);
     assert_eq!(conditional.headers()["etag"], tag.as_str());
     assert!(conditional.bytes().await.unwrap().is_empty());
+    // A property carries its record's ETag, and is not modified while the record is not.
+    let (status, headers, _) = s.rest_send(Method::GET, "/products/p1.name", None, &[("if-none-match", &tag)]).await;
+    assert_eq!((status, &headers["etag"]), (304, &tag.parse().unwrap()));
     send(&s, Method::PATCH, "/products/p1", Some(json!({"price": 99}))).await;
+    let (status, _, name) = s.rest_send(Method::GET, "/products/p1.name", None, &[("if-none-match", &tag)]).await;
+    assert_eq!((status, name), (200, json!("Foo")));
     let changed = s
         .client
         .get(s.rest("/products/p1"))
@@ -557,7 +562,7 @@ async fn authentication_and_validation() {
 async fn oversized_rest_bodies_get_413() {
     let s = TestServer::start_app(
         &[("components/shop/config.yaml", SHOP_CONFIG), ("components/shop/schema.graphql", SHOP_SCHEMA)],
-        &[("HTTP_MAXBODYSIZE", "1000")],
+        &[("HTTP_MAXREQUESTBODYSIZE", "1000")],
     )
     .await;
     let (status, _, body) = send(&s, Method::PUT, "/products/big", Some(json!({"name": "x".repeat(2000)}))).await;
@@ -725,4 +730,61 @@ async fn raw_comparison_characters_in_urls_work_as_curl_sends_them() {
     );
     // The body's characters were stored as sent.
     assert_eq!(get(&s, "/products/raw").await["name"], "say \"hi\" <b>");
+}
+
+/// CORS as configured: a preflight is answered (200, as Harper, before any
+/// credentials are asked for), and responses echo the request's origin; with
+/// `http.cors: false` neither happens.
+#[tokio::test]
+async fn cors_as_configured() {
+    let s = shop().await;
+    let preflight = |s: &TestServer| {
+        s.client
+            .request(Method::OPTIONS, s.rest("/products/p1"))
+            .header("origin", "http://example.com")
+            .header("access-control-request-method", "PUT")
+            .header("access-control-request-headers", "content-type")
+            .send()
+    };
+    let answer = preflight(&s).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let headers = answer.headers();
+    assert_eq!(headers["access-control-allow-origin"], "http://example.com");
+    assert_eq!(headers["access-control-allow-credentials"], "true");
+    assert_eq!(headers["access-control-allow-methods"], "POST, GET, PUT, DELETE, PATCH, OPTIONS");
+    assert_eq!(headers["access-control-allow-headers"], "Accept, Content-Type, Authorization");
+    let (status, headers, _) =
+        s.rest_send(Method::GET, "/products/p1", None, &[("origin", "http://example.com")]).await;
+    assert_eq!((status, &headers["access-control-allow-origin"]), (200, &"http://example.com".parse().unwrap()));
+    assert!(s.rest_send(Method::GET, "/products/p1", None, &[]).await.1.get("access-control-allow-origin").is_none());
+
+    let closed = TestServer::start_app(
+        &[("components/shop/config.yaml", SHOP_CONFIG), ("components/shop/schema.graphql", SHOP_SCHEMA)],
+        &[("HTTP_CORS", "false")],
+    )
+    .await;
+    let answer = preflight(&closed).await.unwrap();
+    assert!(answer.headers().get("access-control-allow-origin").is_none(), "{:?}", answer.headers());
+    let (_, headers, _) = closed.rest_send(Method::GET, "/products/", None, &[("origin", "http://example.com")]).await;
+    assert!(headers.get("access-control-allow-origin").is_none());
+}
+
+/// A relationship is computed from the related records: a write that sets it is
+/// refused, as Harper refuses it, and nothing is stored.
+#[tokio::test]
+async fn a_relationship_cannot_be_written() {
+    let s = shop().await;
+    let body = json!({"name": "V", "brandId": "b1", "brand": {"name": "Fake"}});
+    let (status, _, answer) = send(&s, Method::PUT, "/products/v22", Some(body.clone())).await;
+    assert_eq!(
+        (status, answer),
+        (400, json!("ClientError: Computed property brand may not be directly assigned a value"))
+    );
+    assert_eq!(send(&s, Method::GET, "/products/v22", None).await.0, 404);
+    s.fails(
+        json!({"operation": "insert", "database": "shop", "table": "Product", "records": [{"id": "v23", "brand": null}]}),
+        400,
+        "Computed property brand may not be directly assigned a value",
+    )
+    .await;
 }

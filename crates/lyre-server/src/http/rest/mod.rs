@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Query, Select};
-use lyre_core::{Code, Context, ForUser, Object, Table, Value, WriteMode, WriteOptions};
+use lyre_core::{Code, Context, ForUser, Object, RecordVersion, Table, Value, WriteMode, WriteOptions};
 
 use crate::http::AppState;
 use crate::http::auth::authenticate;
@@ -67,7 +67,7 @@ pub async fn handle(
 
 /// A CORS preflight answer (Harper's allowed methods and headers).
 fn preflight() -> Response {
-    let mut response = empty(StatusCode::NO_CONTENT);
+    let mut response = empty(StatusCode::OK); // Harper answers 200 with an empty body
     let headers = response.headers_mut();
     headers.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
@@ -283,16 +283,10 @@ impl RestRequest<'_> {
                 let Some((record, version)) = self.table.get(&self.ctx, id)? else {
                     return Ok(empty(StatusCode::NOT_FOUND));
                 };
-                let tag = etag::etag(version.time);
-                if version.unique
-                    && let Some(if_none_match) = self.headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok())
-                    && etag::matches(if_none_match, &tag)
-                {
-                    let mut response = empty(StatusCode::NOT_MODIFIED);
-                    response.headers_mut().insert(header::ETAG, header_value(&tag));
-                    self.mark_modified(&mut response, version.time);
+                if let Some(response) = self.not_modified(&version) {
                     return Ok(response);
                 }
+                let tag = etag::etag(version.time);
                 let value = match query.select {
                     Some(select) => self.table.project(&self.ctx, record, &select)?,
                     None => Value::Object(record),
@@ -308,6 +302,10 @@ impl RestRequest<'_> {
                 let Some((record, version)) = self.table.get(&self.ctx, id)? else {
                     return Ok(empty(StatusCode::NOT_FOUND));
                 };
+                // A property carries its record's ETag, and is unchanged while it is.
+                if let Some(response) = self.not_modified(&version) {
+                    return Ok(response);
+                }
                 let select = Select::Fields {
                     fields: vec![lyre_core::query::Field { name: name.clone(), nested: None }],
                     shape: lyre_core::query::Shaped::Value,
@@ -326,6 +324,20 @@ impl RestRequest<'_> {
                 Ok(response)
             }
         }
+    }
+
+    /// A 304 when the request's `If-None-Match` names the record's current ETag
+    /// (never for a record whose version is not unique: its ETag could mislead).
+    fn not_modified(&self, version: &RecordVersion) -> Option<Response> {
+        let tag = etag::etag(version.time);
+        let if_none_match = self.headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok())?;
+        if !version.unique || !etag::matches(if_none_match, &tag) {
+            return None;
+        }
+        let mut response = empty(StatusCode::NOT_MODIFIED);
+        response.headers_mut().insert(header::ETAG, header_value(&tag));
+        self.mark_modified(&mut response, version.time);
+        Some(response)
     }
 
     /// Adds `Last-Modified` (the version `time`, ms, as an HTTP date) when the
