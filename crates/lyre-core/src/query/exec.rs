@@ -63,13 +63,18 @@ impl Search {
             }
             Order::Sort(keys) => {
                 let keep = query.limit.map(|l| l.saturating_add(query.offset));
-                let mut matched: Vec<Object> = Vec::new();
+                // Each match with its sort values (a related record's, for `rel.attr`).
+                let mut matched: Vec<(Vec<Option<Value>>, Object)> = Vec::new();
                 let _complete = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
                     if db.is_closing() {
                         return Err(going_away());
                     }
                     if matches_all(operator, conditions, &record, related)? {
-                        matched.push(record);
+                        let values = keys
+                            .iter()
+                            .map(|key| sort_value(&record, &key.attribute, related))
+                            .collect::<Result<_>>()?;
+                        matched.push((values, record));
                         if let Some(keep) = keep.filter(|k| matched.len() > k.saturating_mul(2).max(1024)) {
                             sort_records(&mut matched, keys);
                             matched.truncate(keep);
@@ -80,7 +85,7 @@ impl Search {
                 .is_continue();
                 sort_records(&mut matched, keys);
                 let page = matched.into_iter().skip(query.offset).take(query.limit.unwrap_or(usize::MAX));
-                for record in page {
+                for (_, record) in page {
                     if sink(query.select.project_value(&schema, record, related)?).is_break() {
                         break;
                     }
@@ -91,10 +96,26 @@ impl Search {
     }
 }
 
-fn sort_records(records: &mut [Object], keys: &[SortKey]) {
-    records.sort_by(|a, b| {
-        for key in keys {
-            let order = cmp_sort_values(a.get(&key.attribute), b.get(&key.attribute));
+/// The value `record` sorts by for `path`: an attribute, or `rel.attr` (through one
+/// or more relationships) the first related record's.
+fn sort_value(record: &Object, path: &str, related: Option<&Related<'_>>) -> Result<Option<Value>> {
+    let Some((name, rest)) = path.split_once('.').filter(|_| record.get(path).is_none()) else {
+        return Ok(record.get(path).cloned());
+    };
+    let Some((related, relationship)) = related.and_then(|r| r.relationship(name).map(|found| (r, found))) else {
+        return Ok(None);
+    };
+    let (schema, _) = related.target(relationship)?;
+    match related.records(record, relationship)?.first() {
+        Some(target) => sort_value(target, rest, Some(&related.of(&schema))),
+        None => Ok(None),
+    }
+}
+
+fn sort_records(records: &mut [(Vec<Option<Value>>, Object)], keys: &[SortKey]) {
+    records.sort_by(|(a, _), (b, _)| {
+        for (i, key) in keys.iter().enumerate() {
+            let order = cmp_sort_values(a[i].as_ref(), b[i].as_ref());
             let order = if key.descending { order.reverse() } else { order };
             if order.is_ne() {
                 return order;

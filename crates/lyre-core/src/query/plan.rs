@@ -76,9 +76,7 @@ impl Search {
             validate_condition(table.db(), &schema, condition)?;
         }
         for key in &query.sort {
-            if schema.attribute(&key.attribute).is_none() {
-                return Err(Error::NotDefinedAttribute(key.attribute.clone()));
-            }
+            validate_sort_path(table.db(), &schema, &key.attribute, &key.attribute, 0)?;
         }
         query.select.validate(&schema)?;
         let txn = table.db().store().read()?;
@@ -112,6 +110,19 @@ impl Search {
             Order::Sort(_) => format!("{driver}+sort"),
         }
     }
+}
+
+/// Fails unless `path` (part of the sort key `full`) names an attribute of
+/// `schema`, or `rel.attr` through at most six relationships.
+fn validate_sort_path(db: &Arc<Db>, schema: &TableSchema, path: &str, full: &str, depth: usize) -> Result<()> {
+    if schema.attribute(path).is_some() {
+        return Ok(());
+    }
+    let not_defined = || Error::NotDefinedAttribute(full.to_string());
+    let (name, rest) = path.split_once('.').filter(|_| depth < 6).ok_or_else(not_defined)?;
+    let relationship = schema.relationships.iter().find(|r| r.name == name).ok_or_else(not_defined)?;
+    let target = target_table(db, relationship)?;
+    validate_sort_path(db, &target, rest, full, depth + 1)
 }
 
 fn validate_condition(db: &Arc<Db>, schema: &TableSchema, condition: &Condition) -> Result<()> {

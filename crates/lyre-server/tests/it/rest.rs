@@ -341,6 +341,34 @@ async fn select_sort_limit() {
         ["p3", "p5"],
         "records lacking the attribute sort last ascending, first descending"
     );
+    // By a related record's attribute, as Harper sorts (`rel.attr`, through relationships).
+    assert_eq!(
+        get(&s, "/products/?sort(brand.name)&select(id,brand{name})").await,
+        json!([
+            {"id": "p1", "brand": {"name": "Acme"}}, {"id": "p3", "brand": {"name": "Acme"}},
+            {"id": "p2", "brand": {"name": "Globex"}}, {"id": "p4", "brand": {"name": "Globex"}},
+            {"id": "p5", "brand": null}, {"id": "p6", "brand": null}
+        ])
+    );
+    assert_eq!(
+        ids(&get(&s, "/products/?(brandId==b1|brandId==b2)&sort(-brand.name,-price)").await),
+        ["p2", "p4", "p1", "p3"]
+    );
+    assert_eq!(
+        ids(&get(&s, "/Brand/?sort(products.name)").await),
+        ["b2", "b1"],
+        "the first related record's (Bar before Foo)"
+    );
+    assert_eq!(
+        ids(&get(&s, "/products/?brandId==b1&sort(brand.products.brand.name,id)").await),
+        ["p1", "p3"],
+        "through several relationships"
+    );
+    for bad in ["/products/?sort(brand.nope)", "/products/?sort(nope.name)", "/products/?sort(name.x)"] {
+        let (status, _, body) = send(&s, Method::GET, bad, None).await;
+        let attribute = bad.split(['(', ')']).nth(1).unwrap();
+        assert_eq!((status, body), (404, json!(format!("HdbError: {attribute} is not a defined attribute"))), "{bad}");
+    }
 }
 
 #[tokio::test]

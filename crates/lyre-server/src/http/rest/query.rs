@@ -412,7 +412,11 @@ impl Parser<'_> {
                         Some(a) => (true, a.to_string()),
                         None => (false, part.strip_prefix('+').unwrap_or(&part).trim().to_string()),
                     };
-                    if self.table.attribute(&attribute).is_none() {
+                    // `rel.attr` sorts by a related record's attribute; the search checks the path.
+                    let first = attribute.split('.').next().unwrap_or_default();
+                    let known = self.table.attribute(&attribute).is_some()
+                        || (attribute.contains('.') && self.table.relationships.iter().any(|r| r.name == first));
+                    if !known {
                         return Err(ApiError::new(Code::NotFound, format!("{attribute} is not a defined attribute")));
                     }
                     self.query.sort.push(SortKey { attribute, descending });
