@@ -1,5 +1,5 @@
-//! Content negotiation: request bodies in JSON, CBOR or MessagePack; responses in the
-//! format the `Accept` header prefers.
+//! Content negotiation: request bodies in JSON, CBOR, MessagePack or YAML; responses
+//! in the format the `Accept` header prefers.
 
 use axum::http::{HeaderMap, header};
 use lyre_core::{Code, Value};
@@ -18,9 +18,11 @@ pub enum Format {
     MessagePack,
     /// `text/csv` (responses only).
     Csv,
+    /// `text/yaml`, as Harper serves and reads it.
+    Yaml,
 }
 
-const SUPPORTED: &str = "application/json, application/cbor, application/x-msgpack, text/csv";
+const SUPPORTED: &str = "application/json, application/cbor, application/x-msgpack, text/csv, text/yaml";
 
 impl Format {
     /// The `Content-Type` of a response in this format.
@@ -30,6 +32,7 @@ impl Format {
             Format::Cbor => "application/cbor",
             Format::MessagePack => "application/x-msgpack",
             Format::Csv => "text/csv",
+            Format::Yaml => "text/yaml",
         }
     }
 
@@ -39,6 +42,7 @@ impl Format {
             "application/cbor" => Some(Format::Cbor),
             "application/x-msgpack" | "application/msgpack" => Some(Format::MessagePack),
             "text/csv" => Some(Format::Csv),
+            "text/yaml" | "application/yaml" | "application/x-yaml" => Some(Format::Yaml),
             _ => None,
         }
     }
@@ -66,6 +70,7 @@ impl Format {
                 }
                 Ok(csv.finish())
             }
+            Format::Yaml => serde_saphyr::to_string(value).map(String::into_bytes).map_err(|e| failed(e.to_string())),
         }
     }
 }
@@ -136,6 +141,7 @@ pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
         Format::Cbor => decode_cbor(body),
         Format::MessagePack => decode_msgpack(body),
         Format::Csv => Err(unsupported("text/csv")),
+        Format::Yaml => serde_saphyr::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid YAML: {e}"))),
     }
 }
 

@@ -154,7 +154,7 @@ impl ArrayWriter {
         match format {
             Format::Json => buf.push(b'['),
             Format::Cbor => buf.push(0x9f),
-            Format::MessagePack | Format::Csv => {}
+            Format::MessagePack | Format::Csv | Format::Yaml => {}
         }
         Self { format, framing, buf, count: 0, csv: CsvWriter::default() }
     }
@@ -175,6 +175,8 @@ impl ArrayWriter {
                     self.buf.extend_from_slice(&self.csv.take());
                 })
                 .map_err(|e| e.to_string()),
+            // Each record as a one-element YAML sequence: together, the whole sequence.
+            Format::Yaml => serde_saphyr::to_io_writer(&mut self.buf, &[&record]).map_err(|e| e.to_string()),
         };
         match written {
             Ok(()) => self.count += 1,
@@ -199,6 +201,8 @@ impl ArrayWriter {
             Format::Json => self.buf.push(b']'),
             Format::Cbor => self.buf.push(0xff),
             Format::Csv => {}
+            Format::Yaml if self.count == 0 => self.buf.extend_from_slice(b"[]\n"),
+            Format::Yaml => {}
             Format::MessagePack if self.framing == Framing::Sequence => {}
             Format::MessagePack => {
                 let mut out = Vec::with_capacity(self.buf.len() + 5);

@@ -475,6 +475,25 @@ async fn content_types_and_extensions() {
     let msgpack = rmp_serde::to_vec_named(&json!({"name": "Msgpack", "price": 2.5})).unwrap();
     assert_eq!(put_raw(&s, "/products/m1", "application/x-msgpack", msgpack).await, 204);
     assert_eq!(get(&s, "/products/?price<3&sort(price)&select(name)").await, json!(["Cbor", "Msgpack"]));
+    // YAML both ways, as Harper serves and reads it (a collection is one sequence).
+    let yaml = "name: Yaml\nprice: 2.75\ntags: [a, \"b: c\", \"y\"]\n";
+    assert_eq!(put_raw(&s, "/products/y1", "text/yaml", yaml).await, 204);
+    let (status, content_type, bytes) = fetch("/products/y1".into(), "text/yaml").await;
+    assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some("text/yaml")));
+    let record: Value = serde_saphyr::from_slice(&bytes).unwrap();
+    assert_eq!(
+        (&record["name"], &record["price"], &record["tags"]),
+        (&json!("Yaml"), &json!(2.75), &json!(["a", "b: c", "y"]))
+    );
+    let (_, _, bytes) = fetch("/products/?price<3&sort(price)&select(name,price)".into(), "text/yaml").await;
+    let records: Value = serde_saphyr::from_slice(&bytes).unwrap();
+    assert_eq!(
+        records,
+        json!([{"name": "Cbor", "price": 1.5}, {"name": "Msgpack", "price": 2.5}, {"name": "Yaml", "price": 2.75}])
+    );
+    let (_, _, bytes) = fetch("/products/?price>1000".into(), "text/yaml").await;
+    assert_eq!(serde_saphyr::from_slice::<Value>(&bytes).unwrap(), json!([]));
+    assert_eq!(put_raw(&s, "/products/y2", "text/yaml", "name: [unclosed").await, 400);
 }
 
 #[tokio::test]
