@@ -494,6 +494,13 @@ async fn content_types_and_extensions() {
     let (_, _, bytes) = fetch("/products/?price>1000".into(), "text/yaml").await;
     assert_eq!(serde_saphyr::from_slice::<Value>(&bytes).unwrap(), json!([]));
     assert_eq!(put_raw(&s, "/products/y2", "text/yaml", "name: [unclosed").await, 400);
+    // Aliases that would expand to 9^10 nodes are refused, not expanded.
+    let mut laughs = String::from("a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n");
+    for (prev, name) in ('a'..='i').zip('b'..='j') {
+        laughs += &format!("{name}: &{name} [{}]\n", vec![format!("*{prev}"); 9].join(","));
+    }
+    laughs += "name: *j\n";
+    assert_eq!(put_raw(&s, "/products/y3", "text/yaml", laughs).await, 400);
 }
 
 #[tokio::test]
