@@ -100,6 +100,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         ops_body_limit: config.operations_api.network.max_request_body_size,
         rest_body_limit: config.http.max_request_body_size,
         cors: config.http.cors,
+        ops_cors: config.operations_api.network.cors,
         jobs: Jobs::open(&engine).await.context("opening the job table")?,
     });
 

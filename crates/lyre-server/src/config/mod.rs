@@ -69,6 +69,9 @@ pub struct NetworkConfig {
     /// Largest accepted request body, in bytes (Harper's key).
     #[serde(default = "default_ops_body")]
     pub max_request_body_size: usize,
+    /// Answer cross-origin requests (CORS) from any origin (Operations API only).
+    #[serde(default = "enabled")]
+    pub cors: bool,
 }
 
 /// `mqtt.*`.
@@ -144,6 +147,10 @@ fn default_release_timeout() -> u64 {
     5_000
 }
 
+fn enabled() -> bool {
+    true
+}
+
 fn default_ops_body() -> usize {
     100 << 20
 }
@@ -154,7 +161,7 @@ impl Default for Config {
             root_path: PathBuf::from("./lyre-data"),
             http: HttpConfig { port: 9926, max_request_body_size: 10_000_000, compression_threshold: 1200, cors: true },
             operations_api: OperationsApiConfig {
-                network: NetworkConfig { port: 9925, max_request_body_size: default_ops_body() },
+                network: NetworkConfig { port: 9925, max_request_body_size: default_ops_body(), cors: true },
             },
             mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883 } },
             logging: LoggingConfig { level: "info".into(), audit_retention: default_audit_retention() },

@@ -2,6 +2,7 @@
 
 mod auth;
 pub mod conn;
+mod cors;
 pub(crate) mod error;
 mod framing;
 mod negotiate;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub rest_body_limit: usize,
     /// Whether REST answers cross-origin requests.
     pub cors: bool,
+    /// Whether the Operations API answers cross-origin requests.
+    pub ops_cors: bool,
     /// Background jobs (`get_job`).
     pub jobs: Arc<crate::jobs::Jobs>,
 }
@@ -43,7 +46,7 @@ pub struct AppState {
 /// The Operations API: `POST /` with an operation, `GET /health`.
 pub fn operations_router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/", post(ops::handle))
+        .route("/", post(ops::handle).options(ops::options))
         .route("/health", get(health))
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(error::panic_response))

@@ -226,3 +226,46 @@ async fn cbor_and_msgpack_bodies_and_responses() {
         .unwrap();
     assert_eq!(refused.status(), 406);
 }
+
+/// A web page may call the Operations API, as Harper allows by default: a preflight
+/// is answered without credentials, responses echo the origin; with
+/// `operationsApi.network.cors: false` neither happens.
+#[tokio::test]
+async fn cross_origin_requests_are_answered_as_configured() {
+    for (cors, vars) in [(true, vec![]), (false, vec![("OPERATIONSAPI_NETWORK_CORS", "false")])] {
+        let s = TestServer::start_with(&vars).await;
+        let preflight = s
+            .client
+            .request(reqwest::Method::OPTIONS, s.url("/"))
+            .header("origin", "http://studio.example")
+            .header("access-control-request-method", "POST")
+            .send()
+            .await
+            .unwrap();
+        let allowed = |headers: &reqwest::header::HeaderMap| {
+            headers.get("access-control-allow-origin").map(|v| v.to_str().unwrap().to_string())
+        };
+        let answered = s
+            .client
+            .post(s.url("/"))
+            .basic_auth(USER, Some(PASSWORD))
+            .header("origin", "http://studio.example")
+            .json(&json!({"operation": "describe_all"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answered.status(), 200);
+        if cors {
+            assert_eq!(preflight.status(), 200);
+            assert_eq!(allowed(preflight.headers()).as_deref(), Some("http://studio.example"));
+            assert_eq!(preflight.headers()["access-control-allow-methods"], "POST, GET, PUT, DELETE, PATCH, OPTIONS");
+            assert_eq!(preflight.headers()["access-control-allow-credentials"], "true");
+            assert_eq!(allowed(answered.headers()).as_deref(), Some("http://studio.example"));
+        } else {
+            assert_eq!(preflight.status(), 204, "a plain OPTIONS lists the methods");
+            assert_eq!(preflight.headers()["allow"], "POST, OPTIONS");
+            assert_eq!(allowed(preflight.headers()), None);
+            assert_eq!(allowed(answered.headers()), None);
+        }
+    }
+}

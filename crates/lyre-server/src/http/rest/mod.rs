@@ -23,6 +23,7 @@ use lyre_core::{Code, Context, ForUser, Object, RecordVersion, Table, Value, Wri
 
 use crate::http::AppState;
 use crate::http::auth::authenticate;
+use crate::http::cors;
 use crate::http::error::ApiError;
 use crate::http::negotiate::{Format, decode_body, response_format};
 use crate::http::stream::{Framing, stream_search};
@@ -38,14 +39,11 @@ pub async fn handle(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let origin = parts.headers.get(header::ORIGIN).filter(|_| state.cors).cloned();
+    let origin = cors::origin(&parts.headers, state.cors);
     let mut body = Some(body);
     let budget = crate::http::drain_budget(&parts.headers);
-    let mut response = if origin.is_some()
-        && parts.method == Method::OPTIONS
-        && parts.headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
-    {
-        preflight()
+    let mut response = if cors::is_preflight(origin.as_ref(), &parts.method, &parts.headers) {
+        cors::preflight()
     } else {
         route(&state, peer, parts, &mut body).await
     };
@@ -58,23 +56,8 @@ pub async fn handle(
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     if let Some(origin) = origin {
-        let headers = response.headers_mut();
-        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        headers.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
+        cors::allow(&mut response, origin);
     }
-    response
-}
-
-/// A CORS preflight answer (Harper's allowed methods and headers).
-fn preflight() -> Response {
-    let mut response = empty(StatusCode::OK); // Harper answers 200 with an empty body
-    let headers = response.headers_mut();
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("POST, GET, PUT, DELETE, PATCH, OPTIONS"),
-    );
-    headers
-        .insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("Accept, Content-Type, Authorization"));
     response
 }
 
