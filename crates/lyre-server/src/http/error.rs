@@ -75,7 +75,7 @@ impl ApiError {
             _ => "ClientError",
         };
         let body = lyre_core::Value::String(format!("{kind}: {}", self.message));
-        let format = if matches!(format, Format::Csv | Format::Yaml) { Format::Json } else { format };
+        let format = if matches!(format, Format::Csv | Format::Yaml | Format::Text) { Format::Json } else { format };
         let mut response = match format.encode(&body) {
             Ok(bytes) => (status, [(header::CONTENT_TYPE, format.content_type())], bytes).into_response(),
             Err(_) => (status, self.message.clone()).into_response(),

@@ -46,7 +46,7 @@ pub struct AppState {
 /// The Operations API: `POST /` with an operation, `GET /health`.
 pub fn operations_router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/", post(ops::handle).options(ops::options))
+        .route("/", post(ops::handle).options(ops::options).get(front_page))
         .route("/health", get(health))
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(error::panic_response))
@@ -121,6 +121,13 @@ pub(crate) async fn drain(mut body: Body, budget: Option<usize>) -> bool {
 /// Harper's health answer, which monitors match on.
 async fn health() -> Response {
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "HarperDB is running.").into_response()
+}
+
+/// `GET /`: Harper serves its Studio here, so browsers and load balancers probing
+/// `/` get 200; Lyre has no Studio and says where to go instead.
+async fn front_page() -> Response {
+    const PAGE: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Lyre</title></head>\n<body><h1>Lyre is running</h1><p>The Operations API takes <code>POST /</code> with a JSON operation; <code>GET /health</code> answers monitors.</p></body></html>\n";
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
 }
 
 async fn not_found() -> Response {

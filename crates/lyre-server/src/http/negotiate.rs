@@ -20,9 +20,11 @@ pub enum Format {
     Csv,
     /// `text/yaml`, as Harper serves and reads it.
     Yaml,
+    /// `text/plain` (responses only): a scalar as its text, anything else as JSON.
+    Text,
 }
 
-const SUPPORTED: &str = "application/json, application/cbor, application/x-msgpack, text/csv, text/yaml";
+const SUPPORTED: &str = "application/json, application/cbor, application/x-msgpack, text/csv, text/plain, text/yaml";
 
 impl Format {
     /// The `Content-Type` of a response in this format.
@@ -33,6 +35,7 @@ impl Format {
             Format::MessagePack => "application/x-msgpack",
             Format::Csv => "text/csv",
             Format::Yaml => "text/yaml",
+            Format::Text => "text/plain",
         }
     }
 
@@ -43,6 +46,7 @@ impl Format {
             "application/x-msgpack" | "application/msgpack" => Some(Format::MessagePack),
             "text/csv" => Some(Format::Csv),
             "text/yaml" | "application/yaml" | "application/x-yaml" => Some(Format::Yaml),
+            "text/plain" | "text/*" => Some(Format::Text),
             _ => None,
         }
     }
@@ -71,6 +75,10 @@ impl Format {
                 Ok(csv.finish())
             }
             Format::Yaml => serde_saphyr::to_string(value).map(String::into_bytes).map_err(|e| failed(e.to_string())),
+            Format::Text => match serde_json::to_value(value).map_err(|e| failed(e.to_string()))? {
+                serde_json::Value::String(text) => Ok(text.into_bytes()),
+                other => Ok(other.to_string().into_bytes()),
+            },
         }
     }
 }
@@ -137,7 +145,10 @@ pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
         )));
     }
     match format {
-        Format::Json => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}"))),
+        // A text/plain body is JSON (see above): curl and Harper's examples send it so.
+        Format::Json | Format::Text => {
+            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}")))
+        }
         Format::Cbor => decode_cbor(body),
         Format::MessagePack => decode_msgpack(body),
         Format::Csv => Err(unsupported("text/csv")),

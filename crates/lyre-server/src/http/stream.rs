@@ -152,7 +152,8 @@ impl ArrayWriter {
     fn new(format: Format, framing: Framing) -> Self {
         let mut buf = Vec::with_capacity(CHUNK + 4096);
         match format {
-            Format::Json => buf.push(b'['),
+            // A collection as plain text is its JSON.
+            Format::Json | Format::Text => buf.push(b'['),
             Format::Cbor => buf.push(0x9f),
             Format::MessagePack | Format::Csv | Format::Yaml => {}
         }
@@ -161,7 +162,7 @@ impl ArrayWriter {
 
     fn push(&mut self, record: Value) {
         let written = match self.format {
-            Format::Json => {
+            Format::Json | Format::Text => {
                 if self.count > 0 {
                     self.buf.push(b',');
                 }
@@ -198,7 +199,7 @@ impl ArrayWriter {
 
     fn finish(mut self) -> Vec<u8> {
         match self.format {
-            Format::Json => self.buf.push(b']'),
+            Format::Json | Format::Text => self.buf.push(b']'),
             Format::Cbor => self.buf.push(0xff),
             Format::Csv => {}
             Format::Yaml if self.count == 0 => self.buf.extend_from_slice(b"[]\n"),

@@ -16,6 +16,15 @@ async fn raw(s: &TestServer, content_type: Option<&str>, body: Vec<u8>) -> (u16,
 }
 
 #[tokio::test]
+async fn the_front_page_answers_without_credentials() {
+    let s = TestServer::start().await;
+    let page = s.client.get(s.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(page.text().await.unwrap().contains("Lyre is running"));
+}
+
+#[tokio::test]
 async fn health_answers_without_credentials() {
     let s = TestServer::start().await;
     let response = s.client.get(s.url("/health")).send().await.unwrap();

@@ -494,6 +494,18 @@ async fn content_types_and_extensions() {
     let (_, _, bytes) = fetch("/products/?price>1000".into(), "text/yaml").await;
     assert_eq!(serde_saphyr::from_slice::<Value>(&bytes).unwrap(), json!([]));
     assert_eq!(put_raw(&s, "/products/y2", "text/yaml", "name: [unclosed").await, 400);
+    // Plain text: a property as its text (as Harper), anything else as JSON.
+    for (path, expected) in
+        [("/products/p1.name", "Foo"), ("/products/p1.price", "10"), ("/products/p1.tags", r#"["x","y"]"#)]
+    {
+        let (status, content_type, bytes) = fetch(path.into(), "text/plain").await;
+        assert_eq!(
+            (status, content_type.as_deref(), &bytes[..]),
+            (StatusCode::OK, Some("text/plain"), expected.as_bytes())
+        );
+    }
+    let (_, _, bytes) = fetch("/products/?name==Foo&select(id)".into(), "text/plain").await;
+    assert_eq!(&bytes[..], br#"["p1"]"#);
     // Aliases that would expand to 9^10 nodes are refused, not expanded.
     let mut laughs = String::from("a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n");
     for (prev, name) in ('a'..='i').zip('b'..='j') {
