@@ -13,8 +13,6 @@ use crate::value::{Object, Value};
 /// are at most 511 bytes).
 pub(crate) const MAX_PRIMARY_KEY_BYTES: usize = MAX_KEY_STRING_BYTES;
 
-/// Validates one record: attribute names, declared types and shapes, sealed tables,
-/// and (for writes that replace the whole record) required attributes.
 /// Fails unless `value` of the table's `@expiresAt` attribute `name` is a time in ms
 /// since the epoch (a finite number) or null (no time of its own).
 fn validate_expiry_time(name: &str, value: &Value) -> Result<()> {
@@ -28,6 +26,9 @@ fn validate_expiry_time(name: &str, value: &Value) -> Result<()> {
     }
 }
 
+/// Validates one record: attribute names, relationships (never written), declared
+/// types and shapes, `@expiresAt` times, sealed tables, and (for writes that replace
+/// the whole record) required attributes.
 pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool) -> Result<()> {
     for (name, value) in record {
         validate_attribute_name(name)?;

@@ -3,9 +3,15 @@
 //! with an `Origin` echoes it with credentials allowed (`http.cors` and
 //! `operationsApi.network.cors`, both on by default).
 
+use std::sync::Arc;
+
 use axum::body::Body;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+
+use crate::http::AppState;
 
 /// The request's `Origin`, when cross-origin requests are answered (`enabled`).
 pub(crate) fn origin(headers: &HeaderMap, enabled: bool) -> Option<HeaderValue> {
@@ -31,9 +37,26 @@ pub(crate) fn preflight() -> Response {
     response
 }
 
-/// Lets the page at `origin` read `response`.
+/// Lets the page at `origin` read `response` (and tells caches the answer depends on
+/// the origin).
 pub(crate) fn allow(response: &mut Response, origin: HeaderValue) {
     let headers = response.headers_mut();
     headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
     headers.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
+    headers.append(header::VARY, HeaderValue::from_static("Origin"));
+}
+
+/// The Operations API's CORS, around every route (errors, panics and `/health`
+/// included): preflights answered here, every other answer readable by the origin.
+pub(crate) async fn operations(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let origin = origin(request.headers(), state.ops_cors);
+    let mut response = if is_preflight(origin.as_ref(), request.method(), request.headers()) {
+        preflight()
+    } else {
+        next.run(request).await
+    };
+    if let Some(origin) = origin {
+        allow(&mut response, origin);
+    }
+    response
 }

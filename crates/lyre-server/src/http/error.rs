@@ -28,6 +28,7 @@ impl ApiError {
 
     /// Renders the error in `format` (JSON, CBOR or MessagePack, as the client asked).
     pub fn render(&self, format: Format) -> Response {
+        let format = format.for_errors();
         let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut body = lyre_core::Object::new();
         body.insert("error".into(), self.message.clone().into());
@@ -75,7 +76,7 @@ impl ApiError {
             _ => "ClientError",
         };
         let body = lyre_core::Value::String(format!("{kind}: {}", self.message));
-        let format = if matches!(format, Format::Csv | Format::Yaml | Format::Text) { Format::Json } else { format };
+        let format = format.for_errors();
         let mut response = match format.encode(&body) {
             Ok(bytes) => (status, [(header::CONTENT_TYPE, format.content_type())], bytes).into_response(),
             Err(_) => (status, self.message.clone()).into_response(),

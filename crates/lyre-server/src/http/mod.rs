@@ -50,6 +50,7 @@ pub fn operations_router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), cors::operations))
         .with_state(state)
 }
 

@@ -34,8 +34,17 @@ impl Format {
             Format::Cbor => "application/cbor",
             Format::MessagePack => "application/x-msgpack",
             Format::Csv => "text/csv",
-            Format::Yaml => "text/yaml",
-            Format::Text => "text/plain",
+            Format::Yaml => "text/yaml; charset=utf-8",
+            Format::Text => "text/plain; charset=utf-8",
+        }
+    }
+
+    /// The format an error is answered in: the binary formats as asked, the text
+    /// ones (CSV, YAML, plain) as JSON, the `{"error": ...}` shape clients parse.
+    pub fn for_errors(self) -> Format {
+        match self {
+            Format::Csv | Format::Yaml | Format::Text => Format::Json,
+            binary => binary,
         }
     }
 
@@ -152,8 +161,23 @@ pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
         Format::Cbor => decode_cbor(body),
         Format::MessagePack => decode_msgpack(body),
         Format::Csv => Err(unsupported("text/csv")),
-        Format::Yaml => serde_saphyr::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid YAML: {e}"))),
+        Format::Yaml => decode_yaml(body),
     }
+}
+
+/// A YAML document as Harper reads one: YAML 1.2 booleans only (`no`, `on`, `y`
+/// stay strings), and limits that grow with the body, so any document a JSON body of
+/// the same size could hold is read while alias expansion stays bounded by it.
+fn decode_yaml(body: &[u8]) -> Result<Value, ApiError> {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = budget.max_nodes.max(body.len().saturating_mul(2));
+    budget.max_events = budget.max_events.max(body.len().saturating_mul(4));
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(body.len());
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options.budget = Some(budget);
+    serde_saphyr::from_slice_with_options(body, options)
+        .map_err(|e| ApiError::bad_request(format!("Invalid YAML: {e}")))
 }
 
 /// One CBOR value filling the whole body.

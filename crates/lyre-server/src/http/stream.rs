@@ -138,8 +138,9 @@ fn send_chunk(tx: &mpsc::Sender<Result<Bytes, std::io::Error>>, chunk: Bytes, go
     }
 }
 
-/// Encodes an array one record at a time: JSON `[a,b]`, CBOR as an indefinite-length
-/// array, MessagePack (whose arrays need their length first) buffered until the end.
+/// Encodes an array one record at a time: JSON (and plain text) `[a,b]`, CBOR as an
+/// indefinite-length array, YAML as one sequence item per record, CSV as rows,
+/// MessagePack (whose arrays need their length first) buffered until the end.
 struct ArrayWriter {
     format: Format,
     framing: Framing,

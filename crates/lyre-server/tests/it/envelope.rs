@@ -264,7 +264,10 @@ async fn cross_origin_requests_are_answered_as_configured() {
             .await
             .unwrap();
         assert_eq!(answered.status(), 200);
+        let health = s.client.get(s.url("/health")).header("origin", "http://studio.example").send().await.unwrap();
         if cors {
+            assert_eq!(allowed(health.headers()).as_deref(), Some("http://studio.example"), "every route");
+            assert!(health.headers().get_all("vary").iter().any(|v| v == "Origin"));
             assert_eq!(preflight.status(), 200);
             assert_eq!(allowed(preflight.headers()).as_deref(), Some("http://studio.example"));
             assert_eq!(preflight.headers()["access-control-allow-methods"], "POST, GET, PUT, DELETE, PATCH, OPTIONS");
@@ -272,9 +275,43 @@ async fn cross_origin_requests_are_answered_as_configured() {
             assert_eq!(allowed(answered.headers()).as_deref(), Some("http://studio.example"));
         } else {
             assert_eq!(preflight.status(), 204, "a plain OPTIONS lists the methods");
-            assert_eq!(preflight.headers()["allow"], "POST, OPTIONS");
+            assert_eq!(preflight.headers()["allow"], "GET, POST, OPTIONS");
             assert_eq!(allowed(preflight.headers()), None);
             assert_eq!(allowed(answered.headers()), None);
+            assert_eq!(allowed(health.headers()), None);
         }
+    }
+}
+
+/// YAML bodies are read with limits that grow with the body (a large document a JSON
+/// body could carry is accepted), and errors stay JSON whatever text format is asked.
+#[tokio::test]
+async fn yaml_bodies_of_any_size_and_json_errors() {
+    let s = TestServer::start().await;
+    let ids: Vec<String> = (0..300_000).map(|i| i.to_string()).collect();
+    let yaml = format!("operation: describe_all\npadding: [{}]\n", ids.join(","));
+    let answered = s
+        .client
+        .post(s.url("/"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "text/yaml")
+        .body(yaml)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200, "300,000 nodes: {}", answered.text().await.unwrap());
+    for accept in ["text/yaml", "text/plain", "text/csv"] {
+        let failed = s
+            .client
+            .post(s.url("/"))
+            .basic_auth(USER, Some(PASSWORD))
+            .header("accept", accept)
+            .json(&json!({"operation": "describe_table", "database": "nope", "table": "t"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(failed.headers()["content-type"], "application/json", "{accept}");
+        let body: Value = failed.json().await.unwrap();
+        assert!(body["error"].as_str().is_some(), "{accept}: {body}");
     }
 }

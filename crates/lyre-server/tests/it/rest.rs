@@ -476,14 +476,14 @@ async fn content_types_and_extensions() {
     assert_eq!(put_raw(&s, "/products/m1", "application/x-msgpack", msgpack).await, 204);
     assert_eq!(get(&s, "/products/?price<3&sort(price)&select(name)").await, json!(["Cbor", "Msgpack"]));
     // YAML both ways, as Harper serves and reads it (a collection is one sequence).
-    let yaml = "name: Yaml\nprice: 2.75\ntags: [a, \"b: c\", \"y\"]\n";
+    let yaml = "name: Yaml\nprice: 2.75\ntags: [a, \"b: c\", y, on]\n"; // YAML 1.2: y, on are strings
     assert_eq!(put_raw(&s, "/products/y1", "text/yaml", yaml).await, 204);
     let (status, content_type, bytes) = fetch("/products/y1".into(), "text/yaml").await;
-    assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some("text/yaml")));
+    assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some("text/yaml; charset=utf-8")));
     let record: Value = serde_saphyr::from_slice(&bytes).unwrap();
     assert_eq!(
         (&record["name"], &record["price"], &record["tags"]),
-        (&json!("Yaml"), &json!(2.75), &json!(["a", "b: c", "y"]))
+        (&json!("Yaml"), &json!(2.75), &json!(["a", "b: c", "y", "on"]))
     );
     let (_, _, bytes) = fetch("/products/?price<3&sort(price)&select(name,price)".into(), "text/yaml").await;
     let records: Value = serde_saphyr::from_slice(&bytes).unwrap();
@@ -501,7 +501,7 @@ async fn content_types_and_extensions() {
         let (status, content_type, bytes) = fetch(path.into(), "text/plain").await;
         assert_eq!(
             (status, content_type.as_deref(), &bytes[..]),
-            (StatusCode::OK, Some("text/plain"), expected.as_bytes())
+            (StatusCode::OK, Some("text/plain; charset=utf-8"), expected.as_bytes())
         );
     }
     let (_, _, bytes) = fetch("/products/?name==Foo&select(id)".into(), "text/plain").await;
@@ -539,6 +539,10 @@ async fn etags_and_conditional_gets() {
     // A property carries its record's ETag, and is not modified while the record is not.
     let (status, headers, _) = s.rest_send(Method::GET, "/products/p1.name", None, &[("if-none-match", &tag)]).await;
     assert_eq!((status, &headers["etag"]), (304, &tag.parse().unwrap()));
+    // A relationship's value is other records: the record's ETag says nothing of them.
+    let (status, headers, brand) =
+        s.rest_send(Method::GET, "/products/p1.brand", None, &[("if-none-match", &tag)]).await;
+    assert_eq!((status, headers.get("etag"), &brand["name"]), (200, None, &json!("Acme")));
     send(&s, Method::PATCH, "/products/p1", Some(json!({"price": 99}))).await;
     let (status, _, name) = s.rest_send(Method::GET, "/products/p1.name", None, &[("if-none-match", &tag)]).await;
     assert_eq!((status, name), (200, json!("Foo")));

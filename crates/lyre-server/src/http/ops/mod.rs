@@ -15,13 +15,12 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lyre_core::{Code, Context, ForUser, Lease, Object, Value};
 
 use crate::http::AppState;
 use crate::http::auth::authenticate;
-use crate::http::cors;
 use crate::http::error::ApiError;
 use crate::http::negotiate::{Format, decode_body, response_format};
 
@@ -37,7 +36,6 @@ pub async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let origin = cors::origin(&headers, state.ops_cors);
     let mut body = Some(body);
     let mut response = match response_format(&headers) {
         Err(err) => err.render(Format::Json),
@@ -53,23 +51,13 @@ pub async fn handle(
     {
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    if let Some(origin) = origin {
-        cors::allow(&mut response, origin);
-    }
     response
 }
 
-/// `OPTIONS /`: a CORS preflight (when the Operations API answers cross-origin
-/// requests), else the methods `/` takes.
-pub async fn options(State(state): State<Arc<AppState>>, method: Method, headers: HeaderMap) -> Response {
-    match cors::origin(&headers, state.ops_cors) {
-        Some(origin) if cors::is_preflight(Some(&origin), &method, &headers) => {
-            let mut response = cors::preflight();
-            cors::allow(&mut response, origin);
-            response
-        }
-        _ => ([(header::ALLOW, "POST, OPTIONS")], StatusCode::NO_CONTENT).into_response(),
-    }
+/// `OPTIONS /` that is not a CORS preflight (those are answered around the routes,
+/// see `http/cors.rs`): the methods `/` takes.
+pub async fn options() -> Response {
+    ([(header::ALLOW, "GET, POST, OPTIONS")], StatusCode::NO_CONTENT).into_response()
 }
 
 /// Answers one request; takes the body out of its slot once the caller is known.

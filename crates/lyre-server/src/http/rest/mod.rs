@@ -285,10 +285,6 @@ impl RestRequest<'_> {
                 let Some((record, version)) = self.table.get(&self.ctx, id)? else {
                     return Ok(empty(StatusCode::NOT_FOUND));
                 };
-                // A property carries its record's ETag, and is unchanged while it is.
-                if let Some(response) = self.not_modified(&version) {
-                    return Ok(response);
-                }
                 let select = Select::Fields {
                     fields: vec![lyre_core::query::Field { name: name.clone(), nested: None }],
                     shape: lyre_core::query::Shaped::Value,
@@ -297,6 +293,15 @@ impl RestRequest<'_> {
                 if value == Value::Null {
                     let mut response = self.reply(&Value::Null)?;
                     *response.status_mut() = StatusCode::NOT_FOUND;
+                    return Ok(response);
+                }
+                // A stored property carries its record's ETag and is unchanged while the
+                // record is; a relationship's value is other records, which that ETag
+                // does not cover.
+                if self.table.schema().relationships.iter().any(|r| &r.name == name) {
+                    return self.reply(&value);
+                }
+                if let Some(response) = self.not_modified(&version) {
                     return Ok(response);
                 }
                 let mut response = self.reply(&value)?;
