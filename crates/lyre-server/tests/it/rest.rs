@@ -133,6 +133,17 @@ async fn url_forms() {
     // Keys are coerced by the primary key's type.
     assert_eq!(send(&s, Method::PUT, "/Sealed/7", Some(json!({"name": "seven"}))).await.0, 204);
     assert_eq!(get(&s, "/Sealed/7").await, json!({"id": 7, "name": "seven"}));
+    // A key that cannot have the declared type is refused, as Harper refuses it.
+    for (method, path) in
+        [(Method::GET, "/Sealed/abc"), (Method::GET, "/Sealed/abc.name"), (Method::DELETE, "/Sealed/abc")]
+    {
+        let (status, _, body) = send(&s, method, path, None).await;
+        assert_eq!(
+            (status, body),
+            (400, json!("ClientError: Invalid value for attribute id: \"abc\", expecting Int")),
+            "{path}"
+        );
+    }
     // Percent-encoded keys, and a key with a slash.
     assert_eq!(send(&s, Method::PUT, "/products/a%2Fb%20c", Some(json!({"name": "Slash"}))).await.0, 204);
     assert_eq!(get(&s, "/products/a%2Fb%20c").await["id"], "a/b c");

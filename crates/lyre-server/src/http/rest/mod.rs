@@ -93,7 +93,7 @@ async fn route(
         let call = RestCall(parts.method.clone(), parts.uri.clone());
         let _lease = db.lease(ForUser { what: call, user: ctx.user.clone() });
         let table = db.table(&export.table)?;
-        let target = url::target(path.rest.as_deref(), table.schema());
+        let target = url::target(path.rest.as_deref(), table.schema())?;
         let request = RestRequest {
             state: &state,
             ctx,

@@ -9,6 +9,7 @@
 use lyre_core::Value;
 use lyre_core::catalog::TableSchema;
 
+use crate::http::error::ApiError;
 use crate::http::negotiate::Format;
 use crate::http::rest::query::decode;
 
@@ -73,23 +74,36 @@ fn cut_extension(segment: &str) -> (&str, Option<Format>) {
 }
 
 /// Resolves the rest of the path against the table's schema.
-pub fn target(rest: Option<&str>, table: &TableSchema) -> Target {
-    let Some(rest) = rest else { return Target::Table };
+pub fn target(rest: Option<&str>, table: &TableSchema) -> Result<Target, ApiError> {
+    let Some(rest) = rest else { return Ok(Target::Table) };
     if rest.is_empty() {
-        return Target::Collection;
+        return Ok(Target::Collection);
     }
     if let Some(prefix) = rest.strip_suffix('/') {
-        return Target::Prefix(decode(prefix));
+        return Ok(Target::Prefix(decode(prefix)));
     }
     if let Some((id, attr)) = rest.rsplit_once('.') {
         let attr = decode(attr);
         let declared = table.attribute(&attr).is_some_and(|a| a.type_name.is_some())
             || table.relationships.iter().any(|r| r.name == attr);
         if declared && !id.is_empty() {
-            return Target::Property(key(table, &decode(id)), attr);
+            return Ok(Target::Property(typed_key(table, &decode(id))?, attr));
         }
     }
-    Target::Record(key(table, &decode(rest)))
+    Ok(Target::Record(typed_key(table, &decode(rest))?))
+}
+
+/// [`key`], refusing (400, as Harper) an id that is not a number where the primary
+/// key is declared numeric: no record could have it.
+fn typed_key(table: &TableSchema, text: &str) -> Result<Value, ApiError> {
+    let id = key(table, text);
+    let declared = table.primary_key_attribute().and_then(|a| a.type_name.as_deref());
+    match (declared, &id) {
+        (Some(numeric @ ("Int" | "Long" | "BigInt" | "Float")), Value::String(_)) => Err(ApiError::bad_request(
+            format!("Invalid value for attribute {}: \"{text}\", expecting {numeric}", table.primary_key),
+        )),
+        _ => Ok(id),
+    }
 }
 
 /// A key from URL text, by the primary key's declared type: numbers for numeric
