@@ -387,6 +387,8 @@ async fn malformed_queries_are_rejected_with_the_position() {
     let s = shop().await;
     let cases: &[(&str, u16, &str)] = &[
         ("nosuch==1", 404, "HdbError: nosuch is not a defined attribute"),
+        ("nosuch", 404, "HdbError: nosuch is not a defined attribute"),
+        ("name%7Bx%7D", 404, "HdbError: name{x} is not a defined attribute"),
         ("sort(nosuch)", 404, "HdbError: nosuch is not a defined attribute"),
         ("details.color==red", 400, "ClientError: Unable to query by attribute [\"details\",\"color\"]"),
         ("price=gt=abc", 400, "ClientError: Invalid value for attribute price: \"abc\", expecting Float"),
@@ -396,6 +398,7 @@ async fn malformed_queries_are_rejected_with_the_position() {
         let (got, _, body) = send(&s, Method::GET, &format!("/products/?{query}"), None).await;
         assert_eq!((got, body), (*status, json!(message)), "?{query}");
     }
+    assert_eq!(get(&s, "/products/?name").await, json!([]), "a bare attribute matches nothing, as in Harper");
     for (query, fragment) in [
         ("name==A&name==B|price>1", "Can not mix operators within a condition grouping at position 15"),
         ("name=zzz=1", "invalid FIQL operator zzz at position 4"),

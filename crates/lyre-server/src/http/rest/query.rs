@@ -213,7 +213,11 @@ impl Parser<'_> {
         }
         let comparator = self.comparator()?;
         let Some(comparator) = comparator else {
-            // A bare name (`?flag`) compares nothing; Harper answers with no match.
+            // A bare name (`?flag`) compares nothing; Harper answers with no match, but
+            // still refuses a name that is no attribute.
+            if self.table.attribute(&name).is_none() && !name.contains('.') {
+                return Err(ApiError::new(Code::NotFound, format!("{name} is not a defined attribute")));
+            }
             return Ok(Some(Term::Condition(Condition::Group { operator: Operator::Or, conditions: Vec::new() })));
         };
         let value_start = self.pos;
