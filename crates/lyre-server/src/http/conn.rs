@@ -143,6 +143,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::http::framing::needs_escape;
 
     #[tokio::test]
     async fn accepted_connections_send_small_writes_at_once() {
@@ -153,6 +154,97 @@ mod tests {
         assert!(!conn.inner.nodelay().unwrap());
         conn.disable_nagle();
         assert!(conn.inner.nodelay().unwrap());
+    }
+
+    /// A body as a client frames it.
+    #[derive(Debug, Clone)]
+    enum TestBody {
+        None,
+        Length(Vec<u8>),
+        Chunked(Vec<Vec<u8>>, bool),
+    }
+
+    fn test_request()
+    -> impl proptest::strategy::Strategy<Value = (bool, String, String, Vec<(String, String)>, TestBody)> {
+        use proptest::prelude::*;
+        let body = prop_oneof![
+            Just(TestBody::None),
+            proptest::collection::vec(any::<u8>(), 0..80).prop_map(TestBody::Length),
+            (proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..30), 0..4), any::<bool>())
+                .prop_map(|(chunks, trailer)| TestBody::Chunked(chunks, trailer)),
+        ];
+        (
+            any::<bool>(),
+            prop_oneof![Just("GET"), Just("PUT"), Just("POST"), Just("DELETE"), Just("PATCH")].prop_map(String::from),
+            "[a-z0-9/?=&<>\"`|%.()*-]{0,24}",
+            proptest::collection::vec(("X-[A-Z][a-z]{0,8}", "[ -~]{0,40}"), 0..4),
+            body,
+        )
+    }
+
+    proptest::proptest! {
+        /// Whatever requests arrive, however the reads split them: the bytes handed
+        /// on are the client's, with exactly the refused characters of each request
+        /// target percent-encoded and nothing else changed (headers and bodies, which
+        /// may hold the same characters and even text that looks like a request).
+        #[test]
+        fn only_request_targets_change(
+            requests in proptest::collection::vec(test_request(), 1..6),
+            cuts in proptest::collection::vec(1usize..48, 1..40),
+        ) {
+            let (mut raw, mut expected) = (Vec::new(), Vec::new());
+            for (blank_line, method, target, headers, body) in &requests {
+                let mut head = String::new();
+                if *blank_line {
+                    head.push_str("\r\n");
+                }
+                let escaped: Vec<usize> = target.bytes().enumerate().filter(|(_, b)| needs_escape(*b)).map(|(i, _)| i).collect();
+                let fixed = String::from_utf8(percent_encode_at(target.as_bytes(), &escaped)).unwrap();
+                let mut tail = String::from(" HTTP/1.1\r\nHost: x\r\n");
+                for (name, value) in headers {
+                    tail.push_str(&format!("{name}: {value}\r\n"));
+                }
+                let mut body_bytes = Vec::new();
+                match body {
+                    TestBody::None => tail.push_str("\r\n"),
+                    TestBody::Length(bytes) => {
+                        tail.push_str(&format!("Content-Length: {}\r\n\r\n", bytes.len()));
+                        body_bytes.extend_from_slice(bytes);
+                    }
+                    TestBody::Chunked(chunks, trailer) => {
+                        tail.push_str("Transfer-Encoding: chunked\r\n\r\n");
+                        for chunk in chunks {
+                            body_bytes.extend_from_slice(format!("{:x};ext=<1>\r\n", chunk.len()).as_bytes());
+                            body_bytes.extend_from_slice(chunk);
+                            body_bytes.extend_from_slice(b"\r\n");
+                        }
+                        body_bytes.extend_from_slice(b"0\r\n");
+                        if *trailer {
+                            body_bytes.extend_from_slice(b"X-Trailer: GET /a<b HTTP/1.1\r\n");
+                        }
+                        body_bytes.extend_from_slice(b"\r\n");
+                    }
+                }
+                for (out, target) in [(&mut raw, target.as_str()), (&mut expected, fixed.as_str())] {
+                    out.extend_from_slice(format!("{head}{method} /{target}{tail}").as_bytes());
+                    out.extend_from_slice(&body_bytes);
+                }
+            }
+            let mut framing = Framing::default();
+            let (mut out, mut at, mut escapes) = (Vec::new(), 0, Vec::new());
+            for cut in cuts.iter().cycle() {
+                if at == raw.len() {
+                    break;
+                }
+                let end = (at + cut).min(raw.len());
+                escapes.clear();
+                framing.scan(&raw[at..end], &mut escapes);
+                out.extend_from_slice(&percent_encode_at(&raw[at..end], &escapes));
+                at = end;
+            }
+            proptest::prop_assert!(!framing.is_off(), "well-formed requests never switch it off");
+            proptest::prop_assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected));
+        }
     }
 
     #[test]
