@@ -2,25 +2,24 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lyre_store::{DatabaseOptions, Layout, VersionClock, WriterOptions};
+use parking_lot::{Mutex, RwLock};
 
-use crate::access::{AdminBootstrap, Users, require_super_user};
+use crate::access::{Context, require_super_user};
 use crate::catalog::{
-    TableDefinition, TableSpec, check_name_length, validate_attribute_name, validate_database_name, validate_table_name,
+    SYSTEM_DATABASE, TableDefinition, TableSpec, check_name_length, validate_attribute_name, validate_database_name,
+    validate_table_name,
 };
-use crate::context::Context;
 use crate::db::Db;
-use crate::error::{Error, Result};
+use crate::error::{Error, LifecycleError, Result};
 use crate::failpoint;
 use crate::lifecycle::files::{self, FileLock, refuse_symlink};
 use crate::lifecycle::marker::{Kind, Targets};
 use crate::lifecycle::{self, Blocked};
-
-/// The database holding users and roles.
-pub const SYSTEM_DATABASE: &str = "system";
+use crate::users::{AdminBootstrap, Users};
 
 /// How to start the engine.
 #[derive(Debug, Clone)]
@@ -42,9 +41,6 @@ pub struct EngineOptions {
     /// How long a drop or restore waits for a database's users to leave before it
     /// gives up with 409.
     pub release_timeout: Duration,
-    /// How long log entries are kept (Harper's `logging.auditRetention`); `None`
-    /// keeps them until deleted with `delete_audit_logs_before`.
-    pub audit_retention: Option<Duration>,
 }
 
 /// Everything that is open: databases and users. One per process.
@@ -58,12 +54,10 @@ pub struct Engine {
     blocked: RwLock<Blocked>,
     /// Databases whose storage did not close when a drop or restore closed them: their
     /// files may still be open in this process, so only a restart may finish the job.
-    unclosed: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    unclosed: Mutex<std::collections::BTreeSet<String>>,
     /// Serializes creating, dropping and restoring databases.
     lifecycle: tokio::sync::Mutex<()>,
     users: Users,
-    /// Background tasks (log retention, the expiry sweeper), stopped at shutdown.
-    background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Held while the engine runs: one process per root.
     _server_lock: FileLock,
 }
@@ -119,19 +113,13 @@ impl Engine {
             clock,
             databases: RwLock::new(databases),
             blocked: RwLock::new(blocked),
-            unclosed: std::sync::Mutex::new(Default::default()),
+            unclosed: Mutex::new(Default::default()),
             lifecycle: tokio::sync::Mutex::new(()),
             users,
-            background: std::sync::Mutex::new(Vec::new()),
             _server_lock: server_lock,
         };
-        let engine = Arc::new(engine);
-        let mut background = vec![crate::expiry::spawn(&engine)];
-        if let Some(retention) = engine.options.audit_retention {
-            background.push(tokio::spawn(crate::audit::keep_within(Arc::downgrade(&engine), retention)));
-        }
-        *engine.background.lock().unwrap_or_else(|e| e.into_inner()) = background;
-        Ok((engine, generated))
+        // The engine starts no background work: that is the services' (`services/`).
+        Ok((Arc::new(engine), generated))
     }
 
     /// The user store.
@@ -148,10 +136,10 @@ impl Engine {
     /// start-up could not safely finish an interrupted drop or restore of it.
     pub fn database(&self, name: &str) -> Result<Arc<Db>> {
         self.check_not_blocked(name)?;
-        let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
+        let databases = self.databases.read();
         let db = databases.get(name).cloned().ok_or_else(|| Error::DatabaseNotFound(name.to_string()))?;
         if db.is_closing() {
-            return Err(Error::Lifecycle(format!("database '{name}' is being dropped or restored")));
+            return Err(LifecycleError::Closing { database: name.to_string() }.into());
         }
         Ok(db)
     }
@@ -159,25 +147,25 @@ impl Engine {
     /// Databases that are not loaded, with the reason (an interrupted drop or restore
     /// start-up refused to act on).
     pub fn blocked_databases(&self) -> Blocked {
-        self.blocked.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.blocked.read().clone()
     }
 
     fn check_not_blocked(&self, name: &str) -> Result<()> {
-        match self.blocked.read().unwrap_or_else(|e| e.into_inner()).get(name) {
-            Some(reason) => Err(Error::Lifecycle(format!("database '{name}' is blocked: {reason}"))),
+        match self.blocked.read().get(name) {
+            Some(reason) => Err(blocked(name, reason)),
             None => Ok(()),
         }
     }
 
     /// User databases (not `system`), by name.
     pub fn databases(&self) -> Vec<Arc<Db>> {
-        let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
+        let databases = self.databases.read();
         databases.iter().filter(|(name, _)| name.as_str() != SYSTEM_DATABASE).map(|(_, db)| db.clone()).collect()
     }
 
     /// The names of every open database, `system` included.
-    pub(crate) fn database_names(&self) -> Vec<String> {
-        self.databases.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
+    pub fn database_names(&self) -> Vec<String> {
+        self.databases.read().keys().cloned().collect()
     }
 
     /// Creates a database. Fails if it exists.
@@ -210,7 +198,7 @@ impl Engine {
             self.options.writer.clone(),
             self.clock.clone(),
         )?;
-        let mut databases = self.databases.write().unwrap_or_else(|e| e.into_inner());
+        let mut databases = self.databases.write();
         databases.insert(name.to_string(), db.clone());
         Ok(db)
     }
@@ -272,7 +260,7 @@ impl Engine {
         validate_database_name(name)?;
         let _guard = self.lifecycle.lock().await;
         let _lock = lifecycle::lock(&self.layout, name)?;
-        let blocked = self.blocked.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned();
+        let blocked = self.blocked.read().get(name).cloned();
         if let Some(reason) = blocked {
             return self.retry_blocked_drop(name, reason).await;
         }
@@ -281,7 +269,7 @@ impl Engine {
         refuse_symlink(&dir)?;
         let targets = Targets { database: dir, staged: None, previous: None };
         let (marker, resumed) = lifecycle::begin(&self.layout, name, Kind::Drop, targets)?;
-        failpoint::hit("drop-marked").map_err(|e| Error::Lifecycle(e.to_string()))?;
+        failpoint::hit("drop-marked")?;
         if let Err(err) = self.release(&db).await {
             if !resumed {
                 lifecycle::end(&self.layout, name)?;
@@ -289,28 +277,28 @@ impl Engine {
             return Err(err);
         }
         self.close_or_block(name, db, "drop").await?;
-        failpoint::hit("drop-closed").map_err(|e| Error::Lifecycle(e.to_string()))?;
+        failpoint::hit("drop-closed")?;
         if let Err(err) = blocking(move || lifecycle::delete_recorded(&marker)).await {
             // The marker stays: the next start (or a retried drop) finishes the job.
             self.block(name, format!("its drop did not finish ({err}); retry drop_database or restart"));
             return Err(err);
         }
-        failpoint::hit("drop-deleted").map_err(|e| Error::Lifecycle(e.to_string()))?;
+        failpoint::hit("drop-deleted")?;
         lifecycle::end(&self.layout, name)
     }
 
     /// A drop of a database left blocked by an earlier failed removal: finish it from
     /// its marker (not when its storage failed to close: its files may still be open).
     async fn retry_blocked_drop(&self, name: &str, reason: String) -> Result<()> {
-        let refused = || Err(Error::Lifecycle(format!("database '{name}' is blocked: {reason}")));
-        if self.unclosed.lock().unwrap_or_else(|e| e.into_inner()).contains(name) {
+        let refused = || Err(blocked(name, &reason));
+        if self.unclosed.lock().contains(name) {
             return refused();
         }
         match lifecycle::marker::read(&self.layout.lifecycle_dir(), &lifecycle::marker::key(name)) {
             Ok(Some(marker)) if marker.kind == Kind::Drop => {
                 blocking(move || lifecycle::delete_recorded(&marker)).await?;
                 lifecycle::end(&self.layout, name)?;
-                self.blocked.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+                self.blocked.write().remove(name);
                 Ok(())
             }
             _ => refused(),
@@ -341,7 +329,7 @@ impl Engine {
             self.abandon_restore(name, &marker).await?;
             return Err(err);
         }
-        failpoint::hit("restore-staged").map_err(|e| Error::Lifecycle(e.to_string()))?;
+        failpoint::hit("restore-staged")?;
         if let Ok(db) = self.database(name) {
             if let Err(err) = self.release(&db).await {
                 self.abandon_restore(name, &marker).await?;
@@ -386,11 +374,7 @@ impl Engine {
                 if named.is_empty() {
                     named.push(format!("requests in flight ({others} handle(s))"));
                 }
-                return Err(Error::Lifecycle(format!(
-                    "database '{}' is in use and was not changed: held by {}",
-                    db.name(),
-                    named.join(", ")
-                )));
+                return Err(LifecycleError::InUse { database: db.name().to_string(), holders: named.join(", ") }.into());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -403,7 +387,7 @@ impl Engine {
     async fn close_or_block(&self, name: &str, db: Arc<Db>, operation: &str) -> Result<()> {
         let closed = self.close(name, db).await;
         if let Err(err) = &closed {
-            self.unclosed.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
+            self.unclosed.lock().insert(name.to_string());
             self.block(name, format!("its {operation} did not finish ({err}); restart to complete it"));
         }
         closed
@@ -412,45 +396,47 @@ impl Engine {
     /// Refuses every further use of database `name` until a restart (or, for a drop,
     /// a retried drop) settles it.
     fn block(&self, name: &str, reason: String) {
-        self.blocked.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), reason);
+        self.blocked.write().insert(name.to_string(), reason);
     }
 
     /// Removes `db` from the registry, stops its writer and waits for its storage
     /// to close.
     async fn close(&self, name: &str, db: Arc<Db>) -> Result<()> {
-        self.databases.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.databases.write().remove(name);
         tokio::task::spawn_blocking(move || {
             db.shutdown();
             let closing = db.store().closing();
             drop(db);
             if !closing.wait(Duration::from_secs(10)) {
-                return Err(Error::Lifecycle("the database's storage did not close within 10 s".into()));
+                return Err(LifecycleError::Failed("the database's storage did not close within 10 s".into()).into());
             }
             Ok(())
         })
         .await
-        .map_err(|e| Error::Lifecycle(format!("closing the database failed: {e}")))?
+        .map_err(|e| LifecycleError::failed("closing the database", e))?
     }
 
     /// Open handles and leases of every open database (what a drop would wait for).
     pub fn handles(&self) -> Vec<(String, usize, Vec<String>)> {
-        let databases = self.databases.read().unwrap_or_else(|e| e.into_inner());
+        let databases = self.databases.read();
         databases.values().map(|db| (db.name().to_string(), db.open_handles(), db.lease_holders())).collect()
     }
 
     /// Stops every writer after its queued writes commit. Later writes fail as
     /// "database closed" (retryable), never half-applied.
     pub async fn shutdown(&self) {
-        for task in self.background.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            task.abort();
-        }
         let databases: Vec<Arc<Db>> =
-            self.databases.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+            self.databases.read().values().cloned().collect();
         let stopped = tokio::task::spawn_blocking(move || databases.iter().for_each(|db| db.shutdown())).await;
         if let Err(err) = stopped {
             tracing::error!(error = %err, "stopping the writers failed");
         }
     }
+}
+
+/// The refusal of a blocked database.
+fn blocked(name: &str, reason: &str) -> Error {
+    LifecycleError::Blocked { database: name.to_string(), reason: reason.to_string() }.into()
 }
 
 /// Runs blocking work (the lifecycle protocol's file-system steps, long storage

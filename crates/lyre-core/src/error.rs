@@ -171,10 +171,12 @@ pub enum Error {
     /// A conditional write found the record changed (or gone) at commit.
     #[error("{0}")]
     PreconditionFailed(String),
-    /// A database's lifecycle prevents the request: it is being dropped or restored,
-    /// it is in use by named holders, or an interrupted drop could not be finished.
-    #[error("{0}")]
-    Lifecycle(String),
+    /// A database's lifecycle prevents the request, or a step of it failed.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    /// A test asked this step to fail (`LYRE_FAILPOINT`).
+    #[error("failpoint: {0} failed")]
+    Failpoint(String),
     /// No credentials.
     #[error("Must login")]
     MustLogin,
@@ -207,7 +209,8 @@ impl Error {
             Error::DatabaseExists(_) | Error::TableExists { .. } | Error::AttributeExists { .. } => Code::AlreadyExists,
             Error::Conflict(_) => Code::Conflict,
             Error::PreconditionFailed(_) => Code::PreconditionFailed,
-            Error::Lifecycle(_) => Code::Conflict,
+            Error::Lifecycle(e) => e.code(),
+            Error::Failpoint(_) => Code::Internal,
             Error::MustLogin => Code::MustLogin,
             Error::LoginFailed => Code::LoginFailed,
             Error::Forbidden => Code::Forbidden,
@@ -226,6 +229,75 @@ impl Error {
     /// Shorthand for [`Error::Invalid`].
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::Invalid(message.into())
+    }
+}
+
+/// Why a database's drop, restore or backup could not go ahead, or failed. The
+/// refusals answer 409 (the request may succeed once the database is settled), a file
+/// that is not a backup 400, and failures of the protocol's own steps 500.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// The database is being dropped or restored: new work is refused.
+    #[error("database '{database}' is being dropped or restored")]
+    Closing {
+        /// The database.
+        database: String,
+    },
+    /// An interrupted drop or restore of the database could not be settled safely;
+    /// it is refused until a restart (or a retried drop) settles it.
+    #[error("database '{database}' is blocked: {reason}")]
+    Blocked {
+        /// The database.
+        database: String,
+        /// What went wrong, and how to settle it.
+        reason: String,
+    },
+    /// Users still held the database when the release timeout ran out: nothing changed.
+    #[error("database '{database}' is in use and was not changed: held by {holders}")]
+    InUse {
+        /// The database.
+        database: String,
+        /// Who held it, comma separated.
+        holders: String,
+    },
+    /// Another drop, restore or server holds what this one needs.
+    #[error("{0}")]
+    Busy(String),
+    /// The protocol refuses to act (a symbolic link, an unreadable marker): nothing
+    /// was changed.
+    #[error("{0}")]
+    Refused(String),
+    /// The file offered to a restore is not a usable Lyre database.
+    #[error("{path} is not a usable Lyre database backup: {reason}")]
+    NotABackup {
+        /// The file.
+        path: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// A step of the protocol failed (a file system error, storage that did not
+    /// close, a malformed marker): an internal fault.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl LifecycleError {
+    /// The code this error renders as.
+    pub fn code(&self) -> Code {
+        match self {
+            LifecycleError::Closing { .. }
+            | LifecycleError::Blocked { .. }
+            | LifecycleError::InUse { .. }
+            | LifecycleError::Busy(_)
+            | LifecycleError::Refused(_) => Code::Conflict,
+            LifecycleError::NotABackup { .. } => Code::BadRequest,
+            LifecycleError::Failed(_) => Code::Internal,
+        }
+    }
+
+    /// A failed step: `what` failed because of `err`.
+    pub(crate) fn failed(what: impl std::fmt::Display, err: impl std::fmt::Display) -> Error {
+        Error::Lifecycle(LifecycleError::Failed(format!("{what} failed: {err}")))
     }
 }
 

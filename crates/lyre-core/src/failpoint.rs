@@ -9,6 +9,8 @@
 
 use std::sync::OnceLock;
 
+use crate::error::{Error, Result};
+
 fn configured() -> &'static [String] {
     static POINTS: OnceLock<Vec<String>> = OnceLock::new();
     POINTS.get_or_init(|| {
@@ -18,15 +20,16 @@ fn configured() -> &'static [String] {
     })
 }
 
-/// Marks the step `step`: dies or fails here when a test asked for it.
-pub(crate) fn hit(step: &str) -> std::io::Result<()> {
+/// Marks the step `step`: dies or fails here when a test asked for it (a failure is
+/// [`Error::Failpoint`], an internal fault).
+pub(crate) fn hit(step: &str) -> Result<()> {
     for point in configured() {
         if point.strip_prefix("crash:") == Some(step) {
             eprintln!("failpoint: crashing at {step}");
             std::process::abort();
         }
         if point.strip_prefix("fail:") == Some(step) {
-            return Err(std::io::Error::other(format!("failpoint: {step} failed")));
+            return Err(Error::Failpoint(step.to_string()));
         }
     }
     Ok(())

@@ -10,7 +10,7 @@ use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into};
 
 use crate::catalog::{Attribute, TableSchema};
 use crate::error::Result;
-use crate::table::{decode_entry, decode_object, encode_entry};
+use crate::record::{decode_entry, decode_object, encode_entry};
 use crate::value::{Object, Value};
 
 /// The 4-byte prefix of every entry of `attribute`.

@@ -1,38 +1,54 @@
 //! Lyre's data model on top of lyre-store: the catalog, tables, secondary indexes,
-//! queries, users and the engine that owns the open databases.
+//! queries, users, the engine that owns the open databases, and the services that
+//! run in the background and consume the transaction log.
 //!
-//! API boundary: protocols (lyre-server) use [`Engine`], [`Db`], [`Table`] and
-//! [`Context`]; every data operation takes a `Context` and is permission-checked in
-//! `access::check`. Nothing here knows HTTP, JSON or Harper's wire shapes: those live
-//! in lyre-server.
+//! The modules form layers; each imports only its own layer or those below it
+//! (`crates/lyre-server/tests/tidy.rs` checks this), bottom to top:
+//!
+//! 1. foundation: `error`, `value`, `time`, `failpoint`;
+//! 2. model: `catalog` (schema, names, `schema.graphql`), `access` (user, context,
+//!    the permission check);
+//! 3. `record`: the stored entry codec, merges, validation, expiry rules;
+//! 4. `index`: secondary-index entries kept inside each write;
+//! 5. `db`: one open database (writer, leases, published schema, DDL, the log API);
+//! 6. `query`: planning and running searches;
+//! 7. `table` (reads and write jobs) and `users`;
+//! 8. `lifecycle` (crash-safe drop and restore) and `engine`;
+//! 9. `services`: everything in the background (retention, expiry, jobs, log
+//!    consumers). Nothing imports it.
+//!
+//! API boundary: protocols (lyre-server) use [`Engine`], [`Db`], [`Table`],
+//! [`Context`] and [`Services`]; every data operation takes a `Context` and is
+//! permission-checked in `access::check`. Nothing here knows HTTP, JSON or Harper's
+//! wire shapes: those live in lyre-server.
 
 pub mod access;
-mod audit;
 pub mod catalog;
-mod consistency;
-mod context;
-mod db;
+pub mod db;
 mod engine;
 mod error;
-mod expiry;
 mod failpoint;
 mod index;
 pub mod lifecycle;
 pub mod query;
+mod record;
+pub mod services;
 mod table;
+mod time;
+pub mod users;
 mod value;
 
-pub use audit::{AuditEntry, AuditSearch};
-pub use consistency::ConsistencyReport;
-pub use context::Context;
-pub use db::{Db, ForUser, Lease, TableStats};
-pub use engine::{Engine, EngineOptions, SYSTEM_DATABASE};
-pub use error::{Class, Code, Error, Result};
+pub use access::Context;
+pub use catalog::SYSTEM_DATABASE;
+pub use db::{CatalogChange, Db, ForUser, Lease, TableStats};
+pub use engine::{Engine, EngineOptions};
+pub use error::{Class, Code, Error, LifecycleError, Result};
 /// How databases are opened (map size, durability); see `lyre_store`.
 pub use lyre_store::DatabaseOptions as StorageOptions;
 pub use lyre_store::Layout;
 pub use lyre_store::Version;
 /// How writers batch; see `lyre_store`.
 pub use lyre_store::WriterOptions;
+pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{DeleteSummary, Expect, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
 pub use value::{Object, Value};

@@ -3,7 +3,7 @@
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use lyre_core::access::AdminBootstrap;
+use lyre_core::users::AdminBootstrap;
 use lyre_core::catalog::TableSpec;
 use lyre_core::query::{Comparator, Condition, Operator, Query, Select, SortKey};
 use lyre_core::{Context, Engine, EngineOptions, Object, Value};
@@ -18,7 +18,6 @@ fn options(root: &std::path::Path) -> EngineOptions {
         auth_cache_ttl: Duration::from_secs(30),
         databases_dir: None,
         release_timeout: Duration::from_secs(5),
-        audit_retention: None,
     }
 }
 

@@ -4,11 +4,11 @@
 //! [`lyre_core::Table`]); this crate has no dependency on lyre-store. Harper's wire
 //! shapes (messages, field names, status codes) live here and nowhere else.
 
+mod app;
 pub mod cli;
 mod components;
 pub mod config;
 mod http;
-mod jobs;
 mod listen;
 mod process;
 mod telemetry;

@@ -8,16 +8,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use axum::serve::ListenerExt;
-use lyre_core::access::AdminBootstrap;
-use lyre_core::{Engine, EngineOptions};
+use lyre_core::users::AdminBootstrap;
+use lyre_core::{Engine, EngineOptions, ServiceOptions, Services};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::app::AppState;
 use crate::components::Components;
 use crate::config::Config;
+use crate::http;
 use crate::http::conn::{Connection, HttpListener};
-use crate::http::{self, AppState};
-use crate::jobs::Jobs;
 use crate::telemetry;
 
 /// Runs the server until SIGINT or SIGTERM: builds the runtime, opens the engine,
@@ -77,7 +77,6 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         auth_cache_ttl: Duration::from_millis(config.authentication.cache_ttl),
         databases_dir: config.storage.path.clone(),
         release_timeout: Duration::from_millis(config.storage.release_timeout),
-        audit_retention: Some(config.logging.audit_retention.0),
     };
     let (engine, generated) = Engine::open(options).await.context("opening the databases")?;
     if let Some(password) = generated {
@@ -91,17 +90,23 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         let name = app.file_name().and_then(|n| n.to_str()).unwrap_or("app").to_string();
         extra.insert(name, app);
     }
+    let service_options = ServiceOptions {
+        audit_retention: Some(config.logging.audit_retention.0),
+        consumer_timeout: config.logging.consumer_timeout.0,
+        ..ServiceOptions::default()
+    };
+    let services = Services::start(&engine, service_options).await.context("starting the services")?;
     let components = Arc::new(Components::new(engine.clone(), config.root().join("components"), extra));
     components.load_all().await;
     let state = Arc::new(AppState {
         engine: engine.clone(),
+        services: services.clone(),
         components,
         authorize_local: config.authentication.authorize_local,
         ops_body_limit: config.operations_api.network.max_request_body_size,
         rest_body_limit: config.http.max_request_body_size,
         cors: config.http.cors,
         ops_cors: config.operations_api.network.cors,
-        jobs: Jobs::open(&engine).await.context("opening the job table")?,
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -132,6 +137,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
             tracing::error!(error = %err, "a server task failed");
         }
     }
+    services.shutdown().await;
     engine.shutdown().await;
     tracing::info!("stopped");
     Ok(())

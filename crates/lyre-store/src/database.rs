@@ -41,6 +41,10 @@ pub struct TableStore {
     pub(crate) slot: String,
     pub(crate) records: BytesDb,
     pub(crate) index: IndexDb,
+    /// The table's incarnation as the transaction that looked the handle up sees it
+    /// (filled in by [`crate::WriteTxn::table`]; 0 in cached and read handles, which
+    /// never log).
+    pub(crate) incarnation: u64,
 }
 
 /// A sub-database pair not assigned to any table (its table was dropped; it is
@@ -56,6 +60,12 @@ impl TableStore {
     /// The table's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The table's incarnation, when the handle came from [`crate::WriteTxn::table`]
+    /// or [`crate::WriteTxn::start_incarnation`].
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 }
 
@@ -177,6 +187,7 @@ impl Database {
             self.inner.meta.put(&mut wtxn, names::SLOTTED, b"1")?;
             wtxn.commit()?;
         }
+        self.give_incarnations(&assigned)?;
         for slot in slots {
             let opened: Option<(BytesDb, IndexDb)> = env
                 .open_databases_and_commit(env.read_txn()?, |opener, rtxn| {
@@ -195,6 +206,32 @@ impl Database {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Gives every assigned table that has no incarnation yet (written before
+    /// incarnations existed) one, so every live table's changes name one.
+    fn give_incarnations(&self, assigned: &HashMap<String, String>) -> Result<()> {
+        let env = &self.inner.env;
+        let missing: Vec<&String> = {
+            let rtxn = env.read_txn()?;
+            let mut missing = Vec::new();
+            for table in assigned.keys() {
+                if self.inner.meta.get(&rtxn, &names::incarnation_key(table))?.is_none() {
+                    missing.push(table);
+                }
+            }
+            missing
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut wtxn = env.write_txn()?;
+        for table in missing {
+            let next = crate::txn::next_incarnation(&self.inner.meta, &mut wtxn)?;
+            self.inner.meta.put(&mut wtxn, &names::incarnation_key(table), &next.to_be_bytes())?;
+        }
+        wtxn.commit()?;
         Ok(())
     }
 
@@ -357,7 +394,8 @@ impl Database {
     }
 
     fn remember_table(&self, table: &str, slot: FreeSlot) -> TableStore {
-        let store = TableStore { name: table.into(), slot: slot.slot, records: slot.records, index: slot.index };
+        let store =
+            TableStore { name: table.into(), slot: slot.slot, records: slot.records, index: slot.index, incarnation: 0 };
         let mut tables = self.inner.tables.write().unwrap_or_else(|e| e.into_inner());
         tables.insert(table.to_string(), store.clone());
         store

@@ -8,8 +8,8 @@
 //!   for the writer. It owns its environment handle, so it can move between threads.
 //! * Writes are logical transactions submitted to the database's [`Writer`]. The writer
 //!   applies queued transactions in order inside one LMDB write transaction (group
-//!   commit), each in a nested transaction so a failure undoes only itself, commits
-//!   once, then acknowledges each.
+//!   commit), commits once, then acknowledges each; a transaction fails before its
+//!   first write, so a failure undoes only itself (see `writer`).
 //! * Every committed change is appended to the transaction log ([`LogEntry`]) inside
 //!   the same write transaction, so the log and the data never disagree.
 //!
@@ -36,7 +36,7 @@ pub use key::{
 };
 pub use layout::Layout;
 pub use record::{Flags, RecordHeader, decode_record, encode_record};
-pub use txlog::{Change, ChangeKind, LogEntry, PruneProgress};
+pub use txlog::{Change, ChangeKind, LogEntry, PruneProgress, PruneScope};
 pub use txn::{IndexEntries, KeyRange, ReadTxn, Records, WriteTxn};
 pub use version::{Version, VersionClock};
 pub use writer::{JobMeta, Writer, WriterOptions};

@@ -22,6 +22,18 @@ pub const SLOTTED: &[u8] = b"format:slotted";
 /// a restart, even if the wall clock has stepped back meanwhile.
 pub const HIGHEST_VERSION: &[u8] = b"version:highest";
 
+/// Prefix of the metadata keys holding each table's incarnation (u64 big-endian): a
+/// number that changes whenever a table name is dropped and created again.
+pub const INCARNATION_PREFIX: &str = "incarnation:";
+
+/// The metadata key holding the last incarnation number given out (u64 big-endian).
+pub const LAST_INCARNATION: &[u8] = b"format:last-incarnation";
+
+/// The metadata key recording `table`'s incarnation.
+pub fn incarnation_key(table: &str) -> Vec<u8> {
+    format!("{INCARNATION_PREFIX}{table}").into_bytes()
+}
+
 /// Primary records in storage slot `slot`, keyed by the encoded primary key. A slot
 /// is a number (older databases named slots after their tables).
 pub fn records(slot: &str) -> String {

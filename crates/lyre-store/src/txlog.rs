@@ -8,26 +8,49 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 
-/// What a change did to a record.
+/// What a change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChangeKind {
     /// The record was written (created or replaced); the body is the new record.
     Put,
     /// The record was removed.
     Delete,
+    /// Every record and index entry of the table was removed at once (not logged
+    /// record by record).
+    Cleared,
+    /// The table's storage was emptied and given back: the table is gone, and this
+    /// incarnation of it ends here.
+    Released,
+    /// The table's definition changed (created, an attribute added or dropped, an
+    /// index built); `record` holds the caller's description of the change.
+    Catalog,
 }
 
-/// One record-level change inside a logged transaction.
+impl ChangeKind {
+    /// Whether the change is to one record (`key` names it), not to the table.
+    pub fn is_record(self) -> bool {
+        matches!(self, ChangeKind::Put | ChangeKind::Delete)
+    }
+}
+
+/// One change inside a logged transaction: to a record, or to a table as a whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Change {
-    /// The table the record belongs to.
+    /// The table changed, by name.
     pub table: String,
+    /// Which incarnation of the table: a number that changes whenever the name is
+    /// dropped and created again (storage slots and names are reused, so the name
+    /// alone cannot tell a continuing table from a new one). 0 only in entries written
+    /// before incarnations existed.
+    #[serde(default)]
+    pub incarnation: u64,
     /// What happened.
     pub kind: ChangeKind,
-    /// The encoded primary key.
+    /// The encoded primary key of a record change; empty for a table change.
     #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
-    /// The stored record (header and body) after a put; `None` after a delete.
+    /// The stored record (header and body) after a put, or the description of a
+    /// catalog change; `None` otherwise.
     #[serde(with = "serde_bytes")]
     pub record: Option<Vec<u8>>,
 }
@@ -36,6 +59,18 @@ pub struct Change {
 /// looks at: bulk inserts log every record, so a count of entries alone could mean
 /// gigabytes decoded in one writer job.
 pub const PRUNE_BYTES: usize = 8 << 20;
+
+/// What a [`crate::WriteTxn::prune_log`] call may remove.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PruneScope<'a> {
+    /// Entries made before this version (ms since the epoch).
+    pub before: f64,
+    /// Only changes to this table; every change when `None`.
+    pub table: Option<&'a str>,
+    /// Never entries after this sequence number (what the slowest durable reader of
+    /// the log has not yet consumed stays); no bound when `None`.
+    pub through_seq: Option<u64>,
+}
 
 /// How far a [`crate::WriteTxn::prune_log`] call got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use heed::{RoTxn, RwTxn, WithoutTls};
 
 use crate::database::{Database, TableStore};
 use crate::error::{Error, Result};
-use crate::txlog::{Change, ChangeKind, LogEntry, PRUNE_BYTES, PruneProgress};
+use crate::txlog::{Change, ChangeKind, LogEntry, PRUNE_BYTES, PruneProgress, PruneScope};
 use crate::version::Version;
 
 /// A byte range over keys, with each bound inclusive, exclusive or open.
@@ -93,6 +93,36 @@ impl ReadTxn {
         Ok(self.db.inner.meta.get(&self.txn, key)?)
     }
 
+    /// Metadata entries whose key starts with `prefix`, in key order.
+    pub fn meta_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        meta_prefix_in(&self.txn, &self.db, prefix)
+    }
+
+    /// `table`'s incarnation in this snapshot, if the table has storage.
+    pub fn incarnation(&self, table: &str) -> Result<Option<u64>> {
+        incarnation_in(&self.txn, &self.db, table)
+    }
+
+    /// The sequence number of the newest log entry in this snapshot (0 when none).
+    pub fn last_log_seq(&self) -> Result<u64> {
+        Ok(self.db.inner.txlog.last(&self.txn)?.map_or(0, |(seq, _)| seq))
+    }
+
+    /// The sequence number of the oldest log entry in this snapshot, if any.
+    pub fn first_log_seq(&self) -> Result<Option<u64>> {
+        Ok(self.db.inner.txlog.first(&self.txn)?.map(|(seq, _)| seq))
+    }
+
+    /// Transaction-log entries with sequence number `from` or later, in order, with
+    /// the size of each as stored (for callers that bound what they read by bytes).
+    pub fn log_sized_from(&self, from: u64) -> Result<impl Iterator<Item = Result<(LogEntry, usize)>> + '_> {
+        let iter = self.db.inner.txlog.range(&self.txn, &(from..))?;
+        Ok(iter.map(|item| {
+            let (_, bytes) = item?;
+            Ok((LogEntry::decode(bytes)?, bytes.len()))
+        }))
+    }
+
     /// Transaction-log entries with sequence number `from` or later, in order.
     pub fn log_from(&self, from: u64) -> Result<impl Iterator<Item = Result<LogEntry>> + '_> {
         let iter = self.db.inner.txlog.range(&self.txn, &(from..))?;
@@ -101,6 +131,31 @@ impl ReadTxn {
             LogEntry::decode(bytes)
         }))
     }
+}
+
+fn meta_prefix_in(txn: &RoTxn<'_, WithoutTls>, db: &Database, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for item in db.inner.meta.prefix_iter(txn, prefix)? {
+        let (k, v) = item?;
+        out.push((k.to_vec(), v.to_vec()));
+    }
+    Ok(out)
+}
+
+fn incarnation_in(txn: &RoTxn<'_, WithoutTls>, db: &Database, table: &str) -> Result<Option<u64>> {
+    let stored = db.inner.meta.get(txn, &crate::names::incarnation_key(table))?;
+    Ok(stored.and_then(|b| b.try_into().ok()).map(u64::from_be_bytes))
+}
+
+/// Takes the next incarnation number from the counter in `meta`, inside `txn`.
+pub(crate) fn next_incarnation(meta: &crate::database::BytesDb, txn: &mut RwTxn<'_>) -> heed::Result<u64> {
+    let last = meta
+        .get(txn, crate::names::LAST_INCARNATION)?
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes);
+    let next = last + 1;
+    meta.put(txn, crate::names::LAST_INCARNATION, &next.to_be_bytes())?;
+    Ok(next)
 }
 
 fn stat_bytes(stat: &heed::DatabaseStat) -> u64 {
@@ -138,9 +193,10 @@ fn index_entries_in<'t>(
 
 /// The write transaction of one logical transaction (one write job).
 ///
-/// Every record change made through it is appended to the transaction log when the
-/// job succeeds, in the same LMDB transaction. Catalog and index changes are not
-/// logged: they are derived from the catalog operations that made them.
+/// Every record change made through it, every table cleared or released, and every
+/// catalog change its caller describes ([`WriteTxn::log_catalog`]) is appended to the
+/// transaction log when the job succeeds, in the same LMDB transaction. Index entries
+/// are not logged: they are derived from the records.
 pub struct WriteTxn<'t, 'e> {
     txn: &'t mut RwTxn<'e>,
     db: &'t Database,
@@ -167,27 +223,64 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         self.version = version;
     }
 
-    /// Handles of `table`, or `None` when its storage does not exist; see
-    /// [`crate::Writer::prepare_table`].
+    /// Handles of `table`, with its incarnation as this transaction sees it, or
+    /// `None` when its storage does not exist; see [`crate::Writer::prepare_table`].
     pub fn table(&self, table: &str) -> Result<Option<TableStore>> {
-        Ok(self.db.open_table(table))
+        let Some(mut store) = self.db.open_table(table) else { return Ok(None) };
+        let stored = self.db.inner.meta.get(&*self.txn, &crate::names::incarnation_key(table))?;
+        store.incarnation = stored.and_then(|b| b.try_into().ok()).map_or(0, u64::from_be_bytes);
+        Ok(Some(store))
     }
 
-    /// Removes every record and index entry of `table`. Not logged record by record:
-    /// the catalog change that drops the table is the fact.
+    /// Starts a new incarnation of `table` (it is being created): changes logged
+    /// through the returned handle name it. Returns the handle to use from now on.
+    pub fn start_incarnation(&mut self, table: &TableStore) -> Result<TableStore> {
+        let meta = self.db.inner.meta;
+        let next = next_incarnation(&meta, self.writing()).map_err(|e| classify(self.db, e))?;
+        let key = crate::names::incarnation_key(&table.name);
+        meta.put(self.writing(), &key, &next.to_be_bytes()).map_err(|e| classify(self.db, e))?;
+        Ok(TableStore { incarnation: next, ..table.clone() })
+    }
+
+    /// Removes every record and index entry of `table`, logged as one change (not
+    /// record by record) when there was anything to remove.
     pub fn clear_table(&mut self, table: &TableStore) -> Result<()> {
-        table.records.clear(self.writing())?;
-        table.index.clear(self.writing())?;
+        let held = table.records.len(&*self.txn)? + table.index.len(&*self.txn)?;
+        table.records.clear(self.writing()).map_err(|e| classify(self.db, e))?;
+        table.index.clear(self.writing()).map_err(|e| classify(self.db, e))?;
+        if held > 0 {
+            self.log_table(table, ChangeKind::Cleared, None);
+        }
         Ok(())
     }
 
     /// Empties `table`'s storage and gives its slot back, for the next table created
-    /// (a dropped table must not keep its sub-databases for good).
+    /// (a dropped table must not keep its sub-databases for good); logged as the end
+    /// of the table's incarnation.
     pub fn release_table(&mut self, table: &TableStore) -> Result<()> {
-        self.clear_table(table)?;
-        let key = crate::names::slot_key(&table.name);
-        self.db.inner.meta.delete(self.writing(), &key).map_err(|e| classify(self.db, e))?;
+        table.records.clear(self.writing()).map_err(|e| classify(self.db, e))?;
+        table.index.clear(self.writing()).map_err(|e| classify(self.db, e))?;
+        for key in [crate::names::slot_key(&table.name), crate::names::incarnation_key(&table.name)] {
+            self.db.inner.meta.delete(self.writing(), &key).map_err(|e| classify(self.db, e))?;
+        }
+        self.log_table(table, ChangeKind::Released, None);
         Ok(())
+    }
+
+    /// Logs a change to `table`'s definition, described by the caller (`description`
+    /// is opaque to the store), in this transaction's entry.
+    pub fn log_catalog(&mut self, table: &TableStore, description: Vec<u8>) {
+        self.log_table(table, ChangeKind::Catalog, Some(description));
+    }
+
+    fn log_table(&mut self, table: &TableStore, kind: ChangeKind, record: Option<Vec<u8>>) {
+        self.changes.push(Change {
+            table: table.name.to_string(),
+            incarnation: table.incarnation,
+            kind,
+            key: Vec::new(),
+            record,
+        });
     }
 
     /// The stored record with primary key `key`, as of this transaction.
@@ -208,7 +301,13 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// Writes `record` (header and body, see [`crate::encode_record`]) under `key`.
     pub fn put_record(&mut self, table: &TableStore, key: Vec<u8>, record: Vec<u8>) -> Result<()> {
         table.records.put(self.writing(), &key, &record).map_err(|e| classify(self.db, e))?;
-        self.changes.push(Change { table: table.name.to_string(), kind: ChangeKind::Put, key, record: Some(record) });
+        self.changes.push(Change {
+            table: table.name.to_string(),
+            incarnation: table.incarnation,
+            kind: ChangeKind::Put,
+            key,
+            record: Some(record),
+        });
         Ok(())
     }
 
@@ -218,6 +317,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         if existed {
             self.changes.push(Change {
                 table: table.name.to_string(),
+                incarnation: table.incarnation,
                 kind: ChangeKind::Delete,
                 key: key.to_vec(),
                 record: None,
@@ -226,14 +326,15 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         Ok(existed)
     }
 
-    /// Removes, from log entries made before `before` (ms), the changes to `table`
-    /// (every change when `None`), looking at entries from sequence `from`: at most
-    /// `max` of them and about [`PRUNE_BYTES`] of their encoded size, so one call
-    /// never holds the writer or memory for long. An entry left without changes is
-    /// deleted, except the newest entry of the log, which keeps its place so sequence
-    /// numbers are never reused. The log is in commit order, so the walk stops at the
-    /// first newer entry.
-    pub fn prune_log(&mut self, from: u64, before: f64, table: Option<&str>, max: usize) -> Result<PruneProgress> {
+    /// Removes, from log entries in `scope` (made before its version, and not after
+    /// its sequence bound), the changes to its table (every change when `None`),
+    /// looking at entries from sequence `from`: at most `max` of them and about
+    /// [`PRUNE_BYTES`] of their encoded size, so one call never holds the writer or
+    /// memory for long. An entry left without changes is deleted, except the newest
+    /// entry of the log, which keeps its place so sequence numbers are never reused.
+    /// The log is in commit order, so the walk stops at the first entry out of scope.
+    pub fn prune_log(&mut self, from: u64, scope: PruneScope<'_>, max: usize) -> Result<PruneProgress> {
+        let PruneScope { before, table, through_seq } = scope;
         let last = self.db.inner.txlog.last(&*self.txn)?.map(|(seq, _)| seq);
         // Entries to rewrite (`Some`: what is left of it) or delete (`None`).
         let mut edits: Vec<(u64, Option<LogEntry>)> = Vec::new();
@@ -241,6 +342,9 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         let mut next = None;
         for item in self.db.inner.txlog.range(&*self.txn, &(from..))? {
             let (seq, bytes) = item?;
+            if through_seq.is_some_and(|through| seq > through) {
+                break;
+            }
             if seen == max || bytes_seen >= PRUNE_BYTES {
                 next = Some(seq);
                 break;
@@ -308,6 +412,21 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// Writes a metadata value.
     pub fn put_meta(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.db.inner.meta.put(self.writing(), key, value).map_err(|e| classify(self.db, e))
+    }
+
+    /// Deletes a metadata value; returns whether it existed.
+    pub fn delete_meta(&mut self, key: &[u8]) -> Result<bool> {
+        self.db.inner.meta.delete(self.writing(), key).map_err(|e| classify(self.db, e))
+    }
+
+    /// Metadata entries whose key starts with `prefix`, as of this transaction.
+    pub fn meta_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for item in self.db.inner.meta.prefix_iter(&*self.txn, prefix)? {
+            let (k, v) = item?;
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
     }
 
     /// The transaction, for a write: from here on, failing this job aborts its batch.

@@ -1,6 +1,6 @@
 //! The one place a permission is decided.
 
-use crate::context::Context;
+use crate::access::Context;
 use crate::error::{Error, Result};
 use crate::value::Value;
 

@@ -1,13 +1,13 @@
-//! Users, roles and permission checks.
+//! Who is asking and what they may do: the user and role types, the request
+//! [`Context`] every core operation takes, and the one place a permission is decided.
 //!
-//! Users and roles live in the `system` database (`hdb_user`, `hdb_role`, as in
-//! Harper). Passwords are stored as argon2id hashes; verified logins are cached
-//! briefly (Harper's `authentication.cacheTTL`) because argon2 is deliberately slow.
+//! The store of users and roles (in the `system` database) is `users.rs`, above the
+//! table layer it is built on.
 
 mod check;
+mod context;
 mod user;
-mod users;
 
 pub use check::{Action, check_table, require_super_user};
+pub use context::Context;
 pub use user::{Role, User};
-pub use users::{AdminBootstrap, Users};

@@ -5,7 +5,6 @@
 //! the same transaction, and published to readers as an immutable snapshot after
 //! each commit.
 
-pub(crate) mod define;
 mod names;
 mod schema;
 mod sdl;
@@ -19,3 +18,10 @@ pub use schema::{
     TableSchema, TableSpec, UPDATED_TIME,
 };
 pub use sdl::{DeclaredAttribute, SdlError, TableDefinition, parse_sdl};
+
+/// The database holding Lyre's own tables: users, roles and jobs.
+pub const SYSTEM_DATABASE: &str = "system";
+
+/// A database's schema as its writer owns it: copied on write, published to readers
+/// as an immutable snapshot after each commit.
+pub(crate) type SchemaState = std::sync::Arc<DatabaseSchema>;

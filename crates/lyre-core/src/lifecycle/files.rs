@@ -3,7 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LifecycleError, Result};
 use crate::lifecycle::marker::sync_dir;
 
 /// An exclusive OS file lock (`flock`), released when dropped or when the process
@@ -32,10 +32,10 @@ impl FileLock {
 /// recorded, never what a link points at.
 pub fn refuse_symlink(path: &Path) -> Result<()> {
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_symlink() => Err(Error::Lifecycle(format!(
+        Ok(meta) if meta.file_type().is_symlink() => Err(Error::Lifecycle(LifecycleError::Refused(format!(
             "{} is a symbolic link; refusing to delete through it (nothing was changed)",
             path.display()
-        ))),
+        )))),
         _ => Ok(()),
     }
 }
@@ -46,11 +46,11 @@ pub fn refuse_symlink(path: &Path) -> Result<()> {
 /// start finishes the job.
 pub fn remove_dir_strictly(path: &Path) -> Result<()> {
     refuse_symlink(path)?;
-    crate::failpoint::hit("drop-remove").map_err(|e| Error::Lifecycle(e.to_string()))?;
+    crate::failpoint::hit("drop-remove")?;
     match std::fs::remove_dir_all(path) {
         Ok(()) => {}
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(Error::Lifecycle(format!("removing {} failed: {err}", path.display()))),
+        Err(err) => return Err(LifecycleError::failed(format_args!("removing {}", path.display()), err)),
     }
     if let Some(parent) = path.parent() {
         sync_dir(parent).map_err(io)?;

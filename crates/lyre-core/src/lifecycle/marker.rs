@@ -91,7 +91,7 @@ impl Marker {
     /// A marker for an operation starting now.
     pub fn new(name: &str, kind: Kind, targets: Targets) -> Self {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        let started = crate::table::iso8601(now.as_secs_f64() * 1000.0);
+        let started = crate::time::iso8601(now.as_secs_f64() * 1000.0);
         Self { name: name.to_string(), kind, started, targets }
     }
 

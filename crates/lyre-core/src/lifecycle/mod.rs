@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use lyre_store::{DatabaseOptions, Layout};
 
 use crate::catalog::{DatabaseSchema, validate_database_name};
-use crate::error::{Error, Result};
+use crate::error::{Error, LifecycleError, Result};
 use files::{FileLock, refuse_symlink, remove_dir_strictly};
 use marker::{Kind, Marker, MarkerError, Targets, sync_dir};
 
@@ -38,7 +38,9 @@ pub(crate) type Blocked = BTreeMap<String, String>;
 pub(crate) fn lock(layout: &Layout, name: &str) -> Result<FileLock> {
     let path = layout.lifecycle_dir().join(format!("{}.lock", marker::key(name)));
     FileLock::try_acquire(&path)?.ok_or_else(|| {
-        Error::Lifecycle(format!("a drop or restore of database '{name}' is in progress in another process"))
+        Error::Lifecycle(LifecycleError::Busy(format!(
+            "a drop or restore of database '{name}' is in progress in another process"
+        )))
     })
 }
 
@@ -46,14 +48,14 @@ pub(crate) fn lock(layout: &Layout, name: &str) -> Result<FileLock> {
 /// (or restore into) the same root.
 pub(crate) fn server_lock(layout: &Layout) -> Result<FileLock> {
     FileLock::try_acquire(&layout.lifecycle_dir().join("server.lock"))?
-        .ok_or_else(|| Error::Lifecycle(format!("another Lyre process is using the root {}", layout.root().display())))
+        .ok_or_else(|| busy(format!("another Lyre process is using the root {}", layout.root().display())))
 }
 
 /// The absolute form of `path`, without `.` or `..` (markers record such paths
 /// only): its parent directory is resolved by the file system, its last component is
 /// kept as it is, so a symbolic link there is still seen (and refused) as a link.
 pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
-    let io = |e: std::io::Error| Error::Lifecycle(format!("resolving {} failed: {e}", path.display()));
+    let io = |e: std::io::Error| LifecycleError::failed(format_args!("resolving {}", path.display()), e);
     match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
             Ok(std::fs::canonicalize(parent).map_err(io)?.join(name))
@@ -84,17 +86,21 @@ pub(crate) fn begin(layout: &Layout, name: &str, kind: Kind, targets: Targets) -
     match marker::read(&dir, &key) {
         Ok(Some(existing)) if existing.kind == kind => return Ok((existing, true)),
         Ok(Some(existing)) => {
-            return Err(Error::Lifecycle(format!(
+            return Err(busy(format!(
                 "an unfinished {} of database '{name}' must complete first (it is finished at the next start)",
                 if existing.kind == Kind::Drop { "drop" } else { "restore" }
             )));
         }
         Ok(None) => {}
-        Err(err) => return Err(Error::Lifecycle(format!("database '{name}': {err}; refusing to proceed"))),
+        Err(err) => {
+            return Err(Error::Lifecycle(LifecycleError::Refused(format!(
+                "database '{name}': {err}; refusing to proceed"
+            ))));
+        }
     }
     let marker = Marker::new(name, kind, targets);
     marker::publish(&dir, &marker)
-        .map_err(|e| Error::Lifecycle(format!("writing the lifecycle marker failed: {e}")))?;
+        .map_err(|e| LifecycleError::failed("writing the lifecycle marker", e))?;
     Ok((marker, false))
 }
 
@@ -113,12 +119,12 @@ pub(crate) fn begin_restore(layout: &Layout, name: &str, targets: Targets) -> Re
 /// Removes `name`'s marker: the operation is complete (or was undone).
 pub(crate) fn end(layout: &Layout, name: &str) -> Result<()> {
     marker::remove(&layout.lifecycle_dir(), &marker::key(name))
-        .map_err(|e| Error::Lifecycle(format!("removing the lifecycle marker failed: {e}")))
+        .map_err(|e| LifecycleError::failed("removing the lifecycle marker", e))
 }
 
 /// Step 5 of a drop: deletes exactly the recorded directory.
 pub(crate) fn delete_recorded(marker: &Marker) -> Result<()> {
-    crate::failpoint::hit("drop-delete").map_err(|e| Error::Lifecycle(e.to_string()))?;
+    crate::failpoint::hit("drop-delete")?;
     remove_dir_strictly(&marker.targets.database)
 }
 
@@ -127,11 +133,11 @@ pub(crate) fn delete_recorded(marker: &Marker) -> Result<()> {
 pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -> Result<()> {
     let staged = staged_dir(marker)?;
     remove_dir_strictly(staged)?;
-    let io = |e: std::io::Error| Error::Lifecycle(format!("preparing the restore in {} failed: {e}", staged.display()));
+    let io = |e: std::io::Error| LifecycleError::failed(format_args!("preparing the restore in {}", staged.display()), e);
     std::fs::create_dir_all(staged).map_err(io)?;
     let data = staged.join("data.mdb");
     std::fs::copy(backup, &data).map_err(io)?;
-    crate::failpoint::hit("restore-copied").map_err(|e| Error::Lifecycle(e.to_string()))?;
+    crate::failpoint::hit("restore-copied")?;
     std::fs::File::open(&data).and_then(|f| f.sync_all()).map_err(io)?;
     sync_dir(staged).map_err(io)?;
     let check = lyre_store::Database::open(&marker.name, staged, options.clone())
@@ -141,11 +147,13 @@ pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -
             DatabaseSchema::load(&marker.name, txn.catalog_entries()?)?;
             Ok(db)
         })
-        .map_err(|e| Error::Lifecycle(format!("{} is not a usable Lyre database backup: {e}", backup.display())))?;
+        .map_err(|e| {
+            Error::Lifecycle(LifecycleError::NotABackup { path: backup.display().to_string(), reason: e.to_string() })
+        })?;
     let closing = check.closing();
     drop(check);
     if !closing.wait(std::time::Duration::from_secs(10)) {
-        return Err(Error::Lifecycle("the checked backup copy did not close within 10 s".into()));
+        return Err(Error::Lifecycle(LifecycleError::Failed("the checked backup copy did not close within 10 s".into())));
     }
     // Only a copy carrying this (durable) sentinel may be swapped in by recovery; a
     // crash before it leaves a torn copy that recovery deletes instead.
@@ -161,14 +169,14 @@ const STAGED_READY: &str = "restore-ready";
 /// closed). Each rename is made durable before the next.
 pub(crate) fn swap(marker: &Marker) -> Result<()> {
     let (live, staged, previous) = (&marker.targets.database, staged_dir(marker)?, previous_dir(marker)?);
-    let io = |e: std::io::Error| Error::Lifecycle(format!("swapping in the restored database failed: {e}"));
+    let io = |e: std::io::Error| LifecycleError::failed("swapping in the restored database", e);
     refuse_symlink(live)?;
     remove_dir_strictly(previous)?;
     if live.exists() {
         std::fs::rename(live, previous).map_err(io)?;
         sync_parent(live).map_err(io)?;
     }
-    crate::failpoint::hit("restore-swap").map_err(|e| Error::Lifecycle(e.to_string()))?;
+    crate::failpoint::hit("restore-swap")?;
     std::fs::rename(staged, live).map_err(io)?;
     sync_parent(live).map_err(io)?;
     let _ = std::fs::remove_file(live.join(STAGED_READY));
@@ -180,10 +188,7 @@ pub(crate) fn swap(marker: &Marker) -> Result<()> {
 pub fn restore_offline(layout: &Layout, name: &str, backup: &Path, options: &DatabaseOptions) -> Result<()> {
     validate_database_name(name)?;
     let _server = server_lock(layout).map_err(|_| {
-        Error::Lifecycle(format!(
-            "a server is running on {}; use the restore_backup operation instead",
-            layout.root().display()
-        ))
+        busy(format!("a server is running on {}; use the restore_backup operation instead", layout.root().display()))
     })?;
     let _lock = lock(layout, name)?;
     let marker = begin_restore(layout, name, restore_targets(layout, name)?)?;
@@ -284,16 +289,16 @@ fn settle(layout: &Layout, found: &Marker) -> Result<()> {
             if !live.exists() && staged.join(STAGED_READY).exists() {
                 // It crashed mid-swap: complete it.
                 std::fs::rename(staged, live)
-                    .map_err(|e| Error::Lifecycle(format!("finishing a restore failed: {e}")))?;
-                sync_parent(live).map_err(|e| Error::Lifecycle(e.to_string()))?;
+                    .map_err(|e| LifecycleError::failed("finishing a restore", e))?;
+                sync_parent(live).map_err(|e| LifecycleError::failed("finishing a restore", e))?;
                 let _ = std::fs::remove_file(live.join(STAGED_READY));
                 tracing::info!(database = %found.name, "finished an interrupted restore");
             } else if !live.exists() && previous_dir(found)?.exists() {
                 // The replaced database was moved aside but no checked copy is ready
                 // (a marker from an older build, or a lost sentinel): put it back.
                 std::fs::rename(previous_dir(found)?, live)
-                    .map_err(|e| Error::Lifecycle(format!("undoing a restore failed: {e}")))?;
-                sync_parent(live).map_err(|e| Error::Lifecycle(e.to_string()))?;
+                    .map_err(|e| LifecycleError::failed("undoing a restore", e))?;
+                sync_parent(live).map_err(|e| LifecycleError::failed("undoing a restore", e))?;
                 remove_dir_strictly(staged)?;
                 tracing::info!(database = %found.name, "undid an interrupted restore; the database was put back");
             } else {
@@ -308,7 +313,7 @@ fn settle(layout: &Layout, found: &Marker) -> Result<()> {
 }
 
 fn staged_dir(marker: &Marker) -> Result<&Path> {
-    marker.targets.staged.as_deref().ok_or_else(|| Error::Lifecycle("a restore marker without a staging path".into()))
+    marker.targets.staged.as_deref().ok_or_else(|| malformed("a restore marker without a staging path"))
 }
 
 fn previous_dir(marker: &Marker) -> Result<&Path> {
@@ -316,7 +321,15 @@ fn previous_dir(marker: &Marker) -> Result<&Path> {
         .targets
         .previous
         .as_deref()
-        .ok_or_else(|| Error::Lifecycle("a restore marker without a previous path".into()))
+        .ok_or_else(|| malformed("a restore marker without a previous path"))
+}
+
+fn malformed(what: &str) -> Error {
+    Error::Lifecycle(LifecycleError::Failed(what.to_string()))
+}
+
+fn busy(message: String) -> Error {
+    Error::Lifecycle(LifecycleError::Busy(message))
 }
 
 fn sync_parent(path: &Path) -> std::io::Result<()> {

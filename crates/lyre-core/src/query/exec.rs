@@ -1,104 +1,23 @@
-//! Running a planned search: walk the driver, filter, order, page, project, stream.
+//! Walking a driver over one snapshot (records in the driver's order, expired ones
+//! skipped), and ordering matches by their sort values.
 
 use std::collections::HashSet;
 use std::ops::{Bound, ControlFlow};
 
 use lyre_store::{ReadTxn, TableStore, index_entry_primary_key};
 
-use crate::error::{Error, Result};
-use crate::expiry::Live;
+use crate::error::Result;
 use crate::index::attribute_prefix;
 use crate::query::ast::SortKey;
-use crate::query::filter::{cmp_sort_values, matches_all};
-use crate::query::plan::{Driver, Order, Search};
+use crate::query::driver::Driver;
+use crate::query::filter::cmp_sort_values;
 use crate::query::related::Related;
+use crate::record::expiry::Live;
 use crate::value::{Object, Value};
-
-/// Receives each result (an object, or a bare value or array for `select(a)` and
-/// `select([a,b])`); returns `Break` to stop early (the client went away).
-pub type Sink<'a> = dyn FnMut(Value) -> ControlFlow<()> + 'a;
-
-impl Search {
-    /// Streams every result to `sink`, in order. Memory stays bounded unless the
-    /// query sorts on something no index orders (then `offset + limit` records, or
-    /// all matches when there is no limit, are held).
-    pub fn run(self, sink: &mut Sink<'_>) -> Result<()> {
-        let Some(store) = self.store.clone() else {
-            return Ok(());
-        };
-        let schema = self.table.schema().clone();
-        let live = Live::of(&schema);
-        let related = Related::new(&self.txn, self.table.db(), &schema);
-        let related = Some(&related);
-        let query = &self.query;
-        let conditions = &query.conditions;
-        let operator = query.operator;
-        let db = self.table.db().clone();
-        let going_away = || Error::Lifecycle(format!("database '{}' is being dropped or restored", db.name()));
-        match &self.order {
-            Order::Natural => {
-                let mut skip = query.offset;
-                let mut remaining = query.limit.unwrap_or(usize::MAX);
-                if remaining == 0 {
-                    return Ok(());
-                }
-                let _stopped_early = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
-                    if db.is_closing() {
-                        return Err(going_away());
-                    }
-                    if !matches_all(operator, conditions, &record, related)? {
-                        return Ok(ControlFlow::Continue(()));
-                    }
-                    if skip > 0 {
-                        skip -= 1;
-                        return Ok(ControlFlow::Continue(()));
-                    }
-                    if sink(query.select.project_value(&schema, record, related)?).is_break() {
-                        return Ok(ControlFlow::Break(()));
-                    }
-                    remaining -= 1;
-                    Ok(if remaining == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
-                })?
-                .is_break();
-            }
-            Order::Sort(keys) => {
-                let keep = query.limit.map(|l| l.saturating_add(query.offset));
-                // Each match with its sort values (a related record's, for `rel.attr`).
-                let mut matched: Vec<(Vec<Option<Value>>, Object)> = Vec::new();
-                let _complete = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
-                    if db.is_closing() {
-                        return Err(going_away());
-                    }
-                    if matches_all(operator, conditions, &record, related)? {
-                        let values = keys
-                            .iter()
-                            .map(|key| sort_value(&record, &key.attribute, related))
-                            .collect::<Result<_>>()?;
-                        matched.push((values, record));
-                        if let Some(keep) = keep.filter(|k| matched.len() > k.saturating_mul(2).max(1024)) {
-                            sort_records(&mut matched, keys);
-                            matched.truncate(keep);
-                        }
-                    }
-                    Ok(ControlFlow::Continue(()))
-                })?
-                .is_continue();
-                sort_records(&mut matched, keys);
-                let page = matched.into_iter().skip(query.offset).take(query.limit.unwrap_or(usize::MAX));
-                for (_, record) in page {
-                    if sink(query.select.project_value(&schema, record, related)?).is_break() {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
 
 /// The value `record` sorts by for `path`: an attribute, or `rel.attr` (through one
 /// or more relationships) the first related record's.
-fn sort_value(record: &Object, path: &str, related: Option<&Related<'_>>) -> Result<Option<Value>> {
+pub(crate) fn sort_value(record: &Object, path: &str, related: Option<&Related<'_>>) -> Result<Option<Value>> {
     let Some((name, rest)) = path.split_once('.').filter(|_| record.get(path).is_none()) else {
         return Ok(record.get(path).cloned());
     };
@@ -112,7 +31,7 @@ fn sort_value(record: &Object, path: &str, related: Option<&Related<'_>>) -> Res
     }
 }
 
-fn sort_records(records: &mut [(Vec<Option<Value>>, Object)], keys: &[SortKey]) {
+pub(crate) fn sort_records(records: &mut [(Vec<Option<Value>>, Object)], keys: &[SortKey]) {
     records.sort_by(|(a, _), (b, _)| {
         for (i, key) in keys.iter().enumerate() {
             let order = cmp_sort_values(a[i].as_ref(), b[i].as_ref());

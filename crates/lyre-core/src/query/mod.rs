@@ -2,19 +2,24 @@
 //! executor that streams matching records to a sink.
 //!
 //! * [`ast`]: what a query says (conditions, sort, paging, projection).
-//! * [`plan`]: which index or key range drives it (most selective indexed condition
-//!   of an AND; a union for an OR of indexed conditions; an index walk for a sort).
-//! * [`exec`]: walks the driver, re-checks every condition on the record, sorts when
-//!   the driver's order is not the requested one, pages, projects, streams.
+//! * `plan`: which index or key range drives it (most selective indexed condition
+//!   of an AND; a union for an OR of indexed conditions; an index walk for a sort),
+//!   as a `driver` (the planner's output, the executor's input).
+//! * `exec`: walks a driver over a snapshot.
+//! * [`search`]: a planned [`Search`]; its run re-checks every condition on each
+//!   record, sorts when the driver's order is not the requested one, pages,
+//!   projects, streams.
 
 mod ast;
+mod driver;
 mod exec;
 mod filter;
 mod plan;
 mod related;
+mod search;
 mod select;
 
 pub use ast::{Comparator, Condition, Operator, Query, SortKey};
-pub use plan::Search;
+pub use search::{Search, Sink};
 pub(crate) use related::Related;
 pub use select::{Field, Select, Shaped};

@@ -1,120 +1,27 @@
-//! Choosing how to find a query's records.
+//! Choosing how to find a query's records: checking the query against the schema,
+//! picking the [`Driver`] that yields the fewest candidates, and deciding whether
+//! its order is the one asked for.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use lyre_store::{ReadTxn, TableStore, encode_key, encode_string_prefix_into, prefix_successor};
 
-use std::sync::Arc;
-
-use crate::catalog::{Attribute, TableSchema};
-use crate::db::{Db, Lease};
+use crate::catalog::TableSchema;
+use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::expiry::Live;
 use crate::index::attribute_prefix;
-use crate::query::ast::{Comparator, Condition, Operator, Query, SortKey};
+use crate::query::ast::{Comparator, Condition, Operator, Query};
+use crate::query::driver::{Driver, Order, Range};
 use crate::query::exec::walk;
 use crate::query::related::target_table;
-use crate::table::Table;
+use crate::record::expiry::Live;
+use crate::record::validate::is_primary_key_value;
 use crate::value::Value;
-
-/// An owned key range.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Range {
-    pub(crate) lo: Bound<Vec<u8>>,
-    pub(crate) hi: Bound<Vec<u8>>,
-}
-
-impl Range {
-    pub(crate) fn as_ref(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
-        (self.lo.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice))
-    }
-}
-
-/// Where candidate records come from.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Driver {
-    /// Every record in primary-key order.
-    Scan { descending: bool },
-    /// These primary keys, in this order.
-    Keys(Vec<Vec<u8>>),
-    /// A primary-key range.
-    PrimaryRange { range: Range, descending: bool },
-    /// A secondary-index range of one attribute.
-    Index { attribute: Attribute, range: Range, descending: bool },
-    /// Every record ordered by an indexed attribute, records lacking it last.
-    SortIndex { attribute: Attribute, descending: bool },
-    /// The union of several drivers (an OR), de-duplicated.
-    Union(Vec<Driver>),
-}
-
-/// How results are ordered.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Order {
-    /// The driver's order is the requested one: stream.
-    Natural,
-    /// Collect and sort (bounded by offset + limit when a limit is given).
-    Sort(Vec<SortKey>),
-}
-
-/// A planned search over one snapshot. `Send`: run it on a blocking thread.
-pub struct Search {
-    pub(crate) table: Table,
-    /// Names this search as a holder of its database while it lives.
-    pub(crate) _lease: Lease,
-    pub(crate) txn: ReadTxn,
-    pub(crate) store: Option<TableStore>,
-    pub(crate) driver: Driver,
-    pub(crate) order: Order,
-    pub(crate) query: Query,
-}
-
-impl Search {
-    /// Validates `query` against the table and picks its driver.
-    pub(crate) fn plan(table: Table, query: Query, lease: Lease) -> Result<Search> {
-        let schema = table.schema().clone();
-        for condition in &query.conditions {
-            validate_condition(table.db(), &schema, condition)?;
-        }
-        for key in &query.sort {
-            validate_sort_path(table.db(), &schema, &key.attribute, &key.attribute, 0)?;
-        }
-        query.select.validate(&schema)?;
-        let txn = table.db().store().read()?;
-        let store = txn.table(&schema.name)?;
-        let mut driver = match &store {
-            Some(store) => choose_driver(&txn, table.db(), store, &schema, &query)?,
-            None => Driver::Keys(Vec::new()),
-        };
-        let order = order_for(&schema, &query, &mut driver);
-        Ok(Search { table, _lease: lease, txn, store, driver, order, query })
-    }
-
-    /// The database searched: a long-running consumer checks
-    /// [`Db::is_closing`] while it waits, and stops when the database goes away.
-    pub fn db(&self) -> Arc<Db> {
-        self.table.db().clone()
-    }
-
-    /// A description of the plan, for tests and diagnostics.
-    pub fn explain(&self) -> String {
-        let driver = match &self.driver {
-            Driver::Scan { .. } => "scan".to_string(),
-            Driver::Keys(keys) => format!("keys({})", keys.len()),
-            Driver::PrimaryRange { .. } => "primary-range".to_string(),
-            Driver::Index { attribute, .. } => format!("index({})", attribute.name),
-            Driver::SortIndex { attribute, .. } => format!("sort-index({})", attribute.name),
-            Driver::Union(parts) => format!("union({})", parts.len()),
-        };
-        match self.order {
-            Order::Natural => driver,
-            Order::Sort(_) => format!("{driver}+sort"),
-        }
-    }
-}
 
 /// Fails unless `path` (part of the sort key `full`) names an attribute of
 /// `schema`, or `rel.attr` through at most six relationships.
-fn validate_sort_path(db: &Arc<Db>, schema: &TableSchema, path: &str, full: &str, depth: usize) -> Result<()> {
+pub(crate) fn validate_sort_path(db: &Arc<Db>, schema: &TableSchema, path: &str, full: &str, depth: usize) -> Result<()> {
     if schema.attribute(path).is_some() {
         return Ok(());
     }
@@ -125,7 +32,7 @@ fn validate_sort_path(db: &Arc<Db>, schema: &TableSchema, path: &str, full: &str
     validate_sort_path(db, &target, rest, full, depth + 1)
 }
 
-fn validate_condition(db: &Arc<Db>, schema: &TableSchema, condition: &Condition) -> Result<()> {
+pub(crate) fn validate_condition(db: &Arc<Db>, schema: &TableSchema, condition: &Condition) -> Result<()> {
     match condition {
         Condition::Group { conditions, .. } => conditions.iter().try_for_each(|c| validate_condition(db, schema, c)),
         Condition::Related { relationship, condition } => {
@@ -154,7 +61,7 @@ fn validate_condition(db: &Arc<Db>, schema: &TableSchema, condition: &Condition)
 /// Picks the cheapest driver: for an AND, the indexed condition matching the fewest
 /// entries (counted up to the best so far); for an OR of indexed conditions, their
 /// union; otherwise a scan.
-fn choose_driver(
+pub(crate) fn choose_driver(
     txn: &ReadTxn,
     db: &Arc<Db>,
     store: &TableStore,
@@ -292,7 +199,7 @@ fn related_driver(
                 Some(v) => vec![v],
                 None => Vec::new(),
             };
-            for value in values.into_iter().filter(|v| crate::table::is_primary_key_value(v)) {
+            for value in values.into_iter().filter(|v| is_primary_key_value(v)) {
                 if let Some(key) = value.as_key() {
                     keys.insert(encode_key(key)?.0);
                 }
@@ -356,7 +263,7 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
                 return Ok(None);
             };
             if attribute.is_primary_key {
-                let exact = crate::table::is_primary_key_value(value) && !truncated;
+                let exact = is_primary_key_value(value) && !truncated;
                 return Ok(Some(Driver::Keys(if exact { vec![k] } else { Vec::new() })));
             }
             Range { hi: after(&k), lo: Bound::Included(k) }
@@ -423,7 +330,7 @@ fn min_hi(a: Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
 
 /// Decides whether the driver's order satisfies the sort, switching to an index walk
 /// when a single indexed sort key has no better driver.
-fn order_for(schema: &TableSchema, query: &Query, driver: &mut Driver) -> Order {
+pub(crate) fn order_for(schema: &TableSchema, query: &Query, driver: &mut Driver) -> Order {
     let [key] = query.sort.as_slice() else {
         if query.sort.is_empty() {
             set_descending(driver, query.descending);

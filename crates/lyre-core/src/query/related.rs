@@ -9,7 +9,7 @@ use lyre_store::{ReadTxn, TableStore, encode_key, index_entry_primary_key, prefi
 use crate::catalog::{Relationship, TableSchema};
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::expiry::Live;
+use crate::record::expiry::Live;
 use crate::index::attribute_prefix;
 use crate::value::{Object, Value};
 

@@ -4,32 +4,36 @@
 //! anything. Writes become logical transactions on the database's writer
 //! ([`write`]); reads use a snapshot.
 
-mod entry;
-mod merge;
 #[cfg(test)]
 mod tests;
-mod validate;
 mod write;
 
 use std::ops::Bound;
 use std::sync::Arc;
 
-use lyre_store::encode_key;
+use lyre_store::{ReadTxn, TableStore, encode_key};
 
-use crate::access::{Action, check_table, require_super_user};
-use crate::audit::{self, AuditEntry, AuditSearch};
+use crate::access::{Action, Context, check_table, require_super_user};
 use crate::catalog::TableSchema;
-use crate::consistency::ConsistencyReport;
-use crate::context::Context;
-use crate::db::{Db, ForUser};
+use crate::db::{Db, ForUser, TableStats};
 use crate::error::{Error, Result};
-use crate::expiry::Live;
 use crate::query::{Query, Search, Select};
+use crate::record::decode_entry;
+use crate::record::expiry::{self, Live};
+use crate::record::validate::{self, is_primary_key_value};
 use crate::value::{Object, Value};
 
-pub(crate) use entry::{decode_entry, decode_object, encode_entry};
-pub(crate) use write::iso8601;
-pub use write::{DeleteSummary, Expect, WriteMode, WriteOptions, WriteSummary};
+pub use crate::record::WriteMode;
+pub use write::{DeleteSummary, Expect, WriteOptions, WriteSummary};
+
+impl Db {
+    /// A handle on table `name`, bound to the schema published now.
+    pub fn table(self: &Arc<Self>, name: &str) -> Result<Table> {
+        let schema = self.schema();
+        let table = schema.table(name).cloned().ok_or_else(|| self.table_not_found(name))?;
+        Ok(Table::new(self.clone(), table))
+    }
+}
 
 /// A handle on one table, bound to the schema it was resolved with.
 #[derive(Clone)]
@@ -169,19 +173,23 @@ impl Table {
         Ok(out)
     }
 
-    /// This table's audit log entries matching `search`, oldest first, at most `limit`.
-    pub fn read_audit_log(&self, ctx: &Context, search: &AuditSearch, limit: Option<usize>) -> Result<Vec<AuditEntry>> {
-        require_super_user(ctx)?;
-        let txn = self.db.store().read()?;
-        audit::read(&txn, &self.schema.name, search, limit)
-    }
-
     /// Removes this table's audit log entries made before `before` (ms since the
-    /// epoch), in bounded writer jobs; returns how many record changes were removed.
+    /// epoch), never past the slowest durable log cursor, in bounded writer jobs;
+    /// returns how many changes were removed.
     pub async fn delete_audit_log_before(&self, ctx: &Context, before: f64) -> Result<u64> {
         require_super_user(ctx)?;
         let holder = format!("a log cleanup of {}.{} for {}", self.database(), self.schema.name, ctx.username());
-        audit::prune_before(&self.db, ctx, Some(&self.schema.name), before, holder).await
+        self.db.prune_log_before(ctx, Some(&self.schema.name), before, holder).await
+    }
+
+    /// A read snapshot of this table's database and the table's storage in it (none
+    /// when the snapshot predates the table), for services that walk storage (the
+    /// consistency checker). Super users only.
+    pub(crate) fn snapshot(&self, ctx: &Context) -> Result<(ReadTxn, Option<TableStore>)> {
+        require_super_user(ctx)?;
+        let txn = self.db.snapshot()?;
+        let store = txn.table(&self.schema.name)?;
+        Ok((txn, store))
     }
 
     /// One step of an expiry sweep at `now` (ms), resuming after `after`: the keys of
@@ -192,7 +200,7 @@ impl Table {
     /// `expiration` (age) rule walks every record.
     pub(crate) fn evictable_keys(&self, now: f64, after: Option<&[u8]>, max: usize) -> Result<EvictionStep> {
         let mut step = EvictionStep { keys: Vec::new(), next: None };
-        if !crate::expiry::expires(&self.schema) {
+        if !expiry::expires(&self.schema) {
             return Ok(step);
         }
         let txn = self.db.store().read()?;
@@ -203,13 +211,13 @@ impl Table {
                 // Expiry by age alone: the header says, without decoding the record.
                 None => self.schema.expiration.is_some_and(|e| e.is_evictable(version, now)),
                 Some(_) => {
-                    let record = decode_object(stored)?;
-                    crate::expiry::removable_from(&self.schema, version, &record).is_some_and(|at| at <= now)
+                    let record = crate::record::decode_object(stored)?;
+                    expiry::removable_from(&self.schema, version, &record).is_some_and(|at| at <= now)
                 }
             };
             Ok(due)
         };
-        let Some(attribute) = crate::expiry::sweep_index(&self.schema) else {
+        let Some(attribute) = expiry::sweep_index(&self.schema) else {
             let start = after.map_or(Bound::Unbounded, Bound::Excluded);
             let mut last: Option<&[u8]> = None;
             for (seen, item) in txn.records(&store, (start, Bound::Unbounded), false)?.enumerate() {
@@ -258,16 +266,8 @@ impl Table {
         write::evict(self, ctx, keys, now).await
     }
 
-    /// Walks every index of this table against its records in one snapshot and
-    /// reports missing and phantom entries; see [`ConsistencyReport`].
-    pub fn check_consistency(&self, ctx: &Context) -> Result<ConsistencyReport> {
-        require_super_user(ctx)?;
-        let txn = self.db.store().read()?;
-        crate::consistency::check_table(&txn, &self.schema)
-    }
-
     /// Record count and sizes, for `describe_table`.
-    pub fn stats(&self, ctx: &Context) -> Result<crate::db::TableStats> {
+    pub fn stats(&self, ctx: &Context) -> Result<TableStats> {
         check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
         self.db.table_stats(&self.schema)
     }
@@ -287,7 +287,7 @@ impl Table {
     pub fn search(&self, ctx: &Context, query: Query) -> Result<Search> {
         check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
         let lease = self.db.lease(ForUser { what: SearchOf(self.schema.clone()), user: ctx.user.clone() });
-        Search::plan(self.clone(), query, lease)
+        Search::plan(self.db.clone(), self.schema.clone(), query, lease)
     }
 }
 
@@ -311,7 +311,7 @@ pub struct RecordVersion {
 }
 
 impl RecordVersion {
-    pub(crate) fn of(entry: &entry::Entry) -> Self {
+    pub(crate) fn of(entry: &crate::record::Entry) -> Self {
         Self { time: entry.header.version, unique: !entry.header.flags.contains(lyre_store::Flags::VERSION_NOT_UNIQUE) }
     }
 }
@@ -328,9 +328,4 @@ pub(crate) struct EvictionStep {
     pub keys: Vec<Vec<u8>>,
     /// The key after which the next step starts; `None` when the table is done.
     pub next: Option<Vec<u8>>,
-}
-
-/// Whether `value` may be a primary key: a string or a number.
-pub(crate) fn is_primary_key_value(value: &Value) -> bool {
-    matches!(value, Value::String(_) | Value::Int(_)) || matches!(value, Value::Float(f) if f.is_finite())
 }

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use lyre_store::{Flags, Version};
 
-use crate::access::AdminBootstrap;
+use crate::users::AdminBootstrap;
 use crate::catalog::TableSpec;
-use crate::table::{Expect, RecordVersion, Table, WriteMode, WriteOptions, decode_entry, validate};
+use crate::record::{decode_entry, validate};
+use crate::table::{Expect, RecordVersion, Table, WriteMode, WriteOptions};
 use crate::value::{Object, Value};
 use crate::{Context, Engine, EngineOptions};
 
@@ -21,7 +22,6 @@ async fn table(dir: &std::path::Path) -> (std::sync::Arc<Engine>, Table) {
         auth_cache_ttl: Duration::from_secs(30),
         databases_dir: None,
         release_timeout: Duration::from_secs(5),
-        audit_retention: None,
     };
     let (engine, _) = Engine::open(options).await.unwrap();
     let ctx = Context::system();
@@ -144,7 +144,7 @@ async fn eviction_steps_cover_every_record() {
     let ttl = db.table("ttl").unwrap();
     let records = (0..2_500).map(|i| record(&format!(r#"{{"id": {i}}}"#))).collect();
     ttl.insert(&ctx, records).await.unwrap();
-    let later = crate::expiry::now_ms() + 10_000.0;
+    let later = crate::time::now_ms() + 10_000.0;
     let (mut after, mut found, mut steps) = (None, 0, 0);
     loop {
         let step = ttl.evictable_keys(later, after.as_deref(), 1_000).unwrap();
@@ -172,7 +172,7 @@ async fn an_expires_at_sweep_reads_only_due_records_through_the_index() {
     engine.define_tables(&ctx, definitions).await.unwrap();
     let sessions = engine.database("dev").unwrap().table("Session").unwrap();
     assert!(sessions.schema().attribute("until").unwrap().indexed, "@expiresAt indexes its attribute");
-    let now = crate::expiry::now_ms().floor();
+    let now = crate::time::now_ms().floor();
     // 1,500 due (ids 0..1500), 500 due later, 500 that never expire.
     let records = (0..2_500)
         .map(|i| match i {
@@ -206,7 +206,7 @@ async fn an_expires_at_sweep_reads_only_due_records_through_the_index() {
     assert!(sessions.get(&ctx, &Value::Int(7)).unwrap().is_none());
     assert!(sessions.get(&ctx, &Value::Int(1_700)).unwrap().is_some());
     assert_eq!(sessions.evict(&ctx, found, now).await.unwrap(), 1_500);
-    let report = sessions.check_consistency(&ctx).unwrap();
+    let report = crate::services::check_consistency(&sessions, &ctx).unwrap();
     assert!(report.is_consistent(), "{report:?}");
     assert_eq!(sessions.stats(&ctx).unwrap().record_count, 1_000);
 }

@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use lyre_store::{OwnedKey, RecordHeader, TableStore, Version, WriteTxn, decode_key};
 
-use crate::catalog::{AttributeSpec, CREATED_TIME, Stamp, TableSchema, UPDATED_TIME};
-use crate::context::Context;
-use crate::db::{SchemaState, last_updated_key};
+use crate::access::Context;
+use crate::catalog::{AttributeSpec, CREATED_TIME, SchemaState, Stamp, TableSchema, UPDATED_TIME};
+use crate::db::{CatalogChange, last_updated_key};
 use crate::error::{Error, Result};
-use crate::expiry::{Live, removable_from};
 use crate::index::{IndexChanges, update_record_indexes};
-use crate::table::entry::{Entry, decode_entry, encode_entry};
-use crate::table::merge::{crdt_op, merge};
-use crate::table::validate::{encode_primary_key, validate_record, validate_scalar};
+use crate::record::entry::{Entry, decode_entry, encode_entry};
+use crate::record::expiry::{Live, removable_from};
+use crate::record::merge::{WriteMode, crdt_op, merge};
+use crate::record::validate::{encode_primary_key, validate_record, validate_scalar};
 use crate::table::{RecordVersion, Table};
+use crate::time::iso8601;
 use crate::value::{Object, Value};
 
 /// A time stamp in the attribute's declared type: integer milliseconds for integer
@@ -25,59 +26,6 @@ fn stamp_value(type_name: Option<&str>, time: f64) -> Value {
         Some("Long" | "Int" | "BigInt" | "Date") => Value::Int(time.floor() as i64),
         Some("String") => Value::String(iso8601(time)),
         _ => Value::Float(time),
-    }
-}
-
-/// `time` (ms since the epoch) as ISO 8601 UTC with milliseconds.
-pub(crate) fn iso8601(time: f64) -> String {
-    let millis = time.floor() as i64;
-    let secs = millis.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        millis.rem_euclid(1000)
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// How a write treats existing and missing records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteMode {
-    /// Create; skip records whose key exists.
-    Insert,
-    /// Merge into existing records; skip records with no match.
-    Update,
-    /// Merge into existing records, creating missing ones.
-    Upsert,
-    /// Replace the whole record, creating it if missing (REST `PUT`).
-    Replace,
-}
-
-impl WriteMode {
-    fn operation(self) -> &'static str {
-        match self {
-            WriteMode::Insert => "insert",
-            WriteMode::Update => "update",
-            WriteMode::Upsert => "upsert",
-            WriteMode::Replace => "put",
-        }
     }
 }
 
@@ -344,7 +292,7 @@ impl WriteJob {
         let table = state.table(name).cloned().ok_or_else(not_found)?;
         let store = txn.table(name)?.ok_or_else(not_found)?;
         Ok(Self {
-            now: if crate::expiry::expires(&table) { crate::expiry::now_ms() } else { 0.0 },
+            now: if crate::record::expiry::expires(&table) { crate::time::now_ms() } else { 0.0 },
             store,
             table,
             schema_changed: false,
@@ -478,7 +426,7 @@ impl WriteJob {
         let mut new = merged.record;
         self.stamp(&mut new, existing.map(|e| &e.record), merged.version.time);
         if !self.table.schema_defined {
-            self.add_new_attributes(state, &new, summary)?;
+            self.add_new_attributes(txn, state, &new, summary)?;
         }
         let old = stored.as_ref().map(|e| &e.record);
         let newly_multi = update_record_indexes(&mut self.index_changes, &self.table, &key, old, Some(&new))?;
@@ -515,9 +463,11 @@ impl WriteJob {
         }
     }
 
-    /// Adds attributes `record` has and the table lacks (dynamic tables index them all).
+    /// Adds attributes `record` has and the table lacks (dynamic tables index them
+    /// all), logging each as a catalog change before the record that brought it.
     fn add_new_attributes(
         &mut self,
+        txn: &mut WriteTxn<'_, '_>,
         state: &mut SchemaState,
         record: &Object,
         summary: &mut WriteSummary,
@@ -532,6 +482,7 @@ impl WriteJob {
                 &self.table.name,
                 AttributeSpec { name: name.clone(), type_name: None, indexed: true },
             )?;
+            CatalogChange::AddAttribute { attribute: name.clone(), indexed: true }.log(txn, &self.store)?;
             summary.new_attributes.push(name.clone());
         }
         self.refresh(state)

@@ -100,10 +100,18 @@ pub struct LoggingConfig {
     /// removes them (Harper's key and default, `3d`).
     #[serde(default = "default_audit_retention")]
     pub audit_retention: ConfigDuration,
+    /// How long a log consumer (a durable cursor) may be gone before retention drops
+    /// its cursor and stops keeping the log for it (Lyre's own key, `7d`).
+    #[serde(default = "default_consumer_timeout")]
+    pub consumer_timeout: ConfigDuration,
 }
 
 fn default_audit_retention() -> ConfigDuration {
     ConfigDuration(std::time::Duration::from_secs(3 * 86_400))
+}
+
+fn default_consumer_timeout() -> ConfigDuration {
+    ConfigDuration(std::time::Duration::from_secs(7 * 86_400))
 }
 
 /// `threads.*`.
@@ -164,7 +172,11 @@ impl Default for Config {
                 network: NetworkConfig { port: 9925, max_request_body_size: default_ops_body(), cors: true },
             },
             mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883 } },
-            logging: LoggingConfig { level: "info".into(), audit_retention: default_audit_retention() },
+            logging: LoggingConfig {
+                level: "info".into(),
+                audit_retention: default_audit_retention(),
+                consumer_timeout: default_consumer_timeout(),
+            },
             threads: ThreadsConfig { count: 0 },
             authentication: AuthenticationConfig { authorize_local: false, cache_ttl: 30_000 },
             storage: StorageConfig {
@@ -309,6 +321,9 @@ mod tests {
         assert_eq!(config.logging.audit_retention.0, std::time::Duration::from_secs(3 * 86_400));
         let config = Config::load(Some(root.clone()), &vars(&[("LOGGING_AUDITRETENTION", "12h")])).unwrap();
         assert_eq!(config.logging.audit_retention.0, std::time::Duration::from_secs(12 * 3_600));
+        assert_eq!(config.logging.consumer_timeout.0, std::time::Duration::from_secs(7 * 86_400));
+        let config = Config::load(Some(root.clone()), &vars(&[("LOGGING_CONSUMERTIMEOUT", "2h")])).unwrap();
+        assert_eq!(config.logging.consumer_timeout.0, std::time::Duration::from_secs(2 * 3_600));
     }
 
     #[test]

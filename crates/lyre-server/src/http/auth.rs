@@ -1,4 +1,5 @@
-//! Credentials to user, before anything reaches core.
+//! HTTP credentials: the `Authorization` header read into [`Credentials`], resolved
+//! to a user by the protocol-neutral step in `app.rs`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,40 +9,39 @@ use base64::Engine as _;
 use lyre_core::access::User;
 use lyre_core::{Code, Error};
 
-use crate::http::AppState;
+use crate::app::{AppState, AuthError, Credentials};
 use crate::http::error::ApiError;
 
 /// Resolves the request's user from its `Authorization` header (Basic), or the super
 /// user for credential-less loopback requests when `authorizeLocal` is on.
 pub async fn authenticate(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Arc<User>, ApiError> {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
-        if state.authorize_local && peer.ip().is_loopback() {
-            return Ok(Arc::new(User::system()));
-        }
-        return Err(Error::MustLogin.into());
-    };
-    let value = value.to_str().map_err(|_| ApiError::from(Error::LoginFailed))?;
-    let (scheme, credentials) = value.split_once(' ').unwrap_or((value, ""));
+    state.user(credentials(headers), peer.ip()).await.map_err(|err| match err {
+        AuthError::MustLogin => Error::MustLogin.into(),
+        AuthError::LoginFailed => Error::LoginFailed.into(),
+        AuthError::InvalidToken => ApiError::new(Code::LoginFailed, "invalid token"),
+        AuthError::Core(err) => err.into(),
+    })
+}
+
+/// The credentials an `Authorization` header carries.
+fn credentials(headers: &HeaderMap) -> Credentials {
+    let Some(value) = headers.get(header::AUTHORIZATION) else { return Credentials::None };
+    let Ok(value) = value.to_str() else { return Credentials::Malformed };
+    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
     if scheme.eq_ignore_ascii_case("bearer") {
-        return Err(ApiError::new(Code::LoginFailed, "invalid token"));
+        return Credentials::Token(rest.trim().to_string());
     }
-    if !scheme.eq_ignore_ascii_case("basic") || credentials.trim().is_empty() {
-        return Err(Error::MustLogin.into());
+    if !scheme.eq_ignore_ascii_case("basic") || rest.trim().is_empty() {
+        return Credentials::None;
     }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(credentials.trim())
-        .map_err(|_| ApiError::from(Error::LoginFailed))?;
-    let decoded = String::from_utf8(decoded).map_err(|_| ApiError::from(Error::LoginFailed))?;
-    let (username, password) = decoded.split_once(':').ok_or_else(|| ApiError::from(Error::LoginFailed))?;
-    let users = state.engine.users();
-    if let Some(user) = users.cached(username, password) {
-        return Ok(user);
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(rest.trim()) else {
+        return Credentials::Malformed;
+    };
+    let Ok(decoded) = String::from_utf8(decoded) else { return Credentials::Malformed };
+    match decoded.split_once(':') {
+        Some((username, password)) => {
+            Credentials::Password { username: username.to_string(), password: password.to_string() }
+        }
+        None => Credentials::Malformed,
     }
-    // A cache miss verifies an argon2 hash: tens of milliseconds of CPU.
-    let engine = state.engine.clone();
-    let (username, password) = (username.to_string(), password.to_string());
-    let verified = tokio::task::spawn_blocking(move || engine.users().authenticate(&username, &password))
-        .await
-        .map_err(|e| ApiError::new(Code::Internal, format!("authentication failed: {e}")))?;
-    Ok(verified?)
 }

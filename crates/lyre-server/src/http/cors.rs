@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::http::AppState;
+use crate::app::AppState;
 
 /// The request's `Origin`, when cross-origin requests are answered (`enabled`).
 pub(crate) fn origin(headers: &HeaderMap, enabled: bool) -> Option<HeaderValue> {

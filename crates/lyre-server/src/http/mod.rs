@@ -17,30 +17,27 @@ use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use lyre_core::{Code, Engine};
-
-use crate::components::Components;
-use crate::http::error::ApiError;
+use lyre_core::Code;
 use tower_http::catch_panic::CatchPanicLayer;
 
-/// What every handler can reach.
-pub struct AppState {
-    /// The open databases and users.
-    pub engine: Arc<Engine>,
-    /// The loaded applications and the tables they export.
-    pub components: Arc<Components>,
-    /// Whether loopback requests without credentials act as the super user.
-    pub authorize_local: bool,
-    /// Largest Operations API body, in bytes.
-    pub ops_body_limit: usize,
-    /// Largest REST body, in bytes.
-    pub rest_body_limit: usize,
-    /// Whether REST answers cross-origin requests.
-    pub cors: bool,
-    /// Whether the Operations API answers cross-origin requests.
-    pub ops_cors: bool,
-    /// Background jobs (`get_job`).
-    pub jobs: Arc<crate::jobs::Jobs>,
+use crate::app::AppState;
+use crate::http::error::ApiError;
+
+/// Runs `work` (a storage walk, a large decode, file work) on the blocking pool, off
+/// the async workers, and answers its result; if it panics, 500 saying `what`
+/// stopped.
+pub(crate) async fn blocking<T, E>(
+    what: &str,
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    E: Into<ApiError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(err) => Err(ApiError::new(Code::Internal, format!("{what} stopped unexpectedly: {err}"))),
+    }
 }
 
 /// The Operations API: `POST /` with an operation, `GET /health`.

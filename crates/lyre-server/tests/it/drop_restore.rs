@@ -265,8 +265,11 @@ async fn a_failed_removal_keeps_the_marker() {
     let mut s = TestServer::start_with(&[("LYRE_FAILPOINT", "fail:drop-remove")]).await;
     seed(&s, "stuck", 10).await;
     let (status, body) = s.op(json!({"operation": "drop_database", "database": "stuck"})).await;
-    assert_eq!(status, 409, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("drop-remove failed"), "{body}");
+    // A failed step of the protocol is an internal fault (500); the reason is logged
+    // and named in the lifecycle status.
+    assert_eq!(status, 500, "{body}");
+    let report = s.ok(json!({"operation": "get_lifecycle_status"})).await;
+    assert!(report["blocked"]["stuck"].as_str().unwrap().contains("drop-remove failed"), "{report}");
     assert!(marker_path(s.root(), "stuck").exists(), "the marker stays");
     let (status, _) = s.op(json!({"operation": "describe_database", "database": "stuck"})).await;
     assert_eq!(status, 409, "the half-dropped database is not served");
@@ -421,11 +424,12 @@ async fn backups_under_load_restore_consistently() {
     s.start_again().await;
     let report = s.ok(json!({"operation": "check_consistency", "database": "third"})).await;
     assert_eq!((report["consistent"].clone(), report["tables"][0]["records"].as_u64()), (json!(true), Some(restored)));
-    // Not a backup at all: refused before anything changes.
+    // Not a backup at all: refused (the client's mistake, 400) before anything changes.
     std::fs::write(&file, b"not a database").unwrap();
     let (status, body) =
         s.op(json!({"operation": "restore_backup", "database": "live", "backup_file": file.to_str().unwrap()})).await;
-    assert_eq!(status, 409, "{body}");
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("is not a usable Lyre database backup"), "{body}");
     let report = s.ok(json!({"operation": "check_consistency", "database": "live"})).await;
     assert_eq!(report["tables"][0]["records"].as_u64(), Some(restored), "the live database is unchanged");
 }

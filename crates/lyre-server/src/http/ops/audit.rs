@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use axum::response::Response;
-use lyre_core::{AuditEntry, AuditSearch, Code, Context, Object, Table, Value};
+use lyre_core::services;
+use lyre_core::{AuditEntry, AuditSearch, Context, Object, Table, Value};
 
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::negotiate::Format;
 use crate::http::ops::{Params, reply};
@@ -18,7 +19,7 @@ pub async fn read_audit_log(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = state.engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
+    let table = params.table(&state.engine)?;
     let search_type = params.string(&["search_type"])?;
     let values = params.array(&["search_values"])?.unwrap_or_default();
     let limit = params.count(&["limit"])?;
@@ -62,7 +63,7 @@ pub async fn read_transaction_log(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = state.engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
+    let table = params.table(&state.engine)?;
     let from = timestamp(&mut params, "from")?;
     let to = timestamp(&mut params, "to")?;
     let limit = params.count(&["limit"])?;
@@ -79,10 +80,7 @@ async fn read_entries(
     limit: Option<usize>,
 ) -> Result<Vec<AuditEntry>, ApiError> {
     let ctx = ctx.clone();
-    tokio::task::spawn_blocking(move || table.read_audit_log(&ctx, &search, limit))
-        .await
-        .map_err(|e| ApiError::new(Code::Internal, format!("reading the log failed: {e}")))?
-        .map_err(ApiError::from)
+    crate::http::blocking("reading the log", move || services::read_audit_log(&table, &ctx, &search, limit)).await
 }
 
 /// `delete_audit_logs_before` / `delete_transaction_logs_before`: a job pruning the
@@ -107,7 +105,8 @@ pub async fn delete_logs_before(
     body.insert("timestamp".into(), Value::Float(before));
     let job_ctx = ctx.clone();
     let id = state
-        .jobs
+        .services
+        .jobs()
         .start(ctx.username(), operation, Value::Object(body), async move {
             match table.delete_audit_log_before(&job_ctx, before).await {
                 Ok(removed) => Ok(format!("Successfully completed job: removed {removed} log records")),
@@ -124,7 +123,7 @@ pub async fn delete_logs_before(
 /// `get_job`.
 pub async fn get_job(state: &Arc<AppState>, mut params: Params, format: Format) -> Result<Response, ApiError> {
     let id = params.required_string(&["id"])?;
-    reply(format, &state.jobs.get(&id)?)
+    reply(format, &state.services.jobs().get(&id)?)
 }
 
 /// `check_consistency` (Lyre's own): walks every index of a table, or of every table
@@ -141,11 +140,10 @@ pub async fn check_consistency(
         None => db.schema().tables.keys().map(|name| db.table(name)).collect::<Result<_, _>>()?,
     };
     let ctx = ctx.clone();
-    let reports = tokio::task::spawn_blocking(move || {
-        tables.iter().map(|t| t.check_consistency(&ctx)).collect::<Result<Vec<_>, _>>()
+    let reports = crate::http::blocking("the consistency check", move || {
+        tables.iter().map(|t| services::check_consistency(t, &ctx)).collect::<Result<Vec<_>, _>>()
     })
-    .await
-    .map_err(|e| ApiError::new(Code::Internal, format!("the consistency check failed: {e}")))??;
+    .await?;
     let listed = |problems: &[(String, Value)]| {
         Value::Array(
             problems

@@ -8,7 +8,7 @@ use lyre_core::Context;
 use lyre_core::access::require_super_user;
 
 use crate::components::ops;
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::negotiate::Format;
 use crate::http::ops::{Params, reply};

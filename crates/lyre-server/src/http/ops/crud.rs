@@ -30,7 +30,7 @@ async fn write(
     format: Format,
     mode: WriteMode,
 ) -> Result<Response, ApiError> {
-    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
+    let table = params.table(engine)?;
     let records = params.records()?;
     let total = records.len();
     let options = WriteOptions { expect: if_match(&mut params, total, "records")?, at: None };
@@ -93,7 +93,7 @@ pub async fn delete(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
+    let table = params.table(engine)?;
     let ids = params.required_array(&["ids", "hash_values"])?;
     let total = ids.len();
     let options = WriteOptions { expect: if_match(&mut params, total, "ids")?, at: None };

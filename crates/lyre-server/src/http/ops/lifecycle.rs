@@ -11,7 +11,7 @@ use bytes::Bytes;
 use lyre_core::{Code, Context, Object, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::negotiate::Format;
 use crate::http::ops::{Params, message, reply};

@@ -17,9 +17,9 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use lyre_core::{Code, Context, ForUser, Lease, Object, Value};
+use lyre_core::{Context, ForUser, Lease, Object, Value};
 
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::http::auth::authenticate;
 use crate::http::error::ApiError;
 use crate::http::negotiate::{Format, decode_body, response_format};
@@ -73,9 +73,7 @@ async fn handle_request(
     let bytes = crate::http::read_body(headers, body, state.ops_body_limit).await?;
     let value = if bytes.len() > INLINE_DECODE_LIMIT {
         let headers = headers.clone();
-        tokio::task::spawn_blocking(move || decode_body(&headers, &bytes))
-            .await
-            .map_err(|e| ApiError::new(Code::Internal, format!("decoding the body failed: {e}")))??
+        crate::http::blocking("decoding the body", move || decode_body(&headers, &bytes)).await?
     } else {
         decode_body(headers, &bytes)?
     };

@@ -1,6 +1,6 @@
 //! Reading an operation's parameters, with Harper's messages for wrong shapes.
 
-use lyre_core::{Object, Value};
+use lyre_core::{Engine, Object, Table, Value};
 
 use crate::http::error::ApiError;
 
@@ -10,6 +10,12 @@ pub struct Params {
 }
 
 impl Params {
+    /// The table the request names (`database`, default `data`, and `table`).
+    pub fn table(&mut self, engine: &Engine) -> Result<Table, ApiError> {
+        let database = self.database()?;
+        let table = self.required_string(&["table"])?;
+        Ok(engine.database(&database)?.table(&table)?)
+    }
     /// Splits a request body into its operation name and parameters.
     pub fn from_body(body: Value) -> Result<(String, Params), ApiError> {
         let missing = || ApiError::bad_request("Request body must include an 'operation' property.");

@@ -167,10 +167,7 @@ pub async fn describe_table(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let database = params.database()?;
-    let table = params.required_string(&["table"])?;
-    let table = engine.database(&database)?.table(&table)?;
-    let stats = table.stats(ctx)?;
+    let stats = params.table(engine)?.stats(ctx)?;
     reply(format, &Value::Object(describe(&stats)))
 }
 

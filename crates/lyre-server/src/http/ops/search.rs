@@ -20,14 +20,12 @@ pub async fn by_id(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
+    let table = params.table(engine)?;
     let ids = params.required_array(&["ids", "hash_values"])?;
     let select = select(&mut params)?;
     let records = if ids.len() > INLINE_IDS {
         let ctx = ctx.clone();
-        tokio::task::spawn_blocking(move || table.get_many(&ctx, &ids, &select))
-            .await
-            .map_err(|e| ApiError::new(Code::Internal, format!("search failed: {e}")))??
+        crate::http::blocking("a search", move || table.get_many(&ctx, &ids, &select)).await?
     } else {
         table.get_many(ctx, &ids, &select)?
     };
@@ -40,7 +38,7 @@ pub async fn by_value(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
+    let table = params.table(engine)?;
     let attribute = params.required_string(&["attribute", "search_attribute"])?;
     let value =
         params.value_or_null(&["value", "search_value"]).ok_or_else(|| ApiError::bad_request("'value' is required"))?;
@@ -80,7 +78,7 @@ pub async fn by_conditions(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let table = engine.database(&params.database()?)?.table(&params.required_string(&["table"])?)?;
+    let table = params.table(engine)?;
     let operator = operator(params.value(&["operator"]))?;
     let conditions = params.required_array(&["conditions"])?;
     if conditions.is_empty() {

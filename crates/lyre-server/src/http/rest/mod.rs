@@ -21,7 +21,7 @@ use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Query, Select};
 use lyre_core::{Code, Context, ForUser, Object, RecordVersion, Table, Value, WriteMode, WriteOptions};
 
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::http::auth::authenticate;
 use crate::http::cors;
 use crate::http::error::ApiError;
@@ -371,7 +371,7 @@ impl RestRequest<'_> {
         let pk = self.table.schema().primary_key.clone();
         query.select = Select::Attributes(vec![pk.clone()]);
         let (table, ctx) = (self.table.clone(), self.ctx.clone());
-        let ids = tokio::task::spawn_blocking(move || -> lyre_core::Result<Vec<Value>> {
+        let ids = crate::http::blocking("a search", move || -> lyre_core::Result<Vec<Value>> {
             let mut ids = Vec::new();
             table.search(&ctx, query)?.run(&mut |record| {
                 if let Value::Object(mut record) = record
@@ -383,8 +383,7 @@ impl RestRequest<'_> {
             })?;
             Ok(ids)
         })
-        .await
-        .map_err(|e| ApiError::new(Code::Internal, format!("search failed: {e}")))??;
+        .await?;
         Ok(ids)
     }
 

@@ -5,8 +5,7 @@ use lyre_store::{MAX_KEY_STRING_BYTES, encode_key};
 
 use crate::catalog::{Shape, TableSchema, validate_attribute_name};
 use crate::error::{Error, Result};
-use crate::table::is_primary_key_value;
-use crate::table::merge::{Op, crdt_op};
+use crate::record::merge::{Op, crdt_op};
 use crate::value::{Object, Value};
 
 /// Largest encoded primary key (an index entry holds a value and a key, and LMDB keys
@@ -163,6 +162,11 @@ pub(crate) fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value
         other => format!("must be of type {other}"),
     };
     Err(Error::invalid(format!("Value {} in property {path} {expected}", shown(value))))
+}
+
+/// Whether `value` may be a primary key: a string or a number.
+pub(crate) fn is_primary_key_value(value: &Value) -> bool {
+    matches!(value, Value::String(_) | Value::Int(_)) || matches!(value, Value::Float(f) if f.is_finite())
 }
 
 #[cfg(test)]

@@ -12,10 +12,12 @@ use std::ops::Bound;
 
 use lyre_store::{ReadTxn, TableStore, decode_key, index_entry_primary_key};
 
+use crate::access::Context;
 use crate::catalog::TableSchema;
 use crate::error::Result;
 use crate::index::entries_for;
-use crate::table::decode_object;
+use crate::record::decode_object;
+use crate::table::Table;
 use crate::value::{Object, Value};
 
 /// At most this many problems of each kind are listed (all are counted).
@@ -47,32 +49,42 @@ impl ConsistencyReport {
     }
 }
 
-/// Checks every index of `table` against its records in the snapshot `txn`.
-pub(crate) fn check_table(txn: &ReadTxn, table: &TableSchema) -> Result<ConsistencyReport> {
-    let mut report = ConsistencyReport { table: table.name.clone(), ..Default::default() };
-    let Some(store) = txn.table(&table.name)? else {
-        return Ok(report);
-    };
+/// Walks every index of `table` against its records in one snapshot and reports
+/// missing and phantom entries. Super users only. A long walk: call it off the
+/// async threads.
+pub fn check_consistency(table: &Table, ctx: &Context) -> Result<ConsistencyReport> {
+    let (txn, store) = table.snapshot(ctx)?;
+    let schema = table.schema();
+    let mut report = ConsistencyReport { table: schema.name.clone(), ..Default::default() };
+    if let Some(store) = store {
+        check_table(&txn, &store, schema, &mut report)?;
+    }
+    Ok(report)
+}
+
+/// Checks every index of `table` (stored in `store`) against its records in the
+/// snapshot `txn`.
+fn check_table(txn: &ReadTxn, store: &TableStore, table: &TableSchema, report: &mut ConsistencyReport) -> Result<()> {
     let everything = (Bound::Unbounded, Bound::Unbounded);
     // Every entry a record implies must be present.
-    for item in txn.records(&store, everything, false)? {
+    for item in txn.records(store, everything, false)? {
         let (pk, stored) = item?;
         report.records += 1;
         let record = decode_object(stored)?;
         for (attribute, entry) in implied_entries(table, &record, pk)? {
-            if !has_entry(txn, &store, &entry)? {
+            if !has_entry(txn, store, &entry)? {
                 note(&mut report.missing, &mut report.missing_count, attribute, pk);
             }
         }
     }
     // Every present entry must be implied by the record it points at.
-    for item in txn.index_entries(&store, everything, false)? {
+    for item in txn.index_entries(store, everything, false)? {
         let entry = item?;
         report.index_entries += 1;
         let attribute = entry.get(..4).and_then(|p| p.try_into().ok()).map(u32::from_be_bytes);
         let attribute = table.indexed_attributes().find(|a| Some(a.id) == attribute);
         let pk = index_entry_primary_key(entry.get(4..).unwrap_or_default())?;
-        let implied = match (attribute, txn.get_record(&store, pk)?) {
+        let implied = match (attribute, txn.get_record(store, pk)?) {
             (Some(attribute), Some(stored)) => {
                 let record = decode_object(stored)?;
                 let mut expected = BTreeSet::new();
@@ -88,7 +100,7 @@ pub(crate) fn check_table(txn: &ReadTxn, table: &TableSchema) -> Result<Consiste
             note(&mut report.phantom, &mut report.phantom_count, name, pk);
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// The index entries `record` implies, with their attribute names.

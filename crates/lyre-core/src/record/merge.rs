@@ -15,9 +15,33 @@ use lyre_store::{Flags, Version};
 
 use crate::catalog::TableSchema;
 use crate::error::{Error, Result};
-use crate::table::WriteMode;
-use crate::table::entry::{Clock, Entry};
+use crate::record::entry::{Clock, Entry};
 use crate::value::{Object, Value};
+
+/// How a write treats existing and missing records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Create; skip records whose key exists.
+    Insert,
+    /// Merge into existing records; skip records with no match.
+    Update,
+    /// Merge into existing records, creating missing ones.
+    Upsert,
+    /// Replace the whole record, creating it if missing (REST `PUT`).
+    Replace,
+}
+
+impl WriteMode {
+    /// The operation name the transaction log records for a write in this mode.
+    pub(crate) fn operation(self) -> &'static str {
+        match self {
+            WriteMode::Insert => "insert",
+            WriteMode::Update => "update",
+            WriteMode::Upsert => "upsert",
+            WriteMode::Replace => "put",
+        }
+    }
+}
 
 /// A CRDT operation carried as a property value.
 #[derive(Debug, Clone, PartialEq)]

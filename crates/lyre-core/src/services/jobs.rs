@@ -1,4 +1,4 @@
-//! Background jobs: operations Harper answers with a job id (`delete_audit_logs_before`,
+//! Jobs: operations Harper answers with a job id (`delete_audit_logs_before`,
 //! ...) run here, and `get_job` reports on them.
 //!
 //! Each job is a record of `system.hdb_job` (Harper's table), written when the job
@@ -11,12 +11,18 @@
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use lyre_core::catalog::TableSpec;
-use lyre_core::query::{Comparator, Condition, Query, Select};
-use lyre_core::{Context, Db, Engine, Object, SYSTEM_DATABASE, Table, Value};
 use uuid::Uuid;
+
+use crate::access::Context;
+use crate::catalog::{SYSTEM_DATABASE, TableSpec};
+use crate::db::Db;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::query::{Comparator, Condition, Query, Select};
+use crate::services::Tasks;
+use crate::table::Table;
+use crate::value::{Object, Value};
 
 /// Harper's table of jobs.
 const JOB_TABLE: &str = "hdb_job";
@@ -27,21 +33,22 @@ const END_WRITE_ATTEMPTS: u64 = 5;
 const SHOWN: [&str; 8] =
     ["id", "status", "message", "end_datetime", "type", "start_datetime", "created_datetime", "user"];
 
-/// The registry of jobs: the `hdb_job` table.
+/// The registry of jobs: the `hdb_job` table, and the services' tasks that run them.
 pub struct Jobs {
     system: Arc<Db>,
+    tasks: Arc<Tasks>,
 }
 
 impl Jobs {
     /// Opens (creating if needed) the job table, and marks the jobs a previous run
     /// left unfinished as failed.
-    pub async fn open(engine: &Engine) -> lyre_core::Result<Arc<Jobs>> {
+    pub(crate) async fn open(engine: &Engine, tasks: Arc<Tasks>) -> Result<Arc<Jobs>> {
         let ctx = Context::system();
         let system = engine.database(SYSTEM_DATABASE)?;
         if system.schema().table(JOB_TABLE).is_none() {
             system.create_table(&ctx, TableSpec::dynamic(JOB_TABLE, "id")).await?;
         }
-        let jobs = Jobs { system };
+        let jobs = Jobs { system, tasks };
         let interrupted = jobs.unfinished(&ctx)?;
         if !interrupted.is_empty() {
             let end = Value::Int(now_ms());
@@ -59,9 +66,10 @@ impl Jobs {
         Ok(Arc::new(jobs))
     }
 
-    /// Records a job of type `kind` for `user`, then runs `work` in the background;
-    /// returns the job's id once the job is recorded.
-    pub async fn start<F>(self: &Arc<Self>, user: &str, kind: &str, body: Value, work: F) -> lyre_core::Result<String>
+    /// Records a job of type `kind` for `user`, then runs `work` as a task of the
+    /// services; returns the job's id once the job is recorded. A job still running
+    /// at shutdown is stopped and reported interrupted at the next start.
+    pub async fn start<F>(self: &Arc<Self>, user: &str, kind: &str, body: Value, work: F) -> Result<String>
     where
         F: Future<Output = Result<String, String>> + Send + 'static,
     {
@@ -81,7 +89,7 @@ impl Jobs {
         self.table()?.insert(&ctx, vec![job]).await?;
         let jobs = Arc::clone(self);
         let job_id = id.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let (status, message) = match work.await {
                 Ok(message) => ("COMPLETE", message),
                 Err(message) => ("ERROR", message),
@@ -111,7 +119,7 @@ impl Jobs {
     }
 
     /// `get_job`'s answer for `id`: a one-element array, or empty when unknown.
-    pub fn get(&self, id: &str) -> lyre_core::Result<Value> {
+    pub fn get(&self, id: &str) -> Result<Value> {
         let found = self.table()?.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?;
         let shown = |job: Object| -> Object {
             SHOWN.iter().map(|name| (name.to_string(), job.get(*name).cloned().unwrap_or(Value::Null))).collect()
@@ -121,12 +129,12 @@ impl Jobs {
 
     /// The job table, with its current schema (a dynamic table's attributes grow
     /// with its records, so a `Table` is not kept).
-    fn table(&self) -> lyre_core::Result<Table> {
+    fn table(&self) -> Result<Table> {
         self.system.table(JOB_TABLE)
     }
 
     /// Jobs recorded as in progress (found through the `status` index).
-    fn unfinished(&self, ctx: &Context) -> lyre_core::Result<Vec<Object>> {
+    fn unfinished(&self, ctx: &Context) -> Result<Vec<Object>> {
         let table = self.table()?;
         if table.schema().attribute("status").is_none() {
             return Ok(Vec::new()); // no job has been recorded yet
@@ -147,6 +155,7 @@ impl Jobs {
     }
 }
 
+/// Now, in whole ms since the epoch (Harper's job stamps).
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    crate::time::now_ms() as i64
 }

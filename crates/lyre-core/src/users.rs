@@ -1,17 +1,21 @@
 //! The user store: bootstrap of the first super user, and authentication.
+//!
+//! Users and roles live in the `system` database (`hdb_user`, `hdb_role`, as in
+//! Harper). Passwords are stored as argon2id hashes; verified logins are cached
+//! briefly (Harper's `authentication.cacheTTL`) because argon2 is deliberately slow.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use argon2::{Argon2, PasswordHasher, PasswordVerifier};
+use parking_lot::Mutex;
 use rand::Rng;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::access::{Role, User};
+use crate::access::{Context, Role, User};
 use crate::catalog::TableSpec;
-use crate::context::Context;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::query::Select;
@@ -118,7 +122,7 @@ impl Users {
     /// The user, if these credentials were verified within the cache TTL. Cheap.
     pub fn cached(&self, username: &str, password: &str) -> Option<Arc<User>> {
         let digest = self.digest(password);
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = self.cache.lock();
         let entry = cache.get(username)?;
         let fresh = entry.expires > Instant::now();
         (fresh && bool::from(entry.digest.ct_eq(&digest))).then(|| entry.user.clone())
@@ -130,7 +134,7 @@ impl Users {
         if let Some(user) = self.cached(username, password) {
             return Ok(user);
         }
-        let _one_at_a_time = self.verifying.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = self.verifying.lock();
         if let Some(user) = self.cached(username, password) {
             return Ok(user); // verified while this call waited
         }
@@ -149,7 +153,7 @@ impl Users {
         let role_name = record.get("role").and_then(Value::as_str).unwrap_or_default().to_string();
         let role = self.role(&role_name)?;
         let user = Arc::new(User { username: username.to_string(), role, active: true });
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock();
         cache.insert(
             username.to_string(),
             CachedLogin { digest: self.digest(password), user: user.clone(), expires: Instant::now() + self.ttl },

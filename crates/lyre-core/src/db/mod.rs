@@ -1,0 +1,259 @@
+//! One open database: its store, its writer (the only way to it is [`Db::write`]),
+//! its published schema and the leases of those using it. Table DDL is in `ddl.rs`;
+//! the transaction log's reading API and durable cursors are in `log.rs`.
+
+mod ddl;
+pub mod log;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use lyre_store::{Database, DatabaseOptions, JobMeta, ReadTxn, VersionClock, WriteTxn, Writer, WriterOptions};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+
+pub use ddl::CatalogChange;
+
+use crate::access::{Context, require_super_user};
+use crate::catalog::{DatabaseSchema, SYSTEM_DATABASE, SchemaState, TableSchema};
+use crate::error::{Error, Result};
+
+/// An open database. Shared behind an `Arc` by everything using it: every `Arc`
+/// is a handle a drop waits for, and long-lived users name themselves with a
+/// [`Lease`] so a refused drop can say who holds the database.
+pub struct Db {
+    name: String,
+    store: Database,
+    writer: Writer<SchemaState>,
+    published: Arc<RwLock<SchemaState>>,
+    leases: Mutex<BTreeMap<u64, Holder>>,
+    next_lease: AtomicU64,
+    /// Set while a drop or restore waits for users to leave: long-running readers
+    /// stop, new requests are refused.
+    closing: AtomicBool,
+    /// The same, for tasks that wait (log consumers): told the moment it changes.
+    closing_signal: watch::Sender<bool>,
+    /// The log cursors whose consumers are running now (see `log.rs`).
+    attached: Mutex<std::collections::BTreeSet<String>>,
+    /// When this database was opened (ms since the epoch): a durable cursor whose
+    /// consumer has not attached since counts as gone from this moment at the latest.
+    opened_at: f64,
+}
+
+/// Who holds a lease. Described only when asked (a refused drop naming its
+/// holders): every request and search takes a lease, so none formats text up front.
+type Holder = Box<dyn std::fmt::Display + Send + Sync>;
+
+/// A lease holder `<what> for <user>`, from handles that are cheap to clone.
+pub struct ForUser<W> {
+    /// What holds the database: an operation, a method and path, a search.
+    pub what: W,
+    /// On whose behalf.
+    pub user: Arc<crate::access::User>,
+}
+
+impl<W: std::fmt::Display> std::fmt::Display for ForUser<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} for {}", self.what, self.user.username)
+    }
+}
+
+/// A named hold on an open database (a request, a backup, a search stream, a job).
+/// Released when dropped.
+pub struct Lease {
+    db: Arc<Db>,
+    id: u64,
+}
+
+impl Lease {
+    /// The database held.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.db.leases.lock().remove(&self.id);
+    }
+}
+
+/// Storage figures for `describe_table`.
+#[derive(Debug, Clone)]
+pub struct TableStats {
+    /// The table's schema when described.
+    pub schema: Arc<TableSchema>,
+    /// Records in the table.
+    pub record_count: u64,
+    /// Bytes the table's records and indexes occupy.
+    pub table_size: u64,
+    /// Bytes the whole database file occupies.
+    pub db_size: u64,
+    /// Bytes the database's transaction log occupies.
+    pub db_audit_size: u64,
+    /// Version of the table's last write, if any.
+    pub last_updated_record: Option<f64>,
+}
+
+impl Db {
+    /// Opens (creating if absent) the database `name` in `dir`.
+    pub(crate) fn open(
+        name: &str,
+        dir: &Path,
+        options: DatabaseOptions,
+        writer: WriterOptions,
+        clock: Arc<VersionClock>,
+    ) -> Result<Arc<Db>> {
+        let store = Database::open(name, dir, options)?;
+        let schema = {
+            let txn = store.read()?;
+            DatabaseSchema::load(name, txn.catalog_entries()?)?
+        };
+        let published = Arc::new(RwLock::new(Arc::new(schema)));
+        let state = published.read().clone();
+        let sink = published.clone();
+        let on_commit = Box::new(move |state: &SchemaState, _seq: u64| {
+            let mut current = sink.write();
+            if !Arc::ptr_eq(&current, state) {
+                *current = state.clone();
+            }
+        });
+        let writer = Writer::spawn(store.clone(), clock, state, on_commit, writer)?;
+        Ok(Arc::new(Db {
+            name: name.to_string(),
+            store,
+            writer,
+            published,
+            leases: Mutex::new(BTreeMap::new()),
+            next_lease: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            closing_signal: watch::Sender::new(false),
+            attached: Mutex::new(Default::default()),
+            opened_at: crate::time::now_ms(),
+        }))
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The last published schema.
+    pub fn schema(&self) -> SchemaState {
+        self.published.read().clone()
+    }
+
+    /// The storage handle (crate-internal: protocols go through `Table`).
+    pub(crate) fn store(&self) -> &Database {
+        &self.store
+    }
+
+    /// A consistent read snapshot of the whole database (crate-internal: protocols
+    /// read through `Table`).
+    pub(crate) fn snapshot(&self) -> Result<ReadTxn> {
+        Ok(self.store.read()?)
+    }
+
+    /// The `system` database's tables are Lyre's own (users, roles, jobs): their
+    /// shape is not the client's to change.
+    pub(crate) fn refuse_system_change(&self) -> Result<()> {
+        if self.name == SYSTEM_DATABASE {
+            return Err(Error::invalid("the system database's tables cannot be created, dropped or altered"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn table_not_found(&self, table: &str) -> Error {
+        Error::TableNotFound { database: self.name.clone(), table: table.to_string() }
+    }
+
+    /// Runs `work` as one logical transaction on the writer.
+    pub(crate) async fn write<T, F>(&self, ctx: &Context, operation: &str, work: F) -> Result<T>
+    where
+        F: FnOnce(&mut WriteTxn<'_, '_>, &mut SchemaState) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let meta = JobMeta { user: ctx.username().to_string(), operation: operation.to_string() };
+        self.writer.submit(meta, work).await
+    }
+
+    /// Makes sure table `name` has storage (committed on its own, before the job that
+    /// names it in the catalog; see `Writer::prepare_table`).
+    pub(crate) async fn prepare_table(&self, name: &str) -> Result<()> {
+        Ok(self.writer.prepare_table(name).await?)
+    }
+
+    /// Figures for `describe_table`.
+    pub fn table_stats(&self, table: &Arc<TableSchema>) -> Result<TableStats> {
+        let txn = self.store.read()?;
+        let (record_count, table_size) = match txn.table(&table.name)? {
+            Some(store) => (txn.count_records(&store)?, txn.table_size(&store)?),
+            None => (0, 0),
+        };
+        let last_updated_record =
+            txn.meta(&last_updated_key(&table.name))?.and_then(|b| b.try_into().ok()).map(f64::from_be_bytes);
+        Ok(TableStats {
+            schema: table.clone(),
+            record_count,
+            table_size,
+            db_size: self.store.disk_size()?,
+            db_audit_size: txn.log_size()?,
+            last_updated_record,
+        })
+    }
+
+    /// Takes a lease naming `holder` (e.g. "a backup of 'dev' for admin", or a
+    /// [`ForUser`]).
+    pub fn lease(self: &Arc<Self>, holder: impl std::fmt::Display + Send + Sync + 'static) -> Lease {
+        let id = self.next_lease.fetch_add(1, Ordering::Relaxed);
+        self.leases.lock().insert(id, Box::new(holder));
+        Lease { db: self.clone(), id }
+    }
+
+    /// Who holds leases now.
+    pub fn lease_holders(&self) -> Vec<String> {
+        self.leases.lock().values().map(|holder| holder.to_string()).collect()
+    }
+
+    /// Handles on the database's storage (this database's own, the writer's, and
+    /// every open snapshot): what must reach its baseline before the files can go.
+    pub fn open_handles(&self) -> usize {
+        self.store.open_handles()
+    }
+
+    /// Whether the database is going away (a drop or restore is waiting for its
+    /// users): long-running readers stop at their next step.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_closing(&self, closing: bool) {
+        self.closing.store(closing, Ordering::Release);
+        self.closing_signal.send_replace(closing);
+    }
+
+    /// Tells its holder the moment the database starts (or stops) going away, for
+    /// tasks that wait on it rather than read it step by step.
+    pub(crate) fn closing_signal(&self) -> watch::Receiver<bool> {
+        self.closing_signal.subscribe()
+    }
+
+    /// Writes a compacted, consistent copy of the database (one snapshot; writes
+    /// carry on) to `file`: what `get_backup` streams and `restore` reads back.
+    pub fn backup_to(&self, ctx: &Context, file: &mut std::fs::File) -> Result<()> {
+        require_super_user(ctx)?;
+        Ok(self.store.copy_to(file)?)
+    }
+
+    /// Stops the writer after the queued writes are applied.
+    pub(crate) fn shutdown(&self) {
+        self.writer.shutdown();
+    }
+}
+
+/// Meta key holding the version of a table's last write.
+pub(crate) fn last_updated_key(table: &str) -> Vec<u8> {
+    format!("updated:{table}").into_bytes()
+}

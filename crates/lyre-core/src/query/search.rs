@@ -1,0 +1,156 @@
+//! A planned search: the snapshot it reads, the driver the planner chose, and the
+//! run that filters, orders, pages and projects the driver's records into a sink.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use lyre_store::{ReadTxn, TableStore};
+
+use crate::catalog::TableSchema;
+use crate::db::{Db, Lease};
+use crate::error::{Error, LifecycleError, Result};
+use crate::query::ast::Query;
+use crate::query::driver::{Driver, Order};
+use crate::query::exec::{sort_records, sort_value, walk};
+use crate::query::filter::matches_all;
+use crate::query::plan::{choose_driver, order_for, validate_condition, validate_sort_path};
+use crate::query::related::Related;
+use crate::record::expiry::Live;
+use crate::value::{Object, Value};
+
+/// Receives each result (an object, or a bare value or array for `select(a)` and
+/// `select([a,b])`); returns `Break` to stop early (the client went away).
+pub type Sink<'a> = dyn FnMut(Value) -> ControlFlow<()> + 'a;
+
+/// A planned search over one snapshot. `Send`: run it on a blocking thread.
+pub struct Search {
+    db: Arc<Db>,
+    schema: Arc<TableSchema>,
+    /// Names this search as a holder of its database while it lives.
+    _lease: Lease,
+    txn: ReadTxn,
+    store: Option<TableStore>,
+    driver: Driver,
+    order: Order,
+    query: Query,
+}
+
+impl Search {
+    /// Validates `query` against table `schema` of `db` and picks its driver, on a
+    /// fresh snapshot; `lease` names the search as a holder of the database.
+    pub(crate) fn plan(db: Arc<Db>, schema: Arc<TableSchema>, query: Query, lease: Lease) -> Result<Search> {
+        for condition in &query.conditions {
+            validate_condition(&db, &schema, condition)?;
+        }
+        for key in &query.sort {
+            validate_sort_path(&db, &schema, &key.attribute, &key.attribute, 0)?;
+        }
+        query.select.validate(&schema)?;
+        let txn = db.snapshot()?;
+        let store = txn.table(&schema.name)?;
+        let mut driver = match &store {
+            Some(store) => choose_driver(&txn, &db, store, &schema, &query)?,
+            None => Driver::Keys(Vec::new()),
+        };
+        let order = order_for(&schema, &query, &mut driver);
+        Ok(Search { db, schema, _lease: lease, txn, store, driver, order, query })
+    }
+
+    /// The database searched: a long-running consumer checks
+    /// [`Db::is_closing`] while it waits, and stops when the database goes away.
+    pub fn db(&self) -> Arc<Db> {
+        self.db.clone()
+    }
+
+    /// A description of the plan, for tests and diagnostics.
+    pub fn explain(&self) -> String {
+        let driver = match &self.driver {
+            Driver::Scan { .. } => "scan".to_string(),
+            Driver::Keys(keys) => format!("keys({})", keys.len()),
+            Driver::PrimaryRange { .. } => "primary-range".to_string(),
+            Driver::Index { attribute, .. } => format!("index({})", attribute.name),
+            Driver::SortIndex { attribute, .. } => format!("sort-index({})", attribute.name),
+            Driver::Union(parts) => format!("union({})", parts.len()),
+        };
+        match self.order {
+            Order::Natural => driver,
+            Order::Sort(_) => format!("{driver}+sort"),
+        }
+    }
+
+    /// Streams every result to `sink`, in order. Memory stays bounded unless the
+    /// query sorts on something no index orders (then `offset + limit` records, or
+    /// all matches when there is no limit, are held).
+    pub fn run(self, sink: &mut Sink<'_>) -> Result<()> {
+        let Some(store) = self.store.clone() else {
+            return Ok(());
+        };
+        let schema = self.schema.clone();
+        let live = Live::of(&schema);
+        let related = Related::new(&self.txn, &self.db, &schema);
+        let related = Some(&related);
+        let query = &self.query;
+        let conditions = &query.conditions;
+        let operator = query.operator;
+        let db = self.db.clone();
+        let going_away = || Error::from(LifecycleError::Closing { database: db.name().to_string() });
+        match &self.order {
+            Order::Natural => {
+                let mut skip = query.offset;
+                let mut remaining = query.limit.unwrap_or(usize::MAX);
+                if remaining == 0 {
+                    return Ok(());
+                }
+                let _stopped_early = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
+                    if db.is_closing() {
+                        return Err(going_away());
+                    }
+                    if !matches_all(operator, conditions, &record, related)? {
+                        return Ok(ControlFlow::Continue(()));
+                    }
+                    if skip > 0 {
+                        skip -= 1;
+                        return Ok(ControlFlow::Continue(()));
+                    }
+                    if sink(query.select.project_value(&schema, record, related)?).is_break() {
+                        return Ok(ControlFlow::Break(()));
+                    }
+                    remaining -= 1;
+                    Ok(if remaining == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+                })?
+                .is_break();
+            }
+            Order::Sort(keys) => {
+                let keep = query.limit.map(|l| l.saturating_add(query.offset));
+                // Each match with its sort values (a related record's, for `rel.attr`).
+                let mut matched: Vec<(Vec<Option<Value>>, Object)> = Vec::new();
+                let _complete = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
+                    if db.is_closing() {
+                        return Err(going_away());
+                    }
+                    if matches_all(operator, conditions, &record, related)? {
+                        let values = keys
+                            .iter()
+                            .map(|key| sort_value(&record, &key.attribute, related))
+                            .collect::<Result<_>>()?;
+                        matched.push((values, record));
+                        if let Some(keep) = keep.filter(|k| matched.len() > k.saturating_mul(2).max(1024)) {
+                            sort_records(&mut matched, keys);
+                            matched.truncate(keep);
+                        }
+                    }
+                    Ok(ControlFlow::Continue(()))
+                })?
+                .is_continue();
+                sort_records(&mut matched, keys);
+                let page = matched.into_iter().skip(query.offset).take(query.limit.unwrap_or(usize::MAX));
+                for (_, record) in page {
+                    if sink(query.select.project_value(&schema, record, related)?).is_break() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! What every protocol shares: the application state (the engine, its services, the
+//! loaded components, the settings requests need), and the protocol-neutral step
+//! from credentials to a user. HTTP parses its headers into [`Credentials`]; MQTT and
+//! WebSocket will parse theirs, and all resolve users here.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use lyre_core::access::User;
+use lyre_core::{Engine, Services};
+
+use crate::components::Components;
+
+/// What every handler can reach.
+pub struct AppState {
+    /// The open databases and users.
+    pub engine: Arc<Engine>,
+    /// The background services (jobs, log consumers).
+    pub services: Arc<Services>,
+    /// The loaded applications and the tables they export.
+    pub components: Arc<Components>,
+    /// Whether loopback requests without credentials act as the super user.
+    pub authorize_local: bool,
+    /// Largest Operations API body, in bytes.
+    pub ops_body_limit: usize,
+    /// Largest REST body, in bytes.
+    pub rest_body_limit: usize,
+    /// Whether REST answers cross-origin requests.
+    pub cors: bool,
+    /// Whether the Operations API answers cross-origin requests.
+    pub ops_cors: bool,
+}
+
+/// What a client presented to say who it is, whatever the protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// Nothing.
+    None,
+    /// A user name and password (HTTP Basic, an MQTT CONNECT).
+    Password {
+        /// The login name.
+        username: String,
+        /// The password.
+        password: String,
+    },
+    /// A bearer token (a JWT).
+    Token(String),
+    /// Something that is not a credential this server reads.
+    Malformed,
+}
+
+/// Why credentials did not resolve to a user.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No credentials where some are needed.
+    #[error("Must login")]
+    MustLogin,
+    /// Wrong or unreadable credentials.
+    #[error("Login failed")]
+    LoginFailed,
+    /// A token that is not valid (tokens are not issued yet, so none is).
+    #[error("invalid token")]
+    InvalidToken,
+    /// Looking the user up failed.
+    #[error(transparent)]
+    Core(#[from] lyre_core::Error),
+}
+
+impl AppState {
+    /// The user `credentials` name, from a client at `peer`: the super user for a
+    /// credential-less loopback client when `authorizeLocal` is on. A password not
+    /// verified within the cache TTL costs an argon2 verification, run off the async
+    /// threads.
+    pub async fn user(&self, credentials: Credentials, peer: IpAddr) -> Result<Arc<User>, AuthError> {
+        match credentials {
+            Credentials::None if self.authorize_local && peer.is_loopback() => Ok(Arc::new(User::system())),
+            Credentials::None => Err(AuthError::MustLogin),
+            Credentials::Malformed => Err(AuthError::LoginFailed),
+            Credentials::Token(_) => Err(AuthError::InvalidToken),
+            Credentials::Password { username, password } => {
+                if let Some(user) = self.engine.users().cached(&username, &password) {
+                    return Ok(user);
+                }
+                let engine = self.engine.clone();
+                let verified = tokio::task::spawn_blocking(move || engine.users().authenticate(&username, &password))
+                    .await
+                    .map_err(|e| lyre_core::Error::Stopped(e.to_string()))?;
+                Ok(verified?)
+            }
+        }
+    }
+}
