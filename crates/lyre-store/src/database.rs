@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use heed::types::{Bytes, U64, Unit};
 use heed::{CommitOrAbort, Env, WithoutTls, byteorder::BigEndian};
@@ -202,7 +204,7 @@ impl Database {
                     self.remember_table(table, FreeSlot { slot, records, index });
                 }
                 None => {
-                    self.inner.free.write().unwrap_or_else(|e| e.into_inner()).push(FreeSlot { slot, records, index })
+                    self.inner.free.write().push(FreeSlot { slot, records, index })
                 }
             }
         }
@@ -332,13 +334,13 @@ impl Database {
         if let Some(found) = self.cached_table(table) {
             return Ok(found);
         }
-        let reused = self.inner.free.write().unwrap_or_else(|e| e.into_inner()).pop();
+        let reused = self.inner.free.write().pop();
         let slot = match reused {
             Some(free) => {
                 let mut wtxn = env.write_txn()?;
                 self.inner.meta.put(&mut wtxn, &names::slot_key(table), free.slot.as_bytes())?;
                 if let Err(err) = wtxn.commit() {
-                    self.inner.free.write().unwrap_or_else(|e| e.into_inner()).push(free);
+                    self.inner.free.write().push(free);
                     return Err(crate::txn::classify(self, err));
                 }
                 free
@@ -365,13 +367,13 @@ impl Database {
     /// Moves the handles of tables whose assignment is gone (dropped, and emptied by
     /// the drop) to the free pool.
     fn reclaim_dropped(&self, assigned: &HashMap<String, String>) {
-        let mut tables = self.inner.tables.write().unwrap_or_else(|e| e.into_inner());
+        let mut tables = self.inner.tables.write();
         let dropped: Vec<String> = tables
             .iter()
             .filter(|(name, store)| assigned.get(name.as_str()) != Some(&store.slot))
             .map(|(name, _)| name.clone())
             .collect();
-        let mut free = self.inner.free.write().unwrap_or_else(|e| e.into_inner());
+        let mut free = self.inner.free.write();
         for name in dropped {
             if let Some(store) = tables.remove(&name) {
                 free.push(FreeSlot { slot: store.slot, records: store.records, index: store.index });
@@ -381,30 +383,30 @@ impl Database {
 
     /// A slot name no sub-database has yet: the next number.
     fn next_slot_name(&self, assigned: &HashMap<String, String>) -> String {
-        let tables = self.inner.tables.read().unwrap_or_else(|e| e.into_inner());
-        let free = self.inner.free.read().unwrap_or_else(|e| e.into_inner());
+        let tables = self.inner.tables.read();
+        let free = self.inner.free.read();
         let used = tables.values().map(|t| t.slot.as_str()).chain(free.iter().map(|f| f.slot.as_str()));
         let highest = used.chain(assigned.values().map(String::as_str)).filter_map(|s| s.parse::<u32>().ok()).max();
         highest.map_or(0, |n| n + 1).to_string()
     }
 
     fn cached_table(&self, table: &str) -> Option<TableStore> {
-        let tables = self.inner.tables.read().unwrap_or_else(|e| e.into_inner());
+        let tables = self.inner.tables.read();
         tables.get(table).cloned()
     }
 
     fn remember_table(&self, table: &str, slot: FreeSlot) -> TableStore {
         let store =
             TableStore { name: table.into(), slot: slot.slot, records: slot.records, index: slot.index, incarnation: 0 };
-        let mut tables = self.inner.tables.write().unwrap_or_else(|e| e.into_inner());
+        let mut tables = self.inner.tables.write();
         tables.insert(table.to_string(), store.clone());
         store
     }
 
     /// Storage slots in use and free (for tests of handle hygiene).
     pub fn slot_counts(&self) -> (usize, usize) {
-        let tables = self.inner.tables.read().unwrap_or_else(|e| e.into_inner()).len();
-        (tables, self.inner.free.read().unwrap_or_else(|e| e.into_inner()).len())
+        let tables = self.inner.tables.read().len();
+        (tables, self.inner.free.read().len())
     }
 
     pub(crate) fn map_full(&self) -> Error {

@@ -25,7 +25,9 @@
 //! batch is acknowledged.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -196,7 +198,7 @@ impl<S: Clone + Send + 'static> Writer<S> {
     /// Blocks the calling thread until the queue drains: call it from a blocking
     /// context, not from an async task.
     pub fn shutdown(&self) {
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let thread = self.thread.lock().take();
         if let Some(thread) = thread {
             self.send_stop();
             if thread.join().is_err() {
@@ -220,7 +222,7 @@ impl<S> Writer<S> {
 
 impl<S> Drop for Writer<S> {
     fn drop(&mut self) {
-        if let Some(thread) = self.thread.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(thread) = self.thread.get_mut().take() {
             self.send_stop();
             let _ = thread.join();
         }

@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 use std::ops::Bound;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use lyre_store::{ReadTxn, TableStore, encode_key, index_entry_primary_key, prefix_successor};
 
@@ -42,7 +44,7 @@ impl<'t> Related<'t> {
 
     /// The schema and storage of a related table.
     pub(crate) fn target(&self, relationship: &Relationship) -> Result<Target> {
-        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tables = self.tables.lock();
         if let Some(found) = tables.get(&relationship.table) {
             return Ok(found.clone());
         }

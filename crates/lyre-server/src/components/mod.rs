@@ -13,7 +13,9 @@ pub mod ops;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use lyre_core::catalog::{TableDefinition, parse_sdl};
@@ -109,12 +111,12 @@ impl Components {
 
     /// The exports now served.
     pub fn exports(&self) -> Arc<Exports> {
-        self.exports.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.exports.read().clone()
     }
 
     /// Each component's last load outcome.
     pub fn status(&self) -> BTreeMap<String, Status> {
-        self.status.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.status.read().clone()
     }
 
     /// The directory of component `name`, if it exists.
@@ -156,13 +158,13 @@ impl Components {
                 }
             }
         } else {
-            let mut status = self.status.write().unwrap_or_else(|e| e.into_inner());
+            let mut status = self.status.write();
             status.remove(name);
             drop(status);
             self.publish();
             return Status::Failed(format!("component '{name}' does not exist"));
         };
-        self.status.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), status.clone());
+        self.status.write().insert(name.to_string(), status.clone());
         self.publish();
         status
     }
@@ -222,7 +224,7 @@ impl Components {
 
     /// Rebuilds the export map from every loaded component.
     fn publish(&self) {
-        let status = self.status.read().unwrap_or_else(|e| e.into_inner());
+        let status = self.status.read();
         let mut exports = Exports::default();
         for outcome in status.values() {
             if let Status::Loaded(list) = outcome {
@@ -232,6 +234,6 @@ impl Components {
             }
         }
         drop(status);
-        *self.exports.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(exports);
+        *self.exports.write() = Arc::new(exports);
     }
 }

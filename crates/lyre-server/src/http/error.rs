@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lyre_core::{Class, Code};
 
-use crate::http::negotiate::Format;
+use crate::http::format::{EncodeError, Format};
 
 /// An error on its way to a client: a code from the core table and a message.
 #[derive(Debug)]
@@ -92,6 +92,12 @@ impl ApiError {
         }
         close_if_unread(self.code, &mut response);
         response
+    }
+}
+
+impl From<EncodeError> for ApiError {
+    fn from(err: EncodeError) -> Self {
+        ApiError::new(Code::Internal, err.to_string())
     }
 }
 

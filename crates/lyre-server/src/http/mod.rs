@@ -4,6 +4,8 @@ mod auth;
 pub mod conn;
 mod cors;
 pub(crate) mod error;
+mod etag;
+mod format;
 mod framing;
 mod negotiate;
 mod ops;

@@ -18,7 +18,7 @@ use lyre_core::{Code, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::http::error::ApiError;
-use crate::http::negotiate::{CsvWriter, Format};
+use crate::http::format::{CsvWriter, Format};
 
 /// Size at which a chunk is handed to the socket.
 const CHUNK: usize = 64 * 1024;

@@ -9,7 +9,7 @@ use lyre_core::{AuditEntry, AuditSearch, Context, Object, Table, Value};
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::http::negotiate::Format;
+use crate::http::format::Format;
 use crate::http::ops::{Params, reply};
 
 /// `read_audit_log`: by time (the default), user or primary key.

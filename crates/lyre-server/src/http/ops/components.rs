@@ -10,7 +10,7 @@ use lyre_core::access::require_super_user;
 use crate::components::ops;
 use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::http::negotiate::Format;
+use crate::http::format::Format;
 use crate::http::ops::{Params, reply};
 
 pub async fn dispatch(

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::http::negotiate::Format;
+use crate::http::format::Format;
 use crate::http::ops::{Params, message, reply};
 
 /// Bytes read from the copy per chunk sent to the socket.

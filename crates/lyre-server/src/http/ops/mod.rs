@@ -22,7 +22,8 @@ use lyre_core::{Context, ForUser, Lease, Object, Value};
 use crate::app::AppState;
 use crate::http::auth::authenticate;
 use crate::http::error::ApiError;
-use crate::http::negotiate::{Format, decode_body, response_format};
+use crate::http::format::Format;
+use crate::http::negotiate::{decode_body, response_format};
 
 pub use params::Params;
 

@@ -7,7 +7,7 @@ use lyre_core::catalog::{AttributeSpec, Expiration, TableSpec};
 use lyre_core::{Context, Engine, Object, TableStats, Value};
 
 use crate::http::error::ApiError;
-use crate::http::negotiate::Format;
+use crate::http::format::Format;
 use crate::http::ops::{Params, message, reply};
 
 pub async fn create_database(

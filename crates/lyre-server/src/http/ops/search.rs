@@ -7,7 +7,7 @@ use lyre_core::query::{Comparator, Condition, Operator, Query, Select, SortKey};
 use lyre_core::{Code, Context, Engine, Value};
 
 use crate::http::error::ApiError;
-use crate::http::negotiate::Format;
+use crate::http::format::Format;
 use crate::http::ops::{Params, reply};
 use crate::http::stream::{Framing, stream_search};
 

@@ -1,11 +1,10 @@
 //! The REST interface (port 9926): exported tables at `/<name>/...`, Harper's URL
 //! grammar, methods and status codes.
 //!
-//! `url.rs` parses the path, `query.rs` the query string, `etag.rs` makes ETags; this
+//! `url.rs` parses the path, `query.rs` the query string (`http/etag.rs` makes ETags); this
 //! file dispatches by method. Errors are answered as Harper 4.7 does: a JSON string
 //! `"ClientError: <message>"` with the status (plain text for 404 on unknown paths).
 
-pub(crate) mod etag;
 mod openapi;
 pub mod query;
 mod url;
@@ -24,8 +23,10 @@ use lyre_core::{Code, Context, ForUser, Object, RecordVersion, Table, Value, Wri
 use crate::app::AppState;
 use crate::http::auth::authenticate;
 use crate::http::cors;
+use crate::http::etag;
 use crate::http::error::ApiError;
-use crate::http::negotiate::{Format, decode_body, response_format};
+use crate::http::format::Format;
+use crate::http::negotiate::{decode_body, response_format};
 use crate::http::stream::{Framing, stream_search};
 use url::Target;
 
@@ -135,7 +136,7 @@ async fn openapi_response(state: &AppState, headers: &HeaderMap, peer: SocketAdd
     let document = openapi::document(&state.engine, &state.components.exports(), host);
     match Format::Json.encode(&document) {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(err) => err.render_rest(Format::Json),
+        Err(err) => ApiError::from(err).render_rest(Format::Json),
     }
 }
 
@@ -402,7 +403,7 @@ impl RestRequest<'_> {
     }
 
     fn encode(&self, value: &Value) -> Result<Vec<u8>, ApiError> {
-        self.format.encode(value)
+        Ok(self.format.encode(value)?)
     }
 
     fn reply(&self, value: &Value) -> Result<Response, ApiError> {

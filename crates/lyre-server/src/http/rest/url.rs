@@ -10,7 +10,7 @@ use lyre_core::Value;
 use lyre_core::catalog::TableSchema;
 
 use crate::http::error::ApiError;
-use crate::http::negotiate::Format;
+use crate::http::format::Format;
 use crate::http::rest::query::decode;
 
 /// The part of a table a URL addresses.
