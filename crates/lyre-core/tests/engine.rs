@@ -1,36 +1,13 @@
 //! The engine end to end below the protocols: tables, writes, queries, restarts.
 
 use std::ops::ControlFlow;
-use std::time::Duration;
 
-use lyre_core::users::AdminBootstrap;
 use lyre_core::catalog::TableSpec;
 use lyre_core::query::{Comparator, Condition, Operator, Query, Select, SortKey};
-use lyre_core::{Context, Engine, EngineOptions, Object, Value};
+use lyre_core::{Context, Engine, Object, Value};
 
-fn options(root: &std::path::Path) -> EngineOptions {
-    EngineOptions {
-        root: root.to_path_buf(),
-        node_id: 1,
-        storage: lyre_store_options(),
-        writer: Default::default(),
-        admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
-        auth_cache_ttl: Duration::from_secs(30),
-        databases_dir: None,
-        release_timeout: Duration::from_secs(5),
-    }
-}
-
-fn lyre_store_options() -> lyre_store::DatabaseOptions {
-    lyre_store::DatabaseOptions { map_size: 1 << 30, durable: false }
-}
-
-fn record(json: &str) -> Object {
-    match serde_json::from_str::<Value>(json).unwrap() {
-        Value::Object(o) => o,
-        _ => panic!("not an object"),
-    }
-}
+mod common;
+use common::{options, record};
 
 fn dynamic(name: &str) -> TableSpec {
     TableSpec::dynamic(name, "id")

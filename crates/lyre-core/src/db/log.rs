@@ -204,7 +204,7 @@ impl Db {
     /// longer than `gone_for`, counting from its last move, or from when this
     /// database was opened if that is later; logs each with the reason. Returns the
     /// names dropped.
-    pub(crate) async fn drop_stale_cursors(&self, ctx: &Context, gone_for: Duration) -> Result<Vec<String>> {
+    pub async fn drop_stale_cursors(&self, ctx: &Context, gone_for: Duration) -> Result<Vec<String>> {
         let now = crate::time::now_ms();
         let limit_ms = gone_for.as_secs_f64() * 1_000.0;
         let stale: Vec<CursorInfo> = self
