@@ -425,8 +425,7 @@ impl Engine {
     /// Stops every writer after its queued writes commit. Later writes fail as
     /// "database closed" (retryable), never half-applied.
     pub async fn shutdown(&self) {
-        let databases: Vec<Arc<Db>> =
-            self.databases.read().values().cloned().collect();
+        let databases: Vec<Arc<Db>> = self.databases.read().values().cloned().collect();
         let stopped = tokio::task::spawn_blocking(move || databases.iter().for_each(|db| db.shutdown())).await;
         if let Err(err) = stopped {
             tracing::error!(error = %err, "stopping the writers failed");

@@ -135,9 +135,14 @@ fn upward_imports(src: &Path, layers: &[(String, usize)]) -> Vec<String> {
             }
             for module in modules_named(line) {
                 let theirs = layers.iter().find(|(m, _)| *m == module).map(|(_, n)| *n);
-                let theirs = theirs.unwrap_or_else(|| panic!("{}:{} names `{module}`, in no layer", relative.display(), number + 1));
+                let theirs = theirs
+                    .unwrap_or_else(|| panic!("{}:{} names `{module}`, in no layer", relative.display(), number + 1));
                 if theirs > own {
-                    found.push(format!("{}:{} imports `{module}` (layer {theirs}) from layer {own}", relative.display(), number + 1));
+                    found.push(format!(
+                        "{}:{} imports `{module}` (layer {theirs}) from layer {own}",
+                        relative.display(),
+                        number + 1
+                    ));
                 }
             }
         }
@@ -157,8 +162,11 @@ fn the_layer_check_sees_an_upward_import() {
     // A file of the `record` layer naming `services`, in a copy of the tree's shape.
     let dir = tempfile::tempdir().expect("temporary directory");
     std::fs::create_dir_all(dir.path().join("record")).expect("record/");
-    std::fs::write(dir.path().join("record/entry.rs"), "//! x\nuse crate::services::Jobs; // up\nuse crate::error::Error;\n")
-        .expect("a file");
+    std::fs::write(
+        dir.path().join("record/entry.rs"),
+        "//! x\nuse crate::services::Jobs; // up\nuse crate::error::Error;\n",
+    )
+    .expect("a file");
     std::fs::write(dir.path().join("error.rs"), "//! x\n/// See [`crate::services`].\npub struct Error;\n")
         .expect("a file");
     let found = upward_imports(dir.path(), &core_layers());

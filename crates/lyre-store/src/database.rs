@@ -4,10 +4,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
 use heed::types::{Bytes, U64, Unit};
 use heed::{CommitOrAbort, Env, WithoutTls, byteorder::BigEndian};
+use parking_lot::RwLock;
 use tokio::sync::watch;
 
 use crate::env::open_env;
@@ -203,9 +202,7 @@ impl Database {
                 Some((table, _)) => {
                     self.remember_table(table, FreeSlot { slot, records, index });
                 }
-                None => {
-                    self.inner.free.write().push(FreeSlot { slot, records, index })
-                }
+                None => self.inner.free.write().push(FreeSlot { slot, records, index }),
             }
         }
         Ok(())
@@ -230,7 +227,7 @@ impl Database {
         }
         let mut wtxn = env.write_txn()?;
         for table in missing {
-            let next = crate::txn::next_incarnation(&self.inner.meta, &mut wtxn)?;
+            let next = next_incarnation(&self.inner.meta, &mut wtxn)?;
             self.inner.meta.put(&mut wtxn, &names::incarnation_key(table), &next.to_be_bytes())?;
         }
         wtxn.commit()?;
@@ -396,8 +393,13 @@ impl Database {
     }
 
     fn remember_table(&self, table: &str, slot: FreeSlot) -> TableStore {
-        let store =
-            TableStore { name: table.into(), slot: slot.slot, records: slot.records, index: slot.index, incarnation: 0 };
+        let store = TableStore {
+            name: table.into(),
+            slot: slot.slot,
+            records: slot.records,
+            index: slot.index,
+            incarnation: 0,
+        };
         let mut tables = self.inner.tables.write();
         tables.insert(table.to_string(), store.clone());
         store
@@ -412,4 +414,13 @@ impl Database {
     pub(crate) fn map_full(&self) -> Error {
         Error::MapFull { map_size: self.inner.options.map_size }
     }
+}
+
+/// Takes the next incarnation number from the counter in `meta`, inside `txn`.
+pub(crate) fn next_incarnation(meta: &BytesDb, txn: &mut heed::RwTxn<'_>) -> heed::Result<u64> {
+    let last =
+        meta.get(txn, crate::names::LAST_INCARNATION)?.and_then(|b| b.try_into().ok()).map_or(0, u64::from_be_bytes);
+    let next = last + 1;
+    meta.put(txn, crate::names::LAST_INCARNATION, &next.to_be_bytes())?;
+    Ok(next)
 }

@@ -4,7 +4,7 @@ use std::ops::Bound;
 
 use heed::{RoTxn, RwTxn, WithoutTls};
 
-use crate::database::{Database, TableStore};
+use crate::database::{Database, TableStore, next_incarnation};
 use crate::error::{Error, Result};
 use crate::txlog::{Change, ChangeKind, LogEntry, PRUNE_BYTES, PruneProgress, PruneScope};
 use crate::version::Version;
@@ -145,17 +145,6 @@ fn meta_prefix_in(txn: &RoTxn<'_, WithoutTls>, db: &Database, prefix: &[u8]) -> 
 fn incarnation_in(txn: &RoTxn<'_, WithoutTls>, db: &Database, table: &str) -> Result<Option<u64>> {
     let stored = db.inner.meta.get(txn, &crate::names::incarnation_key(table))?;
     Ok(stored.and_then(|b| b.try_into().ok()).map(u64::from_be_bytes))
-}
-
-/// Takes the next incarnation number from the counter in `meta`, inside `txn`.
-pub(crate) fn next_incarnation(meta: &crate::database::BytesDb, txn: &mut RwTxn<'_>) -> heed::Result<u64> {
-    let last = meta
-        .get(txn, crate::names::LAST_INCARNATION)?
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_be_bytes);
-    let next = last + 1;
-    meta.put(txn, crate::names::LAST_INCARNATION, &next.to_be_bytes())?;
-    Ok(next)
 }
 
 fn stat_bytes(stat: &heed::DatabaseStat) -> u64 {

@@ -123,7 +123,12 @@ async fn a_database_whose_tables_were_all_dropped_keeps_its_slots_free() {
 async fn prune_all(writer: &Writer<u64>, before: f64, max: usize) -> u64 {
     let (mut from, mut removed) = (0, 0);
     loop {
-        let progress = writer.submit(meta(), move |txn, _| txn.prune_log(from, lyre_store::PruneScope { before, table: None, through_seq: None }, max)).await.unwrap();
+        let progress = writer
+            .submit(meta(), move |txn, _| {
+                txn.prune_log(from, lyre_store::PruneScope { before, table: None, through_seq: None }, max)
+            })
+            .await
+            .unwrap();
         removed += progress.removed;
         match progress.next {
             Some(next) => from = next,

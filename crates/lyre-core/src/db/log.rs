@@ -181,7 +181,10 @@ impl Db {
     /// Refused while another consumer of that name is attached.
     pub fn attach(self: &Arc<Self>, name: &str) -> Result<Attachment> {
         if !self.attached.lock().insert(name.to_string()) {
-            return Err(Error::Conflict(format!("a consumer named '{name}' is already reading the log of '{}'", self.name())));
+            return Err(Error::Conflict(format!(
+                "a consumer named '{name}' is already reading the log of '{}'",
+                self.name()
+            )));
         }
         Ok(Attachment { db: Arc::downgrade(self), name: name.to_string() })
     }

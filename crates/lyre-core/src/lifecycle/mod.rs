@@ -99,8 +99,7 @@ pub(crate) fn begin(layout: &Layout, name: &str, kind: Kind, targets: Targets) -
         }
     }
     let marker = Marker::new(name, kind, targets);
-    marker::publish(&dir, &marker)
-        .map_err(|e| LifecycleError::failed("writing the lifecycle marker", e))?;
+    marker::publish(&dir, &marker).map_err(|e| LifecycleError::failed("writing the lifecycle marker", e))?;
     Ok((marker, false))
 }
 
@@ -133,7 +132,8 @@ pub(crate) fn delete_recorded(marker: &Marker) -> Result<()> {
 pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -> Result<()> {
     let staged = staged_dir(marker)?;
     remove_dir_strictly(staged)?;
-    let io = |e: std::io::Error| LifecycleError::failed(format_args!("preparing the restore in {}", staged.display()), e);
+    let io =
+        |e: std::io::Error| LifecycleError::failed(format_args!("preparing the restore in {}", staged.display()), e);
     std::fs::create_dir_all(staged).map_err(io)?;
     let data = staged.join("data.mdb");
     std::fs::copy(backup, &data).map_err(io)?;
@@ -153,7 +153,9 @@ pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -
     let closing = check.closing();
     drop(check);
     if !closing.wait(std::time::Duration::from_secs(10)) {
-        return Err(Error::Lifecycle(LifecycleError::Failed("the checked backup copy did not close within 10 s".into())));
+        return Err(Error::Lifecycle(LifecycleError::Failed(
+            "the checked backup copy did not close within 10 s".into(),
+        )));
     }
     // Only a copy carrying this (durable) sentinel may be swapped in by recovery; a
     // crash before it leaves a torn copy that recovery deletes instead.
@@ -288,8 +290,7 @@ fn settle(layout: &Layout, found: &Marker) -> Result<()> {
             let (live, staged) = (&found.targets.database, staged_dir(found)?);
             if !live.exists() && staged.join(STAGED_READY).exists() {
                 // It crashed mid-swap: complete it.
-                std::fs::rename(staged, live)
-                    .map_err(|e| LifecycleError::failed("finishing a restore", e))?;
+                std::fs::rename(staged, live).map_err(|e| LifecycleError::failed("finishing a restore", e))?;
                 sync_parent(live).map_err(|e| LifecycleError::failed("finishing a restore", e))?;
                 let _ = std::fs::remove_file(live.join(STAGED_READY));
                 tracing::info!(database = %found.name, "finished an interrupted restore");
@@ -317,11 +318,7 @@ fn staged_dir(marker: &Marker) -> Result<&Path> {
 }
 
 fn previous_dir(marker: &Marker) -> Result<&Path> {
-    marker
-        .targets
-        .previous
-        .as_deref()
-        .ok_or_else(|| malformed("a restore marker without a previous path"))
+    marker.targets.previous.as_deref().ok_or_else(|| malformed("a restore marker without a previous path"))
 }
 
 fn malformed(what: &str) -> Error {

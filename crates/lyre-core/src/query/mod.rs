@@ -20,6 +20,6 @@ mod search;
 mod select;
 
 pub use ast::{Comparator, Condition, Operator, Query, SortKey};
-pub use search::{Search, Sink};
 pub(crate) use related::Related;
+pub use search::{Search, Sink};
 pub use select::{Field, Select, Shaped};

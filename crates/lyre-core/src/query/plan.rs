@@ -21,7 +21,13 @@ use crate::value::Value;
 
 /// Fails unless `path` (part of the sort key `full`) names an attribute of
 /// `schema`, or `rel.attr` through at most six relationships.
-pub(crate) fn validate_sort_path(db: &Arc<Db>, schema: &TableSchema, path: &str, full: &str, depth: usize) -> Result<()> {
+pub(crate) fn validate_sort_path(
+    db: &Arc<Db>,
+    schema: &TableSchema,
+    path: &str,
+    full: &str,
+    depth: usize,
+) -> Result<()> {
     if schema.attribute(path).is_some() {
         return Ok(());
     }

@@ -4,15 +4,14 @@ use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use lyre_store::{ReadTxn, TableStore, encode_key, index_entry_primary_key, prefix_successor};
+use parking_lot::Mutex;
 
 use crate::catalog::{Relationship, TableSchema};
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::record::expiry::Live;
 use crate::index::attribute_prefix;
+use crate::record::expiry::Live;
 use crate::value::{Object, Value};
 
 /// A related table's schema and (when it has any records) storage.

@@ -95,4 +95,3 @@ pub(crate) fn sweep_index(table: &TableSchema) -> Option<&Attribute> {
     let name = table.expires_at.as_ref()?;
     table.attribute(name).filter(|a| a.indexed && !a.multi_valued)
 }
-

@@ -142,7 +142,8 @@ impl Services {
     /// Feeds `consumer` the log of database `database` from its durable cursor, as
     /// a task of the services, until they shut down (or the database is dropped).
     pub fn consume<C: Consumer>(&self, database: &str, consumer: C, options: RunnerOptions) {
-        let run = log::run(Arc::downgrade(&self.engine), database.to_string(), consumer, options, self.tasks.stopping());
+        let run =
+            log::run(Arc::downgrade(&self.engine), database.to_string(), consumer, options, self.tasks.stopping());
         self.tasks.spawn(run);
     }
 

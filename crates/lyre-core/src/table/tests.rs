@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use lyre_store::{Flags, Version};
 
-use crate::users::AdminBootstrap;
 use crate::catalog::TableSpec;
 use crate::record::{decode_entry, validate};
 use crate::table::{Expect, RecordVersion, Table, WriteMode, WriteOptions};
+use crate::users::AdminBootstrap;
 use crate::value::{Object, Value};
 use crate::{Context, Engine, EngineOptions};
 

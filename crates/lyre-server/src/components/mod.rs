@@ -14,12 +14,11 @@ pub mod ops;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-use parking_lot::RwLock;
 use std::time::Duration;
 
 use lyre_core::catalog::{TableDefinition, parse_sdl};
 use lyre_core::{Context, Engine};
+use parking_lot::RwLock;
 
 use crate::process::{Ended, Supervisor};
 

@@ -29,7 +29,7 @@ const NOT_PACKAGES: [&str; 3] = ["/proc", "/sys", "/dev"];
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    crate::http::blocking("file work", work).await
+    crate::http::blocking::blocking("file work", work).await
 }
 
 /// A file-system failure: the client's mistake (a directory where a file is meant, a

@@ -1,6 +1,7 @@
 //! HTTP: the Operations API router and what every handler shares.
 
 mod auth;
+pub(crate) mod blocking;
 pub mod conn;
 mod cors;
 pub(crate) mod error;
@@ -24,23 +25,6 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
-
-/// Runs `work` (a storage walk, a large decode, file work) on the blocking pool, off
-/// the async workers, and answers its result; if it panics, 500 saying `what`
-/// stopped.
-pub(crate) async fn blocking<T, E>(
-    what: &str,
-    work: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, ApiError>
-where
-    T: Send + 'static,
-    E: Into<ApiError> + Send + 'static,
-{
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result.map_err(Into::into),
-        Err(err) => Err(ApiError::new(Code::Internal, format!("{what} stopped unexpectedly: {err}"))),
-    }
-}
 
 /// The Operations API: `POST /` with an operation, `GET /health`.
 pub fn operations_router(state: Arc<AppState>) -> Router {

@@ -80,7 +80,8 @@ async fn read_entries(
     limit: Option<usize>,
 ) -> Result<Vec<AuditEntry>, ApiError> {
     let ctx = ctx.clone();
-    crate::http::blocking("reading the log", move || services::read_audit_log(&table, &ctx, &search, limit)).await
+    crate::http::blocking::blocking("reading the log", move || services::read_audit_log(&table, &ctx, &search, limit))
+        .await
 }
 
 /// `delete_audit_logs_before` / `delete_transaction_logs_before`: a job pruning the
@@ -140,7 +141,7 @@ pub async fn check_consistency(
         None => db.schema().tables.keys().map(|name| db.table(name)).collect::<Result<_, _>>()?,
     };
     let ctx = ctx.clone();
-    let reports = crate::http::blocking("the consistency check", move || {
+    let reports = crate::http::blocking::blocking("the consistency check", move || {
         tables.iter().map(|t| services::check_consistency(t, &ctx)).collect::<Result<Vec<_>, _>>()
     })
     .await?;

@@ -7,8 +7,8 @@ use axum::response::Response;
 use lyre_core::Context;
 use lyre_core::access::require_super_user;
 
-use crate::components::ops;
 use crate::app::AppState;
+use crate::components::ops;
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::ops::{Params, reply};

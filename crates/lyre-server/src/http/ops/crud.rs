@@ -6,9 +6,9 @@ use axum::response::Response;
 use lyre_core::{Context, Engine, Expect, Object, RecordVersion, Value, WriteMode, WriteOptions, WriteSummary};
 
 use crate::http::error::ApiError;
+use crate::http::etag;
 use crate::http::format::Format;
 use crate::http::ops::{Params, reply};
-use crate::http::etag;
 
 pub async fn insert(engine: &Arc<Engine>, ctx: &Context, params: Params, format: Format) -> Result<Response, ApiError> {
     write(engine, ctx, params, format, WriteMode::Insert).await

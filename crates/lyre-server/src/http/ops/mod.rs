@@ -74,7 +74,7 @@ async fn handle_request(
     let bytes = crate::http::read_body(headers, body, state.ops_body_limit).await?;
     let value = if bytes.len() > INLINE_DECODE_LIMIT {
         let headers = headers.clone();
-        crate::http::blocking("decoding the body", move || decode_body(&headers, &bytes)).await?
+        crate::http::blocking::blocking("decoding the body", move || decode_body(&headers, &bytes)).await?
     } else {
         decode_body(headers, &bytes)?
     };

@@ -25,7 +25,7 @@ pub async fn by_id(
     let select = select(&mut params)?;
     let records = if ids.len() > INLINE_IDS {
         let ctx = ctx.clone();
-        crate::http::blocking("a search", move || table.get_many(&ctx, &ids, &select)).await?
+        crate::http::blocking::blocking("a search", move || table.get_many(&ctx, &ids, &select)).await?
     } else {
         table.get_many(ctx, &ids, &select)?
     };

@@ -23,8 +23,8 @@ use lyre_core::{Code, Context, ForUser, Object, RecordVersion, Table, Value, Wri
 use crate::app::AppState;
 use crate::http::auth::authenticate;
 use crate::http::cors;
-use crate::http::etag;
 use crate::http::error::ApiError;
+use crate::http::etag;
 use crate::http::format::Format;
 use crate::http::negotiate::{decode_body, response_format};
 use crate::http::stream::{Framing, stream_search};
@@ -372,7 +372,7 @@ impl RestRequest<'_> {
         let pk = self.table.schema().primary_key.clone();
         query.select = Select::Attributes(vec![pk.clone()]);
         let (table, ctx) = (self.table.clone(), self.ctx.clone());
-        let ids = crate::http::blocking("a search", move || -> lyre_core::Result<Vec<Value>> {
+        let ids = crate::http::blocking::blocking("a search", move || -> lyre_core::Result<Vec<Value>> {
             let mut ids = Vec::new();
             table.search(&ctx, query)?.run(&mut |record| {
                 if let Value::Object(mut record) = record
