@@ -5,27 +5,13 @@
 use std::time::Duration;
 
 use lyre_core::catalog::{AttributeSpec, TableSpec, parse_sdl};
-use lyre_core::db::log::{Change, ChangeKind, Cursor, LogBatch, LogEntry, change_key};
+use lyre_core::db::log::{Change, ChangeKind, Cursor, LogBatch, change_key};
 use lyre_core::services::{Consumer, RunnerOptions};
 use lyre_core::{CatalogChange, Context, Db, Engine, ServiceOptions, Services, Value};
 use tokio::sync::mpsc;
 
 mod common;
-use common::{options, record};
-
-/// Every entry of `db`'s log, oldest first.
-fn whole_log(db: &Db) -> Vec<LogEntry> {
-    let mut out = Vec::new();
-    let mut cursor = Cursor::default();
-    loop {
-        let batch = db.read_log(cursor, 100, 1 << 20).unwrap();
-        if batch.entries.is_empty() {
-            return out;
-        }
-        cursor = batch.next;
-        out.extend(batch.entries);
-    }
-}
+use common::{options, record, whole_log};
 
 /// The changes of the whole log to `table`, flattened, in order.
 fn changes_to(db: &Db, table: &str) -> Vec<Change> {

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use lyre_core::users::AdminBootstrap;
-use lyre_core::{EngineOptions, Object, Value};
+use lyre_core::db::log::{Cursor, LogEntry};
+use lyre_core::{Db, EngineOptions, Object, Value};
 
 /// Engine options for a root at `root`: small maps; `durable` flushes every commit.
 pub fn options_with(root: &std::path::Path, durable: bool) -> EngineOptions {
@@ -32,5 +33,19 @@ pub fn record(json: &str) -> Object {
     match serde_json::from_str::<Value>(json) {
         Ok(Value::Object(o)) => o,
         other => panic!("not an object: {other:?}"),
+    }
+}
+
+/// Every entry of `db`'s log, oldest first.
+pub fn whole_log(db: &Db) -> Vec<LogEntry> {
+    let mut out = Vec::new();
+    let mut cursor = Cursor::default();
+    loop {
+        let batch = db.read_log(cursor, 100, 1 << 20).unwrap();
+        if batch.entries.is_empty() {
+            return out;
+        }
+        cursor = batch.next;
+        out.extend(batch.entries);
     }
 }

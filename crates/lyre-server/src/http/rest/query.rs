@@ -112,8 +112,15 @@ impl Parser<'_> {
     }
 
     /// Parses terms joined by one operator until `close` (or the end).
+    ///
+    /// As in Harper, a separator is the group's operator only where it joins two
+    /// conditions: one next to a call (`limit(2)&a|b`, `a|b&sort(x)`) or at the end
+    /// (`a|b&`) only separates, so it never mixes with the conditions' operator.
     fn group(&mut self, close: Option<u8>) -> Result<(Operator, Vec<Condition>), ApiError> {
         let mut operator: Option<Operator> = None;
+        // The separator read since the last term (and where), not yet known to join
+        // two conditions.
+        let mut pending: Option<(Operator, usize)> = None;
         let mut conditions = Vec::new();
         let mut expect_term = true;
         loop {
@@ -139,11 +146,7 @@ impl Parser<'_> {
                     );
                 }
                 Some(sep @ (b'&' | b'|')) => {
-                    let this = if sep == b'&' { Operator::And } else { Operator::Or };
-                    if operator.is_some_and(|o| o != this) {
-                        return Err(self.error("Can not mix operators within a condition grouping"));
-                    }
-                    operator = Some(this);
+                    pending = Some((if sep == b'&' { Operator::And } else { Operator::Or }, self.pos));
                     self.pos += 1;
                     if matches!(self.peek(), Some(b'&' | b'|')) {
                         return Err(self.error(format!(
@@ -163,15 +166,20 @@ impl Parser<'_> {
                     let (inner_op, inner) = self.group(Some(if open == b'(' { b')' } else { b']' }))?;
                     self.depth -= 1;
                     if !inner.is_empty() {
+                        self.join(&mut operator, pending.take(), &conditions)?;
                         conditions.push(Condition::Group { operator: inner_op, conditions: inner });
                     }
                     expect_term = false;
                 }
                 Some(b')' | b']') => return Err(self.error(format!("unexpected '{}'", char::from(self.src[self.pos])))),
                 Some(_) => {
-                    if let Some(condition) = self.term(operator, conditions.last())? {
+                    let separator = pending.take();
+                    if let Some(condition) = self.term(separator.map(|(op, _)| op).or(operator), conditions.last())? {
                         match condition {
-                            Term::Condition(c) => conditions.push(c),
+                            Term::Condition(c) => {
+                                self.join(&mut operator, separator, &conditions)?;
+                                conditions.push(c);
+                            }
                             Term::Chain(c) => {
                                 // `attr=gt=1&lt=9`: merge into the previous condition.
                                 let previous = conditions
@@ -187,6 +195,22 @@ impl Parser<'_> {
             }
         }
         Ok((operator.unwrap_or(Operator::And), conditions))
+    }
+
+    /// Makes `separator` the group's operator when it joins a new condition to the
+    /// ones before it; refuses a group that mixes `&` and `|`.
+    fn join(
+        &self,
+        operator: &mut Option<Operator>,
+        separator: Option<(Operator, usize)>,
+        before: &[Condition],
+    ) -> Result<(), ApiError> {
+        let Some((separator, at)) = separator.filter(|_| !before.is_empty()) else { return Ok(()) };
+        if operator.is_some_and(|o| o != separator) {
+            return Err(syntax("Can not mix operators within a condition grouping", at, self.raw));
+        }
+        *operator = Some(separator);
+        Ok(())
     }
 
     fn query_calls_only(&self) -> bool {

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# A/B of two Lyre builds on this machine, with the harness compare-harper.sh uses for
+# Harper: both servers run at once, each pinned to CPU 0 with one request thread; the
+# load generator runs on CPU 1 and alternates between them round by round, so machine
+# noise hits both. Each workload gets freshly started servers.
+#
+#   bench/compare-builds.sh OLD_LYRE_BINARY NEW_LYRE_BINARY
+#   WORKLOADS="ycsb-c ycsb-a counters-hot" ROUNDS=5 bench/compare-builds.sh old/lyre new/lyre
+#
+# Results: bench/results/<date>-builds.md, raw JSON under bench/results/<date>-builds/.
+# The ratio lines read "new/old" for throughput.
+set -euo pipefail
+
+OLD=$(realpath "${1:?usage: compare-builds.sh OLD_LYRE_BINARY NEW_LYRE_BINARY}")
+NEW=$(realpath "${2:?usage: compare-builds.sh OLD_LYRE_BINARY NEW_LYRE_BINARY}")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=${ROUNDS:-5}
+RECORDS=${RECORDS:-100000}
+WORKLOADS=${WORKLOADS:-"ycsb-c ycsb-a counters-hot"}
+DATE=$(date -u +%Y-%m-%d)
+OUT=$ROOT/bench/results/$DATE-builds
+WORK=$(mktemp -d /tmp/lyre-ab.XXXXXX)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
+BENCH=$CARGO_TARGET_DIR/release/lyre-bench
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true; done
+  sleep 1
+  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+trap 'cleanup; rm -rf "$WORK"' EXIT INT TERM
+
+wait_health() {
+  for _ in $(seq 1 600); do
+    curl -fs -m 2 "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "server on port $1 did not start" >&2
+  return 1
+}
+
+# Starts binary $1 on CPU 0 with ports $2 (Operations API) and $3 (REST), root under
+# $4, the YCSB application when $5 is set; sets STARTED_PID.
+start() {
+  local dir=$WORK/$4
+  mkdir -p "$dir"
+  if [ -n "${5:-}" ]; then
+    mkdir -p "$dir/root/components/ycsb"
+    printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n" >"$dir/root/components/ycsb/config.yaml"
+    "$BENCH" ycsb-schema >"$dir/root/components/ycsb/schema.graphql"
+  fi
+  setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT="$2" \
+    HTTP_PORT="$3" LOGGING_LEVEL=warn THREADS_COUNT=1 "$1" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
+  STARTED_PID=$!
+  PIDS+=("$STARTED_PID")
+  wait_health "$2"
+}
+
+run_workload() {
+  local name=$1 app=""; shift
+  case $name in ycsb-* | counters-*) app=ycsb ;; esac
+  start "$NEW" 9945 9946 "new-$name" $app
+  local new_pid=$STARTED_PID
+  start "$OLD" 9955 9956 "old-$name" $app
+  local old_pid=$STARTED_PID
+  taskset -c 1 "$BENCH" "$@" --rounds "$ROUNDS" --settle 5 \
+    --name new --url http://127.0.0.1:9945 --rest http://127.0.0.1:9946 --pid "$new_pid" \
+    --compare-name old --compare-url http://127.0.0.1:9955 --compare-rest http://127.0.0.1:9956 --compare-pid "$old_pid" \
+    --json "$OUT/$name.json" | tee "$OUT/$name.txt"
+  cleanup
+}
+
+mkdir -p "$OUT"
+(cd "$ROOT" && cargo build --release --locked -p lyre-bench)
+for workload in $WORKLOADS; do
+  case $workload in
+    ycsb-*) run_workload "$workload" ycsb "${workload#ycsb-}" --records "$RECORDS" --operations 100000 --concurrency 32 ;;
+    counters-hot) run_workload counters-hot counters --keys 1 --operations 50000 --concurrency 64 ;;
+    counters-spread) run_workload counters-spread counters --keys 1000 --operations 50000 --concurrency 64 ;;
+    *) echo "unknown workload $workload" >&2; exit 2 ;;
+  esac
+done
+
+{
+  echo "# Lyre A/B: new build against old build — $DATE"
+  echo
+  echo "old: \`$(basename "$OLD")\`, new: \`$(basename "$NEW")\`. Servers pinned to CPU 0, load on CPU 1, $ROUNDS alternating rounds, medians (min–max)."
+  echo
+  for workload in $WORKLOADS; do
+    echo "## $workload"
+    echo
+    echo '```'
+    cat "$OUT/$workload.txt"
+    echo '```'
+    echo
+  done
+} >"$ROOT/bench/results/$DATE-builds.md"
