@@ -216,3 +216,59 @@ async fn a_consumer_sees_every_change_of_a_concurrent_load_once_in_commit_order(
     services.shutdown().await;
     engine.shutdown().await;
 }
+
+/// The next (epoch, sequence number) an `EpochRecorder` saw.
+async fn next_seen(rx: &mut mpsc::UnboundedReceiver<(u64, u64)>) -> (u64, u64) {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("the consumer is fed").unwrap()
+}
+
+/// Sends the epoch and sequence number of every entry with a put it sees.
+struct EpochRecorder {
+    seen: mpsc::UnboundedSender<(u64, u64)>,
+}
+
+impl Consumer for EpochRecorder {
+    fn name(&self) -> &str {
+        "epochs"
+    }
+
+    async fn apply(&mut self, batch: &LogBatch) -> lyre_core::Result<()> {
+        for entry in batch.entries.iter().filter(|e| e.changes.iter().any(|c| c.kind == ChangeKind::Put)) {
+            let _ = self.seen.send((batch.epoch, entry.seq));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_follows_a_restore_into_the_restored_log_under_a_new_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = Engine::open(options(dir.path())).await.unwrap();
+    let ctx = Context::system();
+    engine.create_table(&ctx, "dev", TableSpec::dynamic("t", "id")).await.unwrap();
+    let services = Services::start(&engine, ServiceOptions::default()).await.unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    services.consume("dev", EpochRecorder { seen: tx }, RunnerOptions::default());
+    let insert = |id: i64| {
+        let table = engine.database("dev").unwrap().table("t").unwrap();
+        let ctx = ctx.clone();
+        async move { table.insert(&ctx, vec![record(&format!(r#"{{"id":{id}}}"#))]).await.unwrap() }
+    };
+    insert(1).await;
+    let (first_epoch, first_seq) = next_seen(&mut rx).await;
+    let backup = dir.path().join("dev.backup");
+    engine.database("dev").unwrap().backup_to(&ctx, &mut std::fs::File::create(&backup).unwrap()).unwrap();
+    insert(2).await;
+    let (epoch, seq) = next_seen(&mut rx).await;
+    assert_eq!(epoch, first_epoch);
+    assert!(seq > first_seq);
+    engine.restore_database(&ctx, "dev", &backup).await.unwrap();
+    // The restored log gives out sequence numbers again from the backup's point; the
+    // consumer, still running, is fed them under a new epoch.
+    insert(3).await;
+    let (restored_epoch, restored_seq) = next_seen(&mut rx).await;
+    assert_ne!(restored_epoch, first_epoch);
+    assert!(restored_seq <= seq, "{restored_seq} repeats a number given out before the restore ({seq})");
+    services.shutdown().await;
+    engine.shutdown().await;
+}

@@ -45,7 +45,10 @@ pub enum Credentials {
     },
     /// A bearer token (a JWT).
     Token(String),
-    /// Something that is not a credential this server reads.
+    /// Credentials of a kind this server does not take (another HTTP scheme, an
+    /// empty one): never mistaken for no credentials at all.
+    Unsupported,
+    /// Credentials of a kind it takes that cannot be read.
     Malformed,
 }
 
@@ -74,7 +77,7 @@ impl AppState {
     pub async fn user(&self, credentials: Credentials, peer: IpAddr) -> Result<Arc<User>, AuthError> {
         match credentials {
             Credentials::None if self.authorize_local && peer.is_loopback() => Ok(Arc::new(User::system())),
-            Credentials::None => Err(AuthError::MustLogin),
+            Credentials::None | Credentials::Unsupported => Err(AuthError::MustLogin),
             Credentials::Malformed => Err(AuthError::LoginFailed),
             Credentials::Token(_) => Err(AuthError::InvalidToken),
             Credentials::Password { username, password } => {

@@ -42,10 +42,10 @@ pub struct TableStore {
     pub(crate) slot: String,
     pub(crate) records: BytesDb,
     pub(crate) index: IndexDb,
-    /// The table's incarnation as the transaction that looked the handle up sees it
-    /// (filled in by [`crate::WriteTxn::table`]; 0 in cached and read handles, which
-    /// never log).
-    pub(crate) incarnation: u64,
+    /// The table's incarnation as the write transaction that looked the handle up
+    /// sees it ([`crate::WriteTxn::table`]); `None` in cached and read handles, for
+    /// which a write transaction that logs through them reads it itself.
+    pub(crate) incarnation: Option<u64>,
 }
 
 /// A sub-database pair not assigned to any table (its table was dropped; it is
@@ -65,7 +65,7 @@ impl TableStore {
 
     /// The table's incarnation, when the handle came from [`crate::WriteTxn::table`]
     /// or [`crate::WriteTxn::start_incarnation`].
-    pub fn incarnation(&self) -> u64 {
+    pub fn incarnation(&self) -> Option<u64> {
         self.incarnation
     }
 }
@@ -145,7 +145,30 @@ impl Database {
             }),
         };
         db.open_existing_tables()?;
+        let has_epoch = {
+            let rtxn = db.inner.env.read_txn()?;
+            db.inner.meta.get(&rtxn, names::LOG_EPOCH)?.is_some()
+        };
+        if !has_epoch {
+            db.renew_log_epoch()?;
+        }
         Ok(db)
+    }
+
+    /// Gives the log a new random epoch (see [`names::LOG_EPOCH`]) and returns it: a
+    /// restore calls it on the restored copy before swapping it in, while no writer
+    /// runs on that copy.
+    pub fn renew_log_epoch(&self) -> Result<u64> {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos(),
+        );
+        let epoch = hasher.finish();
+        let mut wtxn = self.inner.env.write_txn()?;
+        self.inner.meta.put(&mut wtxn, names::LOG_EPOCH, &epoch.to_be_bytes())?;
+        wtxn.commit()?;
+        Ok(epoch)
     }
 
     /// Opens the handles of every table's storage, and of every free slot.
@@ -398,7 +421,7 @@ impl Database {
             slot: slot.slot,
             records: slot.records,
             index: slot.index,
-            incarnation: 0,
+            incarnation: None,
         };
         let mut tables = self.inner.tables.write();
         tables.insert(table.to_string(), store.clone());
@@ -416,10 +439,14 @@ impl Database {
     }
 }
 
+/// A big-endian u64 stored value (an incarnation), if `bytes` is one.
+pub(crate) fn stored_u64(bytes: &[u8]) -> Option<u64> {
+    bytes.try_into().ok().map(u64::from_be_bytes)
+}
+
 /// Takes the next incarnation number from the counter in `meta`, inside `txn`.
 pub(crate) fn next_incarnation(meta: &BytesDb, txn: &mut heed::RwTxn<'_>) -> heed::Result<u64> {
-    let last =
-        meta.get(txn, crate::names::LAST_INCARNATION)?.and_then(|b| b.try_into().ok()).map_or(0, u64::from_be_bytes);
+    let last = meta.get(txn, crate::names::LAST_INCARNATION)?.and_then(stored_u64).unwrap_or(0);
     let next = last + 1;
     meta.put(txn, crate::names::LAST_INCARNATION, &next.to_be_bytes())?;
     Ok(next)

@@ -34,6 +34,12 @@ pub fn incarnation_key(table: &str) -> Vec<u8> {
     format!("{INCARNATION_PREFIX}{table}").into_bytes()
 }
 
+/// The metadata key holding the log's epoch (u64 big-endian): a random number given
+/// when the database is created and given anew when a backup is restored over it,
+/// so a reader of the log can tell that sequence numbers started over from an older
+/// point.
+pub const LOG_EPOCH: &[u8] = b"log:epoch";
+
 /// Primary records in storage slot `slot`, keyed by the encoded primary key. A slot
 /// is a number (older databases named slots after their tables).
 pub fn records(slot: &str) -> String {

@@ -4,7 +4,7 @@ use std::ops::Bound;
 
 use heed::{RoTxn, RwTxn, WithoutTls};
 
-use crate::database::{Database, TableStore, next_incarnation};
+use crate::database::{Database, TableStore, next_incarnation, stored_u64};
 use crate::error::{Error, Result};
 use crate::txlog::{Change, ChangeKind, LogEntry, PRUNE_BYTES, PruneProgress, PruneScope};
 use crate::version::Version;
@@ -98,19 +98,14 @@ impl ReadTxn {
         meta_prefix_in(&self.txn, &self.db, prefix)
     }
 
-    /// `table`'s incarnation in this snapshot, if the table has storage.
-    pub fn incarnation(&self, table: &str) -> Result<Option<u64>> {
-        incarnation_in(&self.txn, &self.db, table)
+    /// The log's epoch in this snapshot (see `names::LOG_EPOCH`).
+    pub fn log_epoch(&self) -> Result<u64> {
+        Ok(self.db.inner.meta.get(&self.txn, crate::names::LOG_EPOCH)?.and_then(stored_u64).unwrap_or(0))
     }
 
     /// The sequence number of the newest log entry in this snapshot (0 when none).
     pub fn last_log_seq(&self) -> Result<u64> {
         Ok(self.db.inner.txlog.last(&self.txn)?.map_or(0, |(seq, _)| seq))
-    }
-
-    /// The sequence number of the oldest log entry in this snapshot, if any.
-    pub fn first_log_seq(&self) -> Result<Option<u64>> {
-        Ok(self.db.inner.txlog.first(&self.txn)?.map(|(seq, _)| seq))
     }
 
     /// Transaction-log entries with sequence number `from` or later, in order, with
@@ -133,7 +128,7 @@ impl ReadTxn {
     }
 }
 
-fn meta_prefix_in(txn: &RoTxn<'_, WithoutTls>, db: &Database, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+fn meta_prefix_in(txn: &RoTxn<'_>, db: &Database, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut out = Vec::new();
     for item in db.inner.meta.prefix_iter(txn, prefix)? {
         let (k, v) = item?;
@@ -142,9 +137,10 @@ fn meta_prefix_in(txn: &RoTxn<'_, WithoutTls>, db: &Database, prefix: &[u8]) -> 
     Ok(out)
 }
 
-fn incarnation_in(txn: &RoTxn<'_, WithoutTls>, db: &Database, table: &str) -> Result<Option<u64>> {
+/// `table`'s incarnation as `txn` sees it (0 when it has none).
+fn incarnation_in(txn: &RoTxn<'_>, db: &Database, table: &str) -> Result<u64> {
     let stored = db.inner.meta.get(txn, &crate::names::incarnation_key(table))?;
-    Ok(stored.and_then(|b| b.try_into().ok()).map(u64::from_be_bytes))
+    Ok(stored.and_then(stored_u64).unwrap_or(0))
 }
 
 fn stat_bytes(stat: &heed::DatabaseStat) -> u64 {
@@ -216,8 +212,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// `None` when its storage does not exist; see [`crate::Writer::prepare_table`].
     pub fn table(&self, table: &str) -> Result<Option<TableStore>> {
         let Some(mut store) = self.db.open_table(table) else { return Ok(None) };
-        let stored = self.db.inner.meta.get(&*self.txn, &crate::names::incarnation_key(table))?;
-        store.incarnation = stored.and_then(|b| b.try_into().ok()).map_or(0, u64::from_be_bytes);
+        store.incarnation = Some(incarnation_in(&*self.txn, self.db, table)?);
         Ok(Some(store))
     }
 
@@ -228,17 +223,14 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         let next = next_incarnation(&meta, self.writing()).map_err(|e| classify(self.db, e))?;
         let key = crate::names::incarnation_key(&table.name);
         meta.put(self.writing(), &key, &next.to_be_bytes()).map_err(|e| classify(self.db, e))?;
-        Ok(TableStore { incarnation: next, ..table.clone() })
+        Ok(TableStore { incarnation: Some(next), ..table.clone() })
     }
 
     /// Removes every record and index entry of `table`, logged as one change (not
     /// record by record) when there was anything to remove.
     pub fn clear_table(&mut self, table: &TableStore) -> Result<()> {
-        let held = table.records.len(&*self.txn)? + table.index.len(&*self.txn)?;
-        table.records.clear(self.writing()).map_err(|e| classify(self.db, e))?;
-        table.index.clear(self.writing()).map_err(|e| classify(self.db, e))?;
-        if held > 0 {
-            self.log_table(table, ChangeKind::Cleared, None);
+        if self.empty(table)? {
+            self.log(table, ChangeKind::Cleared, Vec::new(), None)?;
         }
         Ok(())
     }
@@ -247,29 +239,38 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// (a dropped table must not keep its sub-databases for good); logged as the end
     /// of the table's incarnation.
     pub fn release_table(&mut self, table: &TableStore) -> Result<()> {
-        table.records.clear(self.writing()).map_err(|e| classify(self.db, e))?;
-        table.index.clear(self.writing()).map_err(|e| classify(self.db, e))?;
+        self.empty(table)?;
+        // Logged before the incarnation it names is deleted.
+        self.log(table, ChangeKind::Released, Vec::new(), None)?;
         for key in [crate::names::slot_key(&table.name), crate::names::incarnation_key(&table.name)] {
             self.db.inner.meta.delete(self.writing(), &key).map_err(|e| classify(self.db, e))?;
         }
-        self.log_table(table, ChangeKind::Released, None);
         Ok(())
+    }
+
+    /// Removes every record and index entry of `table`; returns whether it held any.
+    fn empty(&mut self, table: &TableStore) -> Result<bool> {
+        let held = table.records.len(&*self.txn)? + table.index.len(&*self.txn)?;
+        table.records.clear(self.writing()).map_err(|e| classify(self.db, e))?;
+        table.index.clear(self.writing()).map_err(|e| classify(self.db, e))?;
+        Ok(held > 0)
     }
 
     /// Logs a change to `table`'s definition, described by the caller (`description`
     /// is opaque to the store), in this transaction's entry.
-    pub fn log_catalog(&mut self, table: &TableStore, description: Vec<u8>) {
-        self.log_table(table, ChangeKind::Catalog, Some(description));
+    pub fn log_catalog(&mut self, table: &TableStore, description: Vec<u8>) -> Result<()> {
+        self.log(table, ChangeKind::Catalog, Vec::new(), Some(description))
     }
 
-    fn log_table(&mut self, table: &TableStore, kind: ChangeKind, record: Option<Vec<u8>>) {
-        self.changes.push(Change {
-            table: table.name.to_string(),
-            incarnation: table.incarnation,
-            kind,
-            key: Vec::new(),
-            record,
-        });
+    /// Adds a change of `table` to this transaction's entry, naming the table's
+    /// incarnation (read in this transaction when the handle does not carry it).
+    fn log(&mut self, table: &TableStore, kind: ChangeKind, key: Vec<u8>, record: Option<Vec<u8>>) -> Result<()> {
+        let incarnation = match table.incarnation {
+            Some(incarnation) => incarnation,
+            None => incarnation_in(&*self.txn, self.db, &table.name)?,
+        };
+        self.changes.push(Change { table: table.name.to_string(), incarnation, kind, key, record });
+        Ok(())
     }
 
     /// The stored record with primary key `key`, as of this transaction.
@@ -290,27 +291,14 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// Writes `record` (header and body, see [`crate::encode_record`]) under `key`.
     pub fn put_record(&mut self, table: &TableStore, key: Vec<u8>, record: Vec<u8>) -> Result<()> {
         table.records.put(self.writing(), &key, &record).map_err(|e| classify(self.db, e))?;
-        self.changes.push(Change {
-            table: table.name.to_string(),
-            incarnation: table.incarnation,
-            kind: ChangeKind::Put,
-            key,
-            record: Some(record),
-        });
-        Ok(())
+        self.log(table, ChangeKind::Put, key, Some(record))
     }
 
     /// Deletes the record under `key`; returns whether it existed.
     pub fn delete_record(&mut self, table: &TableStore, key: &[u8]) -> Result<bool> {
         let existed = table.records.delete(self.writing(), key).map_err(|e| classify(self.db, e))?;
         if existed {
-            self.changes.push(Change {
-                table: table.name.to_string(),
-                incarnation: table.incarnation,
-                kind: ChangeKind::Delete,
-                key: key.to_vec(),
-                record: None,
-            });
+            self.log(table, ChangeKind::Delete, key.to_vec(), None)?;
         }
         Ok(existed)
     }
@@ -345,8 +333,10 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
                 break;
             }
             let before_len = entry.changes.len();
+            let records_before = entry.changes.iter().filter(|c| c.kind.is_record()).count();
             entry.changes.retain(|c| table.is_some_and(|t| t != c.table));
-            removed += (before_len - entry.changes.len()) as u64;
+            // What was removed is counted in record changes, as the audit log shows them.
+            removed += (records_before - entry.changes.iter().filter(|c| c.kind.is_record()).count()) as u64;
             if entry.changes.is_empty() && Some(seq) != last {
                 edits.push((seq, None)); // also an empty entry left by an earlier prune
             } else if entry.changes.len() != before_len {
@@ -410,12 +400,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
 
     /// Metadata entries whose key starts with `prefix`, as of this transaction.
     pub fn meta_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut out = Vec::new();
-        for item in self.db.inner.meta.prefix_iter(&*self.txn, prefix)? {
-            let (k, v) = item?;
-            out.push((k.to_vec(), v.to_vec()));
-        }
-        Ok(out)
+        meta_prefix_in(&*self.txn, self.db, prefix)
     }
 
     /// The transaction, for a write: from here on, failing this job aborts its batch.

@@ -69,8 +69,7 @@ impl CatalogChange {
 
     /// Logs this change of `store`'s table in `txn`'s entry.
     pub(crate) fn log(&self, txn: &mut WriteTxn<'_, '_>, store: &TableStore) -> Result<()> {
-        txn.log_catalog(store, self.encode()?);
-        Ok(())
+        Ok(txn.log_catalog(store, self.encode()?)?)
     }
 }
 

@@ -13,6 +13,11 @@
 //! has been gone (not attached, see [`Db::attach`]) for longer than the configured
 //! limit is dropped with a logged reason ([`Db::drop_stale_cursors`]), so one
 //! forgotten consumer cannot keep the log, and the disk, growing for good.
+//!
+//! Sequence numbers are unique within an *epoch* ([`LogBatch::epoch`]): restoring a
+//! backup replaces the log with an older one whose numbers may repeat, and gives it
+//! a new epoch. A consumer whose state lives outside the database starts over when
+//! the epoch changes; one whose state is in the database was restored with it.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -23,7 +28,7 @@ use tokio::sync::watch;
 pub use lyre_store::{Change, ChangeKind, LogEntry};
 use lyre_store::{PruneScope, decode_key};
 
-use crate::access::Context;
+use crate::access::{Context, require_super_user};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::record::decode_object;
@@ -53,6 +58,8 @@ impl Cursor {
 /// Entries read from a cursor, and the cursor after them.
 #[derive(Debug, Clone, Default)]
 pub struct LogBatch {
+    /// The log's epoch: sequence numbers are unique within one (see the module docs).
+    pub epoch: u64,
     /// The entries, in commit order.
     pub entries: Vec<LogEntry>,
     /// Where the next read resumes: after the last entry read (the cursor read from
@@ -64,18 +71,18 @@ pub struct LogBatch {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct StoredCursor {
     seq: u64,
-    /// When it last moved or was attached (ms since the epoch).
+    /// When it was last stored (ms since the epoch): moved, or its consumer attached.
     touched: f64,
 }
 
-/// What `get_lifecycle_status`-style reports show of a durable cursor.
+/// A durable cursor and whether its consumer runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CursorInfo {
     /// The consumer's name.
     pub name: String,
     /// Where it stands.
     pub cursor: Cursor,
-    /// When it last moved or was attached (ms since the epoch).
+    /// When it was last stored (ms since the epoch): moved, or its consumer attached.
     pub touched: f64,
     /// Whether its consumer is running now.
     pub attached: bool,
@@ -137,9 +144,11 @@ impl Db {
 
     /// Up to `max_entries` entries after `after`, and about `max_bytes` of them at
     /// most (at least one entry is returned when one exists), from one snapshot.
-    pub fn read_log(&self, after: Cursor, max_entries: usize, max_bytes: usize) -> Result<LogBatch> {
+    /// The log holds every table's records: super users only.
+    pub fn read_log(&self, ctx: &Context, after: Cursor, max_entries: usize, max_bytes: usize) -> Result<LogBatch> {
+        require_super_user(ctx)?;
         let txn = self.snapshot()?;
-        let mut batch = LogBatch { entries: Vec::new(), next: after };
+        let mut batch = LogBatch { epoch: txn.log_epoch()?, entries: Vec::new(), next: after };
         let mut bytes = 0;
         for item in txn.log_sized_from(after.seq.saturating_add(1))? {
             if batch.entries.len() >= max_entries.max(1) || (bytes >= max_bytes && !batch.entries.is_empty()) {
@@ -178,7 +187,9 @@ impl Db {
     }
 
     /// Claims the durable cursor `name` for a running consumer (see [`Attachment`]).
-    /// Refused while another consumer of that name is attached.
+    /// Refused while another consumer of that name is attached (or while the cursor
+    /// is being dropped as stale). The runner then stores the cursor again, so its
+    /// time counts from the attachment.
     pub fn attach(self: &Arc<Self>, name: &str) -> Result<Attachment> {
         if !self.attached.lock().insert(name.to_string()) {
             return Err(Error::Conflict(format!(
@@ -192,6 +203,7 @@ impl Db {
     /// Stores the durable cursor `name` at `cursor` (creating it), in a writer job:
     /// call once the consumer's work up to `cursor` is durable.
     pub async fn save_cursor(&self, ctx: &Context, name: &str, cursor: Cursor) -> Result<()> {
+        require_super_user(ctx)?;
         let key = cursor_key(name);
         let stored = encode_cursor(&StoredCursor { seq: cursor.seq, touched: crate::time::now_ms() })?;
         self.write(ctx, "save_log_cursor", move |txn, _| Ok(txn.put_meta(&key, &stored)?)).await
@@ -199,6 +211,7 @@ impl Db {
 
     /// Removes the durable cursor `name`; returns whether it existed.
     pub async fn drop_cursor(&self, ctx: &Context, name: &str) -> Result<bool> {
+        require_super_user(ctx)?;
         let key = cursor_key(name);
         self.write(ctx, "drop_log_cursor", move |txn, _| Ok(txn.delete_meta(&key)?)).await
     }
@@ -208,6 +221,7 @@ impl Db {
     /// database was opened if that is later; logs each with the reason. Returns the
     /// names dropped.
     pub async fn drop_stale_cursors(&self, ctx: &Context, gone_for: Duration) -> Result<Vec<String>> {
+        require_super_user(ctx)?;
         let now = crate::time::now_ms();
         let limit_ms = gone_for.as_secs_f64() * 1_000.0;
         let stale: Vec<CursorInfo> = self
@@ -217,11 +231,14 @@ impl Db {
             .collect();
         let mut dropped = Vec::new();
         for cursor in stale {
-            // Re-checked under the attachment lock's view at the moment of the drop.
-            if self.attached.lock().contains(&cursor.name) {
-                continue;
+            // Claimed while it is dropped, so no consumer attaches (and reads the
+            // cursor) between this check and the drop's commit.
+            if !self.attached.lock().insert(cursor.name.clone()) {
+                continue; // attached since the list was read
             }
-            if self.drop_cursor(ctx, &cursor.name).await? {
+            let dropped_now = self.drop_cursor(ctx, &cursor.name).await;
+            self.attached.lock().remove(&cursor.name);
+            if dropped_now? {
                 tracing::warn!(
                     database = self.name(),
                     consumer = %cursor.name,

@@ -145,10 +145,21 @@ pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -
         .and_then(|db| {
             let txn = db.read()?;
             DatabaseSchema::load(&marker.name, txn.catalog_entries()?)?;
+            // Its log's sequence numbers may repeat ones the live database already
+            // gave out: a new epoch tells its readers the log started over.
+            db.renew_log_epoch()?;
             Ok(db)
         })
-        .map_err(|e| {
-            Error::Lifecycle(LifecycleError::NotABackup { path: backup.display().to_string(), reason: e.to_string() })
+        .map_err(|e| match e {
+            // What the file holds is not a Lyre database: the client's mistake.
+            Error::Store(lyre_store::Error::Corrupt(_)) | Error::Corrupt(_) => {
+                Error::Lifecycle(LifecycleError::NotABackup {
+                    path: backup.display().to_string(),
+                    reason: e.to_string(),
+                })
+            }
+            // Anything else (space, permissions, the map size) is the server's.
+            other => LifecycleError::failed("checking the restored copy", other),
         })?;
     let closing = check.closing();
     drop(check);

@@ -72,14 +72,17 @@ pub fn read_audit_log(
     };
     let mut out = Vec::new();
     let mut cursor = Cursor::default();
+    // The log as it stands when the read begins: entries committed meanwhile are not
+    // read, so a steady write load cannot keep the walk (and its answer) growing.
+    let end = table.db().log_tail()?;
     loop {
-        let batch = table.db().read_log(cursor, READ_BATCH, READ_BYTES)?;
+        let batch = table.db().read_log(ctx, cursor, READ_BATCH, READ_BYTES)?;
         if batch.entries.is_empty() {
             return Ok(out);
         }
         cursor = batch.next;
         for entry in &batch.entries {
-            if limit.is_some_and(|limit| out.len() >= limit) {
+            if limit.is_some_and(|limit| out.len() >= limit) || entry.seq > end.seq {
                 return Ok(out);
             }
             let wanted = match search {

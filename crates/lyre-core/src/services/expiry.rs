@@ -15,7 +15,7 @@ use crate::catalog::TableSchema;
 use crate::engine::{Engine, blocking};
 use crate::error::Result;
 use crate::record::expiry::sweep_index;
-use crate::services::pause;
+use crate::services::{pause, unless_stopped};
 use crate::table::Table;
 
 /// Records looked at per step of a sweep: each step reads one short snapshot and
@@ -75,13 +75,14 @@ pub(crate) async fn sweep_forever(engine: Weak<Engine>, mut stop: watch::Receive
                 let next = Instant::now().checked_add(period).unwrap_or_else(|| Instant::now() + TICK);
                 due.insert(slot, (next, period));
                 let Ok(table) = db.table(table_name) else { continue };
-                match sweep(&table, &ctx).await {
-                    Ok(0) => {}
-                    Ok(removed) => {
+                match unless_stopped(&mut stop, sweep(&table, &ctx)).await {
+                    None => return,
+                    Some(Ok(0)) => {}
+                    Some(Ok(removed)) => {
                         tracing::debug!(table = %table_name, database = %name, removed, "evicted expired records")
                     }
-                    Err(_) if db.is_closing() => {}
-                    Err(err) => {
+                    Some(Err(_)) if db.is_closing() => {}
+                    Some(Err(err)) => {
                         tracing::warn!(table = %table_name, database = %name, error = %err, "evicting expired records failed")
                     }
                 }

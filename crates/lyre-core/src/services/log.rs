@@ -5,15 +5,15 @@
 //! bounded batches, hands each batch to the consumer, and stores the cursor after
 //! the batch only once `apply` has returned (the consumer's work is durable). When
 //! it has caught up it waits on [`Db::committed`], woken by the writer after each
-//! commit: no polling. It lets go of the database as soon as a drop or restore
-//! starts (so it never holds one up) and picks the database up again when it is
-//! back; a dropped database ends it.
+//! commit: no polling. Once a drop or restore starts it lets go of the database at
+//! its next step (a lease names it meanwhile), and picks the database up again when
+//! it is back.
 //!
 //! Delivery is at least once: after a crash, the entries after the durable cursor
 //! are delivered again, including any the consumer had applied but whose cursor was
-//! not yet stored. Every entry carries its sequence number, so a consumer that
-//! remembers the last one it applied (in the same durable step as its work) applies
-//! each exactly once.
+//! not yet stored. Every entry carries its sequence number (unique within the
+//! batch's epoch), so a consumer that remembers the last one it applied (in the same
+//! durable step as its work) applies each exactly once.
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
@@ -23,9 +23,9 @@ use tokio::sync::watch;
 
 use crate::access::Context;
 use crate::db::Db;
-use crate::db::log::{Cursor, LogBatch};
+use crate::db::log::{Attachment, Cursor, LogBatch};
 use crate::engine::{Engine, blocking};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::services::pause;
 
 /// A reader of one database's log, fed by the runner (see the module docs).
@@ -75,8 +75,12 @@ enum Ended {
     Closing,
 }
 
-/// Feeds `consumer` the log of `database` until the services stop, the engine is
-/// gone, or the database is dropped.
+/// Feeds `consumer` the log of `database` until the services stop or the engine is
+/// gone. While the database is absent (being restored, or dropped), it looks again
+/// every `retry`; a database created again under the name is a new log (no cursor,
+/// a new epoch), which the consumer starts anew. Its cursor stays claimed across
+/// failed attempts on the same database, so a failing consumer is never taken for
+/// a gone one.
 pub(crate) async fn run<C: Consumer>(
     engine: Weak<Engine>,
     database: String,
@@ -85,29 +89,28 @@ pub(crate) async fn run<C: Consumer>(
     mut stop: watch::Receiver<bool>,
 ) {
     let ctx = Context::system();
+    let mut claim: Option<(Weak<Db>, Attachment)> = None;
     loop {
         let Some(found) = engine.upgrade().map(|engine| engine.database(&database)) else { return };
-        let db = match found {
-            Ok(db) => db,
-            Err(Error::DatabaseNotFound(_)) => {
-                tracing::info!(database, consumer = consumer.name(), "the database is gone; its log consumer stops");
-                return;
+        if let Ok(db) = found {
+            // A claim on another (closed) database of the name is replaced.
+            if claim.as_ref().is_none_or(|(held, _)| !std::ptr::eq(held.as_ptr(), Arc::as_ptr(&db))) {
+                claim = match db.attach(consumer.name()) {
+                    Ok(attachment) => Some((Arc::downgrade(&db), attachment)),
+                    Err(err) => {
+                        tracing::error!(database, consumer = consumer.name(), error = %err, "a log consumer cannot start");
+                        return;
+                    }
+                };
             }
-            Err(_) => {
-                // Being dropped or restored: look again shortly.
-                if !pause(&mut stop, options.retry).await {
-                    return;
+            let outcome = consume(&db, &ctx, &mut consumer, options, &mut stop).await;
+            drop(db);
+            match outcome {
+                Ok(Ended::Stopped) => return,
+                Ok(Ended::Closing) => claim = None,
+                Err(err) => {
+                    tracing::warn!(database, consumer = consumer.name(), error = %err, "a log consumer failed; retrying")
                 }
-                continue;
-            }
-        };
-        let outcome = consume(&db, &ctx, &mut consumer, options, &mut stop).await;
-        drop(db);
-        match outcome {
-            Ok(Ended::Stopped) => return,
-            Ok(Ended::Closing) => {}
-            Err(err) => {
-                tracing::warn!(database, consumer = consumer.name(), error = %err, "a log consumer failed; retrying")
             }
         }
         if !pause(&mut stop, options.retry).await {
@@ -116,8 +119,11 @@ pub(crate) async fn run<C: Consumer>(
     }
 }
 
-/// One pass over the open database `db`: from the durable cursor to the end of the
-/// log, then on after every commit, until stopped or the database starts closing.
+/// One pass over the open database `db` (whose cursor the caller has claimed): from
+/// the durable cursor to the end of the log, then on after every commit, until
+/// stopped or the database starts closing. A lease names the consumer, so a drop
+/// held up by a long `apply` says who holds it; the pass lets go of the database at
+/// its next step once a drop or restore starts.
 async fn consume<C: Consumer>(
     db: &Arc<Db>,
     ctx: &Context,
@@ -127,16 +133,14 @@ async fn consume<C: Consumer>(
 ) -> Result<Ended> {
     let mut closing = db.closing_signal();
     let mut committed = db.committed();
-    let _attachment = db.attach(consumer.name())?;
     let name = consumer.name().to_string();
+    let _lease = db.lease(format!("the log consumer '{name}'"));
     let mut cursor = match db.cursor(&name)? {
         Some(cursor) => cursor,
-        None => {
-            let start = consumer.start(db).await?;
-            db.save_cursor(ctx, &name, start).await?;
-            start
-        }
+        None => consumer.start(db).await?,
     };
+    // Stored now, so the time it has been gone counts from this attachment.
+    db.save_cursor(ctx, &name, cursor).await?;
     loop {
         if *stop.borrow() {
             return Ok(Ended::Stopped);
@@ -146,8 +150,9 @@ async fn consume<C: Consumer>(
         }
         let last = *committed.borrow_and_update();
         if last > cursor.seq {
-            let reader = db.clone();
-            let batch = blocking(move || reader.read_log(cursor, options.max_entries, options.max_bytes)).await?;
+            let (reader, reading) = (db.clone(), ctx.clone());
+            let batch =
+                blocking(move || reader.read_log(&reading, cursor, options.max_entries, options.max_bytes)).await?;
             // Nothing between the cursor and the last commit (entries made of changes
             // that were all pruned) leaves the cursor at the last commit.
             let next = if batch.entries.is_empty() { Cursor::after(last) } else { batch.next };

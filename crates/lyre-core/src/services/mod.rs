@@ -11,8 +11,8 @@
 //!   from its durable cursor: the place the change feed, derived-index runners and
 //!   replication plug in.
 //!
-//! Nothing else in core imports this module. Services reach data only through
-//! `Engine`, `Db` and `Table`, and the log only through `db/log.rs`.
+//! Nothing else in core imports this module. Services reach storage only through
+//! what `Engine`, `Db` and `Table` hand them, and the log only through `db/log.rs`.
 //! [`Services::start`] is called by the server once the engine is open, and
 //! [`Services::shutdown`] before the engine closes; every task is spawned here
 //! ([`Tasks`]), so none outlives the services.
@@ -74,11 +74,18 @@ impl Tasks {
         Self { set: Mutex::new(JoinSet::new()), stop: watch::Sender::new(false) }
     }
 
-    /// Runs `task` until it ends or the services shut down. Finished tasks are
-    /// reaped here, so the set holds only live ones.
+    /// Runs `task` until it ends or the services shut down; once they have, it is
+    /// not started. Finished tasks are reaped here (a panicked one is logged), so the
+    /// set holds only live ones.
     pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
         let mut set = self.set.lock();
-        while set.try_join_next().is_some() {}
+        while let Some(ended) = set.try_join_next() {
+            log_panic(ended);
+        }
+        if *self.stop.borrow() {
+            tracing::warn!("a background task was not started: the services are shutting down");
+            return;
+        }
         set.spawn(task);
     }
 
@@ -91,11 +98,37 @@ impl Tasks {
     async fn shutdown(&self, grace: Duration) {
         self.stop.send_replace(true);
         let mut set = std::mem::take(&mut *self.set.lock());
-        let drained = tokio::time::timeout(grace, async { while set.join_next().await.is_some() {} }).await;
+        let drained = tokio::time::timeout(grace, async {
+            while let Some(ended) = set.join_next().await {
+                log_panic(ended);
+            }
+        })
+        .await;
         if drained.is_err() {
             tracing::warn!(tasks = set.len(), "background tasks did not stop in time; aborting them");
             set.shutdown().await;
         }
+    }
+}
+
+/// Logs a background task that ended by panicking (the process goes on without it).
+fn log_panic(ended: std::result::Result<(), tokio::task::JoinError>) {
+    if let Err(err) = ended
+        && err.is_panic()
+    {
+        tracing::error!(error = %err, "a background task panicked and stopped");
+    }
+}
+
+/// Runs `work` unless the services shut down first (then drops it: a writer job it
+/// had queued still commits, nothing is left half-done); returns whether it ran.
+pub(crate) async fn unless_stopped<T>(stop: &mut watch::Receiver<bool>, work: impl Future<Output = T>) -> Option<T> {
+    if *stop.borrow() {
+        return None;
+    }
+    tokio::select! {
+        out = work => Some(out),
+        _ = stop.changed() => None,
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::access::Context;
 use crate::engine::Engine;
-use crate::services::pause;
+use crate::services::{pause, unless_stopped};
 
 /// What retention keeps.
 #[derive(Debug, Clone, Copy)]
@@ -39,18 +39,22 @@ pub(crate) async fn keep_within(engine: Weak<Engine>, limits: Limits, mut stop: 
             let Some(db) = engine.upgrade().and_then(|engine| engine.database(&name).ok()) else {
                 continue;
             };
-            if let Err(err) = db.drop_stale_cursors(&ctx, limits.consumer_timeout).await {
-                tracing::warn!(database = db.name(), error = %err, "dropping stale log cursors failed");
+            match unless_stopped(&mut stop, db.drop_stale_cursors(&ctx, limits.consumer_timeout)).await {
+                None => return,
+                Some(Err(err)) => {
+                    tracing::warn!(database = db.name(), error = %err, "dropping stale log cursors failed")
+                }
+                Some(Ok(_)) => {}
             }
             let holder = format!("the audit log retention of '{name}'");
-            match db.prune_log_before(&ctx, None, before, holder).await {
-                Ok(0) => {}
-                Ok(removed) => tracing::debug!(database = db.name(), removed, "expired audit log entries"),
-                Err(_) if db.is_closing() => {} // being dropped or restored: nothing to keep
-                Err(err) => tracing::warn!(database = db.name(), error = %err, "expiring audit log entries failed"),
-            }
-            if *stop.borrow() {
-                return;
+            match unless_stopped(&mut stop, db.prune_log_before(&ctx, None, before, holder)).await {
+                None => return,
+                Some(Ok(0)) => {}
+                Some(Ok(removed)) => tracing::debug!(database = db.name(), removed, "expired audit log entries"),
+                Some(Err(_)) if db.is_closing() => {} // being dropped or restored: nothing to keep
+                Some(Err(err)) => {
+                    tracing::warn!(database = db.name(), error = %err, "expiring audit log entries failed")
+                }
             }
         }
     }

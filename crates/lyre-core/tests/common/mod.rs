@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use lyre_core::users::AdminBootstrap;
 use lyre_core::db::log::{Cursor, LogEntry};
+use lyre_core::users::AdminBootstrap;
 use lyre_core::{Db, EngineOptions, Object, Value};
 
 /// Engine options for a root at `root`: small maps; `durable` flushes every commit.
@@ -41,7 +41,7 @@ pub fn whole_log(db: &Db) -> Vec<LogEntry> {
     let mut out = Vec::new();
     let mut cursor = Cursor::default();
     loop {
-        let batch = db.read_log(cursor, 100, 1 << 20).unwrap();
+        let batch = db.read_log(&lyre_core::Context::system(), cursor, 100, 1 << 20).unwrap();
         if batch.entries.is_empty() {
             return out;
         }

@@ -32,7 +32,7 @@ fn credentials(headers: &HeaderMap) -> Credentials {
         return Credentials::Token(rest.trim().to_string());
     }
     if !scheme.eq_ignore_ascii_case("basic") || rest.trim().is_empty() {
-        return Credentials::None;
+        return Credentials::Unsupported;
     }
     let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(rest.trim()) else {
         return Credentials::Malformed;

@@ -73,6 +73,20 @@ async fn loopback_requests_may_be_trusted_when_configured() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    // Credentials of a kind Lyre does not take are not "no credentials": never the
+    // trusted loopback user.
+    for header in ["Negotiate abc", "Basic ", "Digest username=x"] {
+        let refused = s
+            .client
+            .post(s.url("/"))
+            .header("content-type", "application/json")
+            .header("authorization", header)
+            .body(r#"{"operation":"describe_all"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 401, "{header}");
+    }
 }
 
 #[tokio::test]
