@@ -11,13 +11,17 @@ pub enum Select {
     /// The record as stored.
     #[default]
     Raw,
-    /// Every attribute of the table in describe order, `null` where the record has
-    /// none (Harper's `get_attributes: ["*"]`), then any undeclared ones.
+    /// Harper's `get_attributes: ["*"]`: in a dynamic table every attribute of the
+    /// table in describe order, `null` where the record has none, then any
+    /// undeclared ones; in a schema-defined table the record as stored (Harper 5
+    /// selects nothing there, so absent properties stay absent).
     All,
     /// Exactly these attributes, in this order, `null` where missing.
     Attributes(Vec<String>),
     /// A projection tree (REST `select(...)`): attributes, relationship fields with
-    /// their own projection, and how each result is shaped.
+    /// their own projection, and how each result is shaped. An object result leaves
+    /// out the plain attributes the record lacks, as Harper does; a bare value or an
+    /// array of values holds `null` in their place.
     Fields {
         /// The fields, in order.
         fields: Vec<Field>,
@@ -73,7 +77,7 @@ impl Select {
         related: Option<&Related<'_>>,
     ) -> Result<Value> {
         let Select::Fields { fields, shape } = self else { return Ok(Value::Object(self.project(table, record))) };
-        let values = project_fields(fields, table, &record, related)?;
+        let values = project_fields(fields, table, &record, related, *shape != Shaped::Object)?;
         Ok(match shape {
             Shaped::Object => Value::Object(values),
             Shaped::Value => values.into_iter().next().map(|(_, v)| v).unwrap_or(Value::Null),
@@ -85,6 +89,7 @@ impl Select {
     pub fn project(&self, table: &TableSchema, mut record: Object) -> Object {
         match self {
             Select::Raw => record,
+            Select::All if table.schema_defined => record,
             Select::All => {
                 let mut out = Object::with_capacity(table.attributes.len());
                 for attribute in &table.attributes {
@@ -102,17 +107,21 @@ impl Select {
                 }
                 out
             }
-            Select::Fields { fields, .. } => project_fields(fields, table, &record, None).unwrap_or_default(),
+            Select::Fields { fields, shape } => {
+                project_fields(fields, table, &record, None, *shape != Shaped::Object).unwrap_or_default()
+            }
         }
     }
 }
 
-/// The values of `fields` for `record`.
+/// The values of `fields` for `record`; plain attributes the record lacks are left
+/// out unless `keep_missing` (then they are `null`).
 fn project_fields(
     fields: &[Field],
     table: &TableSchema,
     record: &Object,
     related: Option<&Related<'_>>,
+    keep_missing: bool,
 ) -> Result<Object> {
     let mut out = Object::with_capacity(fields.len());
     for field in fields {
@@ -124,7 +133,7 @@ fn project_fields(
                 let mut found = Vec::new();
                 for other in related.records(record, relationship)? {
                     found.push(match &field.nested {
-                        Some(nested) => Value::Object(project_fields(nested, &target, &other, Some(&inner))?),
+                        Some(nested) => Value::Object(project_fields(nested, &target, &other, Some(&inner), false)?),
                         None => Value::Object(other),
                     });
                 }
@@ -134,7 +143,9 @@ fn project_fields(
             (None, _) if field.name == "$id" => record.get(&table.primary_key).cloned().unwrap_or(Value::Null),
             (None, _) => match (record.get(&field.name), &field.nested) {
                 (Some(Value::Object(inner)), Some(nested)) => Value::Object(nested_fields(nested, inner)),
-                (found, _) => found.cloned().unwrap_or(Value::Null),
+                (Some(found), _) => found.clone(),
+                (None, _) if keep_missing => Value::Null,
+                (None, _) => continue,
             },
         };
         out.insert(field.name.clone(), value);
@@ -142,16 +153,17 @@ fn project_fields(
     Ok(out)
 }
 
-/// A nested object's projection (`select(details{color})`).
+/// A nested object's projection (`select(details{color})`), leaving out the
+/// properties it lacks.
 fn nested_fields(fields: &[Field], object: &Object) -> Object {
     fields
         .iter()
-        .map(|f| {
-            let value = match (object.get(&f.name), &f.nested) {
-                (Some(Value::Object(inner)), Some(nested)) => Value::Object(nested_fields(nested, inner)),
-                (found, _) => found.cloned().unwrap_or(Value::Null),
+        .filter_map(|f| {
+            let value = match (object.get(&f.name)?, &f.nested) {
+                (Value::Object(inner), Some(nested)) => Value::Object(nested_fields(nested, inner)),
+                (found, _) => found.clone(),
             };
-            (f.name.clone(), value)
+            Some((f.name.clone(), value))
         })
         .collect()
 }
