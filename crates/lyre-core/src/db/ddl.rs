@@ -224,7 +224,9 @@ impl Db {
         .await
     }
 
-    /// Removes an attribute: its index, and (in dynamic tables) its values.
+    /// Removes an attribute: its index, and (in dynamic tables) its values. An
+    /// attribute the table does not have is already gone: nothing changes and the
+    /// drop succeeds, as in Harper.
     pub async fn drop_attribute(&self, ctx: &Context, table: &str, attribute: &str) -> Result<()> {
         require_super_user(ctx)?;
         self.refuse_system_change()?;
@@ -234,9 +236,9 @@ impl Db {
         self.write(ctx, "drop_attribute", move |txn, state| {
             let existing =
                 state.table(&table).ok_or_else(|| Error::TableNotFound { database, table: table.clone() })?;
-            let found = existing.attribute(&attribute).ok_or_else(|| Error::AttributeNotFound(attribute.clone()))?;
+            let Some(found) = existing.attribute(&attribute) else { return Ok(()) };
             if found.is_primary_key {
-                return Err(Error::invalid(format!("cannot drop the primary key attribute: {attribute}")));
+                return Err(Error::invalid("You cannot drop a hash attribute"));
             }
             if existing.has_timestamps() && (attribute == CREATED_TIME || attribute == UPDATED_TIME) {
                 return Err(Error::invalid(format!("cannot drop internal timestamp attribute: {attribute}")));

@@ -1,4 +1,14 @@
-//! Evaluating conditions against a record, consistently with index order.
+//! Evaluating conditions against a record, consistently with index order, with
+//! Harper's semantics (its `filterByType` and index searches):
+//!
+//! * values of different types compare in key order, null < booleans < numbers <
+//!   strings, so a range matches across types;
+//! * an array attribute matches when any element does (`!=` too: a record is kept
+//!   when some element differs);
+//! * a record that lacks the attribute matches no comparison, `!=` included (Harper
+//!   finds `!=` candidates in the attribute's index, which holds no absent values);
+//! * `contains` and `ends_with` test the text of numbers and booleans as well
+//!   (`qty=ct=5` finds 5 and 15); `starts_with` tests strings only.
 
 use std::cmp::Ordering;
 
@@ -47,10 +57,10 @@ pub(crate) fn matches(condition: &Condition, record: &Object, related: Option<&R
             hit
         }
         Condition::Compare { attribute, comparator, value } => {
-            let found = record.get(attribute);
-            match comparator {
-                Comparator::NotEqual => !found.is_some_and(|v| any_element(v, |x| equal(x, value))),
-                _ => found.is_some_and(|v| any_element(v, |x| compare(x, *comparator, value))),
+            let Some(found) = record.get(attribute) else { return Ok(false) };
+            match (comparator, found) {
+                (Comparator::NotEqual, Value::Array(items)) => items.iter().any(|x| !equal(x, value)),
+                _ => any_element(found, |x| compare(x, *comparator, value)),
             }
         }
     })
@@ -74,9 +84,9 @@ fn compare(x: &Value, comparator: Comparator, value: &Value) -> bool {
     match comparator {
         Comparator::Equals => equal(x, value),
         Comparator::NotEqual => !equal(x, value),
-        Comparator::Contains => strings(x, value, |s, v| s.contains(v)),
-        Comparator::StartsWith => strings(x, value, |s, v| s.starts_with(v)),
-        Comparator::EndsWith => strings(x, value, |s, v| s.ends_with(v)),
+        Comparator::Contains => texts(x, value, |s, v| s.contains(v)),
+        Comparator::StartsWith => matches!(x, Value::String(_)) && texts(x, value, |s, v| s.starts_with(v)),
+        Comparator::EndsWith => texts(x, value, |s, v| s.ends_with(v)),
         Comparator::GreaterThan => x.cmp_scalar(value) == Some(Ordering::Greater),
         Comparator::GreaterThanEqual => matches!(x.cmp_scalar(value), Some(Ordering::Greater | Ordering::Equal)),
         Comparator::LessThan => x.cmp_scalar(value) == Some(Ordering::Less),
@@ -93,11 +103,23 @@ fn compare(x: &Value, comparator: Comparator, value: &Value) -> bool {
     }
 }
 
-fn strings(x: &Value, value: &Value, test: impl Fn(&str, &str) -> bool) -> bool {
-    match (x, value) {
-        (Value::String(s), Value::String(v)) => test(s, v),
+/// Tests the text of two scalars (a string, or a number or boolean as JavaScript
+/// writes it); anything else never matches.
+fn texts(x: &Value, value: &Value, test: impl Fn(&str, &str) -> bool) -> bool {
+    match (text(x), text(value)) {
+        (Some(s), Some(v)) => test(&s, &v),
         _ => false,
     }
+}
+
+fn text(value: &Value) -> Option<std::borrow::Cow<'_, str>> {
+    Some(match value {
+        Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+        Value::Int(n) => std::borrow::Cow::Owned(n.to_string()),
+        Value::Float(f) if f.is_finite() => std::borrow::Cow::Owned(f.to_string()),
+        Value::Bool(b) => std::borrow::Cow::Borrowed(if *b { "true" } else { "false" }),
+        _ => return None,
+    })
 }
 
 /// A total order for sorting: scalars in key order, then other values, then missing.
@@ -146,7 +168,15 @@ mod tests {
         assert!(hit(&cmp("name", Comparator::EndsWith, "Mix".into()), &r));
         assert!(hit(&cmp("name", Comparator::Contains, "ador".into()), &r));
         assert!(hit(&cmp("tags", Comparator::Equals, "b".into()), &r));
-        assert!(hit(&cmp("missing", Comparator::NotEqual, Value::Int(1)), &r));
+        assert!(!hit(&cmp("missing", Comparator::NotEqual, Value::Int(1)), &r));
+        assert!(hit(&cmp("tags", Comparator::NotEqual, "a".into()), &r), "an element differs");
+        assert!(!hit(&cmp("tags", Comparator::NotEqual, "a".into()), &record(r#"{"tags":["a"]}"#)));
+        assert!(hit(&cmp("age", Comparator::Contains, "5".into()), &record(r#"{"age":15}"#)));
+        assert!(hit(&cmp("age", Comparator::EndsWith, Value::Int(5)), &record(r#"{"age":15}"#)));
+        assert!(!hit(&cmp("age", Comparator::StartsWith, "1".into()), &record(r#"{"age":15}"#)));
+        assert!(hit(&cmp("ok", Comparator::Contains, "ru".into()), &record(r#"{"ok":true}"#)));
+        assert!(hit(&cmp("age", Comparator::GreaterThan, Value::Int(5)), &record(r#"{"age":"abc"}"#)));
+        assert!(hit(&cmp("age", Comparator::LessThan, Value::Int(5)), &record(r#"{"age":null}"#)));
         assert!(!hit(&cmp("missing", Comparator::Equals, Value::Null), &r));
         assert!(hit(&cmp("age", Comparator::Between, vec![Value::Int(5), Value::Int(8)].into()), &r));
         assert!(!hit(&cmp("age", Comparator::Between, vec![Value::Int(6), Value::Int(8)].into()), &r));

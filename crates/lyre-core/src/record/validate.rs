@@ -138,9 +138,9 @@ pub(crate) fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value
     };
     let ok = match type_name {
         "String" | "ID" => matches!(value, Value::String(_)) || (type_name == "ID" && matches!(value, Value::Int(_))),
-        "Int" => matches!(value, Value::Int(i) if i32::try_from(*i).is_ok()),
-        "Long" => matches!(value, Value::Int(i) if i.unsigned_abs() < (1 << 53)),
-        "BigInt" => matches!(value, Value::Int(_)),
+        "Int" => integral(value).is_some_and(|i| i32::try_from(i).is_ok()),
+        "Long" => integral(value).is_some_and(|i| i.unsigned_abs() < (1 << 53)),
+        "BigInt" => integral(value).is_some(),
         "Float" => matches!(value, Value::Int(_) | Value::Float(_)),
         "Boolean" => matches!(value, Value::Bool(_)),
         "Date" => matches!(value, Value::Int(_) | Value::Float(_) | Value::String(_)),
@@ -164,6 +164,38 @@ pub(crate) fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value
     Err(Error::invalid(format!("Value {} in property {path} {expected}", shown(value))))
 }
 
+/// The integer `value` holds: an integer, or a float with no fraction (`5.0`, `-0.0`),
+/// which JavaScript, and so Harper, does not tell from one.
+fn integral(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(i) => Some(*i),
+        Value::Float(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(*f as i64),
+        _ => None,
+    }
+}
+
+/// Stores the integral floats of `Int`, `Long` and `BigInt` attributes (and of their
+/// lists' elements) as integers, as Harper does: `-0.0` in an `Int` is `0`. Runs on
+/// validated records.
+pub(crate) fn normalize_integers(table: &TableSchema, record: &mut Object) {
+    for (name, value) in record.iter_mut() {
+        let Some(attribute) = table.attribute(name) else { continue };
+        if !matches!(attribute.type_name.as_deref(), Some("Int" | "Long" | "BigInt")) {
+            continue;
+        }
+        match value {
+            Value::Array(items) if attribute.shape.list => items.iter_mut().for_each(to_integer),
+            other => to_integer(other),
+        }
+    }
+}
+
+fn to_integer(value: &mut Value) {
+    if let (Value::Float(_), Some(i)) = (&value, integral(value)) {
+        *value = Value::Int(i);
+    }
+}
+
 /// Whether `value` may be a primary key: a string or a number.
 pub(crate) fn is_primary_key_value(value: &Value) -> bool {
     matches!(value, Value::String(_) | Value::Int(_)) || matches!(value, Value::Float(f) if f.is_finite())
@@ -181,6 +213,9 @@ mod tests {
             "Value \"abc\" in property x must be an integer (from -2147483648 to 2147483647)"
         );
         assert!(validate_scalar("x", Some("Int"), &Value::Int(1 << 40)).is_err());
+        assert!(validate_scalar("x", Some("Int"), &Value::Float(-0.0)).is_ok());
+        assert!(validate_scalar("x", Some("Long"), &Value::Float(5.0)).is_ok());
+        assert!(validate_scalar("x", Some("Int"), &Value::Float(5.5)).is_err());
         assert_eq!(
             validate_scalar("x", Some("String"), &Value::Int(12345)).unwrap_err().to_string(),
             "Value 12345 in property x must be a string"

@@ -5,6 +5,7 @@ mod components;
 mod drop_restore;
 mod envelope;
 mod expiry;
+mod harper5;
 mod lifecycle;
 mod ops_crud;
 mod ops_schema;

@@ -1,0 +1,130 @@
+//! Harper 5's semantics where Lyre used to differ (issue 22), through the real
+//! binary: query-string grouping around calls, `!=` on absent and array attributes,
+//! text matching of numbers, ranges across types, integral floats in integer
+//! attributes, absent properties left out, and dropping an absent attribute.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::support::TestServer;
+
+const SCHEMA: &str = r#"
+type Item @table(database: "h5") @export(name: "items") {
+  id: ID @primaryKey
+  name: String @indexed
+  price: Float @indexed
+  qty: Int @indexed
+  tags: [String] @indexed
+  any: Any @indexed
+  note: String
+}
+"#;
+
+async fn items() -> TestServer {
+    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n";
+    let s =
+        TestServer::start_app(&[("components/h5/config.yaml", config), ("components/h5/schema.graphql", SCHEMA)], &[])
+            .await;
+    let records = [
+        ("1", json!({"name": "a", "price": 10.5, "qty": 5, "tags": ["x", "y"], "any": 5})),
+        ("2", json!({"name": "b", "qty": 15, "any": "abc", "tags": ["x"]})),
+        ("3", json!({"name": "c", "price": 3, "qty": 25, "any": true})),
+        ("4", json!({"name": "d", "price": 20, "any": null, "note": "n"})),
+    ];
+    for (id, body) in records {
+        let (status, _, answer) = s.rest_send(Method::PUT, &format!("/items/{id}"), Some(&body), &[]).await;
+        assert_eq!(status, 204, "{answer}");
+    }
+    s
+}
+
+/// The ids a REST query finds, sorted.
+async fn found(s: &TestServer, query: &str) -> Vec<String> {
+    let (status, _, body) = s.rest_send(Method::GET, &format!("/items/?{query}"), None, &[]).await;
+    assert_eq!(status, 200, "{query} answered {body}");
+    let mut ids: Vec<String> = body
+        .as_array()
+        .unwrap_or_else(|| panic!("{query}: not an array: {body}"))
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn a_separator_next_to_a_call_does_not_group_conditions() {
+    let s = items().await;
+    assert_eq!(found(&s, "limit(10)&price=gt=4|name=b").await, ["1", "2", "4"]);
+    assert_eq!(found(&s, "price=gt=4|name=b&limit(10)").await, ["1", "2", "4"]);
+    assert_eq!(found(&s, "select(id,name)&price=gt=4|name=b").await, ["1", "2", "4"]);
+    assert_eq!(found(&s, "price=gt=4|name=b&").await, ["1", "2", "4"]);
+    assert_eq!(found(&s, "price=gt=4&sort(price)&name=a").await, ["1"]);
+    // Two different operators between conditions still mix, and are refused.
+    let (status, _, body) = s.rest_send(Method::GET, "/items/?name==a&limit(2)&name==b|price>1", None, &[]).await;
+    assert_eq!(status, 400, "{body}");
+}
+
+#[tokio::test]
+async fn not_equal_skips_absent_attributes_and_tests_each_element() {
+    let s = items().await;
+    assert_eq!(found(&s, "price=ne=10.5").await, ["3", "4"], "2 has no price");
+    assert_eq!(found(&s, "price!=10.5").await, ["3", "4"]);
+    assert_eq!(found(&s, "tags=ne=x").await, ["1"], "1 has an element other than x; 2 has only x");
+    // A DELETE by such a query removes only those.
+    let (status, _, _) = s.rest_send(Method::DELETE, "/items/?price=ne=10.5", None, &[]).await;
+    assert!(status == 200 || status == 204, "{status}");
+    assert_eq!(found(&s, "limit(100)").await, ["1", "2"]);
+}
+
+#[tokio::test]
+async fn contains_and_ends_with_read_numbers_as_text_and_ranges_cross_types() {
+    let s = items().await;
+    assert_eq!(found(&s, "qty=ct=5").await, ["1", "2", "3"]);
+    assert_eq!(found(&s, "qty=ew=5").await, ["1", "2", "3"]);
+    assert_eq!(found(&s, "any=ct=ru").await, ["3"], "true reads as text");
+    // null < booleans < numbers < strings.
+    assert_eq!(found(&s, "any=gt=number:5").await, ["2"]);
+    assert_eq!(found(&s, "any=lt=number:5").await, ["3", "4"]);
+    let (status, _, sorted) = s.rest_send(Method::GET, "/items/?sort(any)&select(id)", None, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(sorted, json!(["4", "3", "1", "2"]));
+}
+
+#[tokio::test]
+async fn integral_floats_are_integers_and_absent_properties_stay_absent() {
+    let s = items().await;
+    let (status, _, body) = s.rest_send(Method::PUT, "/items/5", Some(&json!({"name": "e", "qty": -0.0})), &[]).await;
+    assert_eq!(status, 204, "{body}");
+    let (_, _, five) = s.rest_send(Method::GET, "/items/5", None, &[]).await;
+    assert_eq!(five["qty"], json!(0), "stored as the integer 0: {five}");
+    let (status, _, _) = s.rest_send(Method::PUT, "/items/6", Some(&json!({"name": "f", "qty": 5.5})), &[]).await;
+    assert_eq!(status, 400);
+    // REST select() and `*` searches of a schema-defined table leave out what a record lacks.
+    let (_, _, selected) = s.rest_send(Method::GET, "/items/?name=b&select(id,price,note)", None, &[]).await;
+    assert_eq!(selected, json!([{"id": "2"}]));
+    let star = s
+        .ok(json!({"operation": "search_by_id", "database": "h5", "table": "Item", "ids": ["2"], "get_attributes": ["*"]}))
+        .await;
+    assert_eq!(star[0].get("price"), None, "{star}");
+    let named = s
+        .ok(json!({"operation": "search_by_id", "database": "h5", "table": "Item", "ids": ["2"], "get_attributes": ["id", "price"]}))
+        .await;
+    assert_eq!(named, json!([{"id": "2", "price": null}]), "named attributes are forced to null, as Harper's");
+}
+
+#[tokio::test]
+async fn dropping_an_absent_attribute_succeeds() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"})).await;
+    let dropped =
+        s.ok(json!({"operation": "drop_attribute", "database": "dev", "table": "t", "attribute": "nosuch"})).await;
+    assert_eq!(dropped, json!({"message": "successfully deleted attribute 'nosuch'"}));
+    s.fails(
+        json!({"operation": "drop_attribute", "database": "dev", "table": "t", "attribute": "id"}),
+        400,
+        "You cannot drop a hash attribute",
+    )
+    .await;
+    let _: Value = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "t"})).await;
+}
