@@ -92,6 +92,24 @@ pub enum Command {
     },
     /// Print the `schema.graphql` the YCSB workloads need.
     YcsbSchema,
+    /// Print the `schema.graphql` the differential test needs (both servers load it).
+    DiffSchema,
+    /// The differential test: the same seeded requests to the target and to the
+    /// `--compare-url` reference, answers normalised and compared (see `diff/`).
+    Diff {
+        /// The sequence's seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Requests to send.
+        #[arg(long, default_value_t = 2_000)]
+        requests: usize,
+        /// The allow-list of documented differences.
+        #[arg(long, default_value = "bench/diff-allowed.json")]
+        allowed: PathBuf,
+        /// Write the Markdown report here (it is printed either way).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Draw a PNG chart of throughput and p99 from `--json` result files.
     Chart {
         /// Where to write the PNG.
@@ -200,6 +218,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             print!("{}", ycsb::SCHEMA);
             return Ok(Vec::new());
         }
+        Command::DiffSchema => {
+            print!("{}", crate::diff::SCHEMA);
+            return Ok(Vec::new());
+        }
+        Command::Diff { seed, requests, allowed, out } => {
+            let targets = cli.targets();
+            let [lyre, reference] = targets.as_slice() else {
+                anyhow::bail!("diff needs --compare-url: the reference server");
+            };
+            let (lyre, reference) = (HttpClient::new(lyre)?, HttpClient::new(reference)?);
+            lyre.wait_ready().await?;
+            reference.wait_ready().await?;
+            let report = crate::diff::run(&lyre, &reference, *seed, *requests, allowed).await?;
+            let text = report.markdown();
+            print!("{text}");
+            if let Some(out) = out {
+                std::fs::write(out, &text)?;
+            }
+            return Ok(Vec::new());
+        }
         Command::Chart { out, inputs } => {
             crate::chart::draw(&crate::chart::read(inputs)?, out)?;
             println!("wrote {}", out.display());
@@ -248,7 +286,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             }
             serde_json::to_value(params)?
         }
-        Command::Ceiling { .. } | Command::YcsbSchema | Command::Chart { .. } => return Ok(Vec::new()),
+        Command::Ceiling { .. }
+        | Command::YcsbSchema
+        | Command::DiffSchema
+        | Command::Diff { .. }
+        | Command::Chart { .. } => return Ok(Vec::new()),
         Command::OpsSearch { kind, records, requests, concurrency } => {
             let params = SearchParams { records, requests, concurrency, kind };
             for client in &clients {

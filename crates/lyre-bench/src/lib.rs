@@ -10,6 +10,7 @@ mod ceiling;
 mod chart;
 pub mod cli;
 mod client;
+mod diff;
 mod report;
 mod stats;
 mod target;

@@ -57,6 +57,9 @@ pub struct Engine {
     unclosed: Mutex<std::collections::BTreeSet<String>>,
     /// Serializes creating, dropping and restoring databases.
     lifecycle: tokio::sync::Mutex<()>,
+    /// Databases with a drop or restore running now: a second one of the same name
+    /// is refused at once (409) instead of waiting behind it.
+    in_progress: Mutex<std::collections::BTreeSet<String>>,
     users: Users,
     /// Held while the engine runs: one process per root.
     _server_lock: FileLock,
@@ -115,6 +118,7 @@ impl Engine {
             blocked: RwLock::new(blocked),
             unclosed: Mutex::new(Default::default()),
             lifecycle: tokio::sync::Mutex::new(()),
+            in_progress: Mutex::new(Default::default()),
             users,
             _server_lock: server_lock,
         };
@@ -258,6 +262,7 @@ impl Engine {
             return Err(Error::invalid("the system database cannot be dropped"));
         }
         validate_database_name(name)?;
+        let _running = self.claim(name, "drop")?;
         let _guard = self.lifecycle.lock().await;
         let _lock = lifecycle::lock(&self.layout, name)?;
         let blocked = self.blocked.read().get(name).cloned();
@@ -315,6 +320,7 @@ impl Engine {
         if name == SYSTEM_DATABASE {
             return Err(Error::invalid("the system database cannot be restored while the server runs"));
         }
+        let _running = self.claim(name, "restore")?;
         let _guard = self.lifecycle.lock().await;
         let _lock = lifecycle::lock(&self.layout, name)?;
         self.check_not_blocked(name)?;
@@ -345,6 +351,18 @@ impl Engine {
         }
         lifecycle::end(&self.layout, name)?;
         self.open_database(name).map(|_| ())
+    }
+
+    /// Marks a drop or restore of `name` as running until the returned guard drops;
+    /// refused while another one of the same database runs.
+    fn claim(&self, name: &str, operation: &str) -> Result<Running<'_>> {
+        if !self.in_progress.lock().insert(name.to_string()) {
+            return Err(LifecycleError::Busy(format!(
+                "a drop or restore of database '{name}' is in progress; this {operation} was refused"
+            ))
+            .into());
+        }
+        Ok(Running { engine: self, name: name.to_string() })
     }
 
     /// Undoes a restore that has not touched the live database: its staged copy is
@@ -430,6 +448,18 @@ impl Engine {
         if let Err(err) = stopped {
             tracing::error!(error = %err, "stopping the writers failed");
         }
+    }
+}
+
+/// A drop or restore of one database in progress (see `Engine::claim`).
+struct Running<'a> {
+    engine: &'a Engine,
+    name: String,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.engine.in_progress.lock().remove(&self.name);
     }
 }
 

@@ -20,6 +20,12 @@ fn configured() -> &'static [String] {
     })
 }
 
+/// Marks the step `step` of an I/O sequence (where errors are `std::io::Error`): dies
+/// or fails here when a test asked for it.
+pub(crate) fn hit_io(step: &str) -> std::io::Result<()> {
+    hit(step).map_err(|e| std::io::Error::other(e.to_string()))
+}
+
 /// Marks the step `step`: dies or fails here when a test asked for it (a failure is
 /// [`Error::Failpoint`], an internal fault).
 pub(crate) fn hit(step: &str) -> Result<()> {

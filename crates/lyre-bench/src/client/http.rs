@@ -85,6 +85,12 @@ impl HttpClient {
         }
     }
 
+    /// Sends `method` to a REST path (with a JSON body when it is not empty);
+    /// returns the status and body.
+    pub async fn rest(&self, method: Method, path: &str, body: Bytes) -> anyhow::Result<(u16, Bytes)> {
+        self.request(method, self.rest_uri(path)?, body).await
+    }
+
     fn rest_uri(&self, path: &str) -> anyhow::Result<Uri> {
         Ok(format!("{}{path}", self.rest).parse()?)
     }

@@ -198,13 +198,23 @@ pub fn publish(dir: &Path, marker: &Marker) -> std::io::Result<()> {
     let key = key(&marker.name);
     let staged = dir.join(format!("{key}.marker.staged"));
     let target = path(dir, &key);
-    {
+    let written = (|| {
+        let encoded = marker.encode();
+        let (head, tail) = encoded.as_bytes().split_at(encoded.len() / 2);
         let mut file = File::create(&staged)?;
-        file.write_all(marker.encode().as_bytes())?;
-        file.sync_all()?;
+        file.write_all(head)?;
+        // A test's failing write stops here, half-written (a full disk would too).
+        crate::failpoint::hit_io("marker-write")?;
+        file.write_all(tail)?;
+        file.sync_all()
+    })();
+    if let Err(err) = written {
+        // A torn staged file is not a marker; none is left behind.
+        let _ = std::fs::remove_file(&staged);
+        return Err(err);
     }
     std::fs::rename(&staged, &target)?;
-    if let Err(err) = sync_dir(dir) {
+    if let Err(err) = crate::failpoint::hit_io("marker-dir-sync").and_then(|()| sync_dir(dir)) {
         let _ = std::fs::remove_file(&target);
         return Err(err);
     }

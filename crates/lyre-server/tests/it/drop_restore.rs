@@ -433,3 +433,90 @@ async fn backups_under_load_restore_consistently() {
     let report = s.ok(json!({"operation": "check_consistency", "database": "live"})).await;
     assert_eq!(report["tables"][0]["records"].as_u64(), Some(restored), "the live database is unchanged");
 }
+
+/// Seed 002 scenario 21: a marker write that fails (the staged write, or the
+/// directory fsync after the rename) fails the drop and leaves no marker, torn or
+/// whole; the database is untouched. A marker already in force is never superseded:
+/// a drop over another operation's marker is refused and the marker stays byte for
+/// byte.
+#[tokio::test]
+async fn a_failing_marker_write_leaves_no_marker_and_changes_nothing() {
+    for step in ["marker-write", "marker-dir-sync"] {
+        let s = TestServer::start_with(&[("LYRE_FAILPOINT", &format!("fail:{step}"))]).await;
+        seed(&s, "dev", 10).await;
+        let (status, body) = s.op(json!({"operation": "drop_database", "database": "dev"})).await;
+        assert_eq!(status, 500, "{step}: {body}");
+        let lifecycle = s.root().join("lifecycle");
+        let left: Vec<String> = std::fs::read_dir(&lifecycle)
+            .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        assert!(left.iter().all(|name| !name.contains("marker")), "{step}: markers left behind: {left:?}");
+        let found = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "t", "ids": [1, 2]})).await;
+        assert_eq!(found.as_array().unwrap().len(), 2, "{step}: the database still serves");
+        assert!(s.root().join("database/dev/data.mdb").exists());
+    }
+    // A restore's marker in force (its swap failed): a drop does not supersede it.
+    let mut s = TestServer::start_with(&[("LYRE_FAILPOINT", "fail:restore-swap")]).await;
+    seed(&s, "dev", 10).await;
+    let file = s.root().join("dev.backup");
+    let backup = s.op_request(&json!({"operation": "get_backup", "database": "dev"})).send().await.unwrap();
+    std::fs::write(&file, backup.bytes().await.unwrap()).unwrap();
+    let restore = json!({"operation": "restore_backup", "database": "dev", "backup_file": file.to_str().unwrap()});
+    let (status, body) = s.op(restore.clone()).await;
+    assert_eq!(status, 500, "{body}");
+    let marker = marker_path(s.root(), "dev");
+    let before = std::fs::read(&marker).expect("the restore's marker stays");
+    let (status, body) = s.op(json!({"operation": "drop_database", "database": "dev"})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(std::fs::read(&marker).unwrap(), before, "the marker is byte for byte what it was");
+    // Scenario 22: neither may a restore run over it until a restart settles it.
+    let (status, body) = s.op(restore).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(std::fs::read(&marker).unwrap(), before);
+    s.stop("-TERM");
+    s.set_env("LYRE_FAILPOINT", None);
+    s.start_again().await;
+    assert!(!marker.exists(), "the restart settled the restore");
+    let found = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "t", "ids": [1]})).await;
+    assert_eq!(found.as_array().unwrap().len(), 1);
+}
+
+/// Seed 002 scenario 22: a drop while a restore of the same database is running is
+/// refused at once (409), and so is a restore over an unfinished drop.
+#[tokio::test]
+async fn drops_and_restores_of_one_database_exclude_each_other() {
+    let s = Arc::new(TestServer::start_with(&[("STORAGE_RELEASETIMEOUT", "3000")]).await);
+    seed(&s, "dev", 40_000).await;
+    let file = s.root().join("dev.backup");
+    let backup = s.op_request(&json!({"operation": "get_backup", "database": "dev"})).send().await.unwrap();
+    std::fs::write(&file, backup.bytes().await.unwrap()).unwrap();
+    // A slow reader holds the database, so the restore waits for it (up to 3 s).
+    let mut held = s.op_request(&json!({"operation": "get_backup", "database": "dev"})).send().await.unwrap();
+    assert!(!held.chunk().await.unwrap().expect("a first chunk").is_empty());
+    let restoring = {
+        let s = s.clone();
+        let file = file.clone();
+        tokio::spawn(async move {
+            s.op(json!({"operation": "restore_backup", "database": "dev", "backup_file": file.to_str().unwrap()})).await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let (status, body) = s.op(json!({"operation": "drop_database", "database": "dev"})).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("is in progress"), "{body}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "refused at once, not after the restore");
+    drop(held);
+    let (status, body) = restoring.await.unwrap();
+    assert!(status == 200 || status == 409, "{status} {body}");
+    // An unfinished drop (its removal failed) blocks a restore until it is settled.
+    let s = TestServer::start_with(&[("LYRE_FAILPOINT", "fail:drop-remove")]).await;
+    seed(&s, "gone", 10).await;
+    let (status, _) = s.op(json!({"operation": "drop_database", "database": "gone"})).await;
+    assert_eq!(status, 500);
+    let (status, body) = s
+        .op(json!({"operation": "restore_backup", "database": "gone", "backup_file": file.to_str().unwrap()}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(marker_path(s.root(), "gone").exists(), "the drop's marker stays");
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The differential test against Harper 5 (built from source by ../shared/tools/harper5.sh):
+# starts Lyre and Harper 5 on fresh roots with the `diff` application, sends both the
+# same seeded request sequences (`lyre-bench diff`), and writes the agreement report to
+# bench/results/<date>-diff-harper5.md. Never part of `cargo test`.
+#
+#   HARPER_MIRROR=<git dir of HarperFast/harper> bench/diff-harper5.sh
+#   SEEDS="1 2 3" REQUESTS=3000 bench/diff-harper5.sh
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+HARPER5=${HARPER5:-$ROOT/../shared/tools/harper5.sh}
+SEEDS=${SEEDS:-"1 2 3"}
+REQUESTS=${REQUESTS:-2000}
+DATE=$(date -u +%Y-%m-%d)
+OUT=$ROOT/bench/results/$DATE-diff-harper5.md
+WORK=$(mktemp -d /tmp/lyre-diff.XXXXXX)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
+LYRE=${LYRE:-$CARGO_TARGET_DIR/release/lyre}
+BENCH=$CARGO_TARGET_DIR/release/lyre-bench
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true; done
+  sleep 1
+  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+trap 'cleanup; rm -rf "$WORK"' EXIT INT TERM
+
+wait_health() {
+  for _ in $(seq 1 600); do
+    curl -fs -m 2 "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "server on port $1 did not start" >&2
+  return 1
+}
+
+install_app() {
+  mkdir -p "$1/components/diff"
+  printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n" >"$1/components/diff/config.yaml"
+  "$BENCH" diff-schema >"$1/components/diff/schema.graphql"
+}
+
+start_harper() {
+  local root=$WORK/harper-$1
+  mkdir -p "$root"
+  # The first run installs; the application is picked up on the next start.
+  setsid "$HARPER5" run "$root" 9995 9996 1895 >"$root.log" 2>&1 &
+  local pid=$!
+  wait_health 9995
+  kill -TERM -- "-$pid"
+  while curl -fs -m 1 http://127.0.0.1:9995/health >/dev/null 2>&1; do sleep 0.2; done
+  sleep 1
+  install_app "$root"
+  setsid "$HARPER5" run "$root" 9995 9996 1895 >>"$root.log" 2>&1 &
+  PIDS+=("$!")
+  wait_health 9995
+}
+
+start_lyre() {
+  local root=$WORK/lyre-$1
+  install_app "$root"
+  setsid env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT=9985 HTTP_PORT=9986 \
+    LOGGING_LEVEL=warn "$LYRE" run --root "$root" >"$root.log" 2>&1 &
+  PIDS+=("$!")
+  wait_health 9985
+}
+
+(cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
+[ -n "${HARPER_MIRROR:-}" ] && "$HARPER5" setup
+{
+  echo "# Differential test against Harper 5 — $DATE"
+  echo
+  echo "Lyre at $(cd "$ROOT" && git rev-parse --short HEAD), Harper 5 built from source by \`../shared/tools/harper5.sh\`."
+  echo "\`bench/diff-harper5.sh\` with SEEDS=\"$SEEDS\" REQUESTS=$REQUESTS; allow-list: \`bench/diff-allowed.json\`."
+  echo
+} >"$OUT"
+for seed in $SEEDS; do
+  start_harper "$seed"
+  start_lyre "$seed"
+  echo "## Seed $seed" >>"$OUT"
+  echo >>"$OUT"
+  "$BENCH" diff --seed "$seed" --requests "$REQUESTS" --allowed "$ROOT/bench/diff-allowed.json" \
+    --url http://127.0.0.1:9985 --rest http://127.0.0.1:9986 \
+    --compare-url http://127.0.0.1:9995 --compare-rest http://127.0.0.1:9996 | tee -a "$OUT"
+  echo >>"$OUT"
+  cleanup
+done
+echo "report: $OUT"

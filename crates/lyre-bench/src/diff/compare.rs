@@ -1,0 +1,219 @@
+//! Comparing two servers' answers: normalisation, the allow-list of documented
+//! differences, and the per-kind report with reproductions.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::diff::Request;
+
+/// Properties whose values differ legitimately between two servers (version stamps,
+/// storage sizes): removed everywhere before comparing.
+const VOLATILE: [&str; 7] =
+    ["txn_time", "__createdtime__", "__updatedtime__", "db_size", "table_size", "db_audit_size", "last_updated_record"];
+
+/// Reproductions kept per kind of request.
+const REPRODUCTIONS: usize = 4;
+
+/// A documented difference: requests of `kind` whose description contains every one
+/// of `contains` count as agreeing, for `reason`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Allowed {
+    /// A short name.
+    pub id: String,
+    /// The kind of request (`rest GET query`, `op insert`, ...), or `*`.
+    pub kind: String,
+    /// Texts the request's description must all contain.
+    pub contains: Vec<String>,
+    /// Only when the statuses are these (`[lyre, reference]`), if given.
+    #[serde(default)]
+    pub statuses: Option<[u16; 2]>,
+    /// Why the difference is deliberate or the reference is wrong.
+    pub reason: String,
+}
+
+/// The allow-list file.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AllowList {
+    /// Its entries.
+    pub allowed: Vec<Allowed>,
+}
+
+impl AllowList {
+    /// Reads the allow-list (JSON) at `path`.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    fn find(&self, request: &Request, statuses: [u16; 2]) -> Option<&Allowed> {
+        let described = request.describe();
+        self.allowed.iter().find(|a| {
+            (a.kind == "*" || a.kind == request.kind)
+                && a.contains.iter().all(|c| described.contains(c.as_str()))
+                && a.statuses.is_none_or(|s| s == statuses)
+        })
+    }
+}
+
+/// A differing request, as reported.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Reproduction {
+    /// The request.
+    pub request: String,
+    /// Lyre's status and (normalised) body.
+    pub lyre: (u16, String),
+    /// The reference's.
+    pub reference: (u16, String),
+}
+
+/// Agreement figures for one kind of request.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct KindReport {
+    /// Requests sent.
+    pub total: usize,
+    /// Requests whose statuses agree.
+    pub status_agree: usize,
+    /// Requests whose normalised answers (status and body) agree.
+    pub agree: usize,
+    /// Differences the allow-list accounts for, by entry.
+    pub allowed: BTreeMap<String, usize>,
+    /// The first differences the allow-list does not account for.
+    pub reproductions: Vec<Reproduction>,
+}
+
+/// The whole comparison, by kind of request.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Report {
+    /// Figures per kind.
+    pub kinds: BTreeMap<&'static str, KindReport>,
+    /// The allow-list entries that accounted for a difference, with their reasons.
+    pub reasons: BTreeMap<String, String>,
+}
+
+impl Report {
+    /// Compares one request's two answers.
+    pub fn record(&mut self, request: &Request, lyre: (u16, Bytes), reference: (u16, Bytes), allow: &AllowList) {
+        let kind = self.kinds.entry(request.kind).or_default();
+        kind.total += 1;
+        let statuses = [lyre.0, reference.0];
+        let (a, b) = (normalise(request, lyre.0, &lyre.1), normalise(request, reference.0, &reference.1));
+        if lyre.0 == reference.0 {
+            kind.status_agree += 1;
+        }
+        if lyre.0 == reference.0 && a == b {
+            kind.agree += 1;
+            return;
+        }
+        if let Some(allowed) = allow.find(request, statuses) {
+            *kind.allowed.entry(allowed.id.clone()).or_default() += 1;
+            self.reasons.insert(allowed.id.clone(), allowed.reason.clone());
+            return;
+        }
+        if kind.reproductions.len() < REPRODUCTIONS {
+            kind.reproductions.push(Reproduction {
+                request: request.describe(),
+                lyre: (lyre.0, shown(&a)),
+                reference: (reference.0, shown(&b)),
+            });
+        }
+    }
+
+    /// All requests, and those agreeing: exactly, and counting allowed differences.
+    pub fn totals(&self) -> (usize, usize, usize, usize) {
+        let total = self.kinds.values().map(|k| k.total).sum();
+        let status = self.kinds.values().map(|k| k.status_agree).sum();
+        let agree = self.kinds.values().map(|k| k.agree).sum();
+        let allowed: usize = self.kinds.values().flat_map(|k| k.allowed.values()).sum();
+        (total, status, agree, agree + allowed)
+    }
+
+    /// The report as Markdown.
+    pub fn markdown(&self) -> String {
+        let (total, status, agree, counted) = self.totals();
+        let pct = |n: usize| if total == 0 { 0.0 } else { n as f64 * 100.0 / total as f64 };
+        let mut out = format!(
+            "{total} requests: status agrees for {status} ({:.1}%), the whole normalised answer for {agree} ({:.1}%), {counted} ({:.1}%) counting allowed differences.\n\n",
+            pct(status),
+            pct(agree),
+            pct(counted)
+        );
+        out.push_str("| kind | requests | status agrees | answer agrees | allowed |\n|---|---|---|---|---|\n");
+        for (name, kind) in &self.kinds {
+            let allowed: Vec<String> = kind.allowed.iter().map(|(id, n)| format!("{id} ×{n}")).collect();
+            out.push_str(&format!(
+                "| {name} | {} | {} | {} | {} |\n",
+                kind.total,
+                kind.status_agree,
+                kind.agree,
+                allowed.join(", ")
+            ));
+        }
+        if !self.reasons.is_empty() {
+            out.push_str("\n## Allowed differences\n\n");
+            for (id, reason) in &self.reasons {
+                out.push_str(&format!("- `{id}`: {reason}\n"));
+            }
+        }
+        for (name, kind) in &self.kinds {
+            if kind.reproductions.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("\n## {name}: differences not allowed\n\n"));
+            for r in &kind.reproductions {
+                out.push_str(&format!(
+                    "- `{}`\n  - lyre {}: `{}`\n  - reference {}: `{}`\n",
+                    r.request, r.lyre.0, r.lyre.1, r.reference.0, r.reference.1
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn shown(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() > 300 { format!("{}…", &text[..text.floor_char_boundary(300)]) } else { text }
+}
+
+/// What is compared of an answer: an error's body only as "an error" (servers word
+/// errors differently; the status says what kind), a success's JSON with volatile
+/// properties removed, numbers compared by value, and unordered results sorted.
+fn normalise(request: &Request, status: u16, body: &[u8]) -> Value {
+    if status >= 400 || status == 0 {
+        return Value::String("error".into());
+    }
+    let mut value = serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into()));
+    clean(&mut value);
+    if request.unordered
+        && let Value::Array(items) = &mut value
+    {
+        items.sort_by_key(|item| item.to_string());
+    }
+    value
+}
+
+fn clean(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for volatile in VOLATILE {
+                map.remove(volatile);
+            }
+            map.values_mut().for_each(clean);
+        }
+        Value::Array(items) => items.iter_mut().for_each(clean),
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && f.abs() < 9.0e15
+            {
+                *value = Value::from(f as i64);
+            }
+        }
+        _ => {}
+    }
+}
