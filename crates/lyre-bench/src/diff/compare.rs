@@ -12,9 +12,19 @@ use serde_json::Value;
 use crate::diff::Request;
 
 /// Properties whose values differ legitimately between two servers (version stamps,
-/// storage sizes): removed everywhere before comparing.
-const VOLATILE: [&str; 7] =
-    ["txn_time", "__createdtime__", "__updatedtime__", "db_size", "table_size", "db_audit_size", "last_updated_record"];
+/// storage sizes), and `new_attributes`, which Lyre's write answers carry as Harper
+/// 4.7's do and Harper 5's leave out (an addition no client breaks on): removed
+/// everywhere before comparing.
+const VOLATILE: [&str; 8] = [
+    "txn_time",
+    "__createdtime__",
+    "__updatedtime__",
+    "db_size",
+    "table_size",
+    "db_audit_size",
+    "last_updated_record",
+    "new_attributes",
+];
 
 /// Reproductions kept per kind of request.
 const REPRODUCTIONS: usize = 4;
@@ -115,10 +125,14 @@ impl Report {
             return;
         }
         if kind.reproductions.len() < REPRODUCTIONS {
+            let raw = |status: u16, body: &Bytes, normal: &Value| match status {
+                400.. | 0 => shown(&Value::String(String::from_utf8_lossy(body).into_owned())),
+                _ => shown(normal),
+            };
             kind.reproductions.push(Reproduction {
                 request: request.describe(),
-                lyre: (lyre.0, shown(&a)),
-                reference: (reference.0, shown(&b)),
+                lyre: (lyre.0, raw(lyre.0, &lyre.1, &a)),
+                reference: (reference.0, raw(reference.0, &reference.1, &b)),
             });
         }
     }
@@ -187,7 +201,8 @@ fn normalise(request: &Request, status: u16, body: &[u8]) -> Value {
     if status >= 400 || status == 0 {
         return Value::String("error".into());
     }
-    let mut value = serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into()));
+    let mut value =
+        serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into()));
     clean(&mut value);
     if request.unordered
         && let Value::Array(items) = &mut value

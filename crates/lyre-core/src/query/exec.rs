@@ -79,9 +79,9 @@ pub(crate) fn walk(
             let prefix = attribute_prefix(attribute);
             let end = (attribute.id + 1).to_be_bytes();
             let name = &attribute.name;
-            // Records lacking the attribute sort after every value: last ascending,
-            // first descending.
-            if *descending && scan(txn, store, live, ALL, false, &mut lacking_or_all(name, true, visit))?.is_break() {
+            // Records lacking the attribute sort before every value, as Harper 5 sorts
+            // them: first ascending, last descending.
+            if !*descending && scan(txn, store, live, ALL, false, &mut lacking_or_all(name, true, visit))?.is_break() {
                 return Ok(ControlFlow::Break(()));
             }
             let range = (Bound::Included(&prefix[..]), Bound::Excluded(&end[..]));
@@ -98,7 +98,7 @@ pub(crate) fn walk(
             {
                 return Ok(ControlFlow::Break(()));
             }
-            if !*descending {
+            if *descending {
                 return scan(txn, store, live, ALL, false, &mut lacking_or_all(name, true, visit));
             }
             Ok(ControlFlow::Continue(()))

@@ -122,15 +122,16 @@ fn text(value: &Value) -> Option<std::borrow::Cow<'_, str>> {
     })
 }
 
-/// A total order for sorting: scalars in key order, then other values, then missing.
+/// A total order for sorting: missing first (Harper 5 sorts an absent value below
+/// every other), then scalars in key order, then other values.
 pub(crate) fn cmp_sort_values(a: Option<&Value>, b: Option<&Value>) -> Ordering {
     let rank = |v: Option<&Value>| match v {
-        None => 5,
-        Some(Value::Null) => 0,
-        Some(Value::Bool(_)) => 1,
-        Some(Value::Int(_) | Value::Float(_)) => 2,
-        Some(Value::String(_)) => 3,
-        Some(_) => 4,
+        None => 0,
+        Some(Value::Null) => 1,
+        Some(Value::Bool(_)) => 2,
+        Some(Value::Int(_) | Value::Float(_)) => 3,
+        Some(Value::String(_)) => 4,
+        Some(_) => 5,
     };
     match (a, b) {
         (Some(x), Some(y)) => x.cmp_scalar(y).unwrap_or_else(|| rank(a).cmp(&rank(b))),
@@ -191,8 +192,9 @@ mod tests {
     }
 
     #[test]
-    fn missing_values_sort_last() {
-        assert_eq!(cmp_sort_values(None, Some(&Value::Int(1))), Ordering::Greater);
+    fn missing_values_sort_first() {
+        assert_eq!(cmp_sort_values(None, Some(&Value::Int(1))), Ordering::Less);
+        assert_eq!(cmp_sort_values(None, Some(&Value::Null)), Ordering::Less);
         assert_eq!(cmp_sort_values(Some(&Value::Null), Some(&Value::Int(1))), Ordering::Less);
         assert_eq!(cmp_sort_values(Some(&Value::Int(2)), Some(&Value::Float(1.5))), Ordering::Greater);
     }

@@ -514,9 +514,8 @@ async fn drops_and_restores_of_one_database_exclude_each_other() {
     seed(&s, "gone", 10).await;
     let (status, _) = s.op(json!({"operation": "drop_database", "database": "gone"})).await;
     assert_eq!(status, 500);
-    let (status, body) = s
-        .op(json!({"operation": "restore_backup", "database": "gone", "backup_file": file.to_str().unwrap()}))
-        .await;
+    let (status, body) =
+        s.op(json!({"operation": "restore_backup", "database": "gone", "backup_file": file.to_str().unwrap()})).await;
     assert_eq!(status, 409, "{body}");
     assert!(marker_path(s.root(), "gone").exists(), "the drop's marker stays");
 }
