@@ -94,6 +94,7 @@ impl Value {
             return Some(ra.cmp(&rb));
         }
         Some(match (self, other) {
+            (Value::Null, Value::Null) => Ordering::Equal,
             (Value::Bool(a), Value::Bool(b)) => a.cmp(b),
             (Value::Int(a), Value::Int(b)) => a.cmp(b),
             (Value::String(a), Value::String(b)) => a.as_bytes().cmp(b.as_bytes()),

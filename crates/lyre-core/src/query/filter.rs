@@ -191,6 +191,43 @@ mod tests {
         assert!(hit(&either, &r));
     }
 
+    /// Scalars of every type Harper orders: null, booleans, numbers (integral and
+    /// not), strings.
+    fn scalar() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-1_000i64..1_000).prop_map(Value::Int),
+            (-1_000.0f64..1_000.0).prop_map(Value::Float),
+            "[a-c5 ]{0,4}".prop_map(Value::String),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A comparison across types agrees with the order of the index keys (so an
+        /// index range and the filter that re-checks it agree), and that order is
+        /// Harper's: null < booleans < numbers < strings.
+        #[test]
+        fn comparisons_follow_the_index_key_order_across_types(a in scalar(), b in scalar()) {
+            let key = |v: &Value| lyre_store::encode_key(v.as_key().unwrap()).unwrap().0;
+            let by_keys = key(&a).cmp(&key(&b));
+            proptest::prop_assert_eq!(a.cmp_scalar(&b), Some(by_keys), "{:?} vs {:?}", a, b);
+            let rank = |v: &Value| match v {
+                Value::Null => 0,
+                Value::Bool(_) => 1,
+                Value::Int(_) | Value::Float(_) => 2,
+                _ => 3,
+            };
+            if rank(&a) != rank(&b) {
+                proptest::prop_assert_eq!(by_keys, rank(&a).cmp(&rank(&b)));
+            }
+            let record = Object::from_iter([("x".to_string(), a.clone())]);
+            proptest::prop_assert_eq!(hit(&cmp("x", Comparator::GreaterThan, b.clone()), &record), by_keys.is_gt());
+            proptest::prop_assert_eq!(hit(&cmp("x", Comparator::LessThanEqual, b.clone()), &record), by_keys.is_le());
+        }
+    }
+
     #[test]
     fn missing_values_sort_first() {
         assert_eq!(cmp_sort_values(None, Some(&Value::Int(1))), Ordering::Less);

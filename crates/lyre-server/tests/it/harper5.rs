@@ -128,3 +128,47 @@ async fn dropping_an_absent_attribute_succeeds() {
     .await;
     let _: Value = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "t"})).await;
 }
+
+/// A query of conditions joined by one operator, with calls placed anywhere among
+/// them (each call preceded by `&`, as clients write `a|b&limit(2)`), answers exactly
+/// as its canonical form: the conditions, then the calls. Cases are drawn by proptest
+/// from a fixed seed and sent to one server.
+#[tokio::test]
+async fn query_string_arrangements_answer_as_their_canonical_form() {
+    use proptest::strategy::{Strategy, ValueTree};
+    let s = items().await;
+    let conditions = proptest::sample::subsequence(
+        vec!["price=gt=4", "name=b", "qty=ge=5", "tags=x", "price=lt=20", "any=ct=b", "qty!=15"],
+        1..4,
+    );
+    let calls = proptest::sample::subsequence(vec!["limit(3)", "sort(-qty,id)", "select(id,name,qty)"], 0..4);
+    let case = (conditions, proptest::bool::ANY, calls, proptest::collection::vec(0usize..8, 3));
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    for _ in 0..64 {
+        let (conditions, or, calls, places) = case.new_tree(&mut runner).unwrap().current();
+        let operator = if or { "|" } else { "&" };
+        let canonical = std::iter::once(conditions.join(operator)).chain(calls.iter().map(|c| c.to_string())).collect::<Vec<_>>().join("&");
+        // Calls at the front, between conditions, or at the end.
+        let mut terms: Vec<(bool, String)> = conditions.iter().map(|c| (false, c.to_string())).collect();
+        for (call, place) in calls.iter().zip(&places) {
+            terms.insert(place % (terms.len() + 1), (true, call.to_string()));
+        }
+        let mut arranged = String::new();
+        for (i, (is_call, term)) in terms.iter().enumerate() {
+            if i > 0 {
+                arranged.push_str(if *is_call { "&" } else { operator });
+            }
+            arranged.push_str(term);
+        }
+        let answer = |query: String| {
+            let s = &s;
+            async move {
+                let (status, _, body) = s.rest_send(Method::GET, &format!("/items/?{query}"), None, &[]).await;
+                (status, body)
+            }
+        };
+        let (expected, got) = (answer(canonical.clone()).await, answer(arranged.clone()).await);
+        assert_eq!(expected.0, 200, "{canonical}: {}", expected.1);
+        assert_eq!(got, expected, "{arranged} answered otherwise than {canonical}");
+    }
+}
