@@ -398,6 +398,11 @@ impl WriteJob {
     ) -> Result<()> {
         let Prepared { key, mut record, .. } = prepared;
         let Some((key, id)) = key else { return Err(unkeyed()) };
+        if !self.table.schema_defined {
+            // As Harper does, a dynamic table gains the attributes a request names
+            // even from records it then skips.
+            self.add_new_attributes(txn, state, &record, summary)?;
+        }
         let stored = self.stored(txn, &key)?;
         // An expired record is gone for every purpose but removing its index entries.
         let existing = stored.as_ref().filter(|entry| self.is_live(entry));
@@ -426,9 +431,6 @@ impl WriteJob {
         }
         let mut new = merged.record;
         self.stamp(&mut new, existing.map(|e| &e.record), merged.version.time);
-        if !self.table.schema_defined {
-            self.add_new_attributes(txn, state, &new, summary)?;
-        }
         let old = stored.as_ref().map(|e| &e.record);
         let newly_multi = update_record_indexes(&mut self.index_changes, &self.table, &key, old, Some(&new))?;
         if !newly_multi.is_empty() {

@@ -500,7 +500,12 @@ async fn drops_and_restores_of_one_database_exclude_each_other() {
             s.op(json!({"operation": "restore_backup", "database": "dev", "backup_file": file.to_str().unwrap()})).await
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The restore is under way once its marker is published.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !marker_path(s.root(), "dev").exists() {
+        assert!(std::time::Instant::now() < deadline, "the restore never started");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let started = std::time::Instant::now();
     let (status, body) = s.op(json!({"operation": "drop_database", "database": "dev"})).await;
     assert_eq!(status, 409, "{body}");

@@ -147,7 +147,10 @@ async fn query_string_arrangements_answer_as_their_canonical_form() {
     for _ in 0..64 {
         let (conditions, or, calls, places) = case.new_tree(&mut runner).unwrap().current();
         let operator = if or { "|" } else { "&" };
-        let canonical = std::iter::once(conditions.join(operator)).chain(calls.iter().map(|c| c.to_string())).collect::<Vec<_>>().join("&");
+        let canonical = std::iter::once(conditions.join(operator))
+            .chain(calls.iter().map(|c| c.to_string()))
+            .collect::<Vec<_>>()
+            .join("&");
         // Calls at the front, between conditions, or at the end.
         let mut terms: Vec<(bool, String)> = conditions.iter().map(|c| (false, c.to_string())).collect();
         for (call, place) in calls.iter().zip(&places) {
@@ -171,4 +174,24 @@ async fn query_string_arrangements_answer_as_their_canonical_form() {
         assert_eq!(expected.0, 200, "{canonical}: {}", expected.1);
         assert_eq!(got, expected, "{arranged} answered otherwise than {canonical}");
     }
+}
+
+#[tokio::test]
+async fn a_dynamic_table_gains_the_attributes_of_records_it_skips() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 1, "name": "a"}]})).await;
+    // Skipped (the record exists), but `tags` becomes an attribute, as in Harper.
+    let again = s
+        .ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 1, "tags": ["x"]}]}))
+        .await;
+    assert_eq!(again["skipped_hashes"], json!([1]));
+    assert_eq!(again["new_attributes"], json!(["tags"]));
+    let found = s
+        .ok(json!({"operation": "search_by_value", "database": "dev", "table": "dog", "attribute": "tags", "value": "x", "get_attributes": ["*"]}))
+        .await;
+    assert_eq!(found, json!([]));
+    let star = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [1], "get_attributes": ["*"]})).await;
+    assert_eq!(star[0]["tags"], Value::Null, "{star}");
+    assert!(star[0].as_object().unwrap().contains_key("tags"), "{star}");
 }
