@@ -207,7 +207,11 @@ async fn install_commands_are_bounded_and_their_trees_killed() {
     let pid = std::fs::read_to_string(s.root().join("components/hangs/bg.pid")).unwrap();
     // SIGKILL is delivered asynchronously: allow the kernel a moment to finish it.
     let stat = || std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
-    let alive = |stat: &str| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z'));
+    // Alive: it has a /proc entry that is not a zombie's (a process already reaped has
+    // no entry at all: gone, not alive).
+    let alive = |stat: &str| {
+        !stat.is_empty() && stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while alive(&stat()) && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
