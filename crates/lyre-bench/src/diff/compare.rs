@@ -207,9 +207,23 @@ fn normalise(request: &Request, status: u16, body: &[u8]) -> Value {
     if request.unordered
         && let Value::Array(items) = &mut value
     {
-        items.sort_by_key(|item| item.to_string());
+        items.sort_by_key(canonical);
     }
     value
+}
+
+/// `value` as text with every object's keys in order: the same for two values that
+/// differ only in key order (which `==` ignores too).
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let sorted: BTreeMap<&String, String> = map.iter().map(|(k, v)| (k, canonical(v))).collect();
+            let fields: Vec<String> = sorted.iter().map(|(k, v)| format!("{k:?}:{v}")).collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
 }
 
 fn clean(value: &mut Value) {

@@ -118,8 +118,14 @@ fn request(rng: &mut StdRng) -> Request {
                 })
                 .collect();
             let operator = *["and", "or"].choose(rng).unwrap_or(&"and");
+            // Harper 5 refuses an `or` of one condition (500): reported apart.
+            let kind = if operator == "or" && conditions.len() == 1 {
+                "op search_by_conditions (or of one)"
+            } else {
+                "op search_by_conditions"
+            };
             let mut request = op(
-                "op search_by_conditions",
+                kind,
                 json!({"operation": "search_by_conditions", "database": "diffops", "table": "dog", "operator": operator, "conditions": conditions, "get_attributes": ["*"]}),
             );
             request.unordered = true;

@@ -103,8 +103,9 @@ fn compare(x: &Value, comparator: Comparator, value: &Value) -> bool {
     }
 }
 
-/// Tests the text of two scalars (a string, or a number or boolean as JavaScript
-/// writes it); anything else never matches.
+/// Tests the text of two scalars (a string, a boolean, or a number in Rust's
+/// formatting, which is JavaScript's for integers and short decimals, not for
+/// exponents such as `1e21`); anything else never matches.
 fn texts(x: &Value, value: &Value, test: impl Fn(&str, &str) -> bool) -> bool {
     match (text(x), text(value)) {
         (Some(s), Some(v)) => test(&s, &v),

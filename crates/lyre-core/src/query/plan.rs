@@ -99,18 +99,19 @@ pub(crate) fn choose_driver(
 
 /// With no range to drive an AND, walk the index of its first indexed attribute:
 /// as costly as a scan, but results come in that attribute's value order, as
-/// Harper returns them. Records lacking the attribute are included only when the
-/// comparator can match them (not-equal).
+/// Harper returns them. Records lacking the attribute never match a comparison, so
+/// they are not walked.
 fn walk_first_attribute(schema: &TableSchema, conditions: &[Condition]) -> Driver {
     let first = conditions.iter().find_map(|c| match c {
-        Condition::Compare { attribute, comparator, .. } => {
-            schema.attribute(attribute).filter(|a| a.indexed && !a.is_primary_key).map(|a| (a.clone(), *comparator))
+        Condition::Compare { attribute, .. } => {
+            schema.attribute(attribute).filter(|a| a.indexed && !a.is_primary_key).cloned()
         }
         Condition::Group { .. } | Condition::Related { .. } => None,
     });
+    // Every comparison, `!=` included, matches only records that hold the attribute,
+    // so the attribute's index entries are the candidates.
     match first {
-        Some((attribute, Comparator::NotEqual)) => Driver::SortIndex { attribute, descending: false },
-        Some((attribute, _)) => {
+        Some(attribute) => {
             let range = Range {
                 lo: Bound::Included(attribute_prefix(&attribute).to_vec()),
                 hi: Bound::Excluded((attribute.id + 1).to_be_bytes().to_vec()),

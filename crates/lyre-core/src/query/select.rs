@@ -62,7 +62,8 @@ impl Select {
                     }
                 }
             }
-            // Unknown fields project as null, as Harper's `select(nosuch)` does.
+            // Unknown fields are left out (or null in a bare or array result), as
+            // Harper 5's `select(nosuch)` does.
             Select::Fields { .. } | Select::Raw | Select::All => {}
         }
         Ok(())

@@ -60,9 +60,20 @@ async fn a_separator_next_to_a_call_does_not_group_conditions() {
     assert_eq!(found(&s, "select(id,name)&price=gt=4|name=b").await, ["1", "2", "4"]);
     assert_eq!(found(&s, "price=gt=4|name=b&").await, ["1", "2", "4"]);
     assert_eq!(found(&s, "price=gt=4&sort(price)&name=a").await, ["1"]);
-    // Two different operators between conditions still mix, and are refused.
+    // Two different operators between conditions still mix, and are refused, before
+    // the term after the mixed separator is read (a syntax error, not a 404).
     let (status, _, body) = s.rest_send(Method::GET, "/items/?name==a&limit(2)&name==b|price>1", None, &[]).await;
     assert_eq!(status, 400, "{body}");
+    let (status, _, body) = s.rest_send(Method::GET, "/items/?name==a&name==b|nosuch=1", None, &[]).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("Can not mix operators"), "{body}");
+    // A call or group must be followed by a separator.
+    for query in ["name==a|limit(2)name==b", "(name==a)name==b"] {
+        let (status, _, body) = s.rest_send(Method::GET, &format!("/items/?{query}"), None, &[]).await;
+        assert_eq!(status, 400, "{query}: {body}");
+    }
+    // Chained ranges still chain.
+    assert_eq!(found(&s, "qty=gt=1&lt=20").await, ["1", "2"]);
 }
 
 #[tokio::test]
@@ -89,6 +100,12 @@ async fn contains_and_ends_with_read_numbers_as_text_and_ranges_cross_types() {
     let (status, _, sorted) = s.rest_send(Method::GET, "/items/?sort(any)&select(id)", None, &[]).await;
     assert_eq!(status, 200);
     assert_eq!(sorted, json!(["4", "3", "1", "2"]));
+    // An indexed sort walks the records lacking the attribute (2 has no price) first
+    // ascending, last descending.
+    let (_, _, up) = s.rest_send(Method::GET, "/items/?sort(price)&select(id)", None, &[]).await;
+    assert_eq!(up, json!(["2", "3", "1", "4"]));
+    let (_, _, down) = s.rest_send(Method::GET, "/items/?sort(-price)&select(id)", None, &[]).await;
+    assert_eq!(down, json!(["4", "1", "3", "2"]));
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
-//! Harper's REST query language: `?name=Foo&price=gt=10|price<2&select(name)&sort(-price)&limit(5)`.
+//! Harper's REST query language: `?name=Foo&price=gt=10&select(name)&sort(-price)&limit(5)`.
 //!
 //! The raw (still percent-encoded) query string is parsed, so an encoded `%26` inside a
 //! value never splits it. Conditions use `&` (and) or `|` (or) — not both in one
-//! group — with `(...)` or `[...]` groups. Comparisons: `attr=value` (strict), `==`,
+//! group — with `(...)` or `[...]` groups; a separator next to a call or at the end
+//! only separates (`a|b&limit(2)` is an `|` of two conditions), as in Harper 5. Comparisons: `attr=value` (strict), `==`,
 //! `!=`, `===`, `!==`, `<`, `<=`, `>`, `>=`, FIQL `=gt=` `=ge=` `=lt=` `=le=` `=eq=`
 //! `=ne=` `=sw=` `=ew=` `=ct=`, chained ranges `attr=gt=1&lt=9`, trailing `*` as a
 //! prefix match, `rel.attr` through a `@relationship`. Calls: `select(...)`,
@@ -157,6 +158,9 @@ impl Parser<'_> {
                     }
                     expect_term = true;
                 }
+                Some(_) if !expect_term => {
+                    return Err(self.error(format!("expected an operator before '{}'", char::from(self.src[self.pos]))));
+                }
                 Some(open @ (b'(' | b'[')) => {
                     if self.depth == MAX_NESTING {
                         return Err(self.error(format!("groups nested deeper than {MAX_NESTING} levels")));
@@ -174,12 +178,21 @@ impl Parser<'_> {
                 Some(b')' | b']') => return Err(self.error(format!("unexpected '{}'", char::from(self.src[self.pos])))),
                 Some(_) => {
                     let separator = pending.take();
-                    if let Some(condition) = self.term(separator.map(|(op, _)| op).or(operator), conditions.last())? {
+                    // A comparison (not a call, not a chained `&lt=9`) joins the group:
+                    // a mixed operator is refused before its term is read, at the
+                    // separator, as a syntax error should be.
+                    if !self.next_is_call() && !self.next_is_chain(operator, separator) {
+                        self.join(&mut operator, separator, &conditions)?;
+                    }
+                    // Chaining (`attr=gt=1&lt=9`) is an `&` inside an `&` group.
+                    let chaining = if operator == Some(Operator::Or) {
+                        operator
+                    } else {
+                        separator.map(|(op, _)| op).or(operator)
+                    };
+                    if let Some(condition) = self.term(chaining, conditions.last())? {
                         match condition {
-                            Term::Condition(c) => {
-                                self.join(&mut operator, separator, &conditions)?;
-                                conditions.push(c);
-                            }
+                            Term::Condition(c) => conditions.push(c),
                             Term::Chain(c) => {
                                 // `attr=gt=1&lt=9`: merge into the previous condition.
                                 let previous = conditions
@@ -195,6 +208,28 @@ impl Parser<'_> {
             }
         }
         Ok((operator.unwrap_or(Operator::And), conditions))
+    }
+
+    /// Whether the term at the position is a call (`name(`).
+    fn next_is_call(&self) -> bool {
+        let name_end =
+            self.src[self.pos..].iter().position(|b| is_operator_char(*b)).map_or(self.src.len(), |n| self.pos + n);
+        self.src.get(name_end) == Some(&b'(')
+    }
+
+    /// Whether the term at the position chains a range onto the previous condition
+    /// (`&lt=9` after `attr=gt=1`): a bare `lt`, `le`, `gt` or `ge` that names no
+    /// attribute, after `&` in a group that is not an `|`.
+    fn next_is_chain(&self, operator: Option<Operator>, separator: Option<(Operator, usize)>) -> bool {
+        let name_end =
+            self.src[self.pos..].iter().position(|b| is_operator_char(*b)).map_or(self.src.len(), |n| self.pos + n);
+        let name = &self.raw[self.pos..name_end];
+        operator != Some(Operator::Or)
+            && separator.is_none_or(|(op, _)| op == Operator::And)
+            && matches!(name, "lt" | "le" | "gt" | "ge")
+            && self.table.attribute(name).is_none()
+            && self.src.get(name_end) == Some(&b'=')
+            && !matches!(self.src.get(name_end + 1), Some(b'='))
     }
 
     /// Makes `separator` the group's operator when it joins a new condition to the
