@@ -147,6 +147,7 @@ impl From<lyre_store::OwnedKey> for Value {
             OwnedKey::Int(i) => Value::Int(i),
             OwnedKey::Float(f) => Value::Float(f),
             OwnedKey::Str { text, .. } => Value::String(text),
+            OwnedKey::Array(parts) => Value::Array(parts.into_iter().map(Value::from).collect()),
         }
     }
 }

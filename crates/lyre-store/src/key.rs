@@ -1,6 +1,7 @@
 //! Order-preserving key encoding: byte order of encoded keys equals value order.
 //!
-//! Order: null < false < true < numbers < strings. Numbers compare numerically across
+//! Order: null < false < true < numbers < strings < arrays (composite keys, element by
+//! element, a prefix before what extends it). Numbers compare numerically across
 //! integers and floats (`5` and `5.0` encode identically); integers beyond 2^53 keep
 //! their exact value through a residual after the rounded float. Strings compare by
 //! their UTF-8 bytes.
@@ -16,7 +17,9 @@
 //! * string `40`, the bytes with `00` escaped as `00 FF`, then `00 00`; a string whose
 //!   encoding exceeds [`MAX_KEY_STRING_BYTES`] is cut there and ends `00 01` instead,
 //!   so every longer string sharing that prefix shares one key (callers re-check the
-//!   full value).
+//!   full value)
+//! * array (a composite key) `50`, each element's encoding, then `00` (below every
+//!   tag, so `[a]` sorts before `[a, b]`)
 
 use crate::error::{Error, Result};
 
@@ -28,6 +31,8 @@ const TAG_FALSE: u8 = 0x20;
 const TAG_TRUE: u8 = 0x21;
 const TAG_NUMBER: u8 = 0x30;
 const TAG_STRING: u8 = 0x40;
+const TAG_ARRAY: u8 = 0x50;
+const ARRAY_END: u8 = 0x00;
 
 const RESIDUAL_BELOW: u8 = 0x00;
 const EXACT: u8 = 0x01;
@@ -71,6 +76,8 @@ pub enum OwnedKey {
         /// Whether the key holds only a prefix of the original string.
         truncated: bool,
     },
+    /// A composite key's elements.
+    Array(Vec<OwnedKey>),
 }
 
 /// Encodes `value`, appending to `out`. Returns whether a string was truncated.
@@ -157,6 +164,19 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// Encodes a composite key (Harper's array primary keys): the elements in order,
+/// compared element by element. Returns the key and whether an element was truncated.
+pub fn encode_composite_key(parts: &[KeyValue<'_>]) -> Result<(Vec<u8>, bool)> {
+    let mut out = Vec::with_capacity(2 + 12 * parts.len());
+    out.push(TAG_ARRAY);
+    let mut truncated = false;
+    for part in parts {
+        truncated |= encode_key_into(*part, &mut out)?;
+    }
+    out.push(ARRAY_END);
+    Ok((out, truncated))
+}
+
 /// Encodes `value` as a fresh key. Returns the key and whether it was truncated.
 pub fn encode_key(value: KeyValue<'_>) -> Result<(Vec<u8>, bool)> {
     let mut out = Vec::with_capacity(16);
@@ -218,6 +238,21 @@ pub fn decode_key(bytes: &[u8]) -> Result<(OwnedKey, usize)> {
                 i += 2;
             }
         }
+        TAG_ARRAY => {
+            let mut parts = Vec::new();
+            let mut i = 0;
+            loop {
+                match rest.get(i).copied() {
+                    None => return Err(corrupt()),
+                    Some(ARRAY_END) => return Ok((OwnedKey::Array(parts), 1 + i + 1)),
+                    Some(_) => {
+                        let (part, used) = decode_key(&rest[i..])?;
+                        parts.push(part);
+                        i += used;
+                    }
+                }
+            }
+        }
         _ => Err(corrupt()),
     }
 }
@@ -246,6 +281,16 @@ pub fn skip_key(bytes: &[u8]) -> Result<usize> {
                 }
             }
             Err(corrupt())
+        }
+        Some(TAG_ARRAY) => {
+            let mut i = 1;
+            loop {
+                match bytes.get(i).copied() {
+                    None => return Err(corrupt()),
+                    Some(ARRAY_END) => return Ok(i + 1),
+                    Some(_) => i += skip_key(&bytes[i..])?,
+                }
+            }
         }
         _ => Err(corrupt()),
     }
@@ -370,6 +415,26 @@ mod tests {
             let (kb, tb) = encode_key(b.key()).unwrap();
             prop_assume!(!ta && !tb);
             prop_assert_eq!(ka.cmp(&kb), a.cmp_value(&b), "{:?} vs {:?}", a, b);
+        }
+
+        #[test]
+        fn array_keys_order_element_by_element(a in proptest::collection::vec(sample(), 0..4), b in proptest::collection::vec(sample(), 0..4)) {
+            let (parts_a, parts_b): (Vec<KeyValue<'_>>, Vec<KeyValue<'_>>) =
+                (a.iter().map(Sample::key).collect(), b.iter().map(Sample::key).collect());
+            let (ka, ta) = encode_composite_key(&parts_a).unwrap();
+            let (kb, tb) = encode_composite_key(&parts_b).unwrap();
+            prop_assume!(!ta && !tb);
+            let by_values = a.iter().zip(&b).map(|(x, y)| x.cmp_value(y)).find(|o| o.is_ne()).unwrap_or(a.len().cmp(&b.len()));
+            prop_assert_eq!(ka.cmp(&kb), by_values, "{:?} vs {:?}", a, b);
+            // Self-delimiting: decoded and skipped to its end, and above every scalar.
+            let (decoded, used) = decode_key(&ka).unwrap();
+            prop_assert_eq!(used, ka.len());
+            prop_assert_eq!(skip_key(&ka).unwrap(), ka.len());
+            let OwnedKey::Array(parts) = decoded else { panic!("not an array") };
+            prop_assert_eq!(parts.len(), a.len());
+            if let Some(first) = a.first() {
+                prop_assert!(encode_key(first.key()).unwrap().0 < ka);
+            }
         }
 
         #[test]

@@ -125,8 +125,15 @@ pub(crate) fn encode_primary_key(value: &Value) -> Result<Vec<u8>> {
     if !is_primary_key_value(value) {
         return Err(Error::invalid(format!("Invalid primary key type: {}", value.type_name())));
     }
-    let key = value.as_key().ok_or_else(|| Error::invalid("Invalid primary key"))?;
-    match encode_key(key)? {
+    let encoded = match value {
+        // A composite key (Harper's array primary key), ordered element by element.
+        Value::Array(parts) => {
+            let parts = parts.iter().map(Value::as_key).collect::<Option<Vec<_>>>();
+            lyre_store::encode_composite_key(&parts.ok_or_else(|| Error::invalid("Invalid primary key"))?)?
+        }
+        _ => encode_key(value.as_key().ok_or_else(|| Error::invalid("Invalid primary key"))?)?,
+    };
+    match encoded {
         (encoded, false) if encoded.len() <= MAX_PRIMARY_KEY_BYTES => Ok(encoded),
         _ => Err(Error::invalid(format!("Primary key size is too large: {}", value.to_string().len()))),
     }
@@ -214,8 +221,16 @@ fn normalize_value(type_name: Option<&str>, shape: &Shape, value: &mut Value) {
     }
 }
 
-/// Whether `value` may be a primary key: a string or a number.
+/// Whether `value` may be a primary key: a string or a number, or (a composite key,
+/// as Harper allows) a non-empty array of them.
 pub(crate) fn is_primary_key_value(value: &Value) -> bool {
+    match value {
+        Value::Array(parts) => !parts.is_empty() && parts.iter().all(is_scalar_key),
+        other => is_scalar_key(other),
+    }
+}
+
+fn is_scalar_key(value: &Value) -> bool {
     matches!(value, Value::String(_) | Value::Int(_)) || matches!(value, Value::Float(f) if f.is_finite())
 }
 

@@ -11,7 +11,7 @@ mod write;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use lyre_store::{ReadTxn, TableStore, encode_key};
+use lyre_store::{ReadTxn, TableStore};
 
 use crate::access::{Action, Context, check_table, require_super_user};
 use crate::catalog::TableSchema;
@@ -159,12 +159,11 @@ impl Table {
         let live = Live::of(&self.schema);
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(key) = id.as_key().filter(|_| is_primary_key_value(id)) else {
+            if !is_primary_key_value(id) {
                 return Err(Error::invalid("'ids' must be strings or numbers"));
-            };
-            let Ok((key, false)) = encode_key(key) else {
-                continue;
-            };
+            }
+            // A key too long to be stored names no record.
+            let Ok(key) = validate::encode_primary_key(id) else { continue };
             if let Some(record) = txn.get_record(&store, &key)?.map(|stored| live.decode(stored)).transpose()?.flatten()
             {
                 out.push(select.project(&self.schema, record));

@@ -212,3 +212,30 @@ async fn a_dynamic_table_gains_the_attributes_of_records_it_skips() {
     assert_eq!(star[0]["tags"], Value::Null, "{star}");
     assert!(star[0].as_object().unwrap().contains_key("tags"), "{star}");
 }
+
+#[tokio::test]
+async fn arrays_are_composite_primary_keys_ordered_element_by_element() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "pair", "primary_key": "id"})).await;
+    let records = json!([
+        {"id": [1, "b"], "n": 2}, {"id": [0, "z"], "n": 1}, {"id": [1, "a"], "n": 3}, {"id": [2], "n": 4}, {"id": [1], "n": 5}
+    ]);
+    let inserted = s.ok(json!({"operation": "insert", "database": "dev", "table": "pair", "records": records})).await;
+    assert_eq!(inserted["inserted_hashes"], json!([[1, "b"], [0, "z"], [1, "a"], [2], [1]]));
+    let found = s
+        .ok(json!({"operation": "search_by_id", "database": "dev", "table": "pair", "ids": [[1, "a"], [9, "x"]], "get_attributes": ["id", "n"]}))
+        .await;
+    assert_eq!(found, json!([{"id": [1, "a"], "n": 3}]));
+    // All records come in key order: element by element, a prefix first.
+    let all = s
+        .ok(json!({"operation": "search_by_value", "database": "dev", "table": "pair", "attribute": "n", "value": "*", "get_attributes": ["id"]}))
+        .await;
+    let order: Vec<Value> = all.as_array().unwrap().iter().map(|r| r["id"].clone()).collect();
+    assert_eq!(order, [json!([0, "z"]), json!([1]), json!([1, "a"]), json!([1, "b"]), json!([2])]);
+    let deleted = s.ok(json!({"operation": "delete", "database": "dev", "table": "pair", "ids": [[1, "a"]]})).await;
+    assert_eq!(deleted["deleted_hashes"], json!([[1, "a"]]));
+    // An array of anything but strings and numbers is no key.
+    let (status, body) =
+        s.op(json!({"operation": "insert", "database": "dev", "table": "pair", "records": [{"id": [[1], 2]}]})).await;
+    assert_eq!(status, 400, "{body}");
+}
