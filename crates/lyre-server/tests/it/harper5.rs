@@ -239,3 +239,32 @@ async fn arrays_are_composite_primary_keys_ordered_element_by_element() {
         s.op(json!({"operation": "insert", "database": "dev", "table": "pair", "records": [{"id": [[1], 2]}]})).await;
     assert_eq!(status, 400, "{body}");
 }
+
+/// Issue 22 item 6: the types `create_table` declares are enforced on every write path.
+#[tokio::test]
+async fn create_table_attribute_types_are_enforced_on_every_write() {
+    let s = TestServer::start().await;
+    let attributes = json!([{"name": "id", "type": "Int"}, {"name": "age", "type": "Int"}, {"name": "name", "type": "String"}, {"name": "ok", "type": "Boolean"}]);
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "typed", "primary_key": "id", "attributes": attributes})).await;
+    let write = |operation: &str, record: Value| json!({"operation": operation, "database": "dev", "table": "typed", "records": [record]});
+    s.ok(write("insert", json!({"id": 1, "age": 5, "name": "a", "ok": true}))).await;
+    let refusals = [
+        (
+            "insert",
+            json!({"id": 2, "age": "old"}),
+            "Value \"old\" in property age must be an integer (from -2147483648 to 2147483647)",
+        ),
+        ("update", json!({"id": 1, "name": 7}), "Value 7 in property name must be a string"),
+        ("upsert", json!({"id": 3, "ok": "yes"}), "Value \"yes\" in property ok must be a boolean"),
+        (
+            "insert",
+            json!({"id": "x"}),
+            "Value \"x\" in property id must be an integer (from -2147483648 to 2147483647)",
+        ),
+    ];
+    for (operation, record, message) in refusals {
+        s.fails(write(operation, record), 400, message).await;
+    }
+    let stored = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "typed", "ids": [1, 2, 3], "get_attributes": ["id", "age", "name", "ok"]})).await;
+    assert_eq!(stored, json!([{"id": 1, "age": 5, "name": "a", "ok": true}]), "nothing refused was written");
+}
