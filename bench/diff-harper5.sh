@@ -16,6 +16,8 @@ DATE=$(date -u +%Y-%m-%d)
 OUT=$ROOT/bench/results/$DATE-diff-harper5.md
 WORK=$(mktemp -d /tmp/lyre-diff.XXXXXX)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
+# LYRE=<binary> compares another build of Lyre (an older one, for a before figure).
+LYRE_GIVEN=${LYRE:-}
 LYRE=${LYRE:-$CARGO_TARGET_DIR/release/lyre}
 BENCH=$CARGO_TARGET_DIR/release/lyre-bench
 
@@ -73,7 +75,8 @@ start_lyre() {
 {
   echo "# Differential test against Harper 5 — $DATE"
   echo
-  echo "Lyre at $(cd "$ROOT" && git rev-parse --short HEAD), Harper 5 built from source by \`../shared/tools/harper5.sh\`."
+  if [ -n "$LYRE_GIVEN" ]; then echo "Lyre: the binary $LYRE_GIVEN."; else echo "Lyre at $(cd "$ROOT" && git rev-parse --short HEAD)."; fi
+  echo "Harper 5 built from source by \`../shared/tools/harper5.sh\`."
   echo "\`bench/diff-harper5.sh\` with SEEDS=\"$SEEDS\" REQUESTS=$REQUESTS; allow-list: \`bench/diff-allowed.json\`."
   echo
 } >"$OUT"
