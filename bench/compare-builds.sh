@@ -23,34 +23,14 @@ WORK=$(mktemp -d /tmp/lyre-ab.XXXXXX)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
 BENCH=$CARGO_TARGET_DIR/release/lyre-bench
 
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true; done
-  sleep 1
-  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true; done
-  PIDS=()
-}
-trap 'cleanup; rm -rf "$WORK"' EXIT INT TERM
-
-wait_health() {
-  for _ in $(seq 1 600); do
-    curl -fs -m 2 "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "server on port $1 did not start" >&2
-  return 1
-}
+source "$ROOT/bench/lib.sh"
 
 # Starts binary $1 on CPU 0 with ports $2 (Operations API) and $3 (REST), root under
 # $4, the YCSB application when $5 is set; sets STARTED_PID.
 start() {
   local dir=$WORK/$4
   mkdir -p "$dir"
-  if [ -n "${5:-}" ]; then
-    mkdir -p "$dir/root/components/ycsb"
-    printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n" >"$dir/root/components/ycsb/config.yaml"
-    "$BENCH" ycsb-schema >"$dir/root/components/ycsb/schema.graphql"
-  fi
+  [ -n "${5:-}" ] && install_app "$dir/root" ycsb
   setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT="$2" \
     HTTP_PORT="$3" LOGGING_LEVEL=warn THREADS_COUNT=1 "$1" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
   STARTED_PID=$!

@@ -37,27 +37,7 @@ LYRE_REST=9936
 ASYNC=false
 [ "$DURABILITY" = async ] && ASYNC=true
 
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]:-}"; do
-    [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true
-  done
-  sleep 1
-  for pid in "${PIDS[@]:-}"; do
-    [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
-  done
-  PIDS=()
-}
-trap 'cleanup; rm -rf "$WORK"' EXIT INT TERM
-
-wait_health() {
-  for _ in $(seq 1 600); do
-    curl -fs -m 2 "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "server on port $1 did not start" >&2
-  return 1
-}
+source "$ROOT/bench/lib.sh"
 
 install_harper() {
   if [ ! -d "$HARPER_DIR/node_modules/harperdb" ]; then
@@ -99,17 +79,10 @@ start_harper() {
     kill -TERM -- "-$HARPER_PID"
     while curl -fs -m 1 http://127.0.0.1:9925/health >/dev/null 2>&1; do sleep 0.2; done
     sleep 1
-    [ -n "${2:-}" ] && install_app "$dir/root"
+    [ -n "${2:-}" ] && install_app "$dir/root" ycsb
   fi
   launch_harper "$dir" "$ASYNC"
   wait_health 9925
-}
-
-# Writes the YCSB application (usertable, exported) into a server root.
-install_app() {
-  mkdir -p "$1/components/ycsb"
-  printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n" >"$1/components/ycsb/config.yaml"
-  "$BENCH" ycsb-schema >"$1/components/ycsb/schema.graphql"
 }
 
 # Starts a fresh Lyre on CPU 0 (with the YCSB application when $2 is set); sets LYRE_PID.
@@ -117,7 +90,7 @@ start_lyre() {
   port_free $LYRE_PORT
   local dir=$WORK/lyre-$1
   mkdir -p "$dir"
-  [ -n "${2:-}" ] && install_app "$dir/root"
+  [ -n "${2:-}" ] && install_app "$dir/root" ycsb
   setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT=$LYRE_PORT \
     HTTP_PORT=$LYRE_REST MQTT_NETWORK_PORT=1893 STORAGE_WRITEASYNC=$ASYNC LOGGING_LEVEL=warn THREADS_COUNT=1 \
     "$LYRE" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &

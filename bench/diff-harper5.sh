@@ -21,29 +21,7 @@ LYRE_GIVEN=${LYRE:-}
 LYRE=${LYRE:-$CARGO_TARGET_DIR/release/lyre}
 BENCH=$CARGO_TARGET_DIR/release/lyre-bench
 
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true; done
-  sleep 1
-  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true; done
-  PIDS=()
-}
-trap 'cleanup; rm -rf "$WORK"' EXIT INT TERM
-
-wait_health() {
-  for _ in $(seq 1 600); do
-    curl -fs -m 2 "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "server on port $1 did not start" >&2
-  return 1
-}
-
-install_app() {
-  mkdir -p "$1/components/diff"
-  printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n" >"$1/components/diff/config.yaml"
-  "$BENCH" diff-schema >"$1/components/diff/schema.graphql"
-}
+source "$ROOT/bench/lib.sh"
 
 start_harper() {
   local root=$WORK/harper-$1
@@ -55,7 +33,7 @@ start_harper() {
   kill -TERM -- "-$pid"
   while curl -fs -m 1 http://127.0.0.1:9995/health >/dev/null 2>&1; do sleep 0.2; done
   sleep 1
-  install_app "$root"
+  install_app "$root" diff
   setsid "$HARPER5" run "$root" 9995 9996 1895 >>"$root.log" 2>&1 &
   PIDS+=("$!")
   wait_health 9995
@@ -63,7 +41,7 @@ start_harper() {
 
 start_lyre() {
   local root=$WORK/lyre-$1
-  install_app "$root"
+  install_app "$root" diff
   setsid env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT=9985 HTTP_PORT=9986 \
     LOGGING_LEVEL=warn "$LYRE" run --root "$root" >"$root.log" 2>&1 &
   PIDS+=("$!")
