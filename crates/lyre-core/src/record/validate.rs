@@ -173,51 +173,13 @@ pub(crate) fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value
 
 /// The integer `value` holds: an integer, or a float with no fraction (`5.0`, `-0.0`)
 /// that a double holds exactly (below 2^53), which JavaScript, and so Harper, does not
-/// tell from an integer.
+/// tell from an integer. Such a float needs no conversion: it compares and indexes as
+/// the integer, and every response format writes it as one (`Value`'s `Serialize`).
 fn integral(value: &Value) -> Option<i64> {
     match value {
         Value::Int(i) => Some(*i),
         Value::Float(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => Some(*f as i64),
         _ => None,
-    }
-}
-
-/// Stores the integral floats of `Int`, `Long` and `BigInt` values (attributes, their
-/// lists' elements, nested fields, and increments' operands) as integers, as Harper
-/// does: `-0.0` in an `Int` is `0`. Runs on validated records.
-pub(crate) fn normalize_integers(table: &TableSchema, record: &mut Object) {
-    for (name, value) in record.iter_mut() {
-        if let Some(attribute) = table.attribute(name) {
-            normalize_value(attribute.type_name.as_deref(), &attribute.shape, value);
-        }
-    }
-}
-
-fn normalize_value(type_name: Option<&str>, shape: &Shape, value: &mut Value) {
-    match value {
-        Value::Array(items) if shape.list => {
-            let element = Shape { list: false, ..shape.clone() };
-            items.iter_mut().for_each(|item| normalize_value(type_name, &element, item));
-        }
-        Value::Object(object) if !shape.fields.is_empty() => {
-            for field in &shape.fields {
-                if let Some(inner) = object.get_mut(&field.name) {
-                    normalize_value(Some(&field.type_name), &field.shape, inner);
-                }
-            }
-        }
-        // An increment's operand (`{"__op__": "add", "value": 2.0}`).
-        Value::Object(object) if object.contains_key("__op__") => {
-            if let Some(operand) = object.get_mut("value") {
-                normalize_value(type_name, shape, operand);
-            }
-        }
-        Value::Float(_) if matches!(type_name, Some("Int" | "Long" | "BigInt")) => {
-            if let Some(i) = integral(value) {
-                *value = Value::Int(i);
-            }
-        }
-        _ => {}
     }
 }
 
@@ -256,35 +218,6 @@ mod tests {
         );
         assert!(validate_scalar("x", Some("Any"), &Value::Bool(true)).is_ok());
         assert!(validate_value("x", Some("Float"), &Shape::default(), &Value::Null).is_ok());
-    }
-
-    #[test]
-    fn integral_floats_become_integers_wherever_an_integer_is_declared() {
-        use crate::catalog::NestedField;
-        let json = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
-        let mut plain = Value::Float(-0.0);
-        normalize_value(Some("Int"), &Shape::default(), &mut plain);
-        assert_eq!(plain, Value::Int(0));
-        let mut kept = Value::Float(5.5);
-        normalize_value(Some("Int"), &Shape::default(), &mut kept);
-        assert_eq!(kept, Value::Float(5.5), "only integral floats");
-        let mut float = Value::Float(5.0);
-        normalize_value(Some("Float"), &Shape::default(), &mut float);
-        assert_eq!(float, Value::Float(5.0), "a Float attribute keeps its float");
-        let list = Shape { list: true, ..Shape::default() };
-        let mut items = json("[1.0, 2]");
-        normalize_value(Some("Long"), &list, &mut items);
-        assert_eq!(items, Value::Array(vec![Value::Int(1), Value::Int(2)]));
-        let nested = Shape {
-            fields: vec![NestedField { name: "n".into(), type_name: "Int".into(), shape: Shape::default() }],
-            ..Shape::default()
-        };
-        let mut object = json(r#"{"n": 3.0}"#);
-        normalize_value(Some("Details"), &nested, &mut object);
-        assert_eq!(object, json(r#"{"n": 3}"#));
-        let mut increment = json(r#"{"__op__": "add", "value": 2.0}"#);
-        normalize_value(Some("Int"), &Shape::default(), &mut increment);
-        assert_eq!(increment, json(r#"{"__op__": "add", "value": 2}"#));
     }
 
     #[test]

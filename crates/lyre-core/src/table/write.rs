@@ -14,7 +14,7 @@ use crate::index::{IndexChanges, update_record_indexes};
 use crate::record::entry::{Entry, decode_entry, encode_entry};
 use crate::record::expiry::{Live, removable_from};
 use crate::record::merge::{WriteMode, crdt_op, merge};
-use crate::record::validate::{encode_primary_key, normalize_integers, validate_record, validate_scalar};
+use crate::record::validate::{encode_primary_key, validate_record, validate_scalar};
 use crate::table::{RecordVersion, Table};
 use crate::time::iso8601;
 use crate::value::{Object, Value};
@@ -106,7 +106,6 @@ pub(crate) fn prepare(
         .zip(expect)
         .map(|(mut record, expect)| {
             validate_record(table, &record, matches!(mode, WriteMode::Insert | WriteMode::Replace))?;
-            normalize_integers(table, &mut record);
             if table.has_timestamps() {
                 record.shift_remove(CREATED_TIME);
                 record.shift_remove(UPDATED_TIME);

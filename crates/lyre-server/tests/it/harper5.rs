@@ -114,7 +114,7 @@ async fn integral_floats_are_integers_and_absent_properties_stay_absent() {
     let (status, _, body) = s.rest_send(Method::PUT, "/items/5", Some(&json!({"name": "e", "qty": -0.0})), &[]).await;
     assert_eq!(status, 204, "{body}");
     let (_, _, five) = s.rest_send(Method::GET, "/items/5", None, &[]).await;
-    assert_eq!(five["qty"], json!(0), "stored as the integer 0: {five}");
+    assert_eq!(five["qty"], json!(0), "stored, and answered as the integer 0: {five}");
     let (status, _, _) = s.rest_send(Method::PUT, "/items/6", Some(&json!({"name": "f", "qty": 5.5})), &[]).await;
     assert_eq!(status, 400);
     // REST select() and `*` searches of a schema-defined table leave out what a record lacks.
