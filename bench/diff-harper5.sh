@@ -6,12 +6,16 @@
 #
 #   HARPER_MIRROR=<git dir of HarperFast/harper> bench/diff-harper5.sh
 #   SEEDS="1 2 3" REQUESTS=3000 bench/diff-harper5.sh
+#   REPRODUCTIONS=1000 DIFFERENCES=/tmp/d bench/diff-harper5.sh   # every difference, whole, as JSON in /tmp/d,
+#                                                                 # and every request with both answers (trace-<seed>.jsonl)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HARPER5=${HARPER5:-$ROOT/../shared/tools/harper5.sh}
 SEEDS=${SEEDS:-"1 2 3"}
 REQUESTS=${REQUESTS:-2000}
+REPRODUCTIONS=${REPRODUCTIONS:-4}
+DIFFERENCES=${DIFFERENCES:-}
 DATE=$(date -u +%Y-%m-%d)
 OUT=$ROOT/bench/results/$DATE-diff-harper5.md
 WORK=$(mktemp -d /tmp/lyre-diff.XXXXXX)
@@ -63,7 +67,10 @@ for seed in $SEEDS; do
   start_lyre "$seed"
   echo "## Seed $seed" >>"$OUT"
   echo >>"$OUT"
+  dump=()
+  [ -n "$DIFFERENCES" ] && mkdir -p "$DIFFERENCES" && dump=(--differences "$DIFFERENCES/seed-$seed.json" --trace "$DIFFERENCES/trace-$seed.jsonl")
   "$BENCH" diff --seed "$seed" --requests "$REQUESTS" --allowed "$ROOT/bench/diff-allowed.json" \
+    --reproductions "$REPRODUCTIONS" "${dump[@]}" \
     --url http://127.0.0.1:9985 --rest http://127.0.0.1:9986 \
     --compare-url http://127.0.0.1:9995 --compare-rest http://127.0.0.1:9996 | tee -a "$OUT"
   echo >>"$OUT"

@@ -109,6 +109,16 @@ pub enum Command {
         /// Write the Markdown report here (it is printed either way).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Differences not allowed to keep per kind of request, as reproductions.
+        #[arg(long, default_value_t = crate::diff::compare::REPRODUCTIONS)]
+        reproductions: usize,
+        /// Also write every kept reproduction, bodies whole, as JSON here.
+        #[arg(long)]
+        differences: Option<PathBuf>,
+        /// Also write every request with both answers, one JSON line each, here
+        /// (to follow how a difference came about).
+        #[arg(long)]
+        trace: Option<PathBuf>,
     },
     /// Draw a PNG chart of throughput and p99 from `--json` result files.
     Chart {
@@ -222,7 +232,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             print!("{}", crate::diff::SCHEMA);
             return Ok(Vec::new());
         }
-        Command::Diff { seed, requests, allowed, out } => {
+        Command::Diff { seed, requests, allowed, out, reproductions, differences, trace } => {
             let targets = cli.targets();
             let [lyre, reference] = targets.as_slice() else {
                 anyhow::bail!("diff needs --compare-url: the reference server");
@@ -230,11 +240,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             let (lyre, reference) = (HttpClient::new(lyre)?, HttpClient::new(reference)?);
             lyre.wait_ready().await?;
             reference.wait_ready().await?;
-            let report = crate::diff::run(&lyre, &reference, *seed, *requests, allowed).await?;
+            let mut trace = trace.as_ref().map(std::fs::File::create).transpose()?.map(std::io::BufWriter::new);
+            let report = crate::diff::run(
+                &lyre,
+                &reference,
+                *seed,
+                *requests,
+                allowed,
+                *reproductions,
+                trace.as_mut().map(|t| t as &mut dyn std::io::Write),
+            )
+            .await?;
+            if let Some(trace) = trace.as_mut() {
+                std::io::Write::flush(trace)?;
+            }
             let text = report.markdown();
             print!("{text}");
             if let Some(out) = out {
                 std::fs::write(out, &text)?;
+            }
+            if let Some(path) = differences {
+                std::fs::write(path, serde_json::to_vec_pretty(&report.kinds)?)?;
             }
             return Ok(Vec::new());
         }

@@ -26,8 +26,11 @@ const VOLATILE: [&str; 8] = [
     "new_attributes",
 ];
 
-/// Reproductions kept per kind of request.
-const REPRODUCTIONS: usize = 4;
+/// Reproductions kept per kind of request unless told otherwise.
+pub const REPRODUCTIONS: usize = 4;
+
+/// Characters of a body a Markdown report shows.
+const SHOWN: usize = 300;
 
 /// A documented difference: requests of `kind` whose description contains every one
 /// of `contains` count as agreeing, for `reason`.
@@ -75,7 +78,7 @@ impl AllowList {
 pub struct Reproduction {
     /// The request.
     pub request: String,
-    /// Lyre's status and (normalised) body.
+    /// Lyre's status and (normalised) body, whole.
     pub lyre: (u16, String),
     /// The reference's.
     pub reference: (u16, String),
@@ -97,15 +100,28 @@ pub struct KindReport {
 }
 
 /// The whole comparison, by kind of request.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
+    /// Reproductions kept per kind.
+    pub limit: usize,
     /// Figures per kind.
     pub kinds: BTreeMap<&'static str, KindReport>,
     /// The allow-list entries that accounted for a difference, with their reasons.
     pub reasons: BTreeMap<String, String>,
 }
 
+impl Default for Report {
+    fn default() -> Self {
+        Self::keeping(REPRODUCTIONS)
+    }
+}
+
 impl Report {
+    /// An empty report that keeps up to `limit` reproductions per kind.
+    pub fn keeping(limit: usize) -> Self {
+        Self { limit, kinds: BTreeMap::new(), reasons: BTreeMap::new() }
+    }
+
     /// Compares one request's two answers.
     pub fn record(&mut self, request: &Request, lyre: (u16, Bytes), reference: (u16, Bytes), allow: &AllowList) {
         let kind = self.kinds.entry(request.kind).or_default();
@@ -124,10 +140,10 @@ impl Report {
             self.reasons.insert(allowed.id.clone(), allowed.reason.clone());
             return;
         }
-        if kind.reproductions.len() < REPRODUCTIONS {
+        if kind.reproductions.len() < self.limit {
             let raw = |status: u16, body: &Bytes, normal: &Value| match status {
-                400.. | 0 => shown(&Value::String(String::from_utf8_lossy(body).into_owned())),
-                _ => shown(normal),
+                400.. | 0 => Value::String(String::from_utf8_lossy(body).into_owned()).to_string(),
+                _ => normal.to_string(),
             };
             kind.reproductions.push(Reproduction {
                 request: request.describe(),
@@ -181,7 +197,11 @@ impl Report {
             for r in &kind.reproductions {
                 out.push_str(&format!(
                     "- `{}`\n  - lyre {}: `{}`\n  - reference {}: `{}`\n",
-                    r.request, r.lyre.0, r.lyre.1, r.reference.0, r.reference.1
+                    r.request,
+                    r.lyre.0,
+                    shortened(&r.lyre.1),
+                    r.reference.0,
+                    shortened(&r.reference.1)
                 ));
             }
         }
@@ -189,9 +209,8 @@ impl Report {
     }
 }
 
-fn shown(value: &Value) -> String {
-    let text = value.to_string();
-    if text.len() > 300 { format!("{}…", &text[..text.floor_char_boundary(300)]) } else { text }
+fn shortened(text: &str) -> String {
+    if text.len() > SHOWN { format!("{}…", &text[..text.floor_char_boundary(SHOWN)]) } else { text.to_owned() }
 }
 
 /// What is compared of an answer: an error's body only as "an error" (servers word

@@ -12,9 +12,10 @@
 //! * `generate.rs`: the request sequence (records, REST query strings, searches).
 //! * `compare.rs`: normalisation, comparison, the allow-list and the report.
 
-mod compare;
+pub mod compare;
 mod generate;
 
+use std::io::Write as _;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -68,6 +69,8 @@ pub async fn run(
     seed: u64,
     requests: usize,
     allowed: &Path,
+    reproductions: usize,
+    mut trace: Option<&mut dyn std::io::Write>,
 ) -> anyhow::Result<Report> {
     let allow = compare::AllowList::load(allowed)?;
     for setup in generate::setup() {
@@ -83,9 +86,17 @@ pub async fn run(
             );
         }
     }
-    let mut report = Report::default();
+    let mut report = Report::keeping(reproductions);
     for request in generate::sequence(seed, requests) {
         let (a, b) = (send(lyre, &request).await, send(reference, &request).await);
+        if let Some(out) = trace.as_mut() {
+            let line = serde_json::json!({
+                "request": request.describe(),
+                "lyre": [a.0, String::from_utf8_lossy(&a.1)],
+                "reference": [b.0, String::from_utf8_lossy(&b.1)],
+            });
+            writeln!(out, "{line}")?;
+        }
         report.record(&request, a, b, &allow);
     }
     Ok(report)

@@ -123,16 +123,16 @@ fn text(value: &Value) -> Option<std::borrow::Cow<'_, str>> {
     })
 }
 
-/// A total order for sorting: missing first (Harper 5 sorts an absent value below
-/// every other), then scalars in key order, then other values.
+/// A total order for sorting: a missing value equal to `null` and below every other
+/// (Harper 5's sort compares an absent value as `null`, so the next sort key orders
+/// the two), then scalars in key order, then other values.
 pub(crate) fn cmp_sort_values(a: Option<&Value>, b: Option<&Value>) -> Ordering {
     let rank = |v: Option<&Value>| match v {
-        None => 0,
-        Some(Value::Null) => 1,
-        Some(Value::Bool(_)) => 2,
-        Some(Value::Int(_) | Value::Float(_)) => 3,
-        Some(Value::String(_)) => 4,
-        Some(_) => 5,
+        None | Some(Value::Null) => 0,
+        Some(Value::Bool(_)) => 1,
+        Some(Value::Int(_) | Value::Float(_)) => 2,
+        Some(Value::String(_)) => 3,
+        Some(_) => 4,
     };
     match (a, b) {
         (Some(x), Some(y)) => x.cmp_scalar(y).unwrap_or_else(|| rank(a).cmp(&rank(b))),
@@ -230,9 +230,10 @@ mod tests {
     }
 
     #[test]
-    fn missing_values_sort_first() {
+    fn missing_values_sort_first_as_null() {
         assert_eq!(cmp_sort_values(None, Some(&Value::Int(1))), Ordering::Less);
-        assert_eq!(cmp_sort_values(None, Some(&Value::Null)), Ordering::Less);
+        assert_eq!(cmp_sort_values(None, Some(&Value::Bool(false))), Ordering::Less);
+        assert_eq!(cmp_sort_values(None, Some(&Value::Null)), Ordering::Equal);
         assert_eq!(cmp_sort_values(Some(&Value::Null), Some(&Value::Int(1))), Ordering::Less);
         assert_eq!(cmp_sort_values(Some(&Value::Int(2)), Some(&Value::Float(1.5))), Ordering::Greater);
     }

@@ -109,6 +109,18 @@ async fn contains_and_ends_with_read_numbers_as_text_and_ranges_cross_types() {
 }
 
 #[tokio::test]
+async fn a_sort_compares_an_absent_value_as_null() {
+    let s = items().await;
+    let (status, _, answer) = s.rest_send(Method::PUT, "/items/0", Some(&json!({"name": "z", "price": null})), &[]).await;
+    assert_eq!(status, 204, "{answer}");
+    // 0 (price null) and 2 (no price) tie, so the next key, the id, orders them.
+    let (_, _, up) = s.rest_send(Method::GET, "/items/?sort(price,id)&select(id)", None, &[]).await;
+    assert_eq!(up, json!(["0", "2", "3", "1", "4"]));
+    let (_, _, down) = s.rest_send(Method::GET, "/items/?sort(-price,id)&select(id)", None, &[]).await;
+    assert_eq!(down, json!(["4", "1", "3", "0", "2"]));
+}
+
+#[tokio::test]
 async fn integral_floats_are_integers_and_absent_properties_stay_absent() {
     let s = items().await;
     let (status, _, body) = s.rest_send(Method::PUT, "/items/5", Some(&json!({"name": "e", "qty": -0.0})), &[]).await;
