@@ -45,8 +45,39 @@ pub struct Allowed {
     /// Only when the statuses are these (`[lyre, reference]`), if given.
     #[serde(default)]
     pub statuses: Option<[u16; 2]>,
+    /// Only when the reference's results relate so to Lyre's, if given: an entry for
+    /// a reference that leaves records out (or adds some) then covers no other kind
+    /// of difference in the same requests.
+    #[serde(default)]
+    pub relation: Option<Relation>,
     /// Why the difference is deliberate or the reference is wrong.
     pub reason: String,
+}
+
+/// How the reference's results (an array) relate to Lyre's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Relation {
+    /// The reference's are Lyre's with some left out, the rest in Lyre's order.
+    Fewer,
+    /// The reference's are Lyre's with some added, Lyre's in the reference's order.
+    More,
+}
+
+impl Relation {
+    fn holds(self, lyre: &Value, reference: &Value) -> bool {
+        let (Value::Array(a), Value::Array(b)) = (lyre, reference) else { return false };
+        match self {
+            Relation::Fewer => b.len() < a.len() && is_subsequence(b, a),
+            Relation::More => a.len() < b.len() && is_subsequence(a, b),
+        }
+    }
+}
+
+/// Whether every item of `short` appears in `long`, in the same order.
+fn is_subsequence(short: &[Value], long: &[Value]) -> bool {
+    let mut rest = long.iter();
+    short.iter().all(|item| rest.any(|candidate| candidate == item))
 }
 
 /// The allow-list file.
@@ -63,12 +94,13 @@ impl AllowList {
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
-    fn find(&self, request: &Request, statuses: [u16; 2]) -> Option<&Allowed> {
+    fn find(&self, request: &Request, statuses: [u16; 2], answers: [&Value; 2]) -> Option<&Allowed> {
         let described = request.describe();
         self.allowed.iter().find(|a| {
             (a.kind == "*" || a.kind == request.kind)
                 && a.contains.iter().all(|c| described.contains(c.as_str()))
                 && a.statuses.is_none_or(|s| s == statuses)
+                && a.relation.is_none_or(|r| r.holds(answers[0], answers[1]))
         })
     }
 }
@@ -135,7 +167,7 @@ impl Report {
             kind.agree += 1;
             return;
         }
-        if let Some(allowed) = allow.find(request, statuses) {
+        if let Some(allowed) = allow.find(request, statuses, [&a, &b]) {
             *kind.allowed.entry(allowed.id.clone()).or_default() += 1;
             self.reasons.insert(allowed.id.clone(), allowed.reason.clone());
             return;
@@ -263,5 +295,22 @@ fn clean(value: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_relation_holds_only_for_records_left_out_or_added_in_order() {
+        let lyre = json!([{"id": 1}, {"id": 2}, {"id": 3}]);
+        assert!(Relation::Fewer.holds(&lyre, &json!([{"id": 1}, {"id": 3}])));
+        assert!(!Relation::Fewer.holds(&lyre, &json!([{"id": 3}, {"id": 1}])), "reordered");
+        assert!(!Relation::Fewer.holds(&lyre, &json!([{"id": 1}, {"id": 4}])), "another record");
+        assert!(!Relation::Fewer.holds(&lyre, &lyre), "the same");
+        assert!(Relation::More.holds(&json!([{"id": 2}]), &lyre));
+        assert!(!Relation::More.holds(&lyre, &json!({"id": 1})), "not an array");
     }
 }
