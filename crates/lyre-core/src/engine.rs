@@ -8,7 +8,7 @@ use std::time::Duration;
 use lyre_store::{DatabaseOptions, Layout, VersionClock, WriterOptions};
 use parking_lot::{Mutex, RwLock};
 
-use crate::access::{Context, require_super_user};
+use crate::access::{CatalogView, Context, Structure, require_structure, require_super_user};
 use crate::catalog::{
     SYSTEM_DATABASE, TableDefinition, TableSpec, check_name_length, validate_attribute_name, validate_database_name,
     validate_table_name,
@@ -19,7 +19,7 @@ use crate::failpoint;
 use crate::lifecycle::files::{self, FileLock, refuse_symlink};
 use crate::lifecycle::marker::{Kind, Targets};
 use crate::lifecycle::{self, Blocked};
-use crate::users::{AdminBootstrap, Users};
+use crate::users::{AdminBootstrap, LoginLimit, Users};
 
 /// How to start the engine.
 #[derive(Debug, Clone)]
@@ -36,6 +36,8 @@ pub struct EngineOptions {
     pub admin: AdminBootstrap,
     /// How long a verified login is trusted without re-hashing.
     pub auth_cache_ttl: Duration,
+    /// The bound on failed logins per user name and per address.
+    pub login_limit: LoginLimit,
     /// Where databases live (Harper's `storage.path`); `<root>/database` when `None`.
     pub databases_dir: Option<PathBuf>,
     /// How long a drop or restore waits for a database's users to leave before it
@@ -109,7 +111,8 @@ impl Engine {
                 db
             }
         };
-        let (users, generated) = Users::bootstrap(system, &options.admin, options.auth_cache_ttl).await?;
+        let (users, generated) =
+            Users::bootstrap(system, &options.admin, options.auth_cache_ttl, options.login_limit).await?;
         let engine = Engine {
             layout,
             options,
@@ -173,8 +176,9 @@ impl Engine {
     }
 
     /// Creates a database. Fails if it exists.
+    /// Super users and structure users of every database may.
     pub async fn create_database(&self, ctx: &Context, name: &str) -> Result<Arc<Db>> {
-        require_super_user(ctx)?;
+        require_all_structure(ctx, "create_database")?;
         validate_database_name(name)?;
         let _guard = self.lifecycle.lock().await;
         self.check_not_blocked(name)?;
@@ -209,7 +213,7 @@ impl Engine {
 
     /// Creates a table, creating its database first if needed (as Harper does).
     pub async fn create_table(&self, ctx: &Context, database: &str, spec: TableSpec) -> Result<()> {
-        require_super_user(ctx)?;
+        require_structure(ctx, database, "create_table")?;
         validate_database_name(database)?;
         validate_table_name(&spec.name)?;
         check_name_length("primary_key", &spec.primary_key)?;
@@ -257,7 +261,7 @@ impl Engine {
     /// not within the release timeout, with nothing changed), then the recorded
     /// directory is deleted strictly and the marker removed.
     pub async fn drop_database(&self, ctx: &Context, name: &str) -> Result<()> {
-        require_super_user(ctx)?;
+        require_all_structure(ctx, "drop_database")?;
         if name == SYSTEM_DATABASE {
             return Err(Error::invalid("the system database cannot be dropped"));
         }
@@ -472,4 +476,32 @@ fn blocked(name: &str, reason: &str) -> Error {
 /// scans) on the blocking pool, off the async workers.
 pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(work).await.map_err(|e| Error::Stopped(e.to_string()))?
+}
+
+/// Roles are checked against the databases and tables open now.
+impl CatalogView for Engine {
+    fn has_database(&self, name: &str) -> bool {
+        self.databases.read().contains_key(name)
+    }
+
+    fn table_attributes(&self, database: &str, table: &str) -> Option<Vec<String>> {
+        let db = self.databases.read().get(database).cloned()?;
+        let schema = db.schema();
+        let table = schema.table(table)?;
+        Some(table.attributes.iter().map(|a| a.name.clone()).collect())
+    }
+}
+
+/// Fails unless the user may change the structure of every database (create and
+/// drop databases): a super user or a `structure_user: true` role. A role whose
+/// `structure_user` lists databases may not, as in Harper.
+fn require_all_structure(ctx: &Context, operation: &str) -> Result<()> {
+    if ctx.user.role.permissions.structure == Structure::All {
+        return Ok(());
+    }
+    require_super_user(ctx).map_err(|_| {
+        Error::Forbidden(Box::new(crate::access::Denial::because(format!(
+            "Operation '{operation}' is restricted to 'super_user' roles"
+        ))))
+    })
 }

@@ -2,6 +2,8 @@
 
 use lyre_store::Error as StoreError;
 
+use crate::value::{Object, Value};
+
 /// Result alias for core operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -48,6 +50,8 @@ pub enum Code {
     UnsupportedMediaType,
     /// No acceptable response media type.
     NotAcceptable,
+    /// Too many attempts lately (failed logins); retry later.
+    TooManyRequests,
     /// The write queue is full or the database is closing.
     Overloaded,
     /// The database has reached its configured maximum size.
@@ -58,7 +62,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, for exhaustive table tests.
-    pub const ALL: [Code; 16] = [
+    pub const ALL: [Code; 17] = [
         Code::BadRequest,
         Code::Conflict,
         Code::PreconditionFailed,
@@ -72,6 +76,7 @@ impl Code {
         Code::PayloadTooLarge,
         Code::UnsupportedMediaType,
         Code::NotAcceptable,
+        Code::TooManyRequests,
         Code::Overloaded,
         Code::StorageFull,
         Code::Internal,
@@ -94,6 +99,7 @@ impl Code {
             Code::PayloadTooLarge => (413, Class::User, false),
             Code::UnsupportedMediaType => (415, Class::User, false),
             Code::NotAcceptable => (406, Class::User, false),
+            Code::TooManyRequests => (429, Class::User, true),
             Code::Overloaded => (503, Class::Unavailable, true),
             Code::StorageFull => (507, Class::Unavailable, false),
             Code::Internal => (500, Class::Internal, false),
@@ -168,6 +174,18 @@ pub enum Error {
     /// A record to create already exists.
     #[error("{0}")]
     Conflict(String),
+    /// A named thing (a user, a role) does not exist; the message says which.
+    #[error("{0}")]
+    Missing(String),
+    /// A role's permission document is malformed or names what does not exist.
+    #[error("Errors in the role permissions JSON provided")]
+    InvalidPermissions(Box<crate::access::PermissionErrors>),
+    /// The user's account is switched off (`active: false`).
+    #[error("Cannot complete request: User is inactive")]
+    Inactive,
+    /// Too many failed logins for this user or from this address lately.
+    #[error("Too many failed login attempts; try again in {0} seconds")]
+    TooManyLogins(u64),
     /// A conditional write found the record changed (or gone) at commit.
     #[error("{0}")]
     PreconditionFailed(String),
@@ -183,9 +201,15 @@ pub enum Error {
     /// Wrong credentials.
     #[error("Login failed")]
     LoginFailed,
-    /// The user may not run this.
+    /// The user may not run this; the denial says why, in Harper's 403 body.
     #[error("This operation is not authorized due to role restrictions and/or invalid database items")]
-    Forbidden,
+    Forbidden(Box<Denial>),
+    /// A client asked to change the `system` database directly (users and roles
+    /// change only through their operations).
+    #[error(
+        "The 'system' database, tables and records are used internally by HarperDB and cannot be updated or removed."
+    )]
+    SystemReadOnly,
     /// A failure in the storage engine.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -208,12 +232,16 @@ impl Error {
             | Error::AttributeNotFound(_) => Code::NotFound,
             Error::DatabaseExists(_) | Error::TableExists { .. } | Error::AttributeExists { .. } => Code::AlreadyExists,
             Error::Conflict(_) => Code::Conflict,
+            Error::Missing(_) => Code::NotFound,
+            Error::InvalidPermissions(_) => Code::BadRequest,
+            Error::Inactive => Code::LoginFailed,
+            Error::TooManyLogins(_) => Code::TooManyRequests,
             Error::PreconditionFailed(_) => Code::PreconditionFailed,
             Error::Lifecycle(e) => e.code(),
             Error::Failpoint(_) => Code::Internal,
             Error::MustLogin => Code::MustLogin,
             Error::LoginFailed => Code::LoginFailed,
-            Error::Forbidden => Code::Forbidden,
+            Error::Forbidden(_) | Error::SystemReadOnly => Code::Forbidden,
             Error::Store(e) => match e {
                 StoreError::Overloaded | StoreError::Closed | StoreError::BatchAborted(_) => Code::Overloaded,
                 StoreError::MapFull { .. } => Code::StorageFull,
@@ -307,6 +335,61 @@ impl From<rmp_serde::decode::Error> for Error {
     }
 }
 
+/// Why a request was refused, in Harper's 403 body: what the role lacks
+/// (`unauthorized_access`: messages, or per-table entries naming the permissions
+/// required) and what it may not even see (`invalid_schema_items`, worded as if the
+/// item did not exist, so a role learns nothing of what it cannot read).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Denial {
+    /// Messages or `{schema, table, required_table_permissions, required_attribute_permissions}` entries.
+    pub unauthorized_access: Vec<Value>,
+    /// `database 'x' does not exist`, `Table 'x.y' does not exist`, `Attribute 'a' does not exist on 'x.y'`.
+    pub invalid_schema_items: Vec<String>,
+}
+
+impl Denial {
+    /// A refusal for one reason, as a message.
+    pub fn because(message: impl Into<String>) -> Self {
+        Self { unauthorized_access: vec![Value::String(message.into())], invalid_schema_items: Vec::new() }
+    }
+
+    /// The two lists, as the properties of Harper's 403 body beside `error`.
+    pub fn into_body(self) -> Object {
+        let mut body = Object::new();
+        body.insert("unauthorized_access".into(), Value::Array(self.unauthorized_access));
+        let items = self.invalid_schema_items.into_iter().map(Value::String).collect();
+        body.insert("invalid_schema_items".into(), Value::Array(items));
+        body
+    }
+
+    /// A refusal that hides an item the role cannot see.
+    pub fn hidden(item: impl Into<String>) -> Self {
+        Self { unauthorized_access: Vec::new(), invalid_schema_items: vec![item.into()] }
+    }
+
+    pub(crate) fn table(database: &str, table: &str, actions: Vec<&str>, attributes: Vec<(String, Vec<&str>)>) -> Self {
+        let mut entry = Object::new();
+        entry.insert("schema".into(), database.into());
+        entry.insert("table".into(), table.into());
+        entry.insert("required_table_permissions".into(), strings(actions));
+        let attributes = attributes
+            .into_iter()
+            .map(|(name, needed)| {
+                let mut a = Object::new();
+                a.insert("attribute_name".into(), name.into());
+                a.insert("required_permissions".into(), strings(needed));
+                Value::Object(a)
+            })
+            .collect();
+        entry.insert("required_attribute_permissions".into(), Value::Array(attributes));
+        Self { unauthorized_access: vec![Value::Object(entry)], invalid_schema_items: Vec::new() }
+    }
+}
+
+fn strings(items: Vec<&str>) -> Value {
+    Value::Array(items.into_iter().map(Value::from).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,7 +399,8 @@ mod tests {
         for code in Code::ALL {
             let (status, class, retryable) = code.row();
             assert!((400..600).contains(&status), "{code:?}");
-            assert_eq!(retryable, class == Class::Unavailable && status == 503, "{code:?}");
+            // Retry later: an overloaded server, or a client over a rate limit.
+            assert_eq!(retryable, (class == Class::Unavailable && status == 503) || status == 429, "{code:?}");
             assert_eq!(class == Class::Internal, status == 500, "{code:?}");
             assert_eq!(class == Class::Auth, matches!(status, 401 | 403), "{code:?}");
         }

@@ -131,8 +131,8 @@ async fn writes_queries_and_restart() {
         )
         .unwrap();
     assert!(collect(tags).is_empty(), "index entries of a deleted record must be gone");
-    assert!(engine.users().authenticate("admin", "password").is_ok());
-    assert!(engine.users().authenticate("admin", "wrong").is_err());
+    assert!(engine.users().authenticate("admin", "password", None).is_ok());
+    assert!(engine.users().authenticate("admin", "wrong", None).is_err());
     engine.shutdown().await;
 }
 

@@ -58,7 +58,7 @@ pub enum AuthError {
     /// No credentials where some are needed.
     #[error("Must login")]
     MustLogin,
-    /// Wrong or unreadable credentials.
+    /// Unreadable credentials.
     #[error("Login failed")]
     LoginFailed,
     /// A token that is not valid (tokens are not issued yet, so none is).
@@ -85,9 +85,10 @@ impl AppState {
                     return Ok(user);
                 }
                 let engine = self.engine.clone();
-                let verified = tokio::task::spawn_blocking(move || engine.users().authenticate(&username, &password))
-                    .await
-                    .map_err(|e| lyre_core::Error::Stopped(e.to_string()))?;
+                let verified =
+                    tokio::task::spawn_blocking(move || engine.users().authenticate(&username, &password, Some(peer)))
+                        .await
+                        .map_err(|e| lyre_core::Error::Stopped(e.to_string()))?;
                 Ok(verified?)
             }
         }

@@ -75,6 +75,10 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
             password: env("HDB_ADMIN_PASSWORD"),
         },
         auth_cache_ttl: Duration::from_millis(config.authentication.cache_ttl),
+        login_limit: lyre_core::users::LoginLimit {
+            attempts: config.authentication.max_login_attempts,
+            window: config.authentication.login_attempt_window.0,
+        },
         databases_dir: config.storage.path.clone(),
         release_timeout: Duration::from_millis(config.storage.release_timeout),
     };

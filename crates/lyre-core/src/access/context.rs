@@ -10,17 +10,25 @@ use crate::access::User;
 pub struct Context {
     /// The authenticated user.
     pub user: Arc<User>,
+    /// The server's own work (bootstrap, the user and role operations' writes, the
+    /// services): the only context that may change the `system` database.
+    internal: bool,
 }
 
 impl Context {
-    /// A context for `user`.
+    /// A context for `user`, a client.
     pub fn new(user: Arc<User>) -> Self {
-        Self { user }
+        Self { user, internal: false }
     }
 
     /// The server itself (bootstrap, maintenance): a super user named `lyre`.
     pub fn system() -> Self {
-        Self { user: Arc::new(User::system()) }
+        Self { user: Arc::new(User::system()), internal: true }
+    }
+
+    /// Whether this is the server's own work rather than a client's request.
+    pub fn is_internal(&self) -> bool {
+        self.internal
     }
 
     /// The name recorded in the transaction log.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use lyre_store::{TableStore, WriteTxn};
 use serde::{Deserialize, Serialize};
 
-use crate::access::{Context, require_super_user};
+use crate::access::{Action, Context, check_table, require_structure, require_super_user};
 use crate::catalog::{
     AttributeSpec, COUNTERS_KEY, CREATED_TIME, SchemaState, TableDefinition, TableSchema, TableSpec, UPDATED_TIME,
     validate_attribute_name, validate_definition_names,
@@ -122,7 +122,7 @@ fn apply_definition(txn: &mut WriteTxn<'_, '_>, state: &mut SchemaState, definit
 impl Db {
     /// Creates a table. Fails if it exists.
     pub async fn create_table(&self, ctx: &Context, spec: TableSpec) -> Result<()> {
-        require_super_user(ctx)?;
+        require_structure(ctx, self.name(), "create_table")?;
         if self.schema().table(&spec.name).is_some() {
             return Err(Error::TableExists { database: self.name().to_string(), table: spec.name });
         }
@@ -172,7 +172,7 @@ impl Db {
 
     /// Drops a table and all its records.
     pub async fn drop_table(&self, ctx: &Context, table: &str) -> Result<()> {
-        require_super_user(ctx)?;
+        require_structure(ctx, self.name(), "drop_table")?;
         self.refuse_system_change()?;
         let name = table.to_string();
         let database = self.name().to_string();
@@ -192,8 +192,12 @@ impl Db {
     }
 
     /// Adds an attribute to a table and indexes the existing records for it.
+    /// Structure users may, and so may a role that may insert into the table (as in
+    /// Harper, where inserting a new property creates the attribute anyway).
     pub async fn create_attribute(&self, ctx: &Context, table: &str, spec: AttributeSpec) -> Result<()> {
-        require_super_user(ctx)?;
+        if require_structure(ctx, self.name(), "create_attribute").is_err() {
+            check_table(ctx, self.name(), table, &[Action::Insert])?;
+        }
         self.refuse_system_change()?;
         validate_attribute_name(&spec.name)?;
         let table = table.to_string();
@@ -228,7 +232,7 @@ impl Db {
     /// attribute the table does not have is already gone: nothing changes and the
     /// drop succeeds, as in Harper.
     pub async fn drop_attribute(&self, ctx: &Context, table: &str, attribute: &str) -> Result<()> {
-        require_super_user(ctx)?;
+        require_structure(ctx, self.name(), "drop_attribute")?;
         self.refuse_system_change()?;
         let table = table.to_string();
         let attribute = attribute.to_string();

@@ -93,3 +93,24 @@ pub struct Query {
     /// Which attributes to return.
     pub select: super::Select,
 }
+
+impl Query {
+    /// The attributes of the searched table the query reads: those its conditions
+    /// compare (a relationship's field for conditions through it), the first step of
+    /// each sort key, and those its projection names. What a role must be able to
+    /// read to run it.
+    pub fn attributes_read(&self) -> Vec<&str> {
+        fn of<'q>(condition: &'q Condition, out: &mut Vec<&'q str>) {
+            match condition {
+                Condition::Compare { attribute, .. } => out.push(attribute),
+                Condition::Related { relationship, .. } => out.push(relationship),
+                Condition::Group { conditions, .. } => conditions.iter().for_each(|c| of(c, out)),
+            }
+        }
+        let mut out = Vec::new();
+        self.conditions.iter().for_each(|c| of(c, &mut out));
+        out.extend(self.sort.iter().map(|key| key.attribute.split('.').next().unwrap_or_default()));
+        out.extend(self.select.attributes_named());
+        out
+    }
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use lyre_store::{ReadTxn, TableStore, encode_key, index_entry_primary_key, prefix_successor};
 use parking_lot::Mutex;
 
+use crate::access::{Action, Context, TableAccess, check_table};
 use crate::catalog::{Relationship, TableSchema};
 use crate::db::Db;
 use crate::error::{Error, Result};
@@ -18,22 +19,51 @@ use crate::value::{Object, Value};
 type Target = (Arc<TableSchema>, Option<TableStore>);
 
 /// Resolves the related records of a record, reading the same snapshot as the query.
+/// With a viewer, each related table is checked for the viewer's read permission
+/// and its records come without the attributes the viewer may not read, so a
+/// relationship field or a condition through one shows no more than a direct read.
 pub(crate) struct Related<'t> {
     txn: &'t ReadTxn,
     db: &'t Arc<Db>,
     table: &'t TableSchema,
     tables: Mutex<HashMap<String, Target>>,
+    viewer: Option<&'t Context>,
+    access: Mutex<HashMap<String, TableAccess>>,
 }
 
 impl<'t> Related<'t> {
+    /// Follows `table`'s relationships in `txn`, seeing everything (the server's own
+    /// reads); see [`Related::viewed_by`].
     pub(crate) fn new(txn: &'t ReadTxn, db: &'t Arc<Db>, table: &'t TableSchema) -> Self {
-        Self { txn, db, table, tables: Mutex::new(HashMap::new()) }
+        Self { txn, db, table, tables: Mutex::new(HashMap::new()), viewer: None, access: Mutex::new(HashMap::new()) }
     }
 
-    /// The same snapshot, following `table`'s relationships (a projection nested
-    /// inside a related record).
+    /// The same, showing only what `viewer` may read.
+    pub(crate) fn viewed_by(mut self, viewer: &'t Context) -> Self {
+        self.viewer = Some(viewer);
+        self
+    }
+
+    /// The same snapshot and viewer, following `table`'s relationships (a
+    /// projection nested inside a related record).
     pub(crate) fn of<'a>(&'a self, table: &'a TableSchema) -> Related<'a> {
-        Related::new(self.txn, self.db, table)
+        let related = Related::new(self.txn, self.db, table);
+        match self.viewer {
+            Some(viewer) => related.viewed_by(viewer),
+            None => related,
+        }
+    }
+
+    /// What the viewer may do on `target` (nothing to check without a viewer).
+    fn access(&self, target: &TableSchema) -> Result<Option<TableAccess>> {
+        let Some(viewer) = self.viewer else { return Ok(None) };
+        let mut known = self.access.lock();
+        if let Some(found) = known.get(&target.name) {
+            return Ok(Some(found.clone()));
+        }
+        let access = check_table(viewer, self.db.name(), &target.name, &[Action::Read])?;
+        known.insert(target.name.clone(), access.clone());
+        Ok(Some(access))
     }
 
     /// The relationship named `name` of the queried table.
@@ -56,6 +86,7 @@ impl<'t> Related<'t> {
     /// The records `record` is related to through `relationship`.
     pub(crate) fn records(&self, record: &Object, relationship: &Relationship) -> Result<Vec<Object>> {
         let (target, store) = self.target(relationship)?;
+        let access = self.access(&target)?;
         let Some(store) = store else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         let live = Live::of(&target);
@@ -80,6 +111,9 @@ impl<'t> Related<'t> {
         } else if let Some(to) = &relationship.to {
             let Some(own_key) = record.get(&self.table.primary_key) else { return Ok(out) };
             out = records_where(self.txn, &target, &store, to, own_key)?;
+        }
+        if let Some(access) = access.filter(TableAccess::restricts_attributes) {
+            out.iter_mut().for_each(|related| access.strip(related, &target.primary_key));
         }
         Ok(out)
     }

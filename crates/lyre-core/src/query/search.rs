@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use lyre_store::{ReadTxn, TableStore};
 
+use crate::access::{Action, Context, TableAccess};
 use crate::catalog::TableSchema;
 use crate::db::{Db, Lease};
 use crate::error::{Error, LifecycleError, Result};
@@ -33,12 +34,25 @@ pub struct Search {
     driver: Driver,
     order: Order,
     query: Query,
+    /// Who searches: what it may read here, and (for related records) elsewhere.
+    ctx: Context,
+    access: TableAccess,
 }
 
 impl Search {
     /// Validates `query` against table `schema` of `db` and picks its driver, on a
-    /// fresh snapshot; `lease` names the search as a holder of the database.
-    pub(crate) fn plan(db: Arc<Db>, schema: Arc<TableSchema>, query: Query, lease: Lease) -> Result<Search> {
+    /// fresh snapshot; `lease` names the search as a holder of the database. `access`
+    /// is what `ctx` may do here: the query may read only attributes it grants, and
+    /// results leave out those it hides.
+    pub(crate) fn plan(
+        db: Arc<Db>,
+        schema: Arc<TableSchema>,
+        query: Query,
+        lease: Lease,
+        ctx: &Context,
+        access: TableAccess,
+    ) -> Result<Search> {
+        access.require_attributes(query.attributes_read(), &[Action::Read], &schema.primary_key)?;
         for condition in &query.conditions {
             validate_condition(&db, &schema, condition)?;
         }
@@ -53,7 +67,7 @@ impl Search {
             None => Driver::Keys(Vec::new()),
         };
         let order = order_for(&schema, &query, &mut driver);
-        Ok(Search { db, schema, _lease: lease, txn, store, driver, order, query })
+        Ok(Search { db, schema, _lease: lease, txn, store, driver, order, query, ctx: ctx.clone(), access })
     }
 
     /// The database searched: a long-running consumer checks
@@ -87,7 +101,8 @@ impl Search {
         };
         let schema = self.schema.clone();
         let live = Live::of(&schema);
-        let related = Related::new(&self.txn, &self.db, &schema);
+        let related = Related::new(&self.txn, &self.db, &schema).viewed_by(&self.ctx);
+        let (access, key) = (&self.access, schema.primary_key.as_str());
         let related = Some(&related);
         let query = &self.query;
         let conditions = &query.conditions;
@@ -112,7 +127,7 @@ impl Search {
                         skip -= 1;
                         return Ok(ControlFlow::Continue(()));
                     }
-                    if sink(query.select.project_value(&schema, record, related)?).is_break() {
+                    if sink(access.strip_value(query.select.project_value(&schema, record, related)?, key)).is_break() {
                         return Ok(ControlFlow::Break(()));
                     }
                     remaining -= 1;
@@ -145,7 +160,7 @@ impl Search {
                 sort_records(&mut matched, keys);
                 let page = matched.into_iter().skip(query.offset).take(query.limit.unwrap_or(usize::MAX));
                 for (_, record) in page {
-                    if sink(query.select.project_value(&schema, record, related)?).is_break() {
+                    if sink(access.strip_value(query.select.project_value(&schema, record, related)?, key)).is_break() {
                         break;
                     }
                 }

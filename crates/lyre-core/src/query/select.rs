@@ -52,6 +52,17 @@ pub enum Shaped {
 }
 
 impl Select {
+    /// The attributes of the record the projection names (none for the whole record).
+    pub fn attributes_named(&self) -> Vec<&str> {
+        match self {
+            Select::Raw | Select::All => Vec::new(),
+            Select::Attributes(names) => names.iter().map(String::as_str).collect(),
+            Select::Fields { fields, .. } => {
+                fields.iter().map(|f| f.name.as_str()).filter(|name| *name != "$id").collect()
+            }
+        }
+    }
+
     /// Fails when a named attribute is not in the table.
     pub fn validate(&self, table: &TableSchema) -> Result<()> {
         match self {

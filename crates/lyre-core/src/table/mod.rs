@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use lyre_store::{ReadTxn, TableStore};
 
-use crate::access::{Action, Context, check_table, require_super_user};
+use crate::access::{Action, Context, TableAccess, check_table, require_super_user};
 use crate::catalog::TableSchema;
 use crate::db::{Db, ForUser, TableStats};
 use crate::error::{Error, Result};
@@ -61,6 +61,11 @@ impl Table {
         &self.db
     }
 
+    /// What `ctx` may do here, refused unless it may do every one of `actions`.
+    pub fn access(&self, ctx: &Context, actions: &[Action]) -> Result<TableAccess> {
+        check_table(ctx, self.database(), &self.schema.name, actions)
+    }
+
     /// Inserts records; those whose primary key exists are skipped.
     pub async fn insert(&self, ctx: &Context, records: Vec<Object>) -> Result<WriteSummary> {
         self.write_with(ctx, WriteMode::Insert, records, WriteOptions::default()).await
@@ -85,7 +90,7 @@ impl Table {
     /// `options.expect` holds at commit (else nothing is deleted: 412), and at
     /// `options.at` when given (a replicated delete loses to a later write).
     pub async fn delete_with(&self, ctx: &Context, ids: Vec<Value>, options: WriteOptions) -> Result<DeleteSummary> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Delete)?;
+        self.access(ctx, &[Action::Delete])?;
         write::delete(self, ctx, ids, options).await
     }
 
@@ -100,20 +105,27 @@ impl Table {
         records: Vec<Object>,
         options: WriteOptions,
     ) -> Result<WriteSummary> {
-        // Insert needs insert permission, update needs update, the rest need both.
-        if mode != WriteMode::Update {
-            check_table(ctx, self.database(), &self.schema.name, Action::Insert)?;
-        }
-        if mode != WriteMode::Insert {
-            check_table(ctx, self.database(), &self.schema.name, Action::Update)?;
+        // Insert needs insert permission, update needs update, the rest need both, on
+        // the table and on every attribute a record sets: a record touching one the
+        // role may not write refuses the whole request.
+        let actions: &[Action] = match mode {
+            WriteMode::Insert => &[Action::Insert],
+            WriteMode::Update => &[Action::Update],
+            _ => &[Action::Insert, Action::Update],
+        };
+        let access = self.access(ctx, actions)?;
+        if access.restricts_attributes() {
+            let names = records.iter().flat_map(|r| r.keys().map(String::as_str));
+            access.require_attributes(names, actions, &self.schema.primary_key)?;
         }
         let prepared = write::prepare(&self.schema, mode, records, options.expect)?;
         write::apply(self, ctx, mode, prepared, options.at).await
     }
 
     /// One record and the version of its last write (for ETags), if it exists.
+    /// Attributes the role may not read are left out.
     pub fn get(&self, ctx: &Context, id: &Value) -> Result<Option<(Object, RecordVersion)>> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
+        let access = self.access(ctx, &[Action::Read])?;
         let key = validate::encode_primary_key(id)?;
         let txn = self.db.store().read()?;
         let Some(store) = txn.table(&self.schema.name)? else { return Ok(None) };
@@ -123,7 +135,9 @@ impl Table {
             return Ok(None);
         }
         let version = RecordVersion::of(&entry);
-        Ok(Some((entry.record, version)))
+        let mut record = entry.record;
+        access.strip(&mut record, &self.schema.primary_key);
+        Ok(Some((record, version)))
     }
 
     /// Replaces the record with primary key `id` by `body` (creating it if absent),
@@ -148,9 +162,11 @@ impl Table {
         }
     }
 
-    /// The records with these primary keys, in the order asked, missing ones omitted.
+    /// The records with these primary keys, in the order asked, missing ones omitted;
+    /// attributes the role may not read are left out (and naming one is refused).
     pub fn get_many(&self, ctx: &Context, ids: &[Value], select: &Select) -> Result<Vec<Object>> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
+        let access = self.access(ctx, &[Action::Read])?;
+        access.require_attributes(select.attributes_named(), &[Action::Read], &self.schema.primary_key)?;
         select.validate(&self.schema)?;
         let txn = self.db.store().read()?;
         let Some(store) = txn.table(&self.schema.name)? else {
@@ -166,7 +182,9 @@ impl Table {
             let Ok(key) = validate::encode_primary_key(id) else { continue };
             if let Some(record) = txn.get_record(&store, &key)?.map(|stored| live.decode(stored)).transpose()?.flatten()
             {
-                out.push(select.project(&self.schema, record));
+                let mut record = select.project(&self.schema, record);
+                access.strip(&mut record, &self.schema.primary_key);
+                out.push(record);
             }
         }
         Ok(out)
@@ -267,26 +285,28 @@ impl Table {
 
     /// Record count and sizes, for `describe_table`.
     pub fn stats(&self, ctx: &Context) -> Result<TableStats> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
+        self.access(ctx, &[Action::Read])?;
         self.db.table_stats(&self.schema)
     }
 
     /// Projects one record (as returned by [`Table::get`]) through `select`,
     /// following relationships the projection names.
     pub fn project(&self, ctx: &Context, record: Object, select: &Select) -> Result<Value> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
+        let access = self.access(ctx, &[Action::Read])?;
+        access.require_attributes(select.attributes_named(), &[Action::Read], &self.schema.primary_key)?;
         select.validate(&self.schema)?;
         let txn = self.db.store().read()?;
-        let related = crate::query::Related::new(&txn, &self.db, &self.schema);
-        select.project_value(&self.schema, record, Some(&related))
+        let related = crate::query::Related::new(&txn, &self.db, &self.schema).viewed_by(ctx);
+        let projected = select.project_value(&self.schema, record, Some(&related))?;
+        Ok(access.strip_value(projected, &self.schema.primary_key))
     }
 
     /// Plans a search on a fresh snapshot; run it with [`Search::run`]. Fails before
     /// any result when the query names unknown attributes or is malformed.
     pub fn search(&self, ctx: &Context, query: Query) -> Result<Search> {
-        check_table(ctx, self.database(), &self.schema.name, Action::Read)?;
+        let access = self.access(ctx, &[Action::Read])?;
         let lease = self.db.lease(ForUser { what: SearchOf(self.schema.clone()), user: ctx.user.clone() });
-        Search::plan(self.db.clone(), self.schema.clone(), query, lease)
+        Search::plan(self.db.clone(), self.schema.clone(), query, lease, ctx, access)
     }
 }
 

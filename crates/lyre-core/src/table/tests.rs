@@ -20,6 +20,7 @@ async fn table(dir: &std::path::Path) -> (std::sync::Arc<Engine>, Table) {
         writer: Default::default(),
         admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
         auth_cache_ttl: Duration::from_secs(30),
+        login_limit: Default::default(),
         databases_dir: None,
         release_timeout: Duration::from_secs(5),
     };

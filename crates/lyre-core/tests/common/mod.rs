@@ -18,6 +18,7 @@ pub fn options_with(root: &std::path::Path, durable: bool) -> EngineOptions {
         writer: Default::default(),
         admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
         auth_cache_ttl: Duration::from_secs(30),
+        login_limit: Default::default(),
         databases_dir: None,
         release_timeout: Duration::from_secs(5),
     }

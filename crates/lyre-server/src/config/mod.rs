@@ -131,6 +131,22 @@ pub struct AuthenticationConfig {
     /// How long a verified login is trusted, in milliseconds.
     #[serde(rename = "cacheTTL")]
     pub cache_ttl: u64,
+    /// Failed logins allowed per user name and per client address within
+    /// `loginAttemptWindow` before further logins are refused with 429 (Lyre's own
+    /// key; `0` turns the limit off).
+    #[serde(default = "default_max_login_attempts")]
+    pub max_login_attempts: u32,
+    /// The window `maxLoginAttempts` counts over (Lyre's own key, `1m`).
+    #[serde(default = "default_login_attempt_window")]
+    pub login_attempt_window: ConfigDuration,
+}
+
+fn default_max_login_attempts() -> u32 {
+    10
+}
+
+fn default_login_attempt_window() -> ConfigDuration {
+    ConfigDuration(std::time::Duration::from_secs(60))
 }
 
 /// `storage.*`.
@@ -178,7 +194,12 @@ impl Default for Config {
                 consumer_timeout: default_consumer_timeout(),
             },
             threads: ThreadsConfig { count: 0 },
-            authentication: AuthenticationConfig { authorize_local: false, cache_ttl: 30_000 },
+            authentication: AuthenticationConfig {
+                authorize_local: false,
+                cache_ttl: 30_000,
+                max_login_attempts: default_max_login_attempts(),
+                login_attempt_window: default_login_attempt_window(),
+            },
             storage: StorageConfig {
                 write_async: false,
                 max_database_size: 256 << 30,

@@ -8,17 +8,26 @@ use lyre_core::{Class, Code};
 
 use crate::http::format::{EncodeError, Format};
 
-/// An error on its way to a client: a code from the core table and a message.
+/// An error on its way to a client: a code from the core table, a message, and the
+/// properties some errors carry beside it (a permission refusal's
+/// `unauthorized_access` and `invalid_schema_items`, a role's validation errors).
 #[derive(Debug)]
 pub struct ApiError {
     code: Code,
     message: String,
+    details: lyre_core::Object,
 }
 
 impl ApiError {
     /// An error with `code` and a client-facing `message`.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self { code, message: message.into(), details: lyre_core::Object::new() }
+    }
+
+    /// The same error, its body carrying `details` beside the message.
+    pub fn with_details(mut self, details: lyre_core::Object) -> Self {
+        self.details = details;
+        self
     }
 
     /// A 400 naming what is wrong.
@@ -32,6 +41,7 @@ impl ApiError {
         let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut body = lyre_core::Object::new();
         body.insert("error".into(), self.message.clone().into());
+        body.extend(self.details.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut response = match format.encode(&lyre_core::Value::Object(body)) {
             Ok(bytes) => (status, [(header::CONTENT_TYPE, format.content_type())], bytes).into_response(),
             Err(_) => (status, self.message.clone()).into_response(),
@@ -109,7 +119,14 @@ impl From<lyre_core::Error> for ApiError {
             tracing::error!(error = %err, request = %id, "internal error");
             return ApiError::new(code, format!("internal error, see the server log (request {id})"));
         }
-        ApiError::new(code, err.to_string())
+        let message = err.to_string();
+        match err {
+            lyre_core::Error::Forbidden(denial) => ApiError::new(code, message).with_details(denial.into_body()),
+            lyre_core::Error::InvalidPermissions(errors) => {
+                ApiError::new(code, message).with_details(errors.into_body())
+            }
+            _ => ApiError::new(code, message),
+        }
     }
 }
 

@@ -111,7 +111,8 @@ async fn contains_and_ends_with_read_numbers_as_text_and_ranges_cross_types() {
 #[tokio::test]
 async fn a_sort_compares_an_absent_value_as_null() {
     let s = items().await;
-    let (status, _, answer) = s.rest_send(Method::PUT, "/items/0", Some(&json!({"name": "z", "price": null})), &[]).await;
+    let (status, _, answer) =
+        s.rest_send(Method::PUT, "/items/0", Some(&json!({"name": "z", "price": null})), &[]).await;
     assert_eq!(status, 204, "{answer}");
     // 0 (price null) and 2 (no price) tie, so the next key, the id, orders them.
     let (_, _, up) = s.rest_send(Method::GET, "/items/?sort(price,id)&select(id)", None, &[]).await;

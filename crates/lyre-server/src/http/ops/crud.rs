@@ -75,7 +75,7 @@ fn if_match(params: &mut Params, count: usize, aligned_with: &str) -> Result<Vec
 }
 
 /// Harper's write response: message, new attributes, txn time, keys.
-fn written(message: String, summary: WriteSummary, keys_field: &str, with_skipped: bool) -> Value {
+pub(super) fn written(message: String, summary: WriteSummary, keys_field: &str, with_skipped: bool) -> Value {
     let mut out = Object::new();
     out.insert("message".into(), message.into());
     out.insert("new_attributes".into(), Value::Array(summary.new_attributes.into_iter().map(Value::String).collect()));

@@ -9,6 +9,7 @@ mod lifecycle;
 mod params;
 mod schema;
 mod search;
+mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,6 +81,7 @@ async fn handle_request(
     };
     let (operation, params) = Params::from_body(value)?;
     let ctx = Context::new(user);
+    check_operation(&ctx, &operation)?;
     let _lease = request_lease(state, &ctx, &operation, &params);
     dispatch(state, &ctx, &operation, params, format).await
 }
@@ -137,8 +139,57 @@ async fn dispatch(
         | "get_component_file" | "set_component_file" => {
             components::dispatch(state, ctx, operation, params, format).await
         }
+        "add_user" => users::add_user(state, ctx, params, format).await,
+        "alter_user" => users::alter_user(state, ctx, params, format).await,
+        "drop_user" => users::drop_user(state, ctx, params, format).await,
+        "list_users" => users::list_users(state, ctx, format).await,
+        "user_info" => users::user_info(state, ctx, format).await,
+        "add_role" => users::add_role(state, ctx, params, format).await,
+        "alter_role" => users::alter_role(state, ctx, params, format).await,
+        "drop_role" => users::drop_role(state, ctx, params, format).await,
+        "list_roles" => users::list_roles(state, ctx, format).await,
         other => Err(ApiError::bad_request(format!("Operation '{other}' not found"))),
     }
+}
+
+/// Operations only a super user may run, refused here by name before anything is
+/// read (core refuses them too, for callers other than this API).
+const SUPER_USER_ONLY: [&str; 24] = [
+    "add_user",
+    "alter_user",
+    "drop_user",
+    "list_users",
+    "add_role",
+    "alter_role",
+    "drop_role",
+    "list_roles",
+    "read_audit_log",
+    "read_transaction_log",
+    "delete_audit_logs_before",
+    "delete_transaction_logs_before",
+    "check_consistency",
+    "get_backup",
+    "restore_backup",
+    "get_lifecycle_status",
+    "add_component",
+    "deploy_component",
+    "package_component",
+    "drop_component",
+    "get_components",
+    "get_component_file",
+    "set_component_file",
+    "define_tables",
+];
+
+/// The operation-level check: a super-user-only operation from anyone else is
+/// refused with Harper's 403 body naming it.
+fn check_operation(ctx: &Context, operation: &str) -> Result<(), ApiError> {
+    if SUPER_USER_ONLY.contains(&operation) && !ctx.user.is_super_user() {
+        let denial =
+            lyre_core::access::Denial::because(format!("Operation '{operation}' is restricted to 'super_user' roles"));
+        return Err(lyre_core::Error::Forbidden(Box::new(denial)).into());
+    }
+    Ok(())
 }
 
 /// A whole reply in the negotiated format.

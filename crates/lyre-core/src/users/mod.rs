@@ -1,10 +1,19 @@
-//! The user store: bootstrap of the first super user, and authentication.
+//! The user store: bootstrap of the first super user, authentication, and (in
+//! `ops.rs`) the user and role operations.
 //!
 //! Users and roles live in the `system` database (`hdb_user`, `hdb_role`, as in
-//! Harper). Passwords are stored as argon2id hashes; verified logins are cached
-//! briefly (Harper's `authentication.cacheTTL`) because argon2 is deliberately slow.
+//! Harper); only this module writes them. Passwords are stored as argon2id hashes;
+//! verified logins are cached briefly (Harper's `authentication.cacheTTL`) because
+//! argon2 is deliberately slow, and the cache is emptied by every change to a user
+//! or role. A login for an unknown name costs the same verification as a wrong
+//! password (against a hash made at start-up), and failed logins are bounded per
+//! name and per address (`limiter.rs`).
+
+mod limiter;
+mod ops;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +29,9 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::query::Select;
 use crate::value::{Object, Value};
+
+pub use limiter::LoginLimit;
+pub use ops::{NewRole, NewUser, RoleChange, UserChange};
 
 const USER_TABLE: &str = "hdb_user";
 const ROLE_TABLE: &str = "hdb_role";
@@ -49,9 +61,16 @@ pub struct Users {
     /// log in at once, and the re-check of the cache under it means a burst of
     /// requests with the same credentials costs one verification, not one each.
     verifying: Mutex<()>,
+    /// Held by every change to users and roles, so checks (a role in use, a name
+    /// taken) and the writes they guard do not interleave.
+    changing: tokio::sync::Mutex<()>,
     ttl: Duration,
     /// Per-process salt for cached password digests.
     salt: [u8; 16],
+    /// A hash of a random password: what an unknown name is verified against, so
+    /// that it costs what a known one does.
+    decoy: String,
+    limiter: limiter::Limiter,
 }
 
 impl Users {
@@ -61,6 +80,7 @@ impl Users {
         system: Arc<Db>,
         admin: &AdminBootstrap,
         ttl: Duration,
+        limit: LoginLimit,
     ) -> Result<(Users, Option<String>)> {
         let ctx = Context::system();
         for (table, key) in [(ROLE_TABLE, "id"), (USER_TABLE, "username")] {
@@ -68,12 +88,16 @@ impl Users {
                 system.create_table(&ctx, TableSpec::dynamic(table, key)).await?;
             }
         }
+        let decoy = hash_password(&random_password())?;
         let users = Users {
             system,
             cache: Mutex::new(HashMap::new()),
             verifying: Mutex::new(()),
+            changing: tokio::sync::Mutex::new(()),
             ttl,
             salt: rand::rng().random(),
+            decoy,
+            limiter: limiter::Limiter::new(limit),
         };
         let mut generated = None;
         let user_table = users.system.table(USER_TABLE)?;
@@ -87,8 +111,7 @@ impl Users {
             let password = match &admin.password {
                 Some(p) => p.clone(),
                 None => {
-                    let p: String =
-                        rand::rng().sample_iter(rand::distr::Alphanumeric).take(24).map(char::from).collect();
+                    let p = random_password();
                     generated = Some(p.clone());
                     p
                 }
@@ -128,31 +151,26 @@ impl Users {
         (fresh && bool::from(entry.digest.ct_eq(&digest))).then(|| entry.user.clone())
     }
 
-    /// Verifies credentials against the stored argon2id hash (deliberately slow: call
-    /// off the async threads), caching a success.
-    pub fn authenticate(&self, username: &str, password: &str) -> Result<Arc<User>> {
+    /// Verifies credentials from a client at `from` against the stored argon2id
+    /// hash (deliberately slow: call off the async threads), caching a success.
+    /// Refused without verifying while the name or address is over the failed-login
+    /// limit; an inactive user is told so only after the right password.
+    pub fn authenticate(&self, username: &str, password: &str, from: Option<IpAddr>) -> Result<Arc<User>> {
         if let Some(user) = self.cached(username, password) {
             return Ok(user);
         }
+        self.limiter.check(username, from).map_err(Error::TooManyLogins)?;
         let _one_at_a_time = self.verifying.lock();
         if let Some(user) = self.cached(username, password) {
             return Ok(user); // verified while this call waited
         }
-        let ctx = Context::system();
-        let users = self.system.table(USER_TABLE)?;
-        let Some(record) = users.get_many(&ctx, &[Value::from(username)], &Select::Raw)?.pop() else {
-            return Err(Error::LoginFailed);
-        };
-        let stored = record.get("password").and_then(Value::as_str).ok_or(Error::LoginFailed)?;
-        if Argon2::default().verify_password(password.as_bytes(), stored).is_err() {
-            return Err(Error::LoginFailed);
+        let verified = self.verify(username, password);
+        match &verified {
+            Ok(_) => self.limiter.succeeded(username),
+            Err(Error::LoginFailed) => self.limiter.failed(username, from),
+            Err(_) => {}
         }
-        if record.get("active") == Some(&Value::Bool(false)) {
-            return Err(Error::LoginFailed);
-        }
-        let role_name = record.get("role").and_then(Value::as_str).unwrap_or_default().to_string();
-        let role = self.role(&role_name)?;
-        let user = Arc::new(User { username: username.to_string(), role, active: true });
+        let user = verified?;
         let mut cache = self.cache.lock();
         cache.insert(
             username.to_string(),
@@ -161,12 +179,49 @@ impl Users {
         Ok(user)
     }
 
-    fn role(&self, name: &str) -> Result<Role> {
+    /// One argon2 verification, whether or not the user exists.
+    fn verify(&self, username: &str, password: &str) -> Result<Arc<User>> {
+        let record = self.user_record(username)?;
+        let stored = record.as_ref().and_then(|r| r.get("password")).and_then(Value::as_str);
+        let known = stored.is_some();
+        let matches = password_matches(password, stored.unwrap_or(&self.decoy)) && known;
+        let Some(record) = record.filter(|_| matches) else {
+            return Err(Error::LoginFailed);
+        };
+        if record.get("active") == Some(&Value::Bool(false)) {
+            return Err(Error::Inactive);
+        }
+        let role_id = record.get("role").and_then(Value::as_str).unwrap_or_default();
+        let role = self.role(role_id)?;
+        Ok(Arc::new(User { username: username.to_string(), role, active: true }))
+    }
+
+    /// The user named `username` as a client would be authenticated by a token or a
+    /// session: the stored user with its role now; refused when gone or inactive.
+    pub fn resolve(&self, username: &str) -> Result<Arc<User>> {
+        let Some(record) = self.user_record(username)? else { return Err(Error::LoginFailed) };
+        if record.get("active") == Some(&Value::Bool(false)) {
+            return Err(Error::Inactive);
+        }
+        let role_id = record.get("role").and_then(Value::as_str).unwrap_or_default();
+        Ok(Arc::new(User { username: username.to_string(), role: self.role(role_id)?, active: true }))
+    }
+
+    fn user_record(&self, username: &str) -> Result<Option<Object>> {
+        let users = self.system.table(USER_TABLE)?;
+        Ok(users.get_many(&Context::system(), &[Value::from(username)], &Select::Raw)?.pop())
+    }
+
+    fn role(&self, id: &str) -> Result<Role> {
         let roles = self.system.table(ROLE_TABLE)?;
-        let record = roles.get_many(&Context::system(), &[Value::from(name)], &Select::Raw)?.pop();
+        let record = roles.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?.pop();
         let permission = record.and_then(|mut r| r.shift_remove("permission")).unwrap_or(Value::Null);
-        let super_user = matches!(&permission, Value::Object(p) if p.get("super_user") == Some(&Value::Bool(true)));
-        Ok(Role { name: name.to_string(), super_user, permission })
+        Ok(Role::new(id, permission))
+    }
+
+    /// Forgets every cached login: a user or role changed.
+    fn forget_logins(&self) {
+        self.cache.lock().clear();
     }
 
     fn digest(&self, password: &str) -> [u8; 32] {
@@ -175,6 +230,16 @@ impl Users {
         hasher.update(password.as_bytes());
         hasher.finalize().into()
     }
+}
+
+fn random_password() -> String {
+    rand::rng().sample_iter(rand::distr::Alphanumeric).take(24).map(char::from).collect()
+}
+
+/// Whether `password` matches the argon2 PHC string `stored` (false when `stored`
+/// does not parse, which only a corrupted record can cause).
+fn password_matches(password: &str, stored: &str) -> bool {
+    Argon2::default().verify_password(password.as_bytes(), stored).is_ok()
 }
 
 /// An argon2id PHC string for `password`.
