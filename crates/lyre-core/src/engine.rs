@@ -488,7 +488,8 @@ impl CatalogView for Engine {
         let db = self.databases.read().get(database).cloned()?;
         let schema = db.schema();
         let table = schema.table(table)?;
-        Some(table.attributes.iter().map(|a| a.name.clone()).collect())
+        let attributes = table.attributes.iter().map(|a| a.name.clone());
+        Some(attributes.chain(table.relationships.iter().map(|r| r.name.clone())).collect())
     }
 }
 

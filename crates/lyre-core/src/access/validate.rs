@@ -134,7 +134,7 @@ fn table_errors(database: &str, table: &str, grant: &Value, attributes: &[String
             return errors;
         }
     };
-    let table_grants = |action: &str| grant.get(action) == Some(&Value::Bool(true));
+    let table_denies = |action: &str| grant.get(action) == Some(&Value::Bool(false));
     let mut conflict = false;
     for entry in list {
         let Value::Object(entry) = entry else {
@@ -157,7 +157,7 @@ fn table_errors(database: &str, table: &str, grant: &Value, attributes: &[String
             let upper = action.to_uppercase();
             match entry.get(action) {
                 None => errors.push(format!("{upper} attribute permission missing for '{name}'")),
-                Some(Value::Bool(granted)) => conflict |= *granted && !table_grants(action),
+                Some(Value::Bool(granted)) => conflict |= *granted && table_denies(action),
                 Some(_) => errors.push(format!("{upper} attribute permission for '{name}' must be a boolean")),
             }
         }

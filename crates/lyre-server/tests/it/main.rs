@@ -12,4 +12,5 @@ mod ops_schema;
 mod ops_search;
 mod rest;
 mod support;
+mod users;
 mod versions;

@@ -239,6 +239,33 @@ impl TestServer {
         (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    /// Sends an operation as `user` (Basic auth); returns status and body.
+    pub async fn op_as(&self, user: &str, password: &str, body: &Value) -> (u16, Value) {
+        let request = self
+            .client
+            .post(self.url("/"))
+            .basic_auth(user, Some(password))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        read_answer(request).await
+    }
+
+    /// Sends a REST request as `user` (Basic auth); returns status and body.
+    pub async fn rest_as(
+        &self,
+        user: &str,
+        password: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let mut request = self.client.request(method, self.rest(path)).basic_auth(user, Some(password));
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_string());
+        }
+        read_answer(request).await
+    }
+
     /// Sends an operation and asserts it succeeded; returns the body.
     pub async fn ok(&self, body: Value) -> Value {
         let (status, value) = self.op(body.clone()).await;
@@ -252,6 +279,14 @@ impl TestServer {
         assert_eq!(got, status, "{body} answered {value}");
         assert_eq!(value["error"], message, "{body}");
     }
+}
+
+/// Sends `request`; its status and body (JSON when it parses, else a string).
+async fn read_answer(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = request.send().await.expect("request");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
 impl Drop for TestServer {

@@ -80,6 +80,12 @@ async fn route(
         }
         return openapi_response(&state, &parts.headers, peer).await;
     }
+    // Credentials first: a client that is not logged in learns nothing, not even
+    // which tables exist.
+    let user = match authenticate(&state, &parts.headers, peer).await {
+        Ok(user) => user,
+        Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
+    };
     let Some(path) = url::split(parts.uri.path()) else { return not_found() };
     let Some(export) = exports.get(&path.export).cloned() else { return not_found() };
     let format = match path.format.map(Ok).unwrap_or_else(|| response_format(&parts.headers)) {
@@ -87,7 +93,6 @@ async fn route(
         Err(err) => return err.render_rest(Format::Json),
     };
     let result = async {
-        let user = authenticate(&state, &parts.headers, peer).await?;
         let ctx = Context::new(user);
         let db = state.engine.database(&export.database)?;
         // Names this request to a drop that has to wait for it.
