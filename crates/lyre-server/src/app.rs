@@ -10,9 +10,14 @@ use lyre_core::access::User;
 use lyre_core::{Engine, Services};
 
 use crate::components::Components;
+use crate::tokens::{TokenError, TokenKind, Tokens};
 
 /// What every handler can reach.
 pub struct AppState {
+    /// Signs and checks the JWT operation and refresh tokens.
+    pub tokens: Tokens,
+    /// How long a `login` session lasts; `None` when sessions are off.
+    pub sessions: Option<std::time::Duration>,
     /// The open databases and users.
     pub engine: Arc<Engine>,
     /// The background services (jobs, log consumers).
@@ -45,6 +50,8 @@ pub enum Credentials {
     },
     /// A bearer token (a JWT).
     Token(String),
+    /// A session id (the `login` cookie).
+    Session(String),
     /// Credentials of a kind this server does not take (another HTTP scheme, an
     /// empty one): never mistaken for no credentials at all.
     Unsupported,
@@ -61,9 +68,12 @@ pub enum AuthError {
     /// Unreadable credentials.
     #[error("Login failed")]
     LoginFailed,
-    /// A token that is not valid (tokens are not issued yet, so none is).
+    /// A token that is not valid: another key, tampered, the other kind, unreadable.
     #[error("invalid token")]
     InvalidToken,
+    /// A token whose time is up.
+    #[error("token expired")]
+    ExpiredToken,
     /// Looking the user up failed.
     #[error(transparent)]
     Core(#[from] lyre_core::Error),
@@ -79,7 +89,24 @@ impl AppState {
             Credentials::None if self.authorize_local && peer.is_loopback() => Ok(Arc::new(User::system())),
             Credentials::None | Credentials::Unsupported => Err(AuthError::MustLogin),
             Credentials::Malformed => Err(AuthError::LoginFailed),
-            Credentials::Token(_) => Err(AuthError::InvalidToken),
+            Credentials::Token(token) => {
+                let claims = self.tokens.verify(&token, TokenKind::Operation).map_err(|err| match err {
+                    TokenError::Expired => AuthError::ExpiredToken,
+                    TokenError::Invalid => AuthError::InvalidToken,
+                })?;
+                match self.engine.users().resolve(&claims.username) {
+                    Ok(user) => Ok(user),
+                    // A token for a user since dropped authenticates no one.
+                    Err(lyre_core::Error::LoginFailed) => Err(AuthError::InvalidToken),
+                    Err(err) => Err(err.into()),
+                }
+            }
+            Credentials::Session(id) => match self.engine.users().session_user(&id).await? {
+                Some(user) => Ok(user),
+                // An ended or expired session is no login.
+                None if self.authorize_local && peer.is_loopback() => Ok(Arc::new(User::system())),
+                None => Err(AuthError::MustLogin),
+            },
             Credentials::Password { username, password } => {
                 if let Some(user) = self.engine.users().cached(&username, &password) {
                     return Ok(user);

@@ -12,5 +12,6 @@ mod http;
 mod listen;
 mod process;
 mod telemetry;
+mod tokens;
 
 pub use listen::{backup, restore, run};

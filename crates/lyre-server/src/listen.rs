@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::http;
 use crate::http::conn::{Connection, HttpListener};
 use crate::telemetry;
+use crate::tokens::Tokens;
 
 /// Runs the server until SIGINT or SIGTERM: builds the runtime, opens the engine,
 /// serves, then drains in-flight requests and commits queued writes before exiting.
@@ -102,7 +103,15 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     let services = Services::start(&engine, service_options).await.context("starting the services")?;
     let components = Arc::new(Components::new(engine.clone(), config.root().join("components"), extra));
     components.load_all().await;
+    let tokens = Tokens::open(
+        &config.root().join("keys"),
+        config.authentication.operation_token_timeout.0,
+        config.authentication.refresh_token_timeout.0,
+    )
+    .context("opening the token keys")?;
     let state = Arc::new(AppState {
+        tokens,
+        sessions: config.authentication.enable_sessions.then_some(config.authentication.session_timeout.0),
         engine: engine.clone(),
         services: services.clone(),
         components,

@@ -11,6 +11,7 @@
 
 mod limiter;
 mod ops;
+mod sessions;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -35,6 +36,7 @@ pub use ops::{NewRole, NewUser, RoleChange, UserChange};
 
 const USER_TABLE: &str = "hdb_user";
 const ROLE_TABLE: &str = "hdb_role";
+const SESSION_TABLE: &str = "hdb_session";
 const SUPER_USER_ROLE: &str = "super_user";
 
 /// The first super user, created when the user table is empty.
@@ -83,7 +85,7 @@ impl Users {
         limit: LoginLimit,
     ) -> Result<(Users, Option<String>)> {
         let ctx = Context::system();
-        for (table, key) in [(ROLE_TABLE, "id"), (USER_TABLE, "username")] {
+        for (table, key) in [(ROLE_TABLE, "id"), (USER_TABLE, "username"), (SESSION_TABLE, "id")] {
             if system.schema().table(table).is_none() {
                 system.create_table(&ctx, TableSpec::dynamic(table, key)).await?;
             }

@@ -139,6 +139,34 @@ pub struct AuthenticationConfig {
     /// The window `maxLoginAttempts` counts over (Lyre's own key, `1m`).
     #[serde(default = "default_login_attempt_window")]
     pub login_attempt_window: ConfigDuration,
+    /// How long an operation token lasts (Harper's key, `1d`).
+    #[serde(default = "default_operation_token_timeout")]
+    pub operation_token_timeout: ConfigDuration,
+    /// How long a refresh token lasts (Harper's key, `30d`).
+    #[serde(default = "default_refresh_token_timeout")]
+    pub refresh_token_timeout: ConfigDuration,
+    /// Whether `login` starts cookie sessions (Harper's key).
+    #[serde(default = "default_true")]
+    pub enable_sessions: bool,
+    /// How long a session lasts after `login` (Lyre's own key, `1d`).
+    #[serde(default = "default_session_timeout")]
+    pub session_timeout: ConfigDuration,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_operation_token_timeout() -> ConfigDuration {
+    ConfigDuration(std::time::Duration::from_secs(86_400))
+}
+
+fn default_refresh_token_timeout() -> ConfigDuration {
+    ConfigDuration(std::time::Duration::from_secs(30 * 86_400))
+}
+
+fn default_session_timeout() -> ConfigDuration {
+    ConfigDuration(std::time::Duration::from_secs(86_400))
 }
 
 fn default_max_login_attempts() -> u32 {
@@ -199,6 +227,10 @@ impl Default for Config {
                 cache_ttl: 30_000,
                 max_login_attempts: default_max_login_attempts(),
                 login_attempt_window: default_login_attempt_window(),
+                operation_token_timeout: default_operation_token_timeout(),
+                refresh_token_timeout: default_refresh_token_timeout(),
+                enable_sessions: true,
+                session_timeout: default_session_timeout(),
             },
             storage: StorageConfig {
                 write_async: false,

@@ -19,13 +19,32 @@ pub async fn authenticate(state: &AppState, headers: &HeaderMap, peer: SocketAdd
         AuthError::MustLogin => Error::MustLogin.into(),
         AuthError::LoginFailed => Error::LoginFailed.into(),
         AuthError::InvalidToken => ApiError::new(Code::LoginFailed, "invalid token"),
+        AuthError::ExpiredToken => ApiError::new(Code::LoginFailed, "token expired"),
         AuthError::Core(err) => err.into(),
     })
 }
 
-/// The credentials an `Authorization` header carries.
-fn credentials(headers: &HeaderMap) -> Credentials {
-    let Some(value) = headers.get(header::AUTHORIZATION) else { return Credentials::None };
+/// The suffix of the session cookie's name (Harper names it
+/// `<host>-hdb-session`).
+pub const SESSION_COOKIE_SUFFIX: &str = "-hdb-session";
+
+/// The session id a `Cookie` header carries, if any.
+pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, value)| name.ends_with(SESSION_COOKIE_SUFFIX) && !value.is_empty())
+        .map(|(_, value)| value.to_string())
+}
+
+/// The credentials an `Authorization` header carries, else a session cookie.
+pub fn credentials(headers: &HeaderMap) -> Credentials {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return session_cookie(headers).map_or(Credentials::None, Credentials::Session);
+    };
     let Ok(value) = value.to_str() else { return Credentials::Malformed };
     let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
     if scheme.eq_ignore_ascii_case("bearer") {

@@ -24,6 +24,11 @@ impl ApiError {
         Self { code, message: message.into(), details: lyre_core::Object::new() }
     }
 
+    /// The code it renders with.
+    pub fn code(&self) -> Code {
+        self.code
+    }
+
     /// The same error, its body carrying `details` beside the message.
     pub fn with_details(mut self, details: lyre_core::Object) -> Self {
         self.details = details;

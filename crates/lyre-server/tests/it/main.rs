@@ -11,6 +11,7 @@ mod ops_crud;
 mod ops_schema;
 mod ops_search;
 mod rest;
+mod sessions;
 mod support;
 mod users;
 mod versions;

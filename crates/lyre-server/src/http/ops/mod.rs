@@ -9,6 +9,7 @@ mod lifecycle;
 mod params;
 mod schema;
 mod search;
+mod tokens;
 mod users;
 
 use std::net::SocketAddr;
@@ -18,7 +19,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use lyre_core::{Context, ForUser, Lease, Object, Value};
+use lyre_core::{Code, Context, ForUser, Lease, Object, Value};
 
 use crate::app::AppState;
 use crate::http::auth::authenticate;
@@ -27,6 +28,9 @@ use crate::http::format::Format;
 use crate::http::negotiate::{decode_body, response_format};
 
 pub use params::Params;
+
+/// The largest body read from a request without a login (one that logs in).
+const ANONYMOUS_BODY_LIMIT: usize = 64 * 1024;
 
 /// Bodies larger than this are decoded on a blocking thread.
 const INLINE_DECODE_LIMIT: usize = 64 * 1024;
@@ -70,9 +74,20 @@ async fn handle_request(
     body: &mut Option<Body>,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let user = authenticate(state, headers, peer).await?;
+    // A request without a login may still be one that logs in (`login`,
+    // `create_authentication_tokens` with credentials in its body) or that carries a
+    // refresh token: its body is read, within a small limit, to see.
+    let (user, bearer_refresh) = match authenticate(state, headers, peer).await {
+        Ok(user) => (Some(user), None),
+        Err(err) if err.code() == Code::MustLogin => (None, None),
+        Err(err) => match refresh_bearer(state, headers) {
+            Some(token) => (None, Some(token)),
+            None => return Err(err),
+        },
+    };
+    let limit = if user.is_some() { state.ops_body_limit } else { ANONYMOUS_BODY_LIMIT.min(state.ops_body_limit) };
     let body = body.take().unwrap_or_default();
-    let bytes = crate::http::read_body(headers, body, state.ops_body_limit).await?;
+    let bytes = crate::http::read_body(headers, body, limit).await?;
     let value = if bytes.len() > INLINE_DECODE_LIMIT {
         let headers = headers.clone();
         crate::http::blocking::blocking("decoding the body", move || decode_body(&headers, &bytes)).await?
@@ -80,10 +95,41 @@ async fn handle_request(
         decode_body(headers, &bytes)?
     };
     let (operation, params) = Params::from_body(value)?;
+    match operation.as_str() {
+        "login" => return tokens::login(state, peer, headers, params, format).await,
+        "logout" => return tokens::logout(state, headers, format).await,
+        "create_authentication_tokens" => {
+            return tokens::create_authentication_tokens(state, user, peer, params, format).await;
+        }
+        "refresh_operation_token" => {
+            return tokens::refresh_operation_token(state, bearer_refresh, params, format).await;
+        }
+        _ => {}
+    }
+    let Some(user) = user else {
+        return Err(match bearer_refresh {
+            // A refresh token buys operation tokens and nothing else.
+            Some(_) => ApiError::new(Code::LoginFailed, "invalid token"),
+            None => lyre_core::Error::MustLogin.into(),
+        });
+    };
     let ctx = Context::new(user);
     check_operation(&ctx, &operation)?;
     let _lease = request_lease(state, &ctx, &operation, &params);
     dispatch(state, &ctx, &operation, params, format).await
+}
+
+/// The `Bearer` token of a request when it is a refresh token (which authenticates
+/// only `refresh_operation_token`).
+fn refresh_bearer(state: &AppState, headers: &HeaderMap) -> Option<String> {
+    match crate::http::auth::credentials(headers) {
+        crate::app::Credentials::Token(token)
+            if state.tokens.verify(&token, crate::tokens::TokenKind::Refresh).is_ok() =>
+        {
+            Some(token)
+        }
+        _ => None,
+    }
 }
 
 /// A lease naming this request on the database it addresses, held while it runs, so

@@ -1,0 +1,78 @@
+//! Login sessions (`login`/`logout`, the session cookie) and the refresh-token
+//! digests `create_authentication_tokens` keeps on each user, both in the `system`
+//! database so they survive a restart.
+//!
+//! A session is `{id, user, expires}` in `hdb_session`, its id 122 random bits; an
+//! expired one is refused and removed when next presented. A user's latest refresh
+//! token is kept as its SHA-256 digest (`hdb_user.refresh_token`), so only that one
+//! buys operation tokens.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::access::{Context, User};
+use crate::error::{Error, Result};
+use crate::query::Select;
+use crate::time::now_ms;
+use crate::users::{SESSION_TABLE, USER_TABLE, Users};
+use crate::value::{Object, Value};
+
+fn digest(token: &str) -> String {
+    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Users {
+    /// Starts a session for `user` lasting `ttl_ms`; returns its id.
+    pub async fn start_session(&self, user: &User, ttl_ms: f64) -> Result<String> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut record = Object::new();
+        record.insert("id".into(), id.clone().into());
+        record.insert("user".into(), user.username.clone().into());
+        record.insert("expires".into(), Value::Float(now_ms() + ttl_ms));
+        self.system.table(SESSION_TABLE)?.insert(&Context::system(), vec![record]).await?;
+        Ok(id)
+    }
+
+    /// The user of session `id`, if it exists, has not expired and its user may
+    /// still log in. An expired session is removed.
+    pub async fn session_user(&self, id: &str) -> Result<Option<Arc<User>>> {
+        let table = self.system.table(SESSION_TABLE)?;
+        let Some(session) = table.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?.pop() else {
+            return Ok(None);
+        };
+        if session.get("expires").and_then(Value::as_f64).is_none_or(|at| at <= now_ms()) {
+            table.delete(&Context::system(), vec![Value::from(id)]).await?;
+            return Ok(None);
+        }
+        let Some(username) = session.get("user").and_then(Value::as_str) else { return Ok(None) };
+        match self.resolve(username) {
+            Ok(user) => Ok(Some(user)),
+            Err(Error::LoginFailed) => Ok(None), // the user was dropped
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Ends session `id` (nothing happens when there is none).
+    pub async fn end_session(&self, id: &str) -> Result<()> {
+        self.system.table(SESSION_TABLE)?.delete(&Context::system(), vec![Value::from(id)]).await?;
+        Ok(())
+    }
+
+    /// Keeps `token` as `username`'s one valid refresh token.
+    pub async fn keep_refresh_token(&self, username: &str, token: &str) -> Result<()> {
+        let mut record = Object::new();
+        record.insert("username".into(), username.into());
+        record.insert("refresh_token".into(), digest(token).into());
+        let summary = self.system.table(USER_TABLE)?.update(&Context::system(), vec![record]).await?;
+        if summary.written.is_empty() { Err(Error::LoginFailed) } else { Ok(()) }
+    }
+
+    /// Whether `token` is `username`'s latest refresh token.
+    pub fn is_refresh_token(&self, username: &str, token: &str) -> Result<bool> {
+        let Some(record) = self.user_record(username)? else { return Ok(false) };
+        let Some(kept) = record.get("refresh_token").and_then(Value::as_str) else { return Ok(false) };
+        Ok(bool::from(kept.as_bytes().ct_eq(digest(token).as_bytes())))
+    }
+}

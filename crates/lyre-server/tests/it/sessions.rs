@@ -1,0 +1,173 @@
+//! Tokens and sessions through the real binary (issue 12): JWT operation and refresh
+//! tokens on both ports, their expiry, refresh and tampering; `login` cookies on both
+//! ports, `logout`, and sessions across a restart; malformed `Authorization`
+//! headers.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::support::{PASSWORD, TestServer, USER};
+
+async fn anonymous(s: &TestServer, body: &Value) -> (u16, Value, reqwest::header::HeaderMap) {
+    let response = reqwest::Client::new()
+        .post(s.url("/"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let (status, headers) = (response.status().as_u16(), response.headers().clone());
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)), headers)
+}
+
+/// An operation and a REST GET with this `Authorization` or `Cookie` header.
+async fn with_header(s: &TestServer, name: &str, value: &str) -> (u16, u16, Value) {
+    let client = reqwest::Client::new();
+    let op = client
+        .post(s.url("/"))
+        .header(name, value)
+        .header("content-type", "application/json")
+        .body(json!({"operation": "user_info"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let op_status = op.status().as_u16();
+    let body: Value = op.json().await.unwrap_or(Value::Null);
+    let rest = client.get(s.rest("/nosuchtable/")).header(name, value).send().await.unwrap();
+    // A logged-in client is told the table does not exist; anyone else, to log in.
+    (op_status, rest.status().as_u16(), body)
+}
+
+#[tokio::test]
+async fn tokens_authenticate_both_ports_and_refresh() {
+    let s = TestServer::start().await;
+    let (status, tokens, _) =
+        anonymous(&s, &json!({"operation": "create_authentication_tokens", "username": USER, "password": PASSWORD}))
+            .await;
+    assert_eq!(status, 200, "{tokens}");
+    let operation = tokens["operation_token"].as_str().unwrap().to_string();
+    let refresh = tokens["refresh_token"].as_str().unwrap().to_string();
+
+    let (op, rest, info) = with_header(&s, "authorization", &format!("Bearer {operation}")).await;
+    assert_eq!((op, rest), (200, 404), "{info}");
+    assert_eq!(info["username"], USER);
+
+    // A refresh token is not an operation token.
+    let (op, rest, answer) = with_header(&s, "authorization", &format!("Bearer {refresh}")).await;
+    assert_eq!((op, rest), (401, 401), "{answer}");
+    assert_eq!(answer["error"], "invalid token");
+    // Tampered: one character of the signature changed.
+    let mut forged = operation.clone();
+    let last = forged.pop().unwrap();
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+    let (op, rest, answer) = with_header(&s, "authorization", &format!("Bearer {forged}")).await;
+    assert_eq!((op, rest, answer["error"].as_str()), (401, 401, Some("invalid token")));
+
+    // The refresh token buys a new operation token, by body or as the bearer.
+    let (status, fresh, _) =
+        anonymous(&s, &json!({"operation": "refresh_operation_token", "refresh_token": refresh})).await;
+    assert_eq!(status, 200, "{fresh}");
+    let fresh_token = fresh["operation_token"].as_str().unwrap();
+    assert_eq!(with_header(&s, "authorization", &format!("Bearer {fresh_token}")).await.0, 200);
+    let response = reqwest::Client::new()
+        .post(s.url("/"))
+        .bearer_auth(&refresh)
+        .json(&json!({"operation": "refresh_operation_token"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    // Only the latest refresh token does.
+    s.ok(json!({"operation": "create_authentication_tokens"})).await;
+    let (status, answer, _) =
+        anonymous(&s, &json!({"operation": "refresh_operation_token", "refresh_token": refresh})).await;
+    assert_eq!((status, answer["error"].as_str()), (401, Some("invalid token")));
+
+    // Wrong credentials.
+    let (status, answer, _) =
+        anonymous(&s, &json!({"operation": "create_authentication_tokens", "username": USER, "password": "nope"}))
+            .await;
+    assert_eq!((status, answer["error"].as_str()), (401, Some("invalid credentials")));
+    let (status, answer, _) = anonymous(&s, &json!({"operation": "create_authentication_tokens"})).await;
+    assert_eq!((status, answer["error"].as_str()), (401, Some("Must login")));
+}
+
+#[tokio::test]
+async fn tokens_expire_and_survive_a_restart() {
+    let mut s = TestServer::start().await;
+    let short = s.ok(json!({"operation": "create_authentication_tokens", "expires_in": 1})).await;
+    let long = s.ok(json!({"operation": "create_authentication_tokens"})).await;
+    let bearer = |t: &Value, k: &str| format!("Bearer {}", t[k].as_str().unwrap());
+    assert_eq!(with_header(&s, "authorization", &bearer(&short, "operation_token")).await.0, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let (op, rest, answer) = with_header(&s, "authorization", &bearer(&short, "operation_token")).await;
+    assert_eq!((op, rest, answer["error"].as_str()), (401, 401, Some("token expired")));
+    // The key is kept: a token issued before a restart still works after it.
+    s.restart().await;
+    assert_eq!(with_header(&s, "authorization", &bearer(&long, "operation_token")).await.0, 200);
+}
+
+#[tokio::test]
+async fn a_login_session_works_on_both_ports_until_logout_and_across_a_restart() {
+    let mut s = TestServer::start().await;
+    let (status, answer, headers) =
+        anonymous(&s, &json!({"operation": "login", "username": USER, "password": PASSWORD})).await;
+    assert_eq!((status, answer["message"].as_str()), (200, Some("Login successful")));
+    let set_cookie = headers.get("set-cookie").unwrap().to_str().unwrap().to_string();
+    assert!(set_cookie.contains("-hdb-session="), "{set_cookie}");
+    assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+
+    assert_eq!(with_header(&s, "cookie", &cookie).await, (200, 404, with_header(&s, "cookie", &cookie).await.2));
+    s.restart().await;
+    let (op, rest, info) = with_header(&s, "cookie", &cookie).await;
+    assert_eq!((op, rest), (200, 404), "the session outlives a restart: {info}");
+
+    let response = reqwest::Client::new()
+        .post(s.url("/"))
+        .header("cookie", &cookie)
+        .json(&json!({"operation": "logout"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let (op, rest, _) = with_header(&s, "cookie", &cookie).await;
+    assert_eq!((op, rest), (401, 401), "logged out");
+
+    // A wrong password starts no session.
+    let (status, answer, headers) =
+        anonymous(&s, &json!({"operation": "login", "username": USER, "password": "x"})).await;
+    assert_eq!((status, answer["error"].as_str()), (401, Some("Login failed")));
+    assert!(headers.get("set-cookie").is_none());
+}
+
+#[tokio::test]
+async fn sessions_expire() {
+    let s = TestServer::start_with(&[("AUTHENTICATION_SESSIONTIMEOUT", "1s")]).await;
+    let (_, _, headers) = anonymous(&s, &json!({"operation": "login", "username": USER, "password": PASSWORD})).await;
+    let cookie = headers.get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().to_string();
+    assert_eq!(with_header(&s, "cookie", &cookie).await.0, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert_eq!(with_header(&s, "cookie", &cookie).await.0, 401);
+}
+
+#[tokio::test]
+async fn malformed_authorization_headers_answer_401() {
+    let s = TestServer::start().await;
+    for value in ["Bearer", "Bearer ", "Bearer a.b", "Basic !!!", "Basic Zm9v", "Digest x", "", "Bearer \u{7f}"] {
+        let Ok(header) = reqwest::header::HeaderValue::from_str(value) else { continue };
+        let response = reqwest::Client::new()
+            .post(s.url("/"))
+            .header("authorization", header.clone())
+            .json(&json!({"operation": "user_info"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 401, "ops with {value:?}");
+        let (status, _, _) = s.rest_send(Method::GET, "/nosuchtable/", None, &[]).await;
+        assert_eq!(status, 404, "the admin still gets through");
+        let rest = reqwest::Client::new().get(s.rest("/x/")).header("authorization", header).send().await.unwrap();
+        assert_eq!(rest.status().as_u16(), 401, "rest with {value:?}");
+    }
+}
