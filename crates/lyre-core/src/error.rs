@@ -179,7 +179,7 @@ pub enum Error {
     Missing(String),
     /// A role's permission document is malformed or names what does not exist.
     #[error("Errors in the role permissions JSON provided")]
-    InvalidPermissions(Box<crate::access::PermissionErrors>),
+    InvalidPermissions(Box<PermissionErrors>),
     /// The user's account is switched off (`active: false`).
     #[error("Cannot complete request: User is inactive")]
     Inactive,
@@ -388,6 +388,36 @@ impl Denial {
 
 fn strings(items: Vec<&str>) -> Value {
     Value::Array(items.into_iter().map(Value::from).collect())
+}
+
+/// The problems found in a permission document (empty: it is valid).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PermissionErrors {
+    /// About the document, its databases and tables.
+    pub main: Vec<String>,
+    /// Per `<database>_<table>`, about that table's grant.
+    pub tables: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl PermissionErrors {
+    /// Whether nothing is wrong.
+    pub fn is_empty(&self) -> bool {
+        self.main.is_empty() && self.tables.is_empty()
+    }
+
+    /// Harper's 400 body properties beside `error`: `main_permissions` and
+    /// `schema_permissions`.
+    pub fn into_body(self) -> Object {
+        let mut body = Object::new();
+        body.insert("main_permissions".into(), Value::Array(self.main.into_iter().map(Value::String).collect()));
+        let tables = self
+            .tables
+            .into_iter()
+            .map(|(k, v)| (k, Value::Array(v.into_iter().map(Value::String).collect())))
+            .collect();
+        body.insert("schema_permissions".into(), Value::Object(tables));
+        body
+    }
 }
 
 #[cfg(test)]

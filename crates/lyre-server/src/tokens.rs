@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(tokens(other.path()).verify(&op, TokenKind::Operation), Err(TokenError::Invalid));
         // Tampered.
         let mut forged = op.clone();
-        forged.insert_str(forged.len() - 2, "A");
+        forged.insert(forged.len() - 2, 'A');
         assert_eq!(t.verify(&forged, TokenKind::Operation), Err(TokenError::Invalid));
         assert_eq!(t.verify("not.a.token", TokenKind::Operation), Err(TokenError::Invalid));
     }

@@ -12,8 +12,9 @@ mod user;
 mod validate;
 
 pub use crate::error::Denial;
+pub use crate::error::PermissionErrors;
 pub use check::{Action, TableAccess, check_table, require_structure, require_super_user};
 pub use context::Context;
 pub use permission::{AttributeGrant, Permissions, RESERVED_KEYS, Structure, TableGrant};
 pub use user::{Role, User};
-pub use validate::{CatalogView, PERMISSION_ERRORS, PermissionErrors, validate_permission};
+pub use validate::{CatalogView, PERMISSION_ERRORS, validate_permission};

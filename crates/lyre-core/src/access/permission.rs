@@ -226,7 +226,7 @@ mod tests {
             r#"{"dev":{"tables":{"dog":{"read":true,"insert":false,"update":false,"delete":false,
                 "attribute_permissions":[{"attribute_name":"name","read":true,"insert":true,"update":true}]}}}}"#,
         );
-        assert_eq!(p.table("dev", "dog").unwrap().attribute("name", "id").insert, false);
+        assert!(!p.table("dev", "dog").unwrap().attribute("name", "id").insert);
     }
 
     #[test]

@@ -4,10 +4,9 @@
 //! `schema_permissions["<database>_<table>"]`, each message naming the attribute or
 //! key it is about.
 
-use std::collections::BTreeMap;
-
 use crate::access::permission::RESERVED_KEYS;
-use crate::value::{Object, Value};
+use crate::error::PermissionErrors;
+use crate::value::Value;
 
 /// What validation needs to know of the catalog.
 pub trait CatalogView: Sync {
@@ -15,36 +14,6 @@ pub trait CatalogView: Sync {
     fn has_database(&self, name: &str) -> bool;
     /// The attribute names of `database.table`, if the table exists.
     fn table_attributes(&self, database: &str, table: &str) -> Option<Vec<String>>;
-}
-
-/// The problems found in a permission document (empty: it is valid).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PermissionErrors {
-    /// About the document, its databases and tables.
-    pub main: Vec<String>,
-    /// Per `<database>_<table>`, about that table's grant.
-    pub tables: BTreeMap<String, Vec<String>>,
-}
-
-impl PermissionErrors {
-    /// Whether nothing is wrong.
-    pub fn is_empty(&self) -> bool {
-        self.main.is_empty() && self.tables.is_empty()
-    }
-
-    /// Harper's 400 body properties beside `error`: `main_permissions` and
-    /// `schema_permissions`.
-    pub fn into_body(self) -> Object {
-        let mut body = Object::new();
-        body.insert("main_permissions".into(), Value::Array(self.main.into_iter().map(Value::String).collect()));
-        let tables = self
-            .tables
-            .into_iter()
-            .map(|(k, v)| (k, Value::Array(v.into_iter().map(Value::String).collect())))
-            .collect();
-        body.insert("schema_permissions".into(), Value::Object(tables));
-        body
-    }
 }
 
 /// The message Harper's 400 carries with [`PermissionErrors`].
