@@ -108,6 +108,17 @@ impl TableAccess {
         }
     }
 
+    /// Whether the role has any grant on attribute `name` (it appears in
+    /// descriptions).
+    pub fn sees(&self, name: &str, primary_key: &str) -> bool {
+        match &self.grant {
+            Some(grant) if grant.attributes.is_some() => {
+                grant.attribute(name, primary_key) != AttributeGrant::default()
+            }
+            _ => true,
+        }
+    }
+
     /// Removes the properties of `record` the role may not read.
     pub fn strip(&self, record: &mut Object, primary_key: &str) {
         if self.restricts_attributes() {

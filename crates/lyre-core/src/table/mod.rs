@@ -284,10 +284,18 @@ impl Table {
     }
 
     /// Record count and sizes, for `describe_table`.
-    /// Any grant on the table lets a role describe it, as in Harper.
+    /// Any grant on the table lets a role describe it, as in Harper; the schema
+    /// described lists only the attributes the role has some grant on.
     pub fn stats(&self, ctx: &Context) -> Result<TableStats> {
-        self.access(ctx, &[])?;
-        self.db.table_stats(&self.schema)
+        let access = self.access(ctx, &[])?;
+        let mut stats = self.db.table_stats(&self.schema)?;
+        if access.restricts_attributes() {
+            let mut visible = (*stats.schema).clone();
+            visible.attributes.retain(|a| access.sees(&a.name, &self.schema.primary_key));
+            visible.relationships.retain(|r| access.sees(&r.name, &self.schema.primary_key));
+            stats.schema = Arc::new(visible);
+        }
+        Ok(stats)
     }
 
     /// Projects one record (as returned by [`Table::get`]) through `select`,

@@ -327,6 +327,26 @@ async fn a_restricted_attribute_appears_in_no_read_path_and_cannot_be_written() 
 }
 
 #[tokio::test]
+async fn descriptions_show_only_what_a_role_may_see() {
+    let s = fixture().await;
+    let (status, all) = s.op_as("restricted", PASSWORD, &json!({"operation": "describe_all"})).await;
+    assert_eq!(status, 200, "{all}");
+    assert_eq!(all.as_object().unwrap().keys().collect::<Vec<_>>(), ["dev"], "no system, no other database: {all}");
+    let attributes: Vec<&str> =
+        all["dev"]["Dog"]["attributes"].as_array().unwrap().iter().map(|a| a["attribute"].as_str().unwrap()).collect();
+    assert!(attributes.contains(&"name") && !attributes.contains(&"secret"), "{attributes:?}");
+    let (_, table) = s
+        .op_as("restricted", PASSWORD, &json!({"operation": "describe_table", "database": "dev", "table": "Dog"}))
+        .await;
+    assert!(!table.to_string().contains("secret"), "{table}");
+    let (status, nothing) = s.op_as("nothing", PASSWORD, &json!({"operation": "describe_all"})).await;
+    assert_eq!((status, nothing), (200, json!({})));
+    let (status, answer) =
+        s.op_as("nothing", PASSWORD, &json!({"operation": "describe_database", "database": "dev"})).await;
+    assert_eq!((status, answer["invalid_schema_items"].clone()), (403, json!(["database 'dev' does not exist"])));
+}
+
+#[tokio::test]
 async fn user_and_role_operations_answer_as_harper() {
     let s = fixture().await;
     s.fails(

@@ -145,6 +145,12 @@ pub async fn describe_all(
 ) -> Result<Response, ApiError> {
     let mut all = Object::new();
     for db in engine.databases() {
+        // Others than super users see only the databases their role grants on.
+        let hidden =
+            db.name() == lyre_core::SYSTEM_DATABASE || !ctx.user.role.permissions.describes_database(db.name());
+        if !ctx.user.is_super_user() && hidden {
+            continue;
+        }
         all.insert(db.name().to_string(), Value::Object(describe_tables(ctx, &db)?));
     }
     reply(format, &Value::Object(all))
@@ -157,6 +163,10 @@ pub async fn describe_database(
     format: Format,
 ) -> Result<Response, ApiError> {
     let database = params.database()?;
+    if !ctx.user.is_super_user() && !ctx.user.role.permissions.describes_database(&database) {
+        let denial = lyre_core::access::Denial::hidden(format!("database '{database}' does not exist"));
+        return Err(lyre_core::Error::Forbidden(Box::new(denial)).into());
+    }
     let db = engine.database(&database)?;
     reply(format, &Value::Object(describe_tables(ctx, &db)?))
 }
