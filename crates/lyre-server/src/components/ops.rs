@@ -45,10 +45,22 @@ fn file_error(what: &str, err: std::io::Error) -> ApiError {
 /// A file path inside `project`'s directory, refused when it leaves it, names the
 /// directory itself, or passes through a symbolic link.
 fn project_file(components: &Components, project: &str, file: &str) -> Result<PathBuf, ApiError> {
-    let dir = components.component_dir(project);
+    let dir = project_dir(components, project)?;
     let relative = safe_relative(file).map_err(|_| ApiError::bad_request("Invalid file path"))?;
     no_links(&dir, &relative).map_err(ApiError::bad_request)?;
     Ok(dir.join(relative))
+}
+
+/// `project`'s directory, refused when it is itself a symbolic link (one placed by
+/// hand would let file operations, packing and dropping reach outside the root).
+fn project_dir(components: &Components, project: &str) -> Result<PathBuf, ApiError> {
+    let dir = components.component_dir(project);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            Err(ApiError::bad_request(format!("the component directory '{project}' is a symbolic link")))
+        }
+        _ => Ok(dir),
+    }
 }
 
 /// How a file's bytes travel as text (`encoding`): `utf8` (the default) or `base64`.
@@ -155,7 +167,7 @@ async fn deploy_staged(
     staging: PathBuf,
     stage: impl FnOnce() -> Result<(), String> + Send + 'static,
 ) -> Result<Value, ApiError> {
-    let dir = components.component_dir(project);
+    let dir = project_dir(components, project)?;
     let old = components.dir().join(format!(".old-{project}-{}", std::process::id()));
     let root = components.dir().to_path_buf();
     let (swap_dir, swap_old) = (dir.clone(), old.clone());
@@ -195,9 +207,14 @@ async fn deploy_staged(
 
 /// Copies a local directory, or unpacks a local tarball, into `staging`.
 fn stage_package(package: &Path, staging: &Path) -> Result<(), String> {
+    // The path as given is checked before it is resolved (`/proc/self/cwd` resolves
+    // to an ordinary directory), and again once resolved (a link into `/proc`).
+    let given = std::path::absolute(package).map_err(|e| format!("{}: {e}", package.display()))?;
     let real = std::fs::canonicalize(package).map_err(|e| format!("{}: {e}", package.display()))?;
-    if NOT_PACKAGES.iter().any(|dir| real.starts_with(dir)) {
-        return Err(format!("package '{}' is in {}, which is not read", package.display(), real.display()));
+    for path in [&given, &real] {
+        if NOT_PACKAGES.iter().any(|dir| path.starts_with(dir)) {
+            return Err(format!("package '{}' is in {}, which is not read", package.display(), path.display()));
+        }
     }
     if package.is_dir() {
         copy_tree(package, staging, MAX_UNPACKED).map_err(|e| format!("{}: {e}", package.display()))
@@ -216,7 +233,7 @@ fn stage_package(package: &Path, staging: &Path) -> Result<(), String> {
 /// `package_component`: the component as a base64 gzipped tar.
 pub async fn package(components: &Arc<Components>, project: &str, skip_node_modules: bool) -> Result<Value, ApiError> {
     project_name(project)?;
-    let dir = components.component_dir(project);
+    let dir = project_dir(components, project)?;
     let shown = project.to_string();
     let bytes = blocking(move || {
         if !dir.is_dir() {
@@ -240,7 +257,7 @@ pub async fn drop(components: &Arc<Components>, project: &str, file: Option<Stri
     project_name(project)?;
     let (target, shown) = match &file {
         Some(file) => (project_file(components, project, file)?, format!("{project}/{file}")),
-        None => (components.component_dir(project), project.to_string()),
+        None => (project_dir(components, project)?, project.to_string()),
     };
     let missing = format!("Unable to locate '{shown}'");
     blocking(move || {

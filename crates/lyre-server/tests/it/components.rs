@@ -291,5 +291,31 @@ async fn component_files_stay_inside_and_a_failed_deploy_keeps_the_working_versi
     let (status, body) = s.op(json!({"operation": "deploy_component", "project": "p", "package": "/proc"})).await;
     assert_eq!(status, 400, "{body}");
     assert!(body["error"].as_str().unwrap().contains("is not read"), "{body}");
+    // Nor through a path that resolves elsewhere (/proc/self/cwd is the server's own
+    // working directory).
+    let (status, body) =
+        s.op(json!({"operation": "deploy_component", "project": "p", "package": "/proc/self/cwd"})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("is not read"), "{body}");
     assert_eq!(rest_get(&s, "/Widget/1").await.0, 200, "still serving");
+
+    // A component directory that is itself a symbolic link is refused by every file
+    // operation: none reaches the directory it points to.
+    let elsewhere = s.root().parent().unwrap().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("secret.txt"), "untouched").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, s.root().join("components/linked")).unwrap();
+    let refused = [
+        json!({"operation": "get_component_file", "project": "linked", "file": "secret.txt"}),
+        json!({"operation": "set_component_file", "project": "linked", "file": "secret.txt", "payload": "changed"}),
+        json!({"operation": "drop_component", "project": "linked", "file": "secret.txt"}),
+        json!({"operation": "package_component", "project": "linked"}),
+        json!({"operation": "drop_component", "project": "linked"}),
+    ];
+    for body in refused {
+        let (status, answer) = s.op(body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("is a symbolic link"), "{body}: {answer}");
+    }
+    assert_eq!(std::fs::read_to_string(elsewhere.join("secret.txt")).unwrap(), "untouched");
 }
