@@ -52,6 +52,8 @@ pub enum Code {
     NotAcceptable,
     /// Too many attempts lately (failed logins); retry later.
     TooManyRequests,
+    /// The request (its body) did not arrive in time.
+    RequestTimeout,
     /// The write queue is full or the database is closing.
     Overloaded,
     /// The database has reached its configured maximum size.
@@ -62,7 +64,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, for exhaustive table tests.
-    pub const ALL: [Code; 17] = [
+    pub const ALL: [Code; 18] = [
         Code::BadRequest,
         Code::Conflict,
         Code::PreconditionFailed,
@@ -77,6 +79,7 @@ impl Code {
         Code::UnsupportedMediaType,
         Code::NotAcceptable,
         Code::TooManyRequests,
+        Code::RequestTimeout,
         Code::Overloaded,
         Code::StorageFull,
         Code::Internal,
@@ -100,6 +103,7 @@ impl Code {
             Code::UnsupportedMediaType => (415, Class::User, false),
             Code::NotAcceptable => (406, Class::User, false),
             Code::TooManyRequests => (429, Class::User, true),
+            Code::RequestTimeout => (408, Class::User, false),
             Code::Overloaded => (503, Class::Unavailable, true),
             Code::StorageFull => (507, Class::Unavailable, false),
             Code::Internal => (500, Class::Internal, false),

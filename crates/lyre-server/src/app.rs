@@ -30,6 +30,8 @@ pub struct AppState {
     pub ops_body_limit: usize,
     /// Largest REST body, in bytes.
     pub rest_body_limit: usize,
+    /// How long a request body may take to arrive (`http.timeout`).
+    pub body_timeout: std::time::Duration,
     /// Whether REST answers cross-origin requests.
     pub cors: bool,
     /// Whether the Operations API answers cross-origin requests.

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use axum::serve::ListenerExt;
 use lyre_core::users::AdminBootstrap;
 use lyre_core::{Engine, EngineOptions, ServiceOptions, Services};
 use tokio::net::TcpListener;
@@ -17,7 +16,6 @@ use crate::app::AppState;
 use crate::components::Components;
 use crate::config::Config;
 use crate::http;
-use crate::http::conn::{Connection, HttpListener};
 use crate::telemetry;
 use crate::tokens::Tokens;
 
@@ -118,6 +116,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         authorize_local: config.authentication.authorize_local,
         ops_body_limit: config.operations_api.network.max_request_body_size,
         rest_body_limit: config.http.max_request_body_size,
+        body_timeout: Duration::from_millis(config.http.timeout.max(1)),
         cors: config.http.cors,
         ops_cors: config.operations_api.network.cors,
     });
@@ -131,8 +130,10 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         TcpListener::bind(rest_addr).await.with_context(|| format!("binding the REST interface to {rest_addr}"))?;
     // Every listener is bound before any serves, so an answered /health means all are up.
     let rest_router = http::rest_router(state.clone(), config.http.compression_threshold);
-    let rest_server = tokio::spawn(serve_router(rest_listener, rest_router, stop_rx.clone()));
-    let ops_server = tokio::spawn(serve_router(ops_listener, http::operations_router(state.clone()), stop_rx.clone()));
+    let gate = http::serve::Gate::new(connection_limits(&config));
+    let rest_server = tokio::spawn(http::serve::serve(rest_listener, rest_router, gate.clone(), stop_rx.clone()));
+    let ops_router = http::operations_router(state.clone());
+    let ops_server = tokio::spawn(http::serve::serve(ops_listener, ops_router, gate, stop_rx.clone()));
     tracing::info!(
         operations_api = %ops_addr,
         rest = %rest_addr,
@@ -156,14 +157,22 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve_router(listener: TcpListener, router: axum::Router, mut stop: watch::Receiver<bool>) {
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    let graceful = async move {
-        let _ = stop.wait_for(|stop| *stop).await;
+/// The connection bounds from the configuration; the total follows the process's
+/// open-file limit unless configured.
+fn connection_limits(config: &Config) -> http::serve::ConnectionLimits {
+    let total = match config.http.max_connections {
+        0 => {
+            let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1024);
+            http::serve::ConnectionLimits::total_for(nofile)
+        }
+        n => n,
     };
-    let listener = HttpListener(listener).tap_io(Connection::disable_nagle);
-    if let Err(err) = axum::serve(listener, service).with_graceful_shutdown(graceful).await {
-        tracing::error!(error = %err, "server error");
+    let idle = config.http.keep_alive_timeout.min(config.http.headers_timeout);
+    http::serve::ConnectionLimits {
+        total,
+        per_address: config.http.max_connections_per_address.max(1),
+        reserve: 32,
+        header_timeout: Duration::from_millis(idle.max(1)),
     }
 }
 

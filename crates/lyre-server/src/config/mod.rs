@@ -50,6 +50,38 @@ pub struct HttpConfig {
     pub compression_threshold: u16,
     /// Answer cross-origin requests (CORS) from any origin.
     pub cors: bool,
+    /// How long a request's headers may take to arrive, in ms (Harper's key).
+    #[serde(default = "default_headers_timeout")]
+    pub headers_timeout: u64,
+    /// How long a connection may sit idle between requests, in ms (Harper's key).
+    #[serde(default = "default_keep_alive_timeout")]
+    pub keep_alive_timeout: u64,
+    /// How long a request's body may take to arrive, in ms (Harper's `http.timeout`).
+    #[serde(default = "default_request_timeout")]
+    pub timeout: u64,
+    /// Connections open at once across both ports; 0 = as many as the process's file
+    /// limit allows, less what the databases need (Lyre's own key).
+    #[serde(default)]
+    pub max_connections: usize,
+    /// Connections open at once from one client address (Lyre's own key).
+    #[serde(default = "default_max_connections_per_address")]
+    pub max_connections_per_address: usize,
+}
+
+fn default_headers_timeout() -> u64 {
+    60_000
+}
+
+fn default_keep_alive_timeout() -> u64 {
+    30_000
+}
+
+fn default_request_timeout() -> u64 {
+    120_000
+}
+
+fn default_max_connections_per_address() -> usize {
+    1024
 }
 
 /// `operationsApi.*`.
@@ -211,7 +243,17 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             root_path: PathBuf::from("./lyre-data"),
-            http: HttpConfig { port: 9926, max_request_body_size: 10_000_000, compression_threshold: 1200, cors: true },
+            http: HttpConfig {
+                port: 9926,
+                max_request_body_size: 10_000_000,
+                compression_threshold: 1200,
+                cors: true,
+                headers_timeout: default_headers_timeout(),
+                keep_alive_timeout: default_keep_alive_timeout(),
+                timeout: default_request_timeout(),
+                max_connections: 0,
+                max_connections_per_address: default_max_connections_per_address(),
+            },
             operations_api: OperationsApiConfig {
                 network: NetworkConfig { port: 9925, max_request_body_size: default_ops_body(), cors: true },
             },

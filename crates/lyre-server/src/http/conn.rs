@@ -1,39 +1,19 @@
 //! Accepted connections: `TCP_NODELAY`, and request targets made acceptable to hyper.
 //!
-//! Every listener (Operations API and REST) accepts through [`HttpListener`]. Its
-//! connections turn Nagle's algorithm off (a streamed response's last small write
-//! otherwise waited for the client's delayed acknowledgement: 40 ms on a 3,000-record
-//! search), and percent-encode the raw characters [`framing`](super::framing) finds
-//! in request targets, so `GET /T/?price<10` works from curl as it does with Harper.
+//! Every connection either port accepts (`serve.rs`) is wrapped in one. It turns
+//! Nagle's algorithm off (a streamed response's last small write otherwise waited for
+//! the client's delayed acknowledgement: 40 ms on a 3,000-record search), and
+//! percent-encodes the raw characters [`framing`](super::framing) finds in request
+//! targets, so `GET /T/?price<10` works from curl as it does with Harper.
 
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use super::framing::Framing;
-
-/// A TCP listener whose connections are [`Connection`]s (serve it through
-/// `tap_io(Connection::disable_nagle)`, which also gives handlers the peer address).
-pub struct HttpListener(pub TcpListener);
-
-impl axum::serve::Listener for HttpListener {
-    type Io = Connection<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        // axum's own accept loop: it retries (and backs off on) accept errors.
-        let (stream, peer) = axum::serve::Listener::accept(&mut self.0).await;
-        (Connection::new(stream), peer)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
-}
 
 /// A client connection whose request targets are percent-encoded where `http::Uri`
 /// would refuse a character; writes pass straight through.
@@ -144,10 +124,9 @@ mod tests {
 
     #[tokio::test]
     async fn accepted_connections_send_small_writes_at_once() {
-        let mut listener = HttpListener(TcpListener::bind("127.0.0.1:0").await.unwrap());
-        let addr = axum::serve::Listener::local_addr(&listener).unwrap();
-        let _client = TcpStream::connect(addr).await.unwrap();
-        let (mut conn, _) = axum::serve::Listener::accept(&mut listener).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let mut conn = Connection::new(listener.accept().await.unwrap().0);
         assert!(!conn.inner.nodelay().unwrap());
         conn.disable_nagle();
         assert!(conn.inner.nodelay().unwrap());

@@ -66,11 +66,11 @@ impl ApiError {
     }
 }
 
-/// A 413 is answered before the rest of the body is read, so the connection cannot
-/// carry another request: say so, or a client reuses it and loses its next request
-/// (reqwest: "IncompleteMessage").
+/// A 413 (or 408) is answered before the rest of the body is read, so the connection
+/// cannot carry another request: say so, or a client reuses it and loses its next
+/// request (reqwest: "IncompleteMessage").
 fn close_if_unread(code: Code, response: &mut Response) {
-    if code == Code::PayloadTooLarge {
+    if matches!(code, Code::PayloadTooLarge | Code::RequestTimeout) {
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
 }

@@ -11,6 +11,7 @@ mod framing;
 mod negotiate;
 mod ops;
 pub mod rest;
+pub mod serve;
 mod stream;
 
 use std::sync::Arc;
@@ -53,8 +54,14 @@ pub fn rest_router(state: Arc<AppState>, compression_threshold: u16) -> Router {
 }
 
 /// Reads a whole request body, refusing (413) anything over `limit` before reading it
-/// when the length is declared, and as soon as it is exceeded otherwise.
-pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+/// when the length is declared, and as soon as it is exceeded otherwise, and (408)
+/// one that has not arrived `within` its deadline.
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    within: std::time::Duration,
+) -> Result<bytes::Bytes, ApiError> {
     let too_large =
         || ApiError::new(Code::PayloadTooLarge, format!("Request body too large, maximum size is {limit} bytes"));
     let declared =
@@ -62,7 +69,14 @@ pub(crate) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> 
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit).await.map_err(|err| {
+    // A body trickled in slowly holds its connection and its buffer: it gets a deadline.
+    let Ok(read) = tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await else {
+        return Err(ApiError::new(
+            Code::RequestTimeout,
+            format!("the request body did not arrive within {} ms (http.timeout)", within.as_millis()),
+        ));
+    };
+    read.map_err(|err| {
         if std::error::Error::source(&err).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
             too_large()
         } else {

@@ -2,6 +2,7 @@
 
 mod bench_smoke;
 mod components;
+mod connections;
 mod drop_restore;
 mod envelope;
 mod expiry;

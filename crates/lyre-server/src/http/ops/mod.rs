@@ -87,7 +87,7 @@ async fn handle_request(
     };
     let limit = if user.is_some() { state.ops_body_limit } else { ANONYMOUS_BODY_LIMIT.min(state.ops_body_limit) };
     let body = body.take().unwrap_or_default();
-    let bytes = crate::http::read_body(headers, body, limit).await?;
+    let bytes = crate::http::read_body(headers, body, limit, state.body_timeout).await?;
     let value = if bytes.len() > INLINE_DECODE_LIMIT {
         let headers = headers.clone();
         crate::http::blocking::blocking("decoding the body", move || decode_body(&headers, &bytes)).await?

@@ -394,7 +394,8 @@ impl RestRequest<'_> {
     }
 
     async fn body(&self, body: Body) -> Result<Value, ApiError> {
-        let bytes = crate::http::read_body(self.headers, body, self.state.rest_body_limit).await?;
+        let bytes =
+            crate::http::read_body(self.headers, body, self.state.rest_body_limit, self.state.body_timeout).await?;
         decode_body(self.headers, &bytes)
     }
 

@@ -1,0 +1,181 @@
+//! The accept loop both HTTP ports share, with the bounds that keep slow or abusive
+//! clients from holding the server: a connection cap across both ports and one per
+//! client address (a new connection over either is closed at once, so it never
+//! waits in the kernel's queue), a small reserve above the cap for loopback clients
+//! (health checks and an operator's `curl` get through a flood), and a deadline for
+//! each request's headers that also closes connections left idle between requests
+//! (a slowloris client, or thousands of idle sockets, are gone after it).
+//!
+//! On shutdown the loop stops accepting and waits for the connections it serves to
+//! finish their requests.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower::ServiceExt as _;
+
+use crate::http::conn::Connection;
+
+/// The connection bounds (`http.maxConnections`, `http.maxConnectionsPerAddress`,
+/// `http.headersTimeout`, `http.keepAliveTimeout`).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Connections open at once across both ports.
+    pub total: usize,
+    /// Connections open at once from one address.
+    pub per_address: usize,
+    /// Connections loopback clients may open beyond `total`.
+    pub reserve: usize,
+    /// How long a request's headers may take to arrive, and how long a connection
+    /// may sit idle waiting for its next request.
+    pub header_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    /// The cap a file-descriptor limit of `nofile` allows: every connection is a
+    /// descriptor, and the databases, logs and the reserve need some of their own.
+    pub fn total_for(nofile: u64) -> usize {
+        usize::try_from(nofile.saturating_sub(256).max(64)).unwrap_or(usize::MAX)
+    }
+}
+
+/// Counts open connections, overall and per address; shared by both ports.
+pub struct Gate {
+    limits: ConnectionLimits,
+    open: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+/// One admitted connection; dropping it frees its place.
+pub struct Ticket {
+    gate: Arc<Gate>,
+    peer: IpAddr,
+}
+
+impl Gate {
+    /// A gate enforcing `limits`.
+    pub fn new(limits: ConnectionLimits) -> Arc<Self> {
+        Arc::new(Self { limits, open: Mutex::new((0, HashMap::new())) })
+    }
+
+    /// A place for a connection from `peer`, if the bounds leave one.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Ticket> {
+        let mut open = self.open.lock();
+        let cap = self.limits.total + if peer.is_loopback() { self.limits.reserve } else { 0 };
+        let from_peer = open.1.get(&peer).copied().unwrap_or(0);
+        if open.0 >= cap || from_peer >= self.limits.per_address {
+            return None;
+        }
+        open.0 += 1;
+        *open.1.entry(peer).or_default() += 1;
+        Some(Ticket { gate: self.clone(), peer })
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut open = self.gate.open.lock();
+        open.0 = open.0.saturating_sub(1);
+        if let Some(count) = open.1.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                open.1.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` turns true, then waits for the open
+/// connections' requests to finish.
+pub async fn serve(listener: TcpListener, router: axum::Router, gate: Arc<Gate>, mut stop: watch::Receiver<bool>) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(gate.limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(gate.limits.header_timeout)
+        .keep_alive_timeout(gate.limits.header_timeout);
+    let builder = Arc::new(builder);
+    let graceful = GracefulShutdown::new();
+    let stopped = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    };
+    tokio::pin!(stopped);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of descriptors, most likely: let some close first.
+                    tracing::debug!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stopped => break,
+        };
+        let Some(ticket) = gate.admit(peer.ip()) else {
+            tracing::debug!(%peer, "connection refused: over the connection limit");
+            drop(stream);
+            continue;
+        };
+        let (router, builder, watcher) = (router.clone(), builder.clone(), graceful.watcher());
+        let first_byte = gate.limits.header_timeout;
+        tokio::spawn(async move {
+            let _ticket = ticket;
+            // hyper's header deadline starts once it reads, and telling HTTP/1 from
+            // HTTP/2 waits for the first bytes without one: a connection that sends
+            // nothing is closed here.
+            if tokio::time::timeout(first_byte, stream.peek(&mut [0u8; 1])).await.is_err() {
+                return;
+            }
+            let mut io = Connection::new(stream);
+            io.disable_nagle();
+            let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                router.clone().oneshot(request.map(axum::body::Body::new))
+            });
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+            if let Err(err) = watcher.watch(connection.into_owned()).await {
+                tracing::debug!(error = %err, %peer, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_bounds_addresses_and_the_total_with_a_loopback_reserve() {
+        let gate = Gate::new(ConnectionLimits {
+            total: 3,
+            per_address: 2,
+            reserve: 1,
+            header_timeout: Duration::from_secs(1),
+        });
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap());
+        let a1 = gate.admit(a).unwrap();
+        let _a2 = gate.admit(a).unwrap();
+        assert!(gate.admit(a).is_none(), "per address");
+        let _b1 = gate.admit(b).unwrap();
+        assert!(gate.admit(b).is_none(), "the total");
+        let c1 = gate.admit(c).expect("the loopback reserve");
+        assert!(gate.admit(c).is_none(), "the reserve is bounded too");
+        drop((a1, c1));
+        assert!(gate.admit(b).is_some(), "a closed connection frees its place");
+    }
+}

@@ -1,0 +1,111 @@
+//! Slow and abusive clients through the real binary (issue 12): a client that never
+//! finishes its headers, idle connections, a trickled body, and more connections
+//! from one address than it may hold; none keeps the server from answering others.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::support::TestServer;
+
+/// Connects to `port` from the loopback address `from`.
+async fn connect_from(from: &str, port: u16) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    socket.connect(format!("127.0.0.1:{port}").parse().unwrap()).await.unwrap()
+}
+
+/// Waits up to `limit` for the server to close `stream`; returns how long it took.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(limit.saturating_sub(started.elapsed()), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => continue, // an answer (408) before the close
+            Err(_) => return None,
+        }
+    }
+}
+
+fn ops_port(s: &TestServer) -> u16 {
+    s.url("").rsplit(':').next().unwrap().parse().unwrap()
+}
+
+async fn healthy_from(s: &TestServer, from: &str) -> bool {
+    let client = reqwest::Client::builder().local_address(from.parse::<std::net::IpAddr>().unwrap()).build().unwrap();
+    client.get(s.url("/health")).send().await.is_ok_and(|r| r.status().is_success())
+}
+
+#[tokio::test]
+async fn unfinished_headers_and_idle_connections_are_closed() {
+    let s = TestServer::start_with(&[("HTTP_HEADERSTIMEOUT", "400"), ("HTTP_KEEPALIVETIMEOUT", "400")]).await;
+    let port = ops_port(&s);
+    let mut slow = connect_from("127.0.0.1", port).await;
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").await.unwrap(); // and never the rest
+    let mut idle = connect_from("127.0.0.1", port).await;
+    let closed = closed_within(&mut slow, Duration::from_secs(5)).await;
+    assert!(closed.is_some(), "a client that never finishes its headers is cut off");
+    assert!(closed_within(&mut idle, Duration::from_secs(5)).await.is_some(), "an idle connection is closed");
+    assert!(healthy_from(&s, "127.0.0.1").await);
+}
+
+#[tokio::test]
+async fn a_trickled_body_gets_408() {
+    let s = TestServer::start_with(&[("HTTP_TIMEOUT", "300")]).await;
+    let mut stream = connect_from("127.0.0.1", ops_port(&s)).await;
+    let auth = "Authorization: Basic YWRtaW46cGFzc3dvcmQ=\r\n"; // admin:password
+    let head =
+        format!("POST / HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(b"{\"operation\":").await.unwrap(); // the rest never comes
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the server answered and closed");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("did not arrive within 300 ms"), "{text}");
+}
+
+#[tokio::test]
+async fn one_address_cannot_hold_every_connection() {
+    let s = TestServer::start_with(&[("HTTP_MAXCONNECTIONSPERADDRESS", "5")]).await;
+    let port = ops_port(&s);
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(connect_from("127.0.0.9", port).await);
+    }
+    // Let the server count them before the next arrives.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut over = connect_from("127.0.0.9", port).await;
+    assert!(closed_within(&mut over, Duration::from_secs(2)).await.is_some(), "the sixth is closed at once");
+    // Others are served, and so are the address's own open connections.
+    assert!(healthy_from(&s, "127.0.0.1").await);
+    let first = &mut held[0];
+    first.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), first.read_to_end(&mut answer)).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+    // A closed connection frees its place.
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(healthy_from(&s, "127.0.0.9").await);
+}
+
+#[tokio::test]
+async fn a_flood_over_the_total_leaves_loopback_its_reserve() {
+    let s = TestServer::start_with(&[("HTTP_MAXCONNECTIONS", "8")]).await;
+    let port = ops_port(&s);
+    // Eight, then the 32 of the loopback reserve, from many addresses.
+    let mut held = Vec::new();
+    for i in 0..40 {
+        held.push(connect_from(&format!("127.0.1.{}", i + 1), port).await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut over = connect_from("127.0.2.1", port).await;
+    assert!(closed_within(&mut over, Duration::from_secs(2)).await.is_some(), "beyond the reserve: closed");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(healthy_from(&s, "127.0.0.1").await, "served again once they close");
+}
