@@ -163,6 +163,9 @@ pub struct TargetArgs {
     /// Password.
     #[arg(long, default_value = "password", global = true)]
     pub password: String,
+    /// A header to authenticate with instead (`authorization: Bearer …`, `cookie: …`).
+    #[arg(long, global = true)]
+    pub auth_header: Option<String>,
     /// Its process id (for CPU time per operation and peak memory).
     #[arg(long, global = true)]
     pub pid: Option<u32>,
@@ -186,6 +189,9 @@ pub struct CompareArgs {
     /// Password.
     #[arg(id = "compare_password", long = "compare-password", default_value = "password", global = true)]
     pub password: String,
+    /// A header to authenticate with instead.
+    #[arg(id = "compare_auth_header", long = "compare-auth-header", global = true)]
+    pub auth_header: Option<String>,
     /// Its process id.
     #[arg(id = "compare_pid", long = "compare-pid", global = true)]
     pub pid: Option<u32>,
@@ -200,6 +206,7 @@ impl Cli {
             rest: t.rest.clone(),
             user: t.user.clone(),
             password: t.password.clone(),
+            auth_header: t.auth_header.clone(),
             pid: t.pid,
         }];
         if let Some(url) = &self.compare.url {
@@ -210,6 +217,7 @@ impl Cli {
                 rest: c.rest.clone(),
                 user: c.user.clone(),
                 password: c.password.clone(),
+                auth_header: c.auth_header.clone(),
                 pid: c.pid,
             });
         }

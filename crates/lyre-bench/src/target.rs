@@ -15,6 +15,9 @@ pub struct Target {
     pub user: String,
     /// Password.
     pub password: String,
+    /// A header sent instead of Basic credentials (`authorization: Bearer …`,
+    /// `cookie: …-hdb-session=…`), as `name: value`.
+    pub auth_header: Option<String>,
     /// The server's process id, for CPU time and memory figures.
     pub pid: Option<u32>,
 }

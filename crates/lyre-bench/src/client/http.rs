@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Method, Request, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -37,7 +37,7 @@ pub struct HttpClient {
     ops: Uri,
     rest: String,
     health: Uri,
-    auth: HeaderValue,
+    auth: (HeaderName, HeaderValue),
 }
 
 impl HttpClient {
@@ -46,9 +46,18 @@ impl HttpClient {
         let base = target.url.trim_end_matches('/');
         let ops: Uri = format!("{base}/").parse().with_context(|| format!("bad URL {}", target.url))?;
         let health: Uri = format!("{base}/health").parse()?;
-        let credentials =
-            base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", target.user, target.password));
-        let auth = HeaderValue::from_str(&format!("Basic {credentials}"))?;
+        let auth = match &target.auth_header {
+            Some(header) => {
+                let (name, value) =
+                    header.split_once(':').with_context(|| format!("--auth-header {header:?} is not 'name: value'"))?;
+                (HeaderName::from_bytes(name.trim().as_bytes())?, HeaderValue::from_str(value.trim())?)
+            }
+            None => {
+                let credentials =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", target.user, target.password));
+                (AUTHORIZATION, HeaderValue::from_str(&format!("Basic {credentials}"))?)
+            }
+        };
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
@@ -59,7 +68,7 @@ impl HttpClient {
         let request = Request::builder()
             .method(method)
             .uri(uri)
-            .header(AUTHORIZATION, self.auth.clone())
+            .header(self.auth.0.clone(), self.auth.1.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(body))?;
         let response = self.client.request(request).await?;

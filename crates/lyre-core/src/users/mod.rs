@@ -54,10 +54,16 @@ struct CachedLogin {
     expires: Instant,
 }
 
+/// Most users [`Users::resolve`] keeps resolved at once; beyond it the cache starts
+/// over (memory stays bounded however many names tokens carry).
+const MAX_RESOLVED: usize = 10_000;
+
 /// Users and roles stored in the `system` database.
 pub struct Users {
     system: Arc<Db>,
     cache: Mutex<HashMap<String, CachedLogin>>,
+    /// Users resolved by name (for tokens and sessions) within the cache TTL.
+    resolved: Mutex<HashMap<String, (Arc<User>, Instant)>>,
     /// Held while an argon2 hash is verified. Each verification takes ~19 MiB and
     /// tens of milliseconds; one at a time bounds that memory when many connections
     /// log in at once, and the re-check of the cache under it means a burst of
@@ -94,6 +100,7 @@ impl Users {
         let users = Users {
             system,
             cache: Mutex::new(HashMap::new()),
+            resolved: Mutex::new(HashMap::new()),
             verifying: Mutex::new(()),
             changing: tokio::sync::Mutex::new(()),
             ttl,
@@ -200,13 +207,25 @@ impl Users {
 
     /// The user named `username` as a client would be authenticated by a token or a
     /// session: the stored user with its role now; refused when gone or inactive.
+    /// Kept for the cache TTL; any change to users or roles empties the cache.
     pub fn resolve(&self, username: &str) -> Result<Arc<User>> {
+        if let Some((user, expires)) = self.resolved.lock().get(username)
+            && *expires > Instant::now()
+        {
+            return Ok(user.clone());
+        }
         let Some(record) = self.user_record(username)? else { return Err(Error::LoginFailed) };
         if record.get("active") == Some(&Value::Bool(false)) {
             return Err(Error::Inactive);
         }
         let role_id = record.get("role").and_then(Value::as_str).unwrap_or_default();
-        Ok(Arc::new(User { username: username.to_string(), role: self.role(role_id)?, active: true }))
+        let user = Arc::new(User { username: username.to_string(), role: self.role(role_id)?, active: true });
+        let mut resolved = self.resolved.lock();
+        if resolved.len() >= MAX_RESOLVED {
+            resolved.clear();
+        }
+        resolved.insert(username.to_string(), (user.clone(), Instant::now() + self.ttl));
+        Ok(user)
     }
 
     fn user_record(&self, username: &str) -> Result<Option<Object>> {
@@ -224,6 +243,7 @@ impl Users {
     /// Forgets every cached login: a user or role changed.
     fn forget_logins(&self) {
         self.cache.lock().clear();
+        self.resolved.lock().clear();
     }
 
     fn digest(&self, password: &str) -> [u8; 32] {

@@ -171,3 +171,30 @@ async fn malformed_authorization_headers_answer_401() {
         assert_eq!(rest.status().as_u16(), 401, "rest with {value:?}");
     }
 }
+
+#[tokio::test]
+async fn a_dropped_or_switched_off_user_s_token_and_session_stop_at_once() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "add_role", "role": "r", "permission": {}})).await;
+    for name in ["gone", "off"] {
+        s.ok(json!({"operation": "add_user", "username": name, "password": "pw", "role": "r", "active": true})).await;
+    }
+    let mut credentials = Vec::new();
+    for name in ["gone", "off"] {
+        let (_, tokens, _) =
+            anonymous(&s, &json!({"operation": "create_authentication_tokens", "username": name, "password": "pw"}))
+                .await;
+        let (_, _, headers) = anonymous(&s, &json!({"operation": "login", "username": name, "password": "pw"})).await;
+        let cookie = headers.get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().to_string();
+        let bearer = format!("Bearer {}", tokens["operation_token"].as_str().unwrap());
+        assert_eq!(with_header(&s, "authorization", &bearer).await.0, 200, "{name}'s token works");
+        assert_eq!(with_header(&s, "cookie", &cookie).await.0, 200, "{name}'s session works");
+        credentials.push((bearer, cookie));
+    }
+    s.ok(json!({"operation": "drop_user", "username": "gone"})).await;
+    s.ok(json!({"operation": "alter_user", "username": "off", "active": false})).await;
+    for (bearer, cookie) in credentials {
+        assert_eq!(with_header(&s, "authorization", &bearer).await.0, 401, "{bearer}");
+        assert_eq!(with_header(&s, "cookie", &cookie).await.0, 401, "{cookie}");
+    }
+}
