@@ -64,6 +64,9 @@ pub struct Users {
     cache: Mutex<HashMap<String, CachedLogin>>,
     /// Users resolved by name (for tokens and sessions) within the cache TTL.
     resolved: Mutex<HashMap<String, (Arc<User>, Instant)>>,
+    /// Sessions seen lately: id to user name and expiry (ms), so a request with a
+    /// session cookie reads no record; `logout` removes its entry.
+    sessions: Mutex<HashMap<String, (String, f64)>>,
     /// Held while an argon2 hash is verified. Each verification takes ~19 MiB and
     /// tens of milliseconds; one at a time bounds that memory when many connections
     /// log in at once, and the re-check of the cache under it means a burst of
@@ -101,6 +104,7 @@ impl Users {
             system,
             cache: Mutex::new(HashMap::new()),
             resolved: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
             verifying: Mutex::new(()),
             changing: tokio::sync::Mutex::new(()),
             ttl,

@@ -19,6 +19,9 @@ use crate::time::now_ms;
 use crate::users::{SESSION_TABLE, USER_TABLE, Users};
 use crate::value::{Object, Value};
 
+/// Most sessions kept in memory at once; beyond it the cache starts over.
+const MAX_SESSIONS_CACHED: usize = 10_000;
+
 fn digest(token: &str) -> String {
     Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -38,16 +41,29 @@ impl Users {
     /// The user of session `id`, if it exists, has not expired and its user may
     /// still log in. An expired session is removed.
     pub async fn session_user(&self, id: &str) -> Result<Option<Arc<User>>> {
-        let table = self.system.table(SESSION_TABLE)?;
-        let Some(session) = table.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?.pop() else {
-            return Ok(None);
+        let known = self.sessions.lock().get(id).cloned();
+        let (username, expires) = match known {
+            Some(found) => found,
+            None => {
+                let table = self.system.table(SESSION_TABLE)?;
+                let Some(session) = table.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?.pop() else {
+                    return Ok(None);
+                };
+                let Some(username) = session.get("user").and_then(Value::as_str) else { return Ok(None) };
+                let expires = session.get("expires").and_then(Value::as_f64).unwrap_or(0.0);
+                let mut sessions = self.sessions.lock();
+                if sessions.len() >= MAX_SESSIONS_CACHED {
+                    sessions.clear();
+                }
+                sessions.insert(id.to_string(), (username.to_string(), expires));
+                (username.to_string(), expires)
+            }
         };
-        if session.get("expires").and_then(Value::as_f64).is_none_or(|at| at <= now_ms()) {
-            table.delete(&Context::system(), vec![Value::from(id)]).await?;
+        if expires <= now_ms() {
+            self.end_session(id).await?;
             return Ok(None);
         }
-        let Some(username) = session.get("user").and_then(Value::as_str) else { return Ok(None) };
-        match self.resolve(username) {
+        match self.resolve(&username) {
             Ok(user) => Ok(Some(user)),
             Err(Error::LoginFailed) => Ok(None), // the user was dropped
             Err(err) => Err(err),
@@ -56,6 +72,7 @@ impl Users {
 
     /// Ends session `id` (nothing happens when there is none).
     pub async fn end_session(&self, id: &str) -> Result<()> {
+        self.sessions.lock().remove(id);
         self.system.table(SESSION_TABLE)?.delete(&Context::system(), vec![Value::from(id)]).await?;
         Ok(())
     }
