@@ -423,6 +423,18 @@ async fn user_and_role_operations_answer_as_harper() {
 }
 
 #[tokio::test]
+async fn another_user_s_job_is_for_super_users() {
+    let s = fixture().await;
+    let job =
+        s.ok(json!({"operation": "delete_audit_logs_before", "database": "dev", "table": "Dog", "timestamp": 1})).await;
+    let id = job["job_id"].as_str().unwrap();
+    let (status, answer) = s.op_as("reader", PASSWORD, &json!({"operation": "get_job", "id": id})).await;
+    assert_eq!(status, 403, "{answer}");
+    let found = s.ok(json!({"operation": "get_job", "id": id})).await;
+    assert_eq!(found[0]["user"], "admin", "{found}");
+}
+
+#[tokio::test]
 async fn malformed_permissions_are_refused_naming_where() {
     let s = fixture().await;
     let (status, answer) = s

@@ -122,9 +122,31 @@ pub async fn delete_logs_before(
 }
 
 /// `get_job`.
-pub async fn get_job(state: &Arc<AppState>, mut params: Params, format: Format) -> Result<Response, ApiError> {
+/// `get_job`: a job's record; another user's jobs are for super users only.
+pub async fn get_job(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
     let id = params.required_string(&["id"])?;
-    reply(format, &state.services.jobs().get(&id)?)
+    let job = state.services.jobs().get(&id)?;
+    let owner = job_owner(&job);
+    if !ctx.user.is_super_user() && owner.is_some_and(|o| o != ctx.username()) {
+        let denial = lyre_core::access::Denial::because("Only a super user may read another user's job");
+        return Err(lyre_core::Error::Forbidden(Box::new(denial)).into());
+    }
+    reply(format, &job)
+}
+
+/// Who started a job (its record's `user`, in the first element when the answer is
+/// a list).
+fn job_owner(job: &Value) -> Option<&str> {
+    match job {
+        Value::Object(record) => record.get("user").and_then(Value::as_str),
+        Value::Array(records) => records.first().and_then(job_owner),
+        _ => None,
+    }
 }
 
 /// `check_consistency` (Lyre's own): walks every index of a table, or of every table

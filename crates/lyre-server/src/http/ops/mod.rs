@@ -176,7 +176,7 @@ async fn dispatch(
         "delete_audit_logs_before" | "delete_transaction_logs_before" => {
             audit::delete_logs_before(state, ctx, operation, params, format).await
         }
-        "get_job" => audit::get_job(state, params, format).await,
+        "get_job" => audit::get_job(state, ctx, params, format).await,
         "check_consistency" => audit::check_consistency(state, ctx, params, format).await,
         "get_backup" => lifecycle::get_backup(state, ctx, params).await,
         "restore_backup" => lifecycle::restore_backup(state, ctx, params, format).await,
