@@ -54,6 +54,8 @@ pub enum Credentials {
     Token(String),
     /// A session id (the `login` cookie).
     Session(String),
+    /// The user a verified client certificate names (mTLS).
+    Certificate(String),
     /// Credentials of a kind this server does not take (another HTTP scheme, an
     /// empty one): never mistaken for no credentials at all.
     Unsupported,
@@ -103,6 +105,11 @@ impl AppState {
                     Err(err) => Err(err.into()),
                 }
             }
+            Credentials::Certificate(name) => match self.engine.users().resolve(&name) {
+                Ok(user) => Ok(user),
+                Err(lyre_core::Error::LoginFailed) => Err(AuthError::LoginFailed),
+                Err(err) => Err(err.into()),
+            },
             Credentials::Session(id) => match self.engine.users().session_user(&id).await? {
                 Some(user) => Ok(user),
                 // An ended or expired session is no login.

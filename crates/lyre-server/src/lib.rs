@@ -12,6 +12,7 @@ mod http;
 mod listen;
 mod process;
 mod telemetry;
+mod tls;
 mod tokens;
 
 pub use listen::{backup, restore, run};

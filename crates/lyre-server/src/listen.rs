@@ -121,6 +121,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         ops_cors: config.operations_api.network.cors,
     });
 
+    let tls = crate::tls::acceptor(&config).context("setting up TLS")?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let ops_addr = SocketAddr::from(([0, 0, 0, 0], config.operations_api.network.port));
     let ops_listener =
@@ -131,9 +132,23 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     // Every listener is bound before any serves, so an answered /health means all are up.
     let rest_router = http::rest_router(state.clone(), config.http.compression_threshold);
     let gate = http::serve::Gate::new(connection_limits(&config));
-    let rest_server = tokio::spawn(http::serve::serve(rest_listener, rest_router, gate.clone(), stop_rx.clone()));
     let ops_router = http::operations_router(state.clone());
-    let ops_server = tokio::spawn(http::serve::serve(ops_listener, ops_router, gate, stop_rx.clone()));
+    let mut listeners = vec![(rest_listener, rest_router.clone(), None), (ops_listener, ops_router.clone(), None)];
+    if let Some(acceptor) = tls {
+        let secure = [(config.http.secure_port, rest_router), (config.operations_api.network.secure_port, ops_router)];
+        for (port, router) in secure {
+            let Some(port) = port else { continue };
+            let addr = SocketAddr::from(([0, 0, 0, 0], port));
+            let listener = TcpListener::bind(addr).await.with_context(|| format!("binding the secure port {addr}"))?;
+            listeners.push((listener, router, Some(acceptor.clone())));
+        }
+    }
+    let servers: Vec<_> = listeners
+        .into_iter()
+        .map(|(listener, router, tls)| {
+            tokio::spawn(http::serve::serve(listener, router, gate.clone(), tls, stop_rx.clone()))
+        })
+        .collect();
     tracing::info!(
         operations_api = %ops_addr,
         rest = %rest_addr,
@@ -146,7 +161,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     tracing::info!("shutting down: finishing in-flight requests");
     state.components.stop_processes();
     let _ = stop_tx.send(true);
-    for server in [ops_server, rest_server] {
+    for server in servers {
         if let Err(err) = server.await {
             tracing::error!(error = %err, "a server task failed");
         }

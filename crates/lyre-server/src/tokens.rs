@@ -189,7 +189,7 @@ impl Tokens {
 }
 
 /// Writes a private key readable by its owner only, atomically.
-fn write_private(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let staged = path.with_extension("tmp");
     let mut options = std::fs::OpenOptions::new();

@@ -35,6 +35,23 @@ pub struct Config {
     pub authentication: AuthenticationConfig,
     /// Storage.
     pub storage: StorageConfig,
+    /// TLS certificates for the secure ports.
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+/// `tls.*` (Harper's keys): PEM files. Without `certificate` and `privateKey`, a
+/// secure port uses a self-signed certificate made at first start in
+/// `<root>/keys/certificate.pem` and `privateKey.pem`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The certificate chain.
+    pub certificate: Option<PathBuf>,
+    /// Its private key.
+    pub private_key: Option<PathBuf>,
+    /// The authorities client certificates must chain to (`http.mtls`).
+    pub certificate_authority: Option<PathBuf>,
 }
 
 /// `http.*`.
@@ -66,6 +83,13 @@ pub struct HttpConfig {
     /// Connections open at once from one client address (Lyre's own key).
     #[serde(default = "default_max_connections_per_address")]
     pub max_connections_per_address: usize,
+    /// The REST interface over TLS, when set.
+    #[serde(default)]
+    pub secure_port: Option<u16>,
+    /// Ask clients on the secure ports for a certificate (chaining to
+    /// `tls.certificateAuthority`) and log in its common name as the user.
+    #[serde(default)]
+    pub mtls: bool,
 }
 
 fn default_headers_timeout() -> u64 {
@@ -101,6 +125,9 @@ pub struct NetworkConfig {
     /// Largest accepted request body, in bytes (Harper's key).
     #[serde(default = "default_ops_body")]
     pub max_request_body_size: usize,
+    /// The Operations API over TLS, when set.
+    #[serde(default)]
+    pub secure_port: Option<u16>,
     /// Answer cross-origin requests (CORS) from any origin (Operations API only).
     #[serde(default = "enabled")]
     pub cors: bool,
@@ -253,9 +280,16 @@ impl Default for Config {
                 timeout: default_request_timeout(),
                 max_connections: 0,
                 max_connections_per_address: default_max_connections_per_address(),
+                secure_port: None,
+                mtls: false,
             },
             operations_api: OperationsApiConfig {
-                network: NetworkConfig { port: 9925, max_request_body_size: default_ops_body(), cors: true },
+                network: NetworkConfig {
+                    port: 9925,
+                    secure_port: None,
+                    max_request_body_size: default_ops_body(),
+                    cors: true,
+                },
             },
             mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883 } },
             logging: LoggingConfig {
@@ -280,6 +314,7 @@ impl Default for Config {
                 path: None,
                 release_timeout: default_release_timeout(),
             },
+            tls: TlsConfig::default(),
         }
     }
 }

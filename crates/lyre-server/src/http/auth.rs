@@ -11,11 +11,23 @@ use lyre_core::{Code, Error};
 
 use crate::app::{AppState, AuthError, Credentials};
 use crate::http::error::ApiError;
+use crate::tls::ClientCertificate;
 
 /// Resolves the request's user from its `Authorization` header (Basic), or the super
 /// user for credential-less loopback requests when `authorizeLocal` is on.
-pub async fn authenticate(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Arc<User>, ApiError> {
-    state.user(credentials(headers), peer.ip()).await.map_err(|err| match err {
+/// A verified client certificate (mTLS) logs its connection in when the request
+/// carries no other credentials.
+pub async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    client: Option<&ClientCertificate>,
+) -> Result<Arc<User>, ApiError> {
+    let presented = match (credentials(headers), client) {
+        (Credentials::None, Some(ClientCertificate(name))) => Credentials::Certificate(name.clone()),
+        (presented, _) => presented,
+    };
+    state.user(presented, peer.ip()).await.map_err(|err| match err {
         AuthError::MustLogin => Error::MustLogin.into(),
         AuthError::LoginFailed => Error::LoginFailed.into(),
         AuthError::InvalidToken => ApiError::new(Code::LoginFailed, "invalid token"),

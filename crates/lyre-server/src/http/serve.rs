@@ -18,13 +18,16 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::http::conn::Connection;
+use crate::tls::{ClientCertificate, common_name};
 
 /// The connection bounds (`http.maxConnections`, `http.maxConnectionsPerAddress`,
 /// `http.headersTimeout`, `http.keepAliveTimeout`).
@@ -94,9 +97,15 @@ impl Drop for Ticket {
     }
 }
 
-/// Serves `router` on `listener` until `stop` turns true, then waits for the open
-/// connections' requests to finish.
-pub async fn serve(listener: TcpListener, router: axum::Router, gate: Arc<Gate>, mut stop: watch::Receiver<bool>) {
+/// Serves `router` on `listener` (over TLS when `tls` is given) until `stop` turns
+/// true, then waits for the open connections' requests to finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    gate: Arc<Gate>,
+    tls: Option<TlsAcceptor>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(gate.limits.header_timeout);
     builder
@@ -128,30 +137,64 @@ pub async fn serve(listener: TcpListener, router: axum::Router, gate: Arc<Gate>,
             drop(stream);
             continue;
         };
-        let (router, builder, watcher) = (router.clone(), builder.clone(), graceful.watcher());
-        let first_byte = gate.limits.header_timeout;
+        let served = Served { router: router.clone(), builder: builder.clone(), watcher: graceful.watcher(), peer };
+        let (first_byte, tls) = (gate.limits.header_timeout, tls.clone());
         tokio::spawn(async move {
             let _ticket = ticket;
             // hyper's header deadline starts once it reads, and telling HTTP/1 from
-            // HTTP/2 waits for the first bytes without one: a connection that sends
-            // nothing is closed here.
+            // HTTP/2 (or a TLS handshake) waits for the first bytes without one: a
+            // connection that sends nothing is closed here.
             if tokio::time::timeout(first_byte, stream.peek(&mut [0u8; 1])).await.is_err() {
                 return;
             }
-            let mut io = Connection::new(stream);
-            io.disable_nagle();
-            let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-                request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-                router.clone().oneshot(request.map(axum::body::Body::new))
-            });
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-            if let Err(err) = watcher.watch(connection.into_owned()).await {
-                tracing::debug!(error = %err, %peer, "connection ended with an error");
+            let Some(acceptor) = tls else {
+                let mut io = Connection::new(stream);
+                io.disable_nagle();
+                return served.run(io, None).await;
+            };
+            if let Err(err) = stream.set_nodelay(true) {
+                tracing::debug!(error = %err, "could not set TCP_NODELAY");
             }
+            let Ok(Ok(secured)) = tokio::time::timeout(first_byte, acceptor.accept(stream)).await else {
+                tracing::debug!(%peer, "TLS handshake failed or took too long");
+                return;
+            };
+            let client = secured.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(common_name);
+            served.run(Connection::new(secured), client.map(ClientCertificate)).await;
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// What serving one connection needs.
+struct Served {
+    router: axum::Router,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    watcher: Watcher,
+    peer: SocketAddr,
+}
+
+impl Served {
+    /// Serves HTTP on `io`; every request carries the peer's address and the client
+    /// certificate's user, if any.
+    async fn run<S>(self, io: Connection<S>, client: Option<ClientCertificate>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Served { router, builder, watcher, peer } = self;
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+            if let Some(client) = &client {
+                request.extensions_mut().insert(client.clone());
+            }
+            router.clone().oneshot(request.map(axum::body::Body::new))
+        });
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        if let Err(err) = watcher.watch(connection.into_owned()).await {
+            tracing::debug!(error = %err, %peer, "connection ended with an error");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,5 +14,6 @@ mod ops_search;
 mod rest;
 mod sessions;
 mod support;
+mod tls;
 mod users;
 mod versions;

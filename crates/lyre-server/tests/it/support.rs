@@ -31,7 +31,7 @@ pub struct TestServer {
 /// of outgoing connections: once a test stops its server to restart it, another test's
 /// client could take the port, and the restart would fail with "address in use".
 /// Ports below the range are only ever taken by an explicit bind.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     const FIRST: u16 = 20_000;
     const SPAN: u16 = 12_000;
     static NEXT: AtomicU32 = AtomicU32::new(0);

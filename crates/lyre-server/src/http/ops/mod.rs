@@ -26,6 +26,7 @@ use crate::http::auth::authenticate;
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::negotiate::{decode_body, response_format};
+use crate::tls::ClientCertificate;
 
 pub use params::Params;
 
@@ -39,13 +40,15 @@ const INLINE_DECODE_LIMIT: usize = 64 * 1024;
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    client: Option<axum::Extension<ClientCertificate>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let mut body = Some(body);
+    let client = client.map(|axum::Extension(c)| c);
     let mut response = match response_format(&headers) {
         Err(err) => err.render(Format::Json),
-        Ok(format) => match handle_request(&state, peer, &headers, &mut body, format).await {
+        Ok(format) => match handle_request(&state, peer, client.as_ref(), &headers, &mut body, format).await {
             Ok(response) => response,
             Err(err) => err.render(format),
         },
@@ -70,6 +73,7 @@ pub async fn options() -> Response {
 async fn handle_request(
     state: &Arc<AppState>,
     peer: SocketAddr,
+    client: Option<&ClientCertificate>,
     headers: &HeaderMap,
     body: &mut Option<Body>,
     format: Format,
@@ -77,7 +81,7 @@ async fn handle_request(
     // A request without a login may still be one that logs in (`login`,
     // `create_authentication_tokens` with credentials in its body) or that carries a
     // refresh token: its body is read, within a small limit, to see.
-    let (user, bearer_refresh) = match authenticate(state, headers, peer).await {
+    let (user, bearer_refresh) = match authenticate(state, headers, peer, client).await {
         Ok(user) => (Some(user), None),
         Err(err) if err.code() == Code::MustLogin => (None, None),
         Err(err) => match refresh_bearer(state, headers) {

@@ -78,11 +78,13 @@ async fn route(
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             return response;
         }
-        return openapi_response(&state, &parts.headers, peer).await;
+        let client = parts.extensions.get::<crate::tls::ClientCertificate>();
+        return openapi_response(&state, &parts.headers, peer, client).await;
     }
     // Credentials first: a client that is not logged in learns nothing, not even
     // which tables exist.
-    let user = match authenticate(&state, &parts.headers, peer).await {
+    let client = parts.extensions.get::<crate::tls::ClientCertificate>();
+    let user = match authenticate(&state, &parts.headers, peer, client).await {
         Ok(user) => user,
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
     };
@@ -129,8 +131,13 @@ impl std::fmt::Display for RestCall {
 }
 
 /// `GET /openapi`, for super users.
-async fn openapi_response(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Response {
-    let user = match authenticate(state, headers, peer).await {
+async fn openapi_response(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    client: Option<&crate::tls::ClientCertificate>,
+) -> Response {
+    let user = match authenticate(state, headers, peer, client).await {
         Ok(user) => user,
         Err(err) => return err.render_rest(Format::Json),
     };

@@ -1,0 +1,111 @@
+//! TLS through the real binary (issue 12): HTTPS on both secure ports with the
+//! certificate made at first start, and mTLS with a client certificate made here
+//! (rcgen), its common name logging the client in.
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use serde_json::{Value, json};
+
+use crate::support::{TestServer, free_port};
+
+struct Secure {
+    server: TestServer,
+    ops: u16,
+    rest: u16,
+}
+
+async fn secure(extra: &[(&str, &str)]) -> Secure {
+    let (ops, rest) = (free_port(), free_port());
+    let (ops_text, rest_text) = (ops.to_string(), rest.to_string());
+    let mut env =
+        vec![("OPERATIONSAPI_NETWORK_SECUREPORT", ops_text.as_str()), ("HTTP_SECUREPORT", rest_text.as_str())];
+    env.extend_from_slice(extra);
+    Secure { server: TestServer::start_with(&env).await, ops, rest }
+}
+
+/// A client that trusts the server's generated certificate, with `identity` if given.
+fn client(s: &TestServer, identity: Option<reqwest::Identity>) -> reqwest::Client {
+    let pem = std::fs::read(s.root().join("keys/certificate.pem")).expect("the generated certificate");
+    let mut builder = reqwest::Client::builder().tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()]);
+    if let Some(identity) = identity {
+        builder = builder.identity(identity);
+    }
+    builder.build().unwrap()
+}
+
+async fn user_info(client: &reqwest::Client, port: u16, basic: bool) -> reqwest::Result<(u16, Value)> {
+    let mut request = client.post(format!("https://localhost:{port}/")).json(&json!({"operation": "user_info"}));
+    if basic {
+        request = request.basic_auth("admin", Some("password"));
+    }
+    let response = request.send().await?;
+    Ok((response.status().as_u16(), response.json().await.unwrap_or(Value::Null)))
+}
+
+#[tokio::test]
+async fn https_round_trips_on_both_secure_ports_with_a_generated_certificate() {
+    let s = secure(&[]).await;
+    let https = client(&s.server, None);
+    let (status, info) = user_info(&https, s.ops, true).await.unwrap();
+    assert_eq!((status, info["username"].as_str()), (200, Some("admin")));
+    let rest = https.get(format!("https://localhost:{}/nosuchtable/", s.rest)).basic_auth("admin", Some("password"));
+    assert_eq!(rest.send().await.unwrap().status().as_u16(), 404, "REST answers over TLS");
+    // The plain ports go on working, and plain HTTP on a secure port gets nowhere.
+    assert_eq!(s.server.op(json!({"operation": "user_info"})).await.0, 200);
+    let plain = reqwest::Client::new().post(format!("http://127.0.0.1:{}/", s.ops)).send().await;
+    assert!(plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()));
+    // The certificate is kept across restarts.
+    let before = std::fs::read(s.server.root().join("keys/certificate.pem")).unwrap();
+    let mut server = s.server;
+    server.restart().await;
+    assert_eq!(std::fs::read(server.root().join("keys/certificate.pem")).unwrap(), before);
+}
+
+/// A certificate authority: its certificate (PEM) and the issuer that signs with it.
+fn authority() -> (String, Issuer<'static, KeyPair>) {
+    let mut ca = CertificateParams::new(Vec::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    ca.distinguished_name.push(DnType::CommonName, "test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    (ca_cert.pem(), Issuer::new(ca, ca_key))
+}
+
+/// A client identity for `name` signed by `issuer`.
+fn identity(issuer: &Issuer<'static, KeyPair>, name: &str) -> reqwest::Identity {
+    let mut leaf = CertificateParams::new(Vec::new()).unwrap();
+    leaf.distinguished_name.push(DnType::CommonName, name);
+    let key = KeyPair::generate().unwrap();
+    let cert = leaf.signed_by(&key, issuer).unwrap();
+    reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes()).unwrap()
+}
+
+#[tokio::test]
+async fn a_client_certificate_logs_its_common_name_in() {
+    let (ca, issuer) = authority();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+    let ca_path = ca_file.to_str().unwrap().to_string();
+    let s = secure(&[("HTTP_MTLS", "true"), ("TLS_CERTIFICATEAUTHORITY", ca_path.as_str())]).await;
+
+    let with_certificate = client(&s.server, Some(identity(&issuer, "admin")));
+    let (status, info) = user_info(&with_certificate, s.ops, false).await.unwrap();
+    assert_eq!((status, info["username"].as_str()), (200, Some("admin")), "{info}");
+    let rest = with_certificate.get(format!("https://localhost:{}/nosuchtable/", s.rest)).send().await.unwrap();
+    assert_eq!(rest.status().as_u16(), 404, "logged in on the REST port too");
+
+    // Without one, a client logs in as before, or is asked to.
+    let without = client(&s.server, None);
+    assert_eq!(user_info(&without, s.ops, false).await.unwrap().0, 401);
+    assert_eq!(user_info(&without, s.ops, true).await.unwrap().0, 200);
+
+    // A certificate naming no user gets no further than a wrong password.
+    let (status, answer) =
+        user_info(&client(&s.server, Some(identity(&issuer, "nobody"))), s.ops, false).await.unwrap();
+    assert_eq!((status, answer["error"].as_str()), (401, Some("Login failed")));
+
+    // A certificate from another authority is refused at the handshake.
+    let (_, stranger) = authority();
+    assert!(user_info(&client(&s.server, Some(identity(&stranger, "admin"))), s.ops, false).await.is_err());
+}
