@@ -8,7 +8,7 @@ use std::time::Duration;
 use lyre_store::{DatabaseOptions, Layout, VersionClock, WriterOptions};
 use parking_lot::{Mutex, RwLock};
 
-use crate::access::{CatalogView, Context, Structure, require_structure, require_super_user};
+use crate::access::{CatalogView, Context, Structure, require_structure, require_super_user, require_super_user_for};
 use crate::catalog::{
     SYSTEM_DATABASE, TableDefinition, TableSpec, check_name_length, validate_attribute_name, validate_database_name,
     validate_table_name,
@@ -500,9 +500,5 @@ fn require_all_structure(ctx: &Context, operation: &str) -> Result<()> {
     if ctx.user.role.permissions.structure == Structure::All {
         return Ok(());
     }
-    require_super_user(ctx).map_err(|_| {
-        Error::Forbidden(Box::new(crate::access::Denial::because(format!(
-            "Operation '{operation}' is restricted to 'super_user' roles"
-        ))))
-    })
+    require_super_user_for(ctx, operation)
 }

@@ -258,6 +258,16 @@ impl Error {
         }
     }
 
+    /// A 403 for one reason (a message in `unauthorized_access`).
+    pub fn refused(message: impl Into<String>) -> Self {
+        Error::Forbidden(Box::new(Denial::because(message)))
+    }
+
+    /// A 403 that hides an item the user may not see (`invalid_schema_items`).
+    pub fn hidden(item: impl Into<String>) -> Self {
+        Error::Forbidden(Box::new(Denial::hidden(item)))
+    }
+
     /// Shorthand for [`Error::Invalid`].
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::Invalid(message.into())

@@ -66,6 +66,15 @@ pub fn require_super_user(ctx: &Context) -> Result<()> {
     }
 }
 
+/// [`require_super_user`], the refusal naming `operation`.
+pub fn require_super_user_for(ctx: &Context, operation: &str) -> Result<()> {
+    if ctx.user.is_super_user() {
+        Ok(())
+    } else {
+        Err(Error::refused(format!("Operation '{operation}' is restricted to 'super_user' roles")))
+    }
+}
+
 /// Fails unless the user may change the structure of `database` (create and drop
 /// its tables and attributes): a super user, or a structure user of it. `operation`
 /// names the request in the refusal.

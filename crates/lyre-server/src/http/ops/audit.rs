@@ -133,8 +133,7 @@ pub async fn get_job(
     let job = state.services.jobs().get(&id)?;
     let owner = job_owner(&job);
     if !ctx.user.is_super_user() && owner.is_some_and(|o| o != ctx.username()) {
-        let denial = lyre_core::access::Denial::because("Only a super user may read another user's job");
-        return Err(lyre_core::Error::Forbidden(Box::new(denial)).into());
+        return Err(lyre_core::Error::refused("Only a super user may read another user's job").into());
     }
     reply(format, &job)
 }

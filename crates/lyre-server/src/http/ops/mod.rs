@@ -234,10 +234,8 @@ const SUPER_USER_ONLY: [&str; 24] = [
 /// The operation-level check: a super-user-only operation from anyone else is
 /// refused with Harper's 403 body naming it.
 fn check_operation(ctx: &Context, operation: &str) -> Result<(), ApiError> {
-    if SUPER_USER_ONLY.contains(&operation) && !ctx.user.is_super_user() {
-        let denial =
-            lyre_core::access::Denial::because(format!("Operation '{operation}' is restricted to 'super_user' roles"));
-        return Err(lyre_core::Error::Forbidden(Box::new(denial)).into());
+    if SUPER_USER_ONLY.contains(&operation) {
+        lyre_core::access::require_super_user_for(ctx, operation)?;
     }
     Ok(())
 }

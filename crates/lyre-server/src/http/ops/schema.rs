@@ -164,8 +164,7 @@ pub async fn describe_database(
 ) -> Result<Response, ApiError> {
     let database = params.database()?;
     if !ctx.user.is_super_user() && !ctx.user.role.permissions.describes_database(&database) {
-        let denial = lyre_core::access::Denial::hidden(format!("database '{database}' does not exist"));
-        return Err(lyre_core::Error::Forbidden(Box::new(denial)).into());
+        return Err(lyre_core::Error::hidden(format!("database '{database}' does not exist")).into());
     }
     let db = engine.database(&database)?;
     reply(format, &Value::Object(describe_tables(ctx, &db)?))
