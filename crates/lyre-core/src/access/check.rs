@@ -117,6 +117,14 @@ impl TableAccess {
         }
     }
 
+    /// Whether the role may change attribute `name` of existing records.
+    pub fn may_update(&self, name: &str, primary_key: &str) -> bool {
+        match &self.grant {
+            Some(grant) if grant.attributes.is_some() => grant.attribute(name, primary_key).update,
+            _ => true,
+        }
+    }
+
     /// Whether the role has any grant on attribute `name` (it appears in
     /// descriptions).
     pub fn sees(&self, name: &str, primary_key: &str) -> bool {

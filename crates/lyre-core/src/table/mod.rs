@@ -119,7 +119,7 @@ impl Table {
             access.require_attributes(names, actions, &self.schema.primary_key)?;
         }
         let prepared = write::prepare(&self.schema, mode, records, options.expect)?;
-        write::apply(self, ctx, mode, prepared, options.at).await
+        write::apply(self, ctx, mode, prepared, options.at, access).await
     }
 
     /// One record and the version of its last write (for ETags), if it exists.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use lyre_store::{OwnedKey, RecordHeader, TableStore, Version, WriteTxn, decode_key};
 
-use crate::access::Context;
+use crate::access::{Context, TableAccess};
 use crate::catalog::{AttributeSpec, CREATED_TIME, SchemaState, Stamp, TableSchema, UPDATED_TIME};
 use crate::db::{CatalogChange, last_updated_key};
 use crate::error::{Error, Result};
@@ -134,6 +134,7 @@ pub(crate) async fn apply(
     mode: WriteMode,
     records: Vec<Prepared>,
     at: Option<Version>,
+    access: TableAccess,
 ) -> Result<WriteSummary> {
     let name = table.schema().name.clone();
     let database = table.database().to_string();
@@ -144,6 +145,7 @@ pub(crate) async fn apply(
                 txn.set_version(at);
             }
             let mut job = WriteJob::start(txn, state, &database, &name, at.is_some())?;
+            job.keep_unwritable = access.restricts_attributes().then_some(access);
             // Keys first, so the checks see the records the writes will write.
             let mut records = records;
             job.assign_keys(txn, &mut records)?;
@@ -283,6 +285,9 @@ struct WriteJob {
     /// The moment (ms) at which this job sees which stored records exist (expired
     /// ones do not): one moment for all its records.
     now: f64,
+    /// For a role that may not change some attributes: a full replace (`PUT`) keeps
+    /// their stored values, as in Harper, instead of removing what it cannot see.
+    keep_unwritable: Option<TableAccess>,
 }
 
 impl WriteJob {
@@ -300,6 +305,7 @@ impl WriteJob {
             next_generated: None,
             index_changes: IndexChanges::default(),
             explicit,
+            keep_unwritable: None,
         })
     }
 
@@ -320,6 +326,18 @@ impl WriteJob {
             Err(Error::PreconditionFailed(format!(
                 "record {id} does not match the expected version (If-Match); it was changed or removed"
             )))
+        }
+    }
+
+    /// Adds to a replacing `body` the stored values of the attributes the writer
+    /// may not change (see `keep_unwritable`).
+    fn keep_unwritable(&self, mode: WriteMode, existing: Option<&Entry>, body: &mut Object) {
+        let (Some(access), WriteMode::Replace, Some(entry)) = (&self.keep_unwritable, mode, existing) else { return };
+        let pk = &self.table.primary_key;
+        for (name, value) in &entry.record {
+            if name != pk && !body.contains_key(name) && !access.may_update(name, pk) {
+                body.insert(name.clone(), value.clone());
+            }
         }
     }
 
@@ -369,6 +387,7 @@ impl WriteJob {
             }
             let mut body = prepared.record.clone();
             body.shift_remove(&self.table.primary_key);
+            self.keep_unwritable(mode, existing.as_ref(), &mut body);
             let merged = merge(&self.table, mode, existing.as_ref(), body, id, version)?;
             self.check_sums(increments(&prepared.record), &merged.record)?;
             let header = RecordHeader { version: merged.version.time, flags: merged.flags, node: merged.version.node };
@@ -421,6 +440,7 @@ impl WriteJob {
             return Ok(());
         }
         record.shift_remove(&self.table.primary_key);
+        self.keep_unwritable(mode, existing, &mut record);
         let incremented: Vec<String> = increments(&record).cloned().collect();
         let merged = merge(&self.table, mode, existing, record, &id, version)?;
         // Before this record writes anything (earlier records were checked up front).

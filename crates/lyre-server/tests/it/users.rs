@@ -324,6 +324,12 @@ async fn a_restricted_attribute_appears_in_no_read_path_and_cannot_be_written() 
     // The super user still reads everything.
     let (_, _, all) = s.rest_send(Method::GET, "/dogs/1", None, &[]).await;
     assert_eq!(all["secret"], "dog-secret");
+    // A full replace (PUT) by the role keeps what it may not change, as in Harper.
+    let body = json!({"id": "1", "name": "Rex II", "ownerId": "o1"});
+    let (status, answer) = s.rest_as("restricted", PASSWORD, Method::PUT, "/dogs/1", Some(&body)).await;
+    assert_eq!(status, 204, "{answer}");
+    let (_, _, after) = s.rest_send(Method::GET, "/dogs/1", None, &[]).await;
+    assert_eq!((after["name"].as_str(), after["secret"].as_str()), (Some("Rex II"), Some("dog-secret")), "{after}");
 }
 
 #[tokio::test]
