@@ -11,7 +11,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::Config;
+use crate::config::{Config, MtlsConfig};
 
 /// The self-signed certificate's file under `<root>/keys/`.
 pub const GENERATED_CERTIFICATE: &str = "certificate.pem";
@@ -47,8 +47,40 @@ pub enum TlsError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientCertificate(pub String);
 
-/// The acceptor for the secure ports, or `None` when no secure port is configured.
-pub fn acceptor(config: &Config) -> Result<Option<tokio_rustls::TlsAcceptor>, TlsError> {
+/// Whom a verified client certificate logs in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertificateLogin {
+    /// Nobody: no certificates are asked for, or they only admit the client.
+    Nobody,
+    /// The user its subject's common name names.
+    CommonName,
+    /// This user, whatever the certificate.
+    User(String),
+}
+
+impl CertificateLogin {
+    /// The user a connection with `certificate` is logged in as.
+    pub fn user(&self, certificate: Option<&CertificateDer<'_>>) -> Option<ClientCertificate> {
+        let certificate = certificate?;
+        match self {
+            CertificateLogin::Nobody => None,
+            CertificateLogin::CommonName => common_name(certificate).map(ClientCertificate),
+            CertificateLogin::User(name) => Some(ClientCertificate(name.clone())),
+        }
+    }
+}
+
+/// What the secure ports need: the TLS acceptor and whom certificates log in.
+#[derive(Clone)]
+pub struct Secure {
+    /// Handshakes.
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    /// Whom a client certificate logs in.
+    pub login: Arc<CertificateLogin>,
+}
+
+/// The secure ports' set-up, or `None` when no secure port is configured.
+pub fn acceptor(config: &Config) -> Result<Option<Secure>, TlsError> {
     if config.http.secure_port.is_none() && config.operations_api.network.secure_port.is_none() {
         return Ok(None);
     }
@@ -68,7 +100,19 @@ pub fn acceptor(config: &Config) -> Result<Option<tokio_rustls::TlsAcceptor>, Tl
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Rustls(e.to_string()))?;
-    let builder = if config.http.mtls {
+    let (asked, required, login) = match &config.http.mtls {
+        MtlsConfig::Enabled(false) => (false, false, CertificateLogin::Nobody),
+        MtlsConfig::Enabled(true) => (true, false, CertificateLogin::CommonName),
+        MtlsConfig::Options(options) => {
+            let login = match options.user.as_deref() {
+                None => CertificateLogin::Nobody,
+                Some("CN") => CertificateLogin::CommonName,
+                Some(name) => CertificateLogin::User(name.to_string()),
+            };
+            (true, options.required, login)
+        }
+    };
+    let builder = if asked {
         let Some(authority) = &config.tls.certificate_authority else {
             return Err(TlsError::Rustls("http.mtls needs tls.certificateAuthority".into()));
         };
@@ -80,18 +124,17 @@ pub fn acceptor(config: &Config) -> Result<Option<tokio_rustls::TlsAcceptor>, Tl
                 certificate.map_err(|e| TlsError::Pem { path: authority.clone(), reason: e.to_string() })?;
             roots.add(certificate).map_err(|e| TlsError::Rustls(e.to_string()))?;
         }
-        // A client without a certificate may still log in otherwise.
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| TlsError::Rustls(e.to_string()))?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+        // Unless certificates are required, a client without one may log in otherwise.
+        let verifier = if required { verifier } else { verifier.allow_unauthenticated() };
+        let verifier = verifier.build().map_err(|e| TlsError::Rustls(e.to_string()))?;
         builder.with_client_cert_verifier(verifier)
     } else {
         builder.with_no_client_auth()
     };
     let mut server = builder.with_single_cert(chain, key).map_err(|e| TlsError::Rustls(e.to_string()))?;
     server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(server))))
+    Ok(Some(Secure { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)), login: Arc::new(login) }))
 }
 
 /// The self-signed pair under `keys_dir`, made on first use (for `localhost` and the

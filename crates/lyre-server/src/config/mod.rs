@@ -87,9 +87,43 @@ pub struct HttpConfig {
     #[serde(default)]
     pub secure_port: Option<u16>,
     /// Ask clients on the secure ports for a certificate (chaining to
-    /// `tls.certificateAuthority`) and log in its common name as the user.
+    /// `tls.certificateAuthority`): `true`, or Harper's `{user, required}`.
     #[serde(default)]
-    pub mtls: bool,
+    pub mtls: MtlsConfig,
+}
+
+/// `http.mtls`: off (`false`), on with the certificate's common name as the user
+/// (`true`), or Harper's object form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MtlsConfig {
+    /// `true` or `false`.
+    Enabled(bool),
+    /// `{user, required}`.
+    Options(MtlsOptions),
+}
+
+impl Default for MtlsConfig {
+    fn default() -> Self {
+        MtlsConfig::Enabled(false)
+    }
+}
+
+/// Harper's `http.mtls` object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MtlsOptions {
+    /// Who a certificate logs in: `CN` (absent: the default) its common name, another
+    /// name that fixed user, `null` nobody (the client logs in as well).
+    #[serde(default = "common_name")]
+    pub user: Option<String>,
+    /// Refuse clients without a certificate at the handshake.
+    #[serde(default)]
+    pub required: bool,
+}
+
+fn common_name() -> Option<String> {
+    Some("CN".into())
 }
 
 fn default_headers_timeout() -> u64 {
@@ -281,7 +315,7 @@ impl Default for Config {
                 max_connections: 0,
                 max_connections_per_address: default_max_connections_per_address(),
                 secure_port: None,
-                mtls: false,
+                mtls: MtlsConfig::default(),
             },
             operations_api: OperationsApiConfig {
                 network: NetworkConfig {
@@ -477,6 +511,22 @@ mod tests {
             (config.http.max_request_body_size, config.operations_api.network.max_request_body_size),
             (7000, 8000)
         );
+    }
+
+    #[test]
+    fn mtls_takes_a_flag_or_harpers_object() {
+        let load = |yaml: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("lyre-config.yaml"), yaml).unwrap();
+            Config::load(Some(dir.path().into()), &vars(&[])).unwrap().http.mtls
+        };
+        assert_eq!(load("http:\n  port: 1\n"), MtlsConfig::Enabled(false));
+        assert_eq!(load("http:\n  mtls: true\n"), MtlsConfig::Enabled(true));
+        let options =
+            |user: Option<&str>, required| MtlsConfig::Options(MtlsOptions { user: user.map(String::from), required });
+        assert_eq!(load("http:\n  mtls:\n    required: true\n"), options(Some("CN"), true));
+        assert_eq!(load("http:\n  mtls:\n    user: null\n"), options(None, false));
+        assert_eq!(load("http:\n  mtls:\n    user: ann\n"), options(Some("ann"), false));
     }
 
     #[test]

@@ -23,11 +23,10 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::http::conn::Connection;
-use crate::tls::{ClientCertificate, common_name};
+use crate::tls::{ClientCertificate, Secure};
 
 /// The connection bounds (`http.maxConnections`, `http.maxConnectionsPerAddress`,
 /// `http.headersTimeout`, `http.keepAliveTimeout`).
@@ -103,7 +102,7 @@ pub async fn serve(
     listener: TcpListener,
     router: axum::Router,
     gate: Arc<Gate>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Secure>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -147,7 +146,7 @@ pub async fn serve(
             if tokio::time::timeout(first_byte, stream.peek(&mut [0u8; 1])).await.is_err() {
                 return;
             }
-            let Some(acceptor) = tls else {
+            let Some(secure) = tls else {
                 let mut io = Connection::new(stream);
                 io.disable_nagle();
                 return served.run(io, None).await;
@@ -155,12 +154,12 @@ pub async fn serve(
             if let Err(err) = stream.set_nodelay(true) {
                 tracing::debug!(error = %err, "could not set TCP_NODELAY");
             }
-            let Ok(Ok(secured)) = tokio::time::timeout(first_byte, acceptor.accept(stream)).await else {
+            let Ok(Ok(secured)) = tokio::time::timeout(first_byte, secure.acceptor.accept(stream)).await else {
                 tracing::debug!(%peer, "TLS handshake failed or took too long");
                 return;
             };
-            let client = secured.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(common_name);
-            served.run(Connection::new(secured), client.map(ClientCertificate)).await;
+            let client = secure.login.user(secured.get_ref().1.peer_certificates().and_then(|c| c.first()));
+            served.run(Connection::new(secured), client).await;
         });
     }
     drop(listener);

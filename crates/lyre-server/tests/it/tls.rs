@@ -109,3 +109,26 @@ async fn a_client_certificate_logs_its_common_name_in() {
     let (_, stranger) = authority();
     assert!(user_info(&client(&s.server, Some(identity(&stranger, "admin"))), s.ops, false).await.is_err());
 }
+
+#[tokio::test]
+async fn harper_s_mtls_object_can_require_a_certificate_that_does_not_log_in() {
+    let (ca, issuer) = authority();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+    let config = format!(
+        "http:\n  mtls:\n    required: true\n    user: null\ntls:\n  certificateAuthority: {}\n",
+        ca_file.display()
+    );
+    let (ops, rest) = (free_port(), free_port());
+    let (ops_text, rest_text) = (ops.to_string(), rest.to_string());
+    let env = [("OPERATIONSAPI_NETWORK_SECUREPORT", ops_text.as_str()), ("HTTP_SECUREPORT", rest_text.as_str())];
+    let server = TestServer::start_app(&[("lyre-config.yaml", config.as_str())], &env).await;
+    // Required: no certificate, no handshake.
+    assert!(user_info(&client(&server, None), ops, true).await.is_err());
+    // `user: null`: the certificate admits the client, which still logs in.
+    let with_certificate = client(&server, Some(identity(&issuer, "admin")));
+    assert_eq!(user_info(&with_certificate, ops, false).await.unwrap().0, 401);
+    let (status, info) = user_info(&with_certificate, ops, true).await.unwrap();
+    assert_eq!((status, info["username"].as_str()), (200, Some("admin")));
+}
