@@ -232,6 +232,12 @@ impl Consumer for EpochRecorder {
         "epochs"
     }
 
+    /// From the start of the log: the first insert may commit before the runner
+    /// attaches (the default, the log's tail, would then skip it).
+    async fn start(&mut self, _db: &std::sync::Arc<lyre_core::Db>) -> lyre_core::Result<Cursor> {
+        Ok(Cursor::default())
+    }
+
     async fn apply(&mut self, batch: &LogBatch) -> lyre_core::Result<()> {
         for entry in batch.entries.iter().filter(|e| e.changes.iter().any(|c| c.kind == ChangeKind::Put)) {
             let _ = self.seen.send((batch.epoch, entry.seq));
