@@ -156,6 +156,11 @@ impl Consumer for Recorder {
         &self.name
     }
 
+    /// From the start of the log: the load may begin before the runner attaches.
+    async fn start(&mut self, _db: &std::sync::Arc<lyre_core::Db>) -> lyre_core::Result<Cursor> {
+        Ok(Cursor::default())
+    }
+
     async fn apply(&mut self, batch: &LogBatch) -> lyre_core::Result<()> {
         for entry in &batch.entries {
             for change in entry.changes.iter().filter(|c| c.kind == ChangeKind::Put && c.table == "events") {
