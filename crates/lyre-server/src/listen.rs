@@ -185,7 +185,8 @@ fn connection_limits(config: &Config) -> http::serve::ConnectionLimits {
     let idle = config.http.keep_alive_timeout.min(config.http.headers_timeout);
     http::serve::ConnectionLimits {
         total,
-        per_address: config.http.max_connections_per_address.max(1),
+        // One address never holds more than a quarter of the total.
+        per_address: config.http.max_connections_per_address.min(total / 4).max(1),
         reserve: 32,
         header_timeout: Duration::from_millis(idle.max(1)),
     }

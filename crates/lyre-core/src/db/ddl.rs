@@ -192,11 +192,15 @@ impl Db {
     }
 
     /// Adds an attribute to a table and indexes the existing records for it.
-    /// Structure users may, and so may a role that may insert into the table (as in
-    /// Harper, where inserting a new property creates the attribute anyway).
+    /// Structure users may, and so may a role that may insert into the table without
+    /// an attribute list (as in Harper, where inserting a new property creates the
+    /// attribute anyway).
     pub async fn create_attribute(&self, ctx: &Context, table: &str, spec: AttributeSpec) -> Result<()> {
-        if require_structure(ctx, self.name(), "create_attribute").is_err() {
-            check_table(ctx, self.name(), table, &[Action::Insert])?;
+        if let Err(refused) = require_structure(ctx, self.name(), "create_attribute") {
+            // A role whose grant lists attributes may not add others.
+            if check_table(ctx, self.name(), table, &[Action::Insert])?.restricts_attributes() {
+                return Err(refused);
+            }
         }
         self.refuse_system_change()?;
         validate_attribute_name(&spec.name)?;

@@ -94,21 +94,26 @@ pub struct Query {
     pub select: super::Select,
 }
 
+impl Condition {
+    /// Adds to `out` the attributes of its own table the condition compares (for a
+    /// condition through a relationship, the relationship's field).
+    pub fn attributes_read<'q>(&'q self, out: &mut Vec<&'q str>) {
+        match self {
+            Condition::Compare { attribute, .. } => out.push(attribute),
+            Condition::Related { relationship, .. } => out.push(relationship),
+            Condition::Group { conditions, .. } => conditions.iter().for_each(|c| c.attributes_read(out)),
+        }
+    }
+}
+
 impl Query {
     /// The attributes of the searched table the query reads: those its conditions
     /// compare (a relationship's field for conditions through it), the first step of
     /// each sort key, and those its projection names. What a role must be able to
     /// read to run it.
     pub fn attributes_read(&self) -> Vec<&str> {
-        fn of<'q>(condition: &'q Condition, out: &mut Vec<&'q str>) {
-            match condition {
-                Condition::Compare { attribute, .. } => out.push(attribute),
-                Condition::Related { relationship, .. } => out.push(relationship),
-                Condition::Group { conditions, .. } => conditions.iter().for_each(|c| of(c, out)),
-            }
-        }
         let mut out = Vec::new();
-        self.conditions.iter().for_each(|c| of(c, &mut out));
+        self.conditions.iter().for_each(|c| c.attributes_read(&mut out));
         out.extend(self.sort.iter().map(|key| key.attribute.split('.').next().unwrap_or_default()));
         out.extend(self.select.attributes_named());
         out

@@ -6,18 +6,39 @@ use std::sync::Arc;
 
 use lyre_store::{ReadTxn, TableStore};
 
-use crate::access::{Action, Context, TableAccess};
+use crate::access::{Action, Context, TableAccess, check_table};
 use crate::catalog::TableSchema;
 use crate::db::{Db, Lease};
 use crate::error::{Error, LifecycleError, Result};
-use crate::query::ast::Query;
+use crate::query::ast::{Condition, Query};
 use crate::query::driver::{Driver, Order};
 use crate::query::exec::{sort_records, sort_value, walk};
 use crate::query::filter::matches_all;
 use crate::query::plan::{choose_driver, order_for, validate_condition, validate_sort_path};
-use crate::query::related::Related;
+use crate::query::related::{Related, target_table};
 use crate::record::expiry::Live;
 use crate::value::{Object, Value};
+
+/// Refuses, before anything is planned, a condition through a relationship into a
+/// table or attribute the searcher may not read: whether it matched would tell what
+/// the role may not see. (Unknown relationships are left to validation.)
+fn require_related_reads(ctx: &Context, db: &Arc<Db>, schema: &TableSchema, condition: &Condition) -> Result<()> {
+    match condition {
+        Condition::Compare { .. } => Ok(()),
+        Condition::Group { conditions, .. } => {
+            conditions.iter().try_for_each(|c| require_related_reads(ctx, db, schema, c))
+        }
+        Condition::Related { relationship, condition } => {
+            let Some(found) = schema.relationships.iter().find(|r| &r.name == relationship) else { return Ok(()) };
+            let target = target_table(db, found)?;
+            let access = check_table(ctx, db.name(), &target.name, &[Action::Read])?;
+            let mut inner = Vec::new();
+            condition.attributes_read(&mut inner);
+            access.require_attributes(inner, &[Action::Read], &target.primary_key)?;
+            require_related_reads(ctx, db, &target, condition)
+        }
+    }
+}
 
 /// Receives each result (an object, or a bare value or array for `select(a)` and
 /// `select([a,b])`); returns `Break` to stop early (the client went away).
@@ -53,6 +74,9 @@ impl Search {
         access: TableAccess,
     ) -> Result<Search> {
         access.require_attributes(query.attributes_read(), &[Action::Read], &schema.primary_key)?;
+        for condition in &query.conditions {
+            require_related_reads(ctx, &db, &schema, condition)?;
+        }
         for condition in &query.conditions {
             validate_condition(&db, &schema, condition)?;
         }

@@ -177,6 +177,9 @@ impl Users {
         if let Some(user) = self.cached(username, password) {
             return Ok(user); // verified while this call waited
         }
+        // Again: failures recorded while this call waited count (a burst of guesses
+        // all passed the first check together).
+        self.limiter.check(username, from).map_err(Error::TooManyLogins)?;
         let verified = self.verify(username, password);
         match &verified {
             Ok(_) => self.limiter.succeeded(username),

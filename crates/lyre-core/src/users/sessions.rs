@@ -41,24 +41,30 @@ impl Users {
     /// The user of session `id`, if it exists, has not expired and its user may
     /// still log in. An expired session is removed.
     pub async fn session_user(&self, id: &str) -> Result<Option<Arc<User>>> {
-        let known = self.sessions.lock().get(id).cloned();
-        let (username, expires) = match known {
-            Some(found) => found,
-            None => {
-                let table = self.system.table(SESSION_TABLE)?;
-                let Some(session) = table.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?.pop() else {
-                    return Ok(None);
-                };
-                let Some(username) = session.get("user").and_then(Value::as_str) else { return Ok(None) };
-                let expires = session.get("expires").and_then(Value::as_f64).unwrap_or(0.0);
-                let mut sessions = self.sessions.lock();
-                if sessions.len() >= MAX_SESSIONS_CACHED {
-                    sessions.clear();
+        let found = {
+            // Read and cached under the lock, so a logout (which removes the record
+            // before the entry) cannot be undone by a read that raced it.
+            let mut sessions = self.sessions.lock();
+            match sessions.get(id).cloned() {
+                Some(found) => Some(found),
+                None => {
+                    let table = self.system.table(SESSION_TABLE)?;
+                    let stored = table.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?.pop();
+                    let found = stored.and_then(|session| {
+                        let username = session.get("user").and_then(Value::as_str)?.to_string();
+                        Some((username, session.get("expires").and_then(Value::as_f64).unwrap_or(0.0)))
+                    });
+                    if let Some(found) = &found {
+                        if sessions.len() >= MAX_SESSIONS_CACHED {
+                            sessions.clear();
+                        }
+                        sessions.insert(id.to_string(), found.clone());
+                    }
+                    found
                 }
-                sessions.insert(id.to_string(), (username.to_string(), expires));
-                (username.to_string(), expires)
             }
         };
+        let Some((username, expires)) = found else { return Ok(None) };
         if expires <= now_ms() {
             self.end_session(id).await?;
             return Ok(None);
@@ -72,8 +78,9 @@ impl Users {
 
     /// Ends session `id` (nothing happens when there is none).
     pub async fn end_session(&self, id: &str) -> Result<()> {
-        self.sessions.lock().remove(id);
+        // The record first: a lookup that misses the cache then finds nothing.
         self.system.table(SESSION_TABLE)?.delete(&Context::system(), vec![Value::from(id)]).await?;
+        self.sessions.lock().remove(id);
         Ok(())
     }
 

@@ -277,6 +277,19 @@ async fn a_restricted_attribute_appears_in_no_read_path_and_cannot_be_written() 
         assert!(status == 200 || status == 403, "{path}: {status} {answer}");
         assert!(!answer.to_string().contains("-secret"), "{path} showed a secret: {answer}");
     }
+    // A condition through a relationship into what the role may not read is refused
+    // whether or not it would match (the answer would tell what is hidden).
+    for (role, query) in [
+        ("restricted", "/dogs/?owner.secret=owner-secret"),
+        ("restricted", "/dogs/?owner.secret=nothing-like-it"),
+        ("reader", "/dogs/?owner.name=Ann"),
+        ("reader", "/dogs/?owner.name=Nobody"),
+    ] {
+        let (status, answer) = s.rest_as(role, PASSWORD, Method::GET, query, None).await;
+        assert_eq!(status, 403, "{role} {query}: {answer}");
+    }
+    let (status, _) = s.rest_as("restricted", PASSWORD, Method::GET, "/dogs/?owner.name=Ann", None).await;
+    assert_eq!(status, 200, "a readable related attribute may be queried");
     // Through a relationship, the related record comes without what the role may not read.
     let (status, answer) = s.rest_as("restricted", PASSWORD, Method::GET, "/dogs/1?select(id,owner)", None).await;
     assert_eq!(status, 200, "{answer}");
