@@ -16,17 +16,29 @@ pub struct ApiError {
     code: Code,
     message: String,
     details: lyre_core::Object,
+    /// Set for "database / table does not exist": to a user who is not a super user
+    /// this is answered as the 403 a forbidden one gets, so names cannot be probed.
+    missing_item: bool,
 }
 
 impl ApiError {
     /// An error with `code` and a client-facing `message`.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), details: lyre_core::Object::new() }
+        Self { code, message: message.into(), details: lyre_core::Object::new(), missing_item: false }
     }
 
     /// The code it renders with.
     pub fn code(&self) -> Code {
         self.code
+    }
+
+    /// For a user who is not a super user, a missing database or table answers as a
+    /// forbidden one does (Harper's hidden-item 403), so existence tells nothing.
+    pub fn hidden_from(self, ctx: &lyre_core::Context) -> Self {
+        if !self.missing_item || ctx.user.is_super_user() {
+            return self;
+        }
+        lyre_core::Error::hidden(self.message).into()
     }
 
     /// The same error, its body carrying `details` beside the message.
@@ -126,6 +138,9 @@ impl From<lyre_core::Error> for ApiError {
         }
         let message = err.to_string();
         match err {
+            lyre_core::Error::DatabaseNotFound(_) | lyre_core::Error::TableNotFound { .. } => {
+                ApiError { missing_item: true, ..ApiError::new(code, message) }
+            }
             lyre_core::Error::Forbidden(denial) => ApiError::new(code, message).with_details(denial.into_body()),
             lyre_core::Error::InvalidPermissions(errors) => {
                 ApiError::new(code, message).with_details(errors.into_body())

@@ -358,6 +358,13 @@ async fn descriptions_show_only_what_a_role_may_see() {
         .op_as("restricted", PASSWORD, &json!({"operation": "describe_table", "database": "dev", "table": "Dog"}))
         .await;
     assert!(!table.to_string().contains("secret"), "{table}");
+    // A database or table that does not exist looks, to a role, like one it may not see.
+    for (database, table) in [("dev", "Cat"), ("nodb", "Dog"), ("dev", "Owner")] {
+        let body = json!({"operation": "search_by_id", "database": database, "table": table, "ids": ["1"], "get_attributes": ["id"]});
+        let (status, answer) = s.op_as("reader", PASSWORD, &body).await;
+        assert_eq!(status, 403, "{database}.{table}: {answer}");
+        assert!(answer["unauthorized_access"].as_array().unwrap().is_empty(), "{answer}");
+    }
     let (status, nothing) = s.op_as("nothing", PASSWORD, &json!({"operation": "describe_all"})).await;
     assert_eq!((status, nothing), (200, json!({})));
     let (status, answer) =

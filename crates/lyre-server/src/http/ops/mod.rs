@@ -120,7 +120,7 @@ async fn handle_request(
     let ctx = Context::new(user);
     check_operation(&ctx, &operation)?;
     let _lease = request_lease(state, &ctx, &operation, &params);
-    dispatch(state, &ctx, &operation, params, format).await
+    dispatch(state, &ctx, &operation, params, format).await.map_err(|err| err.hidden_from(&ctx))
 }
 
 /// The `Bearer` token of a request when it is a refresh token (which authenticates
