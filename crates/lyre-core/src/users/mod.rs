@@ -67,6 +67,9 @@ pub struct Users {
     /// Sessions seen lately: id to user name and expiry (ms), so a request with a
     /// session cookie reads no record; `logout` removes its entry.
     sessions: Mutex<HashMap<String, (String, f64)>>,
+    /// Counts the changes to users and roles: a login or resolution that read the
+    /// records before a change is not cached after it.
+    generation: std::sync::atomic::AtomicU64,
     /// Held while an argon2 hash is verified. Each verification takes ~19 MiB and
     /// tens of milliseconds; one at a time bounds that memory when many connections
     /// log in at once, and the re-check of the cache under it means a burst of
@@ -105,6 +108,7 @@ impl Users {
             cache: Mutex::new(HashMap::new()),
             resolved: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            generation: std::sync::atomic::AtomicU64::new(0),
             verifying: Mutex::new(()),
             changing: tokio::sync::Mutex::new(()),
             ttl,
@@ -180,6 +184,7 @@ impl Users {
         // Again: failures recorded while this call waited count (a burst of guesses
         // all passed the first check together).
         self.limiter.check(username, from).map_err(Error::TooManyLogins)?;
+        let generation = self.generation();
         let verified = self.verify(username, password);
         match &verified {
             Ok(_) => self.limiter.succeeded(username),
@@ -188,6 +193,9 @@ impl Users {
         }
         let user = verified?;
         let mut cache = self.cache.lock();
+        if generation != self.generation() {
+            return Ok(user); // a user or role changed meanwhile: answer, but do not keep
+        }
         cache.insert(
             username.to_string(),
             CachedLogin { digest: self.digest(password), user: user.clone(), expires: Instant::now() + self.ttl },
@@ -221,6 +229,7 @@ impl Users {
         {
             return Ok(user.clone());
         }
+        let generation = self.generation();
         let Some(record) = self.user_record(username)? else { return Err(Error::LoginFailed) };
         if record.get("active") == Some(&Value::Bool(false)) {
             return Err(Error::Inactive);
@@ -228,6 +237,9 @@ impl Users {
         let role_id = record.get("role").and_then(Value::as_str).unwrap_or_default();
         let user = Arc::new(User { username: username.to_string(), role: self.role(role_id)?, active: true });
         let mut resolved = self.resolved.lock();
+        if generation != self.generation() {
+            return Ok(user);
+        }
         if resolved.len() >= MAX_RESOLVED {
             resolved.clear();
         }
@@ -249,8 +261,15 @@ impl Users {
 
     /// Forgets every cached login: a user or role changed.
     fn forget_logins(&self) {
-        self.cache.lock().clear();
-        self.resolved.lock().clear();
+        // Under the caches' locks, so no insert can slip between the count and the clear.
+        let (mut cache, mut resolved) = (self.cache.lock(), self.resolved.lock());
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        cache.clear();
+        resolved.clear();
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn digest(&self, password: &str) -> [u8; 32] {

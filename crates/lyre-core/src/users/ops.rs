@@ -148,6 +148,7 @@ impl Users {
         if summary.deleted.is_empty() {
             return Err(Error::Missing(format!("User {username} does not exist")));
         }
+        self.end_sessions_of(username).await?;
         self.forget_logins();
         Ok(())
     }

@@ -84,6 +84,41 @@ impl Users {
         Ok(())
     }
 
+    /// Ends every session of `username` (the user was dropped: a user created
+    /// later under the name must not inherit them).
+    pub(crate) async fn end_sessions_of(&self, username: &str) -> Result<()> {
+        let table = self.system.table(SESSION_TABLE)?;
+        if table.schema().attribute("user").is_none() {
+            return Ok(()); // no session was ever started
+        }
+        let query = crate::query::Query {
+            conditions: vec![crate::query::Condition::Compare {
+                attribute: "user".into(),
+                comparator: crate::query::Comparator::Equals,
+                value: Value::from(username),
+            }],
+            ..Default::default()
+        };
+        let mut ids = Vec::new();
+        table.search(&Context::system(), query)?.run(&mut |value| {
+            if let Value::Object(session) = value
+                && let Some(id) = session.get("id")
+            {
+                ids.push(id.clone());
+            }
+            std::ops::ControlFlow::Continue(())
+        })?;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        table.delete(&Context::system(), ids.clone()).await?;
+        let mut sessions = self.sessions.lock();
+        for id in ids.iter().filter_map(Value::as_str) {
+            sessions.remove(id);
+        }
+        Ok(())
+    }
+
     /// Keeps `token` as `username`'s one valid refresh token.
     pub async fn keep_refresh_token(&self, username: &str, token: &str) -> Result<()> {
         let mut record = Object::new();

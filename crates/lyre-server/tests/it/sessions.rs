@@ -193,8 +193,11 @@ async fn a_dropped_or_switched_off_user_s_token_and_session_stop_at_once() {
     }
     s.ok(json!({"operation": "drop_user", "username": "gone"})).await;
     s.ok(json!({"operation": "alter_user", "username": "off", "active": false})).await;
-    for (bearer, cookie) in credentials {
-        assert_eq!(with_header(&s, "authorization", &bearer).await.0, 401, "{bearer}");
-        assert_eq!(with_header(&s, "cookie", &cookie).await.0, 401, "{cookie}");
+    for (bearer, cookie) in &credentials {
+        assert_eq!(with_header(&s, "authorization", bearer).await.0, 401, "{bearer}");
+        assert_eq!(with_header(&s, "cookie", cookie).await.0, 401, "{cookie}");
     }
+    // A user made again under the dropped name does not inherit its sessions.
+    s.ok(json!({"operation": "add_user", "username": "gone", "password": "new", "role": "r", "active": true})).await;
+    assert_eq!(with_header(&s, "cookie", &credentials[0].1).await.0, 401);
 }
