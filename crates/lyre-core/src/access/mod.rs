@@ -2,7 +2,7 @@
 //! [`Context`] every core operation takes, a role's typed [`Permissions`], and the
 //! one place a permission is decided (`check.rs`).
 //!
-//! The store of users and roles (in the `system` database) is `users.rs`, above the
+//! The store of users and roles (in the `system` database) is `users/`, above the
 //! table layer it is built on.
 
 mod check;
@@ -17,4 +17,4 @@ pub use check::{Action, TableAccess, check_table, require_structure, require_sup
 pub use context::Context;
 pub use permission::{AttributeGrant, Permissions, RESERVED_KEYS, Structure, TableGrant};
 pub use user::{Role, User};
-pub use validate::{CatalogView, PERMISSION_ERRORS, validate_permission};
+pub use validate::{CatalogView, validate_permission};

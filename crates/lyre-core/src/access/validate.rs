@@ -16,9 +16,6 @@ pub trait CatalogView: Sync {
     fn table_attributes(&self, database: &str, table: &str) -> Option<Vec<String>>;
 }
 
-/// The message Harper's 400 carries with [`PermissionErrors`].
-pub const PERMISSION_ERRORS: &str = "Errors in the role permissions JSON provided";
-
 const ACTIONS: [&str; 4] = ["read", "insert", "update", "delete"];
 const ATTRIBUTE_ACTIONS: [&str; 3] = ["read", "insert", "update"];
 

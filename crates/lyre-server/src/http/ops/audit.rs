@@ -121,7 +121,6 @@ pub async fn delete_logs_before(
     reply(format, &Value::Object(out))
 }
 
-/// `get_job`.
 /// `get_job`: a job's record; another user's jobs are for super users only.
 pub async fn get_job(
     state: &Arc<AppState>,

@@ -112,6 +112,11 @@ impl Params {
         self.take(keys).map(|(_, v)| v)
     }
 
+    /// A required value (`null` counts as missing).
+    pub fn required_value(&mut self, keys: &[&str]) -> Result<Value, ApiError> {
+        self.value(keys).ok_or_else(|| ApiError::bad_request(format!("'{}' is required", keys[0])))
+    }
+
     /// Any value, `null` included (a search for null is a search).
     pub fn value_or_null(&mut self, keys: &[&str]) -> Option<Value> {
         keys.iter().find_map(|k| self.map.shift_remove(*k))

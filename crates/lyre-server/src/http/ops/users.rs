@@ -83,7 +83,7 @@ pub async fn add_role(
     let role = NewRole {
         role: params.required_string(&["role"])?,
         id: params.string(&["id"])?,
-        permission: params.value(&["permission"]).ok_or_else(|| ApiError::bad_request("'permission' is required"))?,
+        permission: params.required_value(&["permission"])?,
     };
     let stored = state.engine.users().add_role(ctx, state.engine.as_ref(), role).await?;
     reply(format, &Value::Object(stored))
@@ -99,7 +99,7 @@ pub async fn alter_role(
     let change = RoleChange {
         id: params.required_string(&["id"])?,
         role: params.string(&["role"])?,
-        permission: params.value(&["permission"]).ok_or_else(|| ApiError::bad_request("'permission' is required"))?,
+        permission: params.required_value(&["permission"])?,
     };
     let stored = state.engine.users().alter_role(ctx, state.engine.as_ref(), change).await?;
     reply(format, &Value::Object(stored))
