@@ -28,6 +28,7 @@ pub mod db;
 mod engine;
 mod error;
 mod failpoint;
+mod footprint;
 mod index;
 pub mod lifecycle;
 pub mod query;
@@ -43,6 +44,7 @@ pub use catalog::SYSTEM_DATABASE;
 pub use db::{CatalogChange, Db, ForUser, Lease, TableStats};
 pub use engine::{Engine, EngineOptions};
 pub use error::{Class, Code, Error, LifecycleError, Result};
+pub use footprint::Footprint;
 /// How databases are opened (map size, durability); see `lyre_store`.
 pub use lyre_store::DatabaseOptions as StorageOptions;
 pub use lyre_store::Layout;

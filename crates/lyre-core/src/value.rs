@@ -324,6 +324,8 @@ impl<'de> Visitor<'de> for ValueVisitor {
         while let Some(item) = seq.next_element()? {
             items.push(item);
         }
+        // Exact capacities keep a decoded body's size what `footprint.rs` estimates.
+        items.shrink_to_fit();
         Ok(Value::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
@@ -331,6 +333,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
         while let Some(key) = map.next_key::<MapKey>()? {
             object.insert(key.0, map.next_value()?);
         }
+        object.shrink_to_fit();
         Ok(Value::Object(object))
     }
 }

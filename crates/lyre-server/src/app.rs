@@ -32,6 +32,8 @@ pub struct AppState {
     pub rest_body_limit: usize,
     /// How long a request body may take to arrive (`http.timeout`).
     pub body_timeout: std::time::Duration,
+    /// The memory request bodies may hold, across every request.
+    pub body_memory: crate::http::body::BodyMemory,
     /// Whether REST answers cross-origin requests.
     pub cors: bool,
     /// Whether the Operations API answers cross-origin requests.

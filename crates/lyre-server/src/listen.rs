@@ -117,6 +117,11 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         ops_body_limit: config.operations_api.network.max_request_body_size,
         rest_body_limit: config.http.max_request_body_size,
         body_timeout: Duration::from_millis(config.http.timeout.max(1)),
+        body_memory: http::body::BodyMemory::new(
+            config.http.request_memory(),
+            config.http.max_request_memory(),
+            Duration::from_millis(config.http.request_queue_limit),
+        ),
         cors: config.http.cors,
         ops_cors: config.operations_api.network.cors,
     });

@@ -90,6 +90,53 @@ pub struct HttpConfig {
     /// `tls.certificateAuthority`): `true`, or Harper's `{user, required}`.
     #[serde(default)]
     pub mtls: MtlsConfig,
+    /// How long a request waits for the memory its body needs, in ms, before 503
+    /// (Harper's key: how long a request may wait in its queue).
+    #[serde(default = "default_request_queue_limit")]
+    pub request_queue_limit: u64,
+    /// Bytes of memory request bodies may hold at once, arrived and decoded, across
+    /// both ports (Lyre's own key); 0 = a quarter of the machine's (or the
+    /// container's) memory. See `http/body.rs`.
+    #[serde(default)]
+    pub request_memory: usize,
+    /// Bytes of that one request may hold (Lyre's own key); 0 = 2 GiB (or all of it
+    /// when it is less). A request's memory also bounds how long its write holds its
+    /// database's writer: about 5 s at 2 GiB.
+    #[serde(default)]
+    pub max_request_memory: usize,
+}
+
+impl HttpConfig {
+    /// `http.requestMemory`, its default applied.
+    pub fn request_memory(&self) -> usize {
+        match self.request_memory {
+            0 => (machine_memory() / 4).max(256 << 20),
+            bytes => bytes,
+        }
+    }
+
+    /// `http.maxRequestMemory`, its default applied (no more than `http.requestMemory`).
+    pub fn max_request_memory(&self) -> usize {
+        match self.max_request_memory {
+            0 => self.request_memory().min(2 << 30),
+            bytes => bytes.min(self.request_memory()),
+        }
+    }
+}
+
+/// The memory this process may use: the machine's, or its container's (cgroup v2
+/// `memory.max`) when lower; 4 GiB when neither can be read.
+fn machine_memory() -> usize {
+    let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|info| {
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    });
+    let container = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|m| m.trim().parse().ok());
+    match (machine, container) {
+        (Some(m), Some(c)) => m.min(c),
+        (m, c) => m.or(c).unwrap_or(4 << 30),
+    }
 }
 
 /// `http.mtls`: off (`false`), on with the certificate's common name as the user
@@ -136,6 +183,10 @@ fn default_keep_alive_timeout() -> u64 {
 
 fn default_request_timeout() -> u64 {
     120_000
+}
+
+fn default_request_queue_limit() -> u64 {
+    20_000
 }
 
 fn default_max_connections_per_address() -> usize {
@@ -316,6 +367,9 @@ impl Default for Config {
                 max_connections_per_address: default_max_connections_per_address(),
                 secure_port: None,
                 mtls: MtlsConfig::default(),
+                request_queue_limit: default_request_queue_limit(),
+                request_memory: 0,
+                max_request_memory: 0,
             },
             operations_api: OperationsApiConfig {
                 network: NetworkConfig {

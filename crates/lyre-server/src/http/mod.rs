@@ -2,6 +2,7 @@
 
 mod auth;
 pub(crate) mod blocking;
+pub mod body;
 pub mod conn;
 mod cors;
 pub(crate) mod error;
@@ -17,15 +18,12 @@ mod stream;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use lyre_core::Code;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::app::AppState;
-use crate::http::error::ApiError;
 
 /// The Operations API: `POST /` with an operation, `GET /health`.
 pub fn operations_router(state: Arc<AppState>) -> Router {
@@ -51,69 +49,6 @@ pub fn rest_router(state: Arc<AppState>, compression_threshold: u16) -> Router {
             router.layer(tower_http::compression::CompressionLayer::new().br(true).gzip(true).compress_when(predicate));
     }
     router.with_state(state)
-}
-
-/// Reads a whole request body, refusing (413) anything over `limit` before reading it
-/// when the length is declared, and as soon as it is exceeded otherwise, and (408)
-/// one that has not arrived `within` its deadline.
-pub(crate) async fn read_body(
-    headers: &HeaderMap,
-    body: Body,
-    limit: usize,
-    within: std::time::Duration,
-) -> Result<bytes::Bytes, ApiError> {
-    let too_large =
-        || ApiError::new(Code::PayloadTooLarge, format!("Request body too large, maximum size is {limit} bytes"));
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    // A body trickled in slowly holds its connection and its buffer: it gets a deadline.
-    let Ok(read) = tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await else {
-        return Err(ApiError::new(
-            Code::RequestTimeout,
-            format!("the request body did not arrive within {} ms (http.timeout)", within.as_millis()),
-        ));
-    };
-    read.map_err(|err| {
-        if std::error::Error::source(&err).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
-            too_large()
-        } else {
-            ApiError::bad_request(format!("could not read the request body: {err}"))
-        }
-    })
-}
-
-/// The most of an unread request body drained before answering; beyond it the
-/// connection is closed instead (reading it all could take as long as the client likes).
-const DRAIN_LIMIT: usize = 1 << 20;
-
-/// How much of an unread body to drain before answering, or `None` when it should
-/// not be read at all and the connection closed instead: the client waits for `100
-/// Continue` (reading would invite the upload), or declares more than [`DRAIN_LIMIT`].
-pub(crate) fn drain_budget(headers: &HeaderMap) -> Option<usize> {
-    let expects_continue =
-        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    (!expects_continue && declared.is_none_or(|n| n <= DRAIN_LIMIT as u64)).then_some(DRAIN_LIMIT)
-}
-
-/// Reads and drops a request body, at most `budget` bytes (`None`: none at all);
-/// returns whether it ended, so the connection can serve the next request.
-pub(crate) async fn drain(mut body: Body, budget: Option<usize>) -> bool {
-    use http_body_util::BodyExt;
-    let Some(limit) = budget else { return false };
-    let mut seen = 0;
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return false };
-        seen += frame.data_ref().map_or(0, |data| data.len());
-        if seen > limit {
-            return false;
-        }
-    }
-    true
 }
 
 /// Harper's health answer, which monitors match on.

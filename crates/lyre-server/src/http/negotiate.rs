@@ -2,7 +2,8 @@
 //! in the format the `Accept` header prefers.
 
 use axum::http::{HeaderMap, header};
-use lyre_core::{Code, Value};
+use lyre_core::Code;
+use serde::de::DeserializeOwned;
 
 use crate::http::error::ApiError;
 use crate::http::format::Format;
@@ -46,8 +47,9 @@ fn not_acceptable() -> ApiError {
     )
 }
 
-/// Decodes a request body by its `Content-Type` (JSON when absent).
-pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+/// The format a request body is in, by its `Content-Type` (JSON when absent); an
+/// empty body is refused.
+pub fn body_format(headers: &HeaderMap, body: &[u8]) -> Result<Format, ApiError> {
     let content_type = match headers.get(header::CONTENT_TYPE) {
         None => String::new(),
         Some(v) => v.to_str().map_err(|_| unsupported("<invalid header>"))?.to_ascii_lowercase(),
@@ -70,6 +72,12 @@ pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
             format.content_type()
         )));
     }
+    Ok(format)
+}
+
+/// Decodes a body in `format` as a `T`: a [`lyre_core::Value`], or its [`lyre_core::Footprint`]
+/// (what decoding it as a `Value` will take), refused with the same message.
+pub fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, ApiError> {
     match format {
         // A text/plain body is JSON (see above): curl and Harper's examples send it so.
         Format::Json | Format::Text => {
@@ -85,7 +93,7 @@ pub fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
 /// A YAML document as Harper reads one: YAML 1.2 booleans only (`no`, `on`, `y`
 /// stay strings), and limits that grow with the body, so any document a JSON body of
 /// the same size could hold is read while alias expansion stays bounded by it.
-fn decode_yaml(body: &[u8]) -> Result<Value, ApiError> {
+fn decode_yaml<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_nodes = budget.max_nodes.max(body.len().saturating_mul(2));
     budget.max_events = budget.max_events.max(body.len().saturating_mul(4));
@@ -98,7 +106,7 @@ fn decode_yaml(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// One CBOR value filling the whole body.
-fn decode_cbor(body: &[u8]) -> Result<Value, ApiError> {
+fn decode_cbor<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     use ciborium::de::Error;
     let invalid = |why: String| ApiError::bad_request(format!("Invalid CBOR: {why}"));
     let mut rest = body;
@@ -118,10 +126,9 @@ fn decode_cbor(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// One MessagePack value filling the whole body.
-fn decode_msgpack(body: &[u8]) -> Result<Value, ApiError> {
-    use serde::Deserialize;
+fn decode_msgpack<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut cursor = std::io::Cursor::new(body);
-    let value = Value::deserialize(&mut rmp_serde::Deserializer::new(&mut cursor))
+    let value = T::deserialize(&mut rmp_serde::Deserializer::new(&mut cursor))
         .map_err(|e| ApiError::bad_request(format!("Invalid MessagePack: {e}")))?;
     match body.len().saturating_sub(cursor.position() as usize) {
         0 => Ok(value),

@@ -8,6 +8,7 @@ mod envelope;
 mod expiry;
 mod harper5;
 mod lifecycle;
+mod memory;
 mod ops_crud;
 mod ops_schema;
 mod ops_search;

@@ -23,18 +23,16 @@ use lyre_core::{Code, Context, ForUser, Lease, Object, Value};
 
 use crate::app::AppState;
 use crate::http::auth::authenticate;
+use crate::http::body::{DecodedBody, read_and_decode};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
-use crate::http::negotiate::{decode_body, response_format};
+use crate::http::negotiate::response_format;
 use crate::tls::ClientCertificate;
 
 pub use params::Params;
 
 /// The largest body read from a request without a login (one that logs in).
 const ANONYMOUS_BODY_LIMIT: usize = 64 * 1024;
-
-/// Bodies larger than this are decoded on a blocking thread.
-const INLINE_DECODE_LIMIT: usize = 64 * 1024;
 
 /// Handles one Operations API request.
 pub async fn handle(
@@ -56,7 +54,7 @@ pub async fn handle(
     // A body an error answered before reading is read first: unread bytes make the
     // kernel reset the connection when it closes, cutting the answer off.
     if let Some(unread) = body
-        && !crate::http::drain(unread, crate::http::drain_budget(&headers)).await
+        && !crate::http::body::drain(unread, crate::http::body::drain_budget(&headers)).await
     {
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
@@ -90,14 +88,8 @@ async fn handle_request(
         },
     };
     let limit = if user.is_some() { state.ops_body_limit } else { ANONYMOUS_BODY_LIMIT.min(state.ops_body_limit) };
-    let body = body.take().unwrap_or_default();
-    let bytes = crate::http::read_body(headers, body, limit, state.body_timeout).await?;
-    let value = if bytes.len() > INLINE_DECODE_LIMIT {
-        let headers = headers.clone();
-        crate::http::blocking::blocking("decoding the body", move || decode_body(&headers, &bytes)).await?
-    } else {
-        decode_body(headers, &bytes)?
-    };
+    // The memory granted to the body is held until the operation has answered.
+    let DecodedBody { value, memory: _memory } = read_and_decode(state, headers, body, limit).await?;
     let (operation, params) = Params::from_body(value)?;
     match operation.as_str() {
         "login" => return tokens::login(state, peer, headers, params, format).await,

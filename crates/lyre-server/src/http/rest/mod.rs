@@ -22,11 +22,12 @@ use lyre_core::{Code, Context, ForUser, Object, RecordVersion, Table, Value, Wri
 
 use crate::app::AppState;
 use crate::http::auth::authenticate;
+use crate::http::body::{DecodedBody, Held, read_and_decode};
 use crate::http::cors;
 use crate::http::error::ApiError;
 use crate::http::etag;
 use crate::http::format::Format;
-use crate::http::negotiate::{decode_body, response_format};
+use crate::http::negotiate::response_format;
 use crate::http::stream::{Framing, stream_search};
 use url::Target;
 
@@ -42,7 +43,7 @@ pub async fn handle(
     let (parts, body) = request.into_parts();
     let origin = cors::origin(&parts.headers, state.cors);
     let mut body = Some(body);
-    let budget = crate::http::drain_budget(&parts.headers);
+    let budget = crate::http::body::drain_budget(&parts.headers);
     let mut response = if cors::is_preflight(origin.as_ref(), &parts.method, &parts.headers) {
         cors::preflight()
     } else {
@@ -52,7 +53,7 @@ pub async fn handle(
     // and dropped: unread bytes make the kernel reset the connection when it closes,
     // cutting off the response the client is still reading.
     if let Some(unread) = body
-        && !crate::http::drain(unread, budget).await
+        && !crate::http::body::drain(unread, budget).await
     {
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
@@ -172,19 +173,19 @@ impl RestRequest<'_> {
     /// Takes the body out of `body` only in the answers that read it; the rest leave
     /// it for [`handle`] to drain.
     async fn dispatch(self, method: &Method, body: &mut Option<Body>) -> Result<Response, ApiError> {
-        let mut take = || body.take().unwrap_or_default();
         match (method.as_str(), &self.target) {
             ("GET" | "HEAD", _) => {
                 let response = self.get().await?;
                 Ok(if method == Method::HEAD { strip_body(response) } else { response })
             }
             ("PUT", Target::Record(id)) => {
-                let record = self.object_body(take()).await?;
+                let (record, _memory) = self.object_body(body).await?;
                 self.table.put(&self.ctx, id.clone(), record, self.conditions()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("PUT", Target::Collection) => {
-                let records = match self.body(take()).await? {
+                let DecodedBody { value, memory: _memory } = self.body(body).await?;
+                let records = match value {
                     Value::Array(items) => items,
                     _ => return Err(ApiError::bad_request("PUT on a collection takes an array of records")),
                 };
@@ -206,12 +207,12 @@ impl RestRequest<'_> {
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("PATCH", Target::Record(id)) => {
-                let record = self.object_body(take()).await?;
+                let (record, _memory) = self.object_body(body).await?;
                 self.table.patch(&self.ctx, id.clone(), record, self.conditions()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("POST", Target::Collection) => {
-                let record = self.object_body(take()).await?;
+                let (record, _memory) = self.object_body(body).await?;
                 let id = self.table.create(&self.ctx, record).await?;
                 let location = match &id {
                     Value::String(s) => s.clone(),
@@ -400,15 +401,17 @@ impl RestRequest<'_> {
         Ok(ids)
     }
 
-    async fn body(&self, body: Body) -> Result<Value, ApiError> {
-        let bytes =
-            crate::http::read_body(self.headers, body, self.state.rest_body_limit, self.state.body_timeout).await?;
-        decode_body(self.headers, &bytes)
+    /// The request's body, taken out of its slot, decoded; keep its memory grant
+    /// alive while working on it.
+    async fn body(&self, slot: &mut Option<Body>) -> Result<DecodedBody, ApiError> {
+        read_and_decode(&self.state, self.headers, slot, self.state.rest_body_limit).await
     }
 
-    async fn object_body(&self, body: Body) -> Result<Object, ApiError> {
-        match self.body(body).await? {
-            Value::Object(record) => Ok(record),
+    /// The request's body, which must be one record.
+    async fn object_body(&self, slot: &mut Option<Body>) -> Result<(Object, Held), ApiError> {
+        let DecodedBody { value, memory } = self.body(slot).await?;
+        match value {
+            Value::Object(record) => Ok((record, memory)),
             other => {
                 Err(ApiError::bad_request(format!("the request body must be an object, not {}", other.type_name())))
             }

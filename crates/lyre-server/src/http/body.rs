@@ -1,0 +1,307 @@
+//! Request bodies: read within a size limit and a deadline, and decoded within the
+//! memory the server grants them.
+//!
+//! Every body is held in memory twice over its life: as the bytes that arrived, and
+//! as the `Value` they decode to, which can be many times larger (`{"id":1}` is 8
+//! bytes on the wire and about 300 decoded). Both are paid for from one
+//! [`BodyMemory`] shared by every request on every port: the bytes before they are
+//! read (or as they arrive, without a declared length), the decoded value, measured
+//! by walking the body once without keeping anything ([`lyre_core::Footprint`]),
+//! before it is built. A request that alone would need more than
+//! `http.maxRequestMemory` is refused with 413 before anything is decoded; one that
+//! cannot be granted its memory while others hold it waits, in arrival order, for
+//! `http.requestQueueLimit` (never past its body's deadline, `http.timeout`) and is
+//! then refused with Harper's 503, to retry. So concurrent large
+//! requests queue instead of together running the process out of memory.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, header};
+use bytes::{Bytes, BytesMut};
+use lyre_core::{Code, Footprint, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::http::negotiate::{body_format, decode};
+
+/// Memory is granted in units of this many bytes.
+const UNIT: usize = 1024;
+
+/// Bodies larger than this are walked and decoded on a blocking thread.
+const INLINE_DECODE_LIMIT: usize = 64 * 1024;
+
+/// A body without a declared length is granted memory in steps of at least this.
+const GROWTH_STEP: usize = 1 << 20;
+
+/// Memory a request holds beyond its decoded body while it runs, as a multiple of
+/// the decoded body: the records prepared for the writer beside the decoded ones,
+/// their encoded forms, the write transaction's pages and the reply (measured in
+/// `bench/results/2026-12-02-request-memory.md`).
+const IN_FLIGHT_FACTOR: usize = 2;
+
+/// The memory request bodies may hold, across every request on every port.
+#[derive(Debug, Clone)]
+pub struct BodyMemory {
+    units: Arc<Semaphore>,
+    total: usize,
+    per_request: usize,
+    wait: Duration,
+}
+
+impl BodyMemory {
+    /// A budget of `total` bytes, at most `per_request` of them to one request (no
+    /// more than `total`), waited for at most `wait`.
+    pub fn new(total: usize, per_request: usize, wait: Duration) -> BodyMemory {
+        let total = total.max(UNIT);
+        let units = (total / UNIT).min(Semaphore::MAX_PERMITS);
+        BodyMemory { units: Arc::new(Semaphore::new(units)), total, per_request: per_request.min(total), wait }
+    }
+
+    /// Grants `bytes` more to `held`, waiting for requests holding memory to finish
+    /// for `http.requestQueueLimit`, and not past `deadline`; 503 after it.
+    async fn grant(&self, held: &mut Held, bytes: usize, deadline: Instant) -> Result<(), ApiError> {
+        let units = u32::try_from(bytes.div_ceil(UNIT)).map_err(|_| self.too_large(bytes))?;
+        if units == 0 {
+            return Ok(());
+        }
+        let busy = || {
+            ApiError::new(
+                Code::Overloaded,
+                format!(
+                    "Service unavailable, exceeded request queue limit: other requests hold the memory \
+                     request bodies may take ({} MiB, http.requestMemory) and none was free within {} ms \
+                     (http.requestQueueLimit)",
+                    self.total >> 20,
+                    self.wait.as_millis()
+                ),
+            )
+        };
+        let permit = match self.units.clone().try_acquire_many_owned(units) {
+            Ok(permit) => permit,
+            Err(_) => match tokio::time::timeout_at(
+                deadline.min(Instant::now() + self.wait),
+                self.units.clone().acquire_many_owned(units),
+            )
+            .await
+            {
+                Ok(Ok(permit)) => permit,
+                Ok(Err(_)) | Err(_) => return Err(busy()),
+            },
+        };
+        match &mut held.permit {
+            Some(existing) => existing.merge(permit),
+            slot => *slot = Some(permit),
+        }
+        Ok(())
+    }
+
+    /// Refuses a request that needs more than one request may hold.
+    fn refuse_over_limit(&self, held: &Held, more: usize) -> Result<(), ApiError> {
+        match held.bytes().saturating_add(more) {
+            needed if needed > self.per_request => Err(self.too_large(needed)),
+            _ => Ok(()),
+        }
+    }
+
+    fn too_large(&self, needed: usize) -> ApiError {
+        ApiError::new(
+            Code::PayloadTooLarge,
+            format!(
+                "the request body needs about {} MiB of memory once decoded, more than one request may hold \
+                 ({} MiB, http.maxRequestMemory); send its records in smaller batches",
+                needed.div_ceil(1 << 20),
+                self.per_request >> 20
+            ),
+        )
+    }
+}
+
+/// Memory granted to one request, given back when dropped.
+#[derive(Debug, Default)]
+pub struct Held {
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Held {
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.permit.as_ref().map_or(0, |p| p.num_permits() * UNIT)
+    }
+
+    /// Gives back `bytes` of what is held (the bytes of a body once decoded).
+    fn give_back(&mut self, bytes: usize) {
+        if let Some(permit) = &mut self.permit {
+            drop(permit.split((bytes / UNIT).min(permit.num_permits())));
+        }
+    }
+}
+
+/// A body that has arrived, with the memory granted to hold it.
+#[derive(Debug)]
+pub struct ArrivedBody {
+    /// The bytes as sent.
+    pub bytes: Bytes,
+    memory: Held,
+    deadline: Instant,
+}
+
+/// A decoded body, with the memory granted to it: keep it alive while the request
+/// works on the value.
+#[derive(Debug)]
+pub struct DecodedBody {
+    /// The decoded body.
+    pub value: Value,
+    /// The memory granted to the request; given back when dropped.
+    pub memory: Held,
+}
+
+/// The length a request declares for its body.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+}
+
+/// Reads a whole request body out of `slot`, refusing (413) anything over `limit`
+/// before reading it when the length is declared, and as soon as it is exceeded
+/// otherwise, and (408) one that has not arrived within `http.timeout`. Memory for
+/// a declared length is granted before the body is taken from its slot, so a
+/// refusal leaves the body for the caller to drain.
+pub(crate) async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    slot: &mut Option<Body>,
+    limit: usize,
+) -> Result<ArrivedBody, ApiError> {
+    let too_large =
+        || ApiError::new(Code::PayloadTooLarge, format!("Request body too large, maximum size is {limit} bytes"));
+    let within = state.body_timeout;
+    let deadline = Instant::now() + within;
+    let declared = declared_length(headers);
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let declared = declared.map(|n| n as usize);
+    let memory_budget = &state.body_memory;
+    let mut memory = Held::default();
+    if let Some(length) = declared {
+        memory_budget.refuse_over_limit(&memory, length)?;
+        memory_budget.grant(&mut memory, length, deadline).await?;
+    }
+    let body = slot.take().unwrap_or_default();
+    // A body trickled in slowly holds its connection and its buffer: it gets a deadline.
+    let timed_out = || {
+        ApiError::new(
+            Code::RequestTimeout,
+            format!("the request body did not arrive within {} ms (http.timeout)", within.as_millis()),
+        )
+    };
+    let read = collect(body, limit, declared, memory_budget, &mut memory, deadline, too_large);
+    let bytes = tokio::time::timeout_at(deadline, read).await.map_err(|_| timed_out())??;
+    Ok(ArrivedBody { bytes, memory, deadline })
+}
+
+/// Collects `body`'s frames, within `limit` bytes, growing the memory granted to a
+/// body of undeclared length as it arrives.
+async fn collect(
+    mut body: Body,
+    limit: usize,
+    declared: Option<usize>,
+    budget: &BodyMemory,
+    memory: &mut Held,
+    deadline: Instant,
+    too_large: impl Fn() -> ApiError,
+) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let mut buffer = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| ApiError::bad_request(format!("could not read the request body: {err}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        let length = buffer.len() + data.len();
+        if length > limit {
+            return Err(too_large());
+        }
+        if length > memory.bytes() {
+            let needed = length - memory.bytes();
+            budget.refuse_over_limit(memory, needed)?;
+            // Granted a step at a time, never past the limits the need was checked against.
+            let room = limit.min(budget.per_request).saturating_sub(memory.bytes());
+            budget.grant(memory, needed.max(GROWTH_STEP.min(room)), deadline).await?;
+        }
+        buffer.extend_from_slice(&data);
+    }
+    Ok(buffer.freeze())
+}
+
+/// Decodes an arrived body by its `Content-Type`, once the memory its value and the
+/// work on it will take is granted (413 if one request may not hold that much, 503
+/// if it is not free before the body's deadline). The body's bytes are given back
+/// once decoded.
+pub(crate) async fn decode_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: ArrivedBody,
+) -> Result<DecodedBody, ApiError> {
+    let ArrivedBody { bytes, mut memory, deadline } = body;
+    let format = body_format(headers, &bytes)?;
+    let inline = bytes.len() <= INLINE_DECODE_LIMIT;
+    let Footprint(decoded) = match inline {
+        true => decode(format, &bytes)?,
+        false => {
+            let bytes = bytes.clone();
+            crate::http::blocking::blocking("measuring the body", move || decode::<Footprint>(format, &bytes)).await?
+        }
+    };
+    let needed = decoded.saturating_mul(1 + IN_FLIGHT_FACTOR);
+    state.body_memory.refuse_over_limit(&memory, needed)?;
+    state.body_memory.grant(&mut memory, needed, deadline).await?;
+    let arrived = bytes.len();
+    let value = match inline {
+        true => decode(format, &bytes)?,
+        false => crate::http::blocking::blocking("decoding the body", move || decode::<Value>(format, &bytes)).await?,
+    };
+    memory.give_back(arrived);
+    Ok(DecodedBody { value, memory })
+}
+
+/// Reads and decodes a request body (see [`read_body`] and [`decode_body`]).
+pub(crate) async fn read_and_decode(
+    state: &AppState,
+    headers: &HeaderMap,
+    slot: &mut Option<Body>,
+    limit: usize,
+) -> Result<DecodedBody, ApiError> {
+    let arrived = read_body(state, headers, slot, limit).await?;
+    decode_body(state, headers, arrived).await
+}
+
+/// The most of an unread request body drained before answering; beyond it the
+/// connection is closed instead (reading it all could take as long as the client likes).
+const DRAIN_LIMIT: usize = 1 << 20;
+
+/// How much of an unread body to drain before answering, or `None` when it should
+/// not be read at all and the connection closed instead: the client waits for `100
+/// Continue` (reading would invite the upload), or declares more than [`DRAIN_LIMIT`].
+pub(crate) fn drain_budget(headers: &HeaderMap) -> Option<usize> {
+    let expects_continue =
+        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    (!expects_continue && declared_length(headers).is_none_or(|n| n <= DRAIN_LIMIT as u64)).then_some(DRAIN_LIMIT)
+}
+
+/// Reads and drops a request body, at most `budget` bytes (`None`: none at all);
+/// returns whether it ended, so the connection can serve the next request.
+pub(crate) async fn drain(mut body: Body, budget: Option<usize>) -> bool {
+    use http_body_util::BodyExt;
+    let Some(limit) = budget else { return false };
+    let mut seen = 0;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return false };
+        seen += frame.data_ref().map_or(0, |data| data.len());
+        if seen > limit {
+            return false;
+        }
+    }
+    true
+}
