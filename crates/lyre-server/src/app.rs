@@ -86,6 +86,16 @@ pub enum AuthError {
 }
 
 impl AppState {
+    /// The user a verified token names, now: refused (`LoginFailed`) when the user
+    /// is gone, or was made again or changed password since the token was issued.
+    pub fn token_user(&self, claims: &crate::tokens::Claims) -> Result<Arc<User>, lyre_core::Error> {
+        let user = self.engine.users().resolve(&claims.username)?;
+        match user.login_epoch == claims.epoch {
+            true => Ok(user),
+            false => Err(lyre_core::Error::LoginFailed),
+        }
+    }
+
     /// The user `credentials` name, from a client at `peer`: the super user for a
     /// credential-less loopback client when `authorizeLocal` is on. A password not
     /// verified within the cache TTL costs an argon2 verification, run off the async
@@ -100,9 +110,10 @@ impl AppState {
                     TokenError::Expired => AuthError::ExpiredToken,
                     TokenError::Invalid => AuthError::InvalidToken,
                 })?;
-                match self.engine.users().resolve(&claims.username) {
+                match self.token_user(&claims) {
                     Ok(user) => Ok(user),
-                    // A token for a user since dropped authenticates no one.
+                    // A token for a user since dropped (or whose password changed)
+                    // authenticates no one.
                     Err(lyre_core::Error::LoginFailed) => Err(AuthError::InvalidToken),
                     Err(err) => Err(err.into()),
                 }

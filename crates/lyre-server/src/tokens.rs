@@ -16,6 +16,7 @@ use std::time::Duration;
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair as _};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use lyre_core::access::User;
 use serde::{Deserialize, Serialize};
 
 /// The key file's name under `<root>/keys/`.
@@ -55,6 +56,10 @@ pub struct Claims {
     pub exp: u64,
     /// A random id, so that two tokens issued in the same second differ.
     pub jti: String,
+    /// The user's login epoch when it was issued: a token outlives no password
+    /// change and no re-creation of its user.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// Why a token was not accepted.
@@ -124,31 +129,26 @@ impl Tokens {
         })
     }
 
-    /// A new token of `kind` for `username`.
-    pub fn issue(&self, username: &str, super_user: bool, kind: TokenKind) -> Result<String, TokenError> {
+    /// A new token of `kind` for `user`.
+    pub fn issue(&self, user: &User, kind: TokenKind) -> Result<String, TokenError> {
         let ttl = match kind {
             TokenKind::Operation => self.operation_ttl,
             TokenKind::Refresh => self.refresh_ttl,
         };
-        self.issue_for(username, super_user, kind, ttl)
+        self.issue_for(user, kind, ttl)
     }
 
-    /// A new token of `kind` for `username` that lasts `ttl` (`expires_in`).
-    pub fn issue_for(
-        &self,
-        username: &str,
-        super_user: bool,
-        kind: TokenKind,
-        ttl: Duration,
-    ) -> Result<String, TokenError> {
+    /// A new token of `kind` for `user` that lasts `ttl` (`expires_in`).
+    pub fn issue_for(&self, user: &User, kind: TokenKind, ttl: Duration) -> Result<String, TokenError> {
         let now = now_secs();
         let claims = Claims {
-            username: username.to_string(),
-            super_user,
+            username: user.username.clone(),
+            super_user: user.is_super_user(),
             sub: kind.subject().to_string(),
             iat: now,
             exp: now.saturating_add(ttl.as_secs().max(1)),
             jti: uuid::Uuid::new_v4().simple().to_string(),
+            epoch: user.login_epoch,
         };
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.encoding).map_err(|_| TokenError::Invalid)
     }
@@ -210,6 +210,12 @@ fn now_secs() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lyre_core::Value;
+    use lyre_core::access::Role;
+
+    fn ann() -> User {
+        User { username: "ann".into(), role: Role::new("r", Value::Null), active: true, login_epoch: 7 }
+    }
 
     fn tokens(dir: &Path) -> Tokens {
         Tokens::open(dir, Duration::from_secs(60), Duration::from_secs(600)).unwrap()
@@ -219,10 +225,11 @@ mod tests {
     fn a_token_verifies_only_as_its_kind_and_with_its_key() {
         let dir = tempfile::tempdir().unwrap();
         let t = tokens(dir.path());
-        let op = t.issue("ann", false, TokenKind::Operation).unwrap();
-        assert_eq!(t.verify(&op, TokenKind::Operation).unwrap().username, "ann");
+        let op = t.issue(&ann(), TokenKind::Operation).unwrap();
+        let claims = t.verify(&op, TokenKind::Operation).unwrap();
+        assert_eq!((claims.username.as_str(), claims.epoch), ("ann", 7), "it names the user and their login epoch");
         assert_eq!(t.verify(&op, TokenKind::Refresh), Err(TokenError::Invalid), "the other kind");
-        let refresh = t.issue("ann", false, TokenKind::Refresh).unwrap();
+        let refresh = t.issue(&ann(), TokenKind::Refresh).unwrap();
         assert_eq!(t.verify(&refresh, TokenKind::Operation), Err(TokenError::Invalid));
         // The same key after a restart; another root's key refuses it.
         assert!(tokens(dir.path()).verify(&op, TokenKind::Operation).is_ok());
@@ -246,6 +253,7 @@ mod tests {
             iat: 1,
             exp: 2,
             jti: "x".into(),
+            epoch: 0,
         };
         let old = jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &t.encoding).unwrap();
         assert_eq!(t.verify(&old, TokenKind::Operation), Err(TokenError::Expired));

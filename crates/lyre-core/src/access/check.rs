@@ -234,7 +234,12 @@ mod tests {
 
     fn ctx(permission: &str) -> Context {
         let permission: Value = serde_json::from_str(permission).unwrap();
-        Context::new(Arc::new(User { username: "u".into(), role: Role::new("r", permission), active: true }))
+        Context::new(Arc::new(User {
+            username: "u".into(),
+            role: Role::new("r", permission),
+            active: true,
+            login_epoch: 0,
+        }))
     }
 
     fn denial(result: Result<impl std::fmt::Debug>) -> Denial {

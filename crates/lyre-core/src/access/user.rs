@@ -34,6 +34,10 @@ pub struct User {
     pub role: Role,
     /// Whether the user may log in.
     pub active: bool,
+    /// A number that changes when the user's password changes or the user is made
+    /// again under the same name (a fresh salted hash either way): tokens carry it,
+    /// so such a change ends every token issued before it.
+    pub login_epoch: u64,
 }
 
 impl User {
@@ -42,7 +46,22 @@ impl User {
     pub fn system() -> Self {
         let mut permission = crate::value::Object::new();
         permission.insert("super_user".into(), Value::Bool(true));
-        User { username: "lyre".to_string(), role: Role::new("super_user", Value::Object(permission)), active: true }
+        User {
+            username: "lyre".to_string(),
+            role: Role::new("super_user", Value::Object(permission)),
+            active: true,
+            login_epoch: 0,
+        }
+    }
+
+    /// The login epoch of a stored password hash (see [`User::login_epoch`]).
+    pub fn login_epoch_of(password_hash: &str) -> u64 {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(password_hash.as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        // Below 2^53, so it survives a JSON number in a token unchanged.
+        u64::from_be_bytes(first) >> 11
     }
 
     /// Whether the user is a super user.

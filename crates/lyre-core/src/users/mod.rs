@@ -215,9 +215,7 @@ impl Users {
         if record.get("active") == Some(&Value::Bool(false)) {
             return Err(Error::Inactive);
         }
-        let role_id = record.get("role").and_then(Value::as_str).unwrap_or_default();
-        let role = self.role(role_id)?;
-        Ok(Arc::new(User { username: username.to_string(), role, active: true }))
+        self.user_from(username, &record)
     }
 
     /// The user named `username` as a client would be authenticated by a token or a
@@ -234,8 +232,7 @@ impl Users {
         if record.get("active") == Some(&Value::Bool(false)) {
             return Err(Error::Inactive);
         }
-        let role_id = record.get("role").and_then(Value::as_str).unwrap_or_default();
-        let user = Arc::new(User { username: username.to_string(), role: self.role(role_id)?, active: true });
+        let user = self.user_from(username, &record)?;
         let mut resolved = self.resolved.lock();
         if generation != self.generation() {
             return Ok(user);
@@ -245,6 +242,18 @@ impl Users {
         }
         resolved.insert(username.to_string(), (user.clone(), Instant::now() + self.ttl));
         Ok(user)
+    }
+
+    /// The active user a stored record describes, with its role now.
+    fn user_from(&self, username: &str, record: &Object) -> Result<Arc<User>> {
+        let role_id = record.get("role").and_then(Value::as_str).unwrap_or_default();
+        let password = record.get("password").and_then(Value::as_str).unwrap_or_default();
+        Ok(Arc::new(User {
+            username: username.to_string(),
+            role: self.role(role_id)?,
+            active: true,
+            login_epoch: User::login_epoch_of(password),
+        }))
     }
 
     fn user_record(&self, username: &str) -> Result<Option<Object>> {

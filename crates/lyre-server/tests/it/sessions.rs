@@ -202,3 +202,41 @@ async fn a_dropped_or_switched_off_user_s_token_and_session_stop_at_once() {
     s.ok(json!({"operation": "add_user", "username": "gone", "password": "new", "role": "r", "active": true})).await;
     assert_eq!(with_header(&s, "cookie", &credentials[0].1).await.0, 401);
 }
+
+#[tokio::test]
+async fn a_password_change_or_a_user_made_again_ends_the_tokens_issued_before() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "add_role", "role": "r", "permission": {}})).await;
+    s.ok(json!({"operation": "add_user", "username": "ann", "password": "pw", "role": "r", "active": true})).await;
+    let issue = |password: &'static str| {
+        let s = &s;
+        async move {
+            let body = json!({"operation": "create_authentication_tokens", "username": "ann", "password": password});
+            let (status, tokens, _) = anonymous(s, &body).await;
+            assert_eq!(status, 200, "{tokens}");
+            tokens
+        }
+    };
+    let refresh_with =
+        |tokens: &Value| json!({"operation": "refresh_operation_token", "refresh_token": tokens["refresh_token"]});
+    let bearer = |tokens: &Value| format!("Bearer {}", tokens["operation_token"].as_str().unwrap());
+
+    let before = issue("pw").await;
+    assert_eq!(with_header(&s, "authorization", &bearer(&before)).await.0, 200);
+    // A role change keeps the tokens (the role is looked up on every request)...
+    s.ok(json!({"operation": "add_role", "role": "r2", "permission": {}})).await;
+    s.ok(json!({"operation": "alter_user", "username": "ann", "role": "r2"})).await;
+    assert_eq!(with_header(&s, "authorization", &bearer(&before)).await.0, 200);
+    // ...a password change ends them, operation and refresh tokens alike.
+    s.ok(json!({"operation": "alter_user", "username": "ann", "password": "changed"})).await;
+    assert_eq!(with_header(&s, "authorization", &bearer(&before)).await.0, 401);
+    assert_eq!(anonymous(&s, &refresh_with(&before)).await.0, 401);
+    let after = issue("changed").await;
+    assert_eq!(with_header(&s, "authorization", &bearer(&after)).await.0, 200);
+
+    // Dropped and made again with the same name and password: a new user.
+    s.ok(json!({"operation": "drop_user", "username": "ann"})).await;
+    s.ok(json!({"operation": "add_user", "username": "ann", "password": "changed", "role": "r", "active": true})).await;
+    assert_eq!(with_header(&s, "authorization", &bearer(&after)).await.0, 401);
+    assert_eq!(with_header(&s, "authorization", &bearer(&issue("changed").await)).await.0, 200);
+}

@@ -61,8 +61,8 @@ pub async fn create_authentication_tokens(
         (None, None, None) => return Err(Error::MustLogin.into()),
     };
     let issue = |kind| match (kind, expires_in) {
-        (TokenKind::Operation, Some(ttl)) => state.tokens.issue_for(&user.username, user.is_super_user(), kind, ttl),
-        _ => state.tokens.issue(&user.username, user.is_super_user(), kind),
+        (TokenKind::Operation, Some(ttl)) => state.tokens.issue_for(&user, kind, ttl),
+        _ => state.tokens.issue(&user, kind),
     };
     let operation = issue(TokenKind::Operation).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
     let refresh = issue(TokenKind::Refresh).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
@@ -93,15 +93,13 @@ pub async fn refresh_operation_token(
     if !state.engine.users().is_refresh_token(&claims.username, &token)? {
         return Err(invalid());
     }
-    let user = match state.engine.users().resolve(&claims.username) {
+    let user = match state.token_user(&claims) {
         Ok(user) => user,
         Err(Error::LoginFailed | Error::Inactive) => return Err(invalid()),
         Err(err) => return Err(err.into()),
     };
-    let operation = state
-        .tokens
-        .issue(&user.username, user.is_super_user(), TokenKind::Operation)
-        .map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
+    let operation =
+        state.tokens.issue(&user, TokenKind::Operation).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
     let mut body = Object::new();
     body.insert("operation_token".into(), operation.into());
     reply(format, &Value::Object(body))
