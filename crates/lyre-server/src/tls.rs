@@ -47,6 +47,10 @@ pub enum TlsError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientCertificate(pub String);
 
+/// Marks every request that arrived over TLS (a session cookie set on it is `Secure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverTls;
+
 /// Whom a verified client certificate logs in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CertificateLogin {

@@ -117,6 +117,8 @@ pub struct TableSpec {
     pub audit: bool,
     /// When its records expire, if they do.
     pub expiration: Option<Expiration>,
+    /// The attribute holding each record's own expiry time (`@expiresAt`), if any.
+    pub expires_at: Option<String>,
 }
 
 impl TableSpec {
@@ -130,6 +132,7 @@ impl TableSpec {
             attributes: None,
             audit: true,
             expiration: None,
+            expires_at: None,
         }
     }
 }
@@ -340,7 +343,7 @@ impl DatabaseSchema {
             sealed: false,
             relationships: Vec::new(),
             expiration: spec.expiration,
-            expires_at: None,
+            expires_at: spec.expires_at.clone(),
             by_name: HashMap::new(),
         };
         self.next_table_seq += 1;
@@ -401,6 +404,7 @@ impl DatabaseSchema {
                 attributes: Some(Vec::new()),
                 audit: definition.audit,
                 expiration: definition.expiration,
+                expires_at: None, // set below, with the rest of the definition
             };
             let table = self.new_table(&spec);
             self.tables.insert(table.name.clone(), Arc::new(table));

@@ -213,6 +213,7 @@ mod tests {
             attributes: Some(Vec::new()),
             audit: true,
             expiration: None,
+            expires_at: None,
         })
     }
 

@@ -99,7 +99,12 @@ impl Users {
         let ctx = Context::system();
         for (table, key) in [(ROLE_TABLE, "id"), (USER_TABLE, "username"), (SESSION_TABLE, "id")] {
             if system.schema().table(table).is_none() {
-                system.create_table(&ctx, TableSpec::dynamic(table, key)).await?;
+                let mut spec = TableSpec::dynamic(table, key);
+                if table == SESSION_TABLE {
+                    // The expiry sweeper removes sessions nobody presents again.
+                    spec.expires_at = Some(sessions::EXPIRES.to_string());
+                }
+                system.create_table(&ctx, spec).await?;
             }
         }
         let decoy = hash_password(&random_password())?;

@@ -205,11 +205,19 @@ impl Users {
     }
 
     /// Replaces a role's permission document (and name); 400 "Invalid role id" when
-    /// there is no such role. Returns the role as stored.
+    /// there is no such role, 409 when another role has the new name (Harper lets
+    /// two roles share one, after which a user's role by name is either). Returns
+    /// the role as stored.
     pub async fn alter_role(&self, ctx: &Context, catalog: &dyn CatalogView, change: RoleChange) -> Result<Object> {
         require_super_user(ctx)?;
         check_role_fields(change.role.as_deref(), &change.id, &change.permission, catalog)?;
         let _serial = self.changing.lock().await;
+        if let Some(name) = &change.role
+            && let Some(other) = self.role_by_name(name)?
+            && other.get("id").and_then(Value::as_str) != Some(change.id.as_str())
+        {
+            return Err(Error::Conflict(format!("A role with name '{name}' already exists")));
+        }
         let mut record = Object::new();
         record.insert("id".into(), change.id.clone().into());
         if let Some(name) = &change.role {

@@ -19,6 +19,10 @@ use crate::time::now_ms;
 use crate::users::{SESSION_TABLE, USER_TABLE, Users};
 use crate::value::{Object, Value};
 
+/// The attribute of a session holding when it expires (ms since the epoch): the
+/// table's `@expiresAt`, so the expiry sweeper removes sessions nobody presents.
+pub(super) const EXPIRES: &str = "expires";
+
 /// Most sessions kept in memory at once; beyond it the cache starts over.
 const MAX_SESSIONS_CACHED: usize = 10_000;
 
@@ -33,7 +37,7 @@ impl Users {
         let mut record = Object::new();
         record.insert("id".into(), id.clone().into());
         record.insert("user".into(), user.username.clone().into());
-        record.insert("expires".into(), Value::Float(now_ms() + ttl_ms));
+        record.insert(EXPIRES.into(), Value::Float(now_ms() + ttl_ms));
         self.system.table(SESSION_TABLE)?.insert(&Context::system(), vec![record]).await?;
         Ok(id)
     }
@@ -52,7 +56,7 @@ impl Users {
                     let stored = table.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?.pop();
                     let found = stored.and_then(|session| {
                         let username = session.get("user").and_then(Value::as_str)?.to_string();
-                        Some((username, session.get("expires").and_then(Value::as_f64).unwrap_or(0.0)))
+                        Some((username, session.get(EXPIRES).and_then(Value::as_f64).unwrap_or(0.0)))
                     });
                     if let Some(found) = &found {
                         if sessions.len() >= MAX_SESSIONS_CACHED {

@@ -37,11 +37,13 @@ const INLINE_DECODE_LIMIT: usize = 64 * 1024;
 /// A body without a declared length is granted memory in steps of at least this.
 const GROWTH_STEP: usize = 1 << 20;
 
-/// Memory a request holds beyond its decoded body while it runs, as a multiple of
-/// the decoded body: the records prepared for the writer beside the decoded ones,
-/// their encoded forms, the write transaction's pages and the reply (measured in
-/// `bench/results/2026-12-02-request-memory.md`).
-const IN_FLIGHT_FACTOR: usize = 2;
+/// Memory a request holds while it runs, in halves of its decoded body: the decoded
+/// value, the records prepared for the writer beside it, their encoded forms, the
+/// write transaction's pages and the reply. Measured peaks were 1.8 (2M small
+/// records) and 2.1 (150,000 records of 600 bytes) times the decoded estimate
+/// (`bench/results/2026-12-02-request-memory.md`), which is itself above the
+/// decoder's own peak (`lyre-core/tests/footprint.rs`).
+const HALVES_HELD: usize = 5;
 
 /// The memory request bodies may hold, across every request on every port.
 #[derive(Debug, Clone)]
@@ -254,7 +256,7 @@ pub(crate) async fn decode_body(
             crate::http::blocking::blocking("measuring the body", move || decode::<Footprint>(format, &bytes)).await?
         }
     };
-    let needed = decoded.saturating_mul(1 + IN_FLIGHT_FACTOR);
+    let needed = decoded.saturating_mul(HALVES_HELD) / 2;
     state.body_memory.refuse_over_limit(&memory, needed)?;
     state.body_memory.grant(&mut memory, needed, deadline).await?;
     let arrived = bytes.len();

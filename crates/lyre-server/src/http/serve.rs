@@ -4,29 +4,35 @@
 //! waits in the kernel's queue), a small reserve above the cap for loopback clients
 //! (health checks and an operator's `curl` get through a flood), and a deadline for
 //! each request's headers that also closes connections left idle between requests
-//! (a slowloris client, or thousands of idle sockets, are gone after it).
+//! (a slowloris client, or thousands of idle sockets, are gone after it). hyper's
+//! header deadline covers HTTP/1 only, and an HTTP/2 client's pings keep its
+//! connection busy to hyper, so each connection also counts its requests in flight
+//! ([`Activity`]) and is shut down gracefully once none has run for that long.
 //!
 //! On shutdown the loop stops accepting and waits for the connections it serves to
 //! finish their requests.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tower::ServiceExt as _;
 
 use crate::http::conn::Connection;
-use crate::tls::{ClientCertificate, Secure};
+use crate::tls::{ClientCertificate, OverTls, Secure};
 
 /// The connection bounds (`http.maxConnections`, `http.maxConnectionsPerAddress`,
 /// `http.headersTimeout`, `http.keepAliveTimeout`).
@@ -113,7 +119,9 @@ pub async fn serve(
         .keep_alive_interval(gate.limits.header_timeout)
         .keep_alive_timeout(gate.limits.header_timeout);
     let builder = Arc::new(builder);
-    let graceful = GracefulShutdown::new();
+    // Every connection holds a sender: once all are dropped, every connection is done.
+    let (open, mut all_closed) = mpsc::channel::<()>(1);
+    let connection_stop = stop.clone();
     let stopped = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };
@@ -136,7 +144,14 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let served = Served { router: router.clone(), builder: builder.clone(), watcher: graceful.watcher(), peer };
+        let served = Served {
+            router: router.clone(),
+            builder: builder.clone(),
+            stop: connection_stop.clone(),
+            idle: gate.limits.header_timeout,
+            peer,
+            _open: open.clone(),
+        };
         let (first_byte, tls) = (gate.limits.header_timeout, tls.clone());
         tokio::spawn(async move {
             let _ticket = ticket;
@@ -149,7 +164,7 @@ pub async fn serve(
             let Some(secure) = tls else {
                 let mut io = Connection::new(stream);
                 io.disable_nagle();
-                return served.run(io, None).await;
+                return served.run(io, false, None).await;
             };
             if let Err(err) = stream.set_nodelay(true) {
                 tracing::debug!(error = %err, "could not set TCP_NODELAY");
@@ -159,40 +174,147 @@ pub async fn serve(
                 return;
             };
             let client = secure.login.user(secured.get_ref().1.peer_certificates().and_then(|c| c.first()));
-            served.run(Connection::new(secured), client).await;
+            served.run(Connection::new(secured), true, client).await;
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    drop(open);
+    let _ = all_closed.recv().await;
 }
 
 /// What serving one connection needs.
 struct Served {
     router: axum::Router,
     builder: Arc<auto::Builder<TokioExecutor>>,
-    watcher: Watcher,
+    /// Turns true when the server shuts down.
+    stop: watch::Receiver<bool>,
+    /// How long the connection may go without a request in flight.
+    idle: Duration,
     peer: SocketAddr,
+    /// Held while the connection is open (see [`serve`]'s wait for them).
+    _open: mpsc::Sender<()>,
 }
 
 impl Served {
-    /// Serves HTTP on `io`; every request carries the peer's address and the client
-    /// certificate's user, if any.
-    async fn run<S>(self, io: Connection<S>, client: Option<ClientCertificate>)
+    /// Serves HTTP on `io`; every request carries the peer's address, whether it came
+    /// over TLS, and the client certificate's user, if any.
+    async fn run<S>(self, io: Connection<S>, secure: bool, client: Option<ClientCertificate>)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Served { router, builder, watcher, peer } = self;
+        let Served { router, builder, mut stop, idle, peer, _open } = self;
+        let activity = Arc::new(Activity::new());
+        let requests = activity.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+            if secure {
+                request.extensions_mut().insert(OverTls);
+            }
             if let Some(client) = &client {
                 request.extensions_mut().insert(client.clone());
             }
-            router.clone().oneshot(request.map(axum::body::Body::new))
+            let in_flight = InFlight::start(&requests);
+            let response = router.clone().oneshot(request.map(axum::body::Body::new));
+            async move {
+                let response = response.await?;
+                // The request stays in flight until its response body is sent (or dropped).
+                Ok::<_, std::convert::Infallible>(response.map(|body| TrackedBody { body, _in_flight: in_flight }))
+            }
         });
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-        if let Err(err) = watcher.watch(connection.into_owned()).await {
-            tracing::debug!(error = %err, %peer, "connection ended with an error");
+        tokio::pin!(connection);
+        let mut closing = false;
+        loop {
+            let wake = activity.idle_deadline(idle);
+            tokio::select! {
+                ended = connection.as_mut() => {
+                    if let Err(err) = ended {
+                        tracing::debug!(error = %err, %peer, "connection ended with an error");
+                    }
+                    return;
+                }
+                _ = stop.wait_for(|stop| *stop), if !closing => {
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                () = tokio::time::sleep_until(wake), if !closing => {
+                    if activity.idle_for(idle) {
+                        tracing::debug!(%peer, "closing a connection idle for {} ms", idle.as_millis());
+                        connection.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                }
+            }
         }
+    }
+}
+
+/// The requests in flight on one connection, and when the last one ended.
+struct Activity {
+    in_flight: AtomicUsize,
+    last_end: Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity { in_flight: AtomicUsize::new(0), last_end: Mutex::new(Instant::now()) }
+    }
+
+    /// When the connection will have been idle for `idle` if nothing starts: with a
+    /// request in flight, look again after `idle`.
+    fn idle_deadline(&self, idle: Duration) -> Instant {
+        match self.in_flight.load(Ordering::Acquire) {
+            0 => *self.last_end.lock() + idle,
+            _ => Instant::now() + idle,
+        }
+    }
+
+    /// Whether no request has been in flight for `idle`.
+    fn idle_for(&self, idle: Duration) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0 && self.last_end.lock().elapsed() >= idle
+    }
+}
+
+/// One request in flight; ends when dropped.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: &Arc<Activity>) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *self.0.last_end.lock() = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request in flight until it is sent or dropped.
+struct TrackedBody {
+    body: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for TrackedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<bytes::Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 

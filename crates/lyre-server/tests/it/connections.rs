@@ -109,3 +109,27 @@ async fn a_flood_over_the_total_leaves_loopback_its_reserve() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(healthy_from(&s, "127.0.0.1").await, "served again once they close");
 }
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_although_its_client_pings() {
+    use http_body_util::{BodyExt, Empty};
+    let s = TestServer::start_with(&[("HTTP_HEADERSTIMEOUT", "400"), ("HTTP_KEEPALIVETIMEOUT", "400")]).await;
+    let stream = connect_from("127.0.0.1", ops_port(&s)).await;
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(100))
+        .keep_alive_while_idle(true)
+        .handshake::<_, Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let request = hyper::Request::get(s.url("/health")).body(Empty::new()).unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let _ = response.into_body().collect().await;
+    // Pinged every 100 ms, the connection carries no request: closed after 400 ms.
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection).await;
+    assert!(ended.is_ok(), "the idle HTTP/2 connection is still open after 5 s");
+    assert!(started.elapsed() >= Duration::from_millis(300), "closed only once idle");
+}

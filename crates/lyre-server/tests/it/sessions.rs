@@ -240,3 +240,23 @@ async fn a_password_change_or_a_user_made_again_ends_the_tokens_issued_before() 
     assert_eq!(with_header(&s, "authorization", &bearer(&after)).await.0, 401);
     assert_eq!(with_header(&s, "authorization", &bearer(&issue("changed").await)).await.0, 200);
 }
+
+#[tokio::test]
+async fn expired_sessions_nobody_presents_again_are_removed() {
+    let s = TestServer::start_with(&[("AUTHENTICATION_SESSIONTIMEOUT", "1s")]).await;
+    let (status, _, _) = anonymous(&s, &json!({"operation": "login", "username": USER, "password": PASSWORD})).await;
+    assert_eq!(status, 200);
+    let stored = || async {
+        let found = s
+            .ok(json!({"operation": "search_by_value", "database": "system", "table": "hdb_session",
+                "search_attribute": "id", "search_value": "*", "get_attributes": ["id"]}))
+            .await;
+        found.as_array().map_or(0, Vec::len)
+    };
+    // Hidden from reads once expired, and gone from storage after the sweep.
+    let started = std::time::Instant::now();
+    while stored().await > 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "the expired session is still stored");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

@@ -446,6 +446,11 @@ async fn user_and_role_operations_answer_as_harper() {
         .await;
     assert_eq!(status, 403);
     s.fails(json!({"operation": "alter_role", "id": "ghost", "permission": {}}), 400, "Invalid role id").await;
+    // A role may keep its own name but not take another role's.
+    s.ok(json!({"operation": "alter_role", "id": "structure", "role": "structure", "permission": {}})).await;
+    s.ok(json!({"operation": "add_role", "role": "other", "permission": {}})).await;
+    let taken = json!({"operation": "alter_role", "id": "structure", "role": "other", "permission": {}});
+    s.fails(taken, 409, "A role with name 'other' already exists").await;
 }
 
 #[tokio::test]

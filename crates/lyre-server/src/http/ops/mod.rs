@@ -27,7 +27,7 @@ use crate::http::body::{DecodedBody, read_and_decode};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::negotiate::response_format;
-use crate::tls::ClientCertificate;
+use crate::tls::{ClientCertificate, OverTls};
 
 pub use params::Params;
 
@@ -39,17 +39,21 @@ pub async fn handle(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     client: Option<axum::Extension<ClientCertificate>>,
+    over_tls: Option<axum::Extension<OverTls>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let mut body = Some(body);
     let client = client.map(|axum::Extension(c)| c);
+    let over_tls = over_tls.is_some();
     let mut response = match response_format(&headers) {
         Err(err) => err.render(Format::Json),
-        Ok(format) => match handle_request(&state, peer, client.as_ref(), &headers, &mut body, format).await {
-            Ok(response) => response,
-            Err(err) => err.render(format),
-        },
+        Ok(format) => {
+            match handle_request(&state, peer, over_tls, client.as_ref(), &headers, &mut body, format).await {
+                Ok(response) => response,
+                Err(err) => err.render(format),
+            }
+        }
     };
     // A body an error answered before reading is read first: unread bytes make the
     // kernel reset the connection when it closes, cutting the answer off.
@@ -71,6 +75,7 @@ pub async fn options() -> Response {
 async fn handle_request(
     state: &Arc<AppState>,
     peer: SocketAddr,
+    over_tls: bool,
     client: Option<&ClientCertificate>,
     headers: &HeaderMap,
     body: &mut Option<Body>,
@@ -92,7 +97,7 @@ async fn handle_request(
     let DecodedBody { value, memory: _memory } = read_and_decode(state, headers, body, limit).await?;
     let (operation, params) = Params::from_body(value)?;
     match operation.as_str() {
-        "login" => return tokens::login(state, peer, headers, params, format).await,
+        "login" => return tokens::login(state, peer, over_tls, headers, params, format).await,
         "logout" => return tokens::logout(state, headers, format).await,
         "create_authentication_tokens" => {
             return tokens::create_authentication_tokens(state, user, peer, params, format).await;

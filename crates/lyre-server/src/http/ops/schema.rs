@@ -63,8 +63,15 @@ pub async fn create_table(
         }
         Some(seconds) => Some(Expiration { expiration: seconds as u64, eviction: 0, scan_interval: None }),
     };
-    let spec =
-        TableSpec { name: table.clone(), primary_key, primary_key_type, attributes: declared, audit, expiration };
+    let spec = TableSpec {
+        name: table.clone(),
+        primary_key,
+        primary_key_type,
+        attributes: declared,
+        audit,
+        expiration,
+        expires_at: None,
+    };
     engine.create_table(ctx, &database, spec).await?;
     message(format, format!("table '{database}.{table}' successfully created."))
 }

@@ -106,10 +106,12 @@ pub async fn refresh_operation_token(
 }
 
 /// `login`: checks the body's `username` and `password` and starts a session, its
-/// id in an HttpOnly cookie that authenticates later requests on both ports.
+/// id in an HttpOnly cookie that authenticates later requests on both ports (and
+/// travels only over TLS when it was set over TLS).
 pub async fn login(
     state: &AppState,
     peer: SocketAddr,
+    over_tls: bool,
     headers: &HeaderMap,
     mut params: Params,
     format: Format,
@@ -123,9 +125,10 @@ pub async fn login(
     let id = state.engine.users().start_session(&user, ttl.as_millis() as f64).await?;
     let expires = std::time::SystemTime::now() + ttl;
     let cookie = format!(
-        "{}={id}; Path=/; Expires={}; HttpOnly; SameSite=Lax",
+        "{}={id}; Path=/; Expires={}; HttpOnly; SameSite=Lax{}",
         cookie_name(headers),
-        httpdate::fmt_http_date(expires)
+        httpdate::fmt_http_date(expires),
+        if over_tls { "; Secure" } else { "" }
     );
     let mut response = message(format, "Login successful")?;
     set_cookie(&mut response, &cookie)?;
