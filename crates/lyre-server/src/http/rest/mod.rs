@@ -404,7 +404,7 @@ impl RestRequest<'_> {
     /// The request's body, taken out of its slot, decoded; keep its memory grant
     /// alive while working on it.
     async fn body(&self, slot: &mut Option<Body>) -> Result<DecodedBody, ApiError> {
-        read_and_decode(&self.state, self.headers, slot, self.state.rest_body_limit).await
+        read_and_decode(self.state, self.headers, slot, self.state.rest_body_limit).await
     }
 
     /// The request's body, which must be one record.
