@@ -19,6 +19,7 @@ use crate::failpoint;
 use crate::lifecycle::files::{self, FileLock, refuse_symlink};
 use crate::lifecycle::marker::{Kind, Targets};
 use crate::lifecycle::{self, Blocked};
+use crate::task::blocking;
 use crate::users::{AdminBootstrap, LoginLimit, Users};
 
 /// How to start the engine.
@@ -470,12 +471,6 @@ impl Drop for Running<'_> {
 /// The refusal of a blocked database.
 fn blocked(name: &str, reason: &str) -> Error {
     LifecycleError::Blocked { database: name.to_string(), reason: reason.to_string() }.into()
-}
-
-/// Runs blocking work (the lifecycle protocol's file-system steps, long storage
-/// scans) on the blocking pool, off the async workers.
-pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| Error::Stopped(e.to_string()))?
 }
 
 /// Roles are checked against the databases and tables open now.

@@ -35,6 +35,7 @@ pub mod query;
 mod record;
 pub mod services;
 mod table;
+mod task;
 mod time;
 pub mod users;
 mod value;

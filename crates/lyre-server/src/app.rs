@@ -26,6 +26,10 @@ pub struct AppState {
     pub components: Arc<Components>,
     /// Whether loopback requests without credentials act as the super user.
     pub authorize_local: bool,
+    /// Password verifications wait for their turn here, on the async side, so a
+    /// burst of logins holds no blocking threads (which searches and large decodes
+    /// share) while it waits; core runs one verification at a time anyway.
+    pub verifying: tokio::sync::Mutex<()>,
     /// Largest Operations API body, in bytes.
     pub ops_body_limit: usize,
     /// Largest REST body, in bytes.
@@ -129,17 +133,26 @@ impl AppState {
                 None if self.authorize_local && peer.is_loopback() => Ok(Arc::new(User::system())),
                 None => Err(AuthError::MustLogin),
             },
-            Credentials::Password { username, password } => {
-                if let Some(user) = self.engine.users().cached(&username, &password) {
-                    return Ok(user);
-                }
-                let engine = self.engine.clone();
-                let verified =
-                    tokio::task::spawn_blocking(move || engine.users().authenticate(&username, &password, Some(peer)))
-                        .await
-                        .map_err(|e| lyre_core::Error::Stopped(e.to_string()))?;
-                Ok(verified?)
-            }
+            Credentials::Password { username, password } => Ok(self.verify_password(username, password, peer).await?),
         }
+    }
+
+    /// The user a name and password log in, from a client at `peer`: a login
+    /// verified within the cache TTL at once, else one argon2 verification off the
+    /// async threads, in turn (the failed-login limit applies).
+    pub async fn verify_password(
+        &self,
+        username: String,
+        password: String,
+        peer: IpAddr,
+    ) -> Result<Arc<User>, lyre_core::Error> {
+        if let Some(user) = self.engine.users().cached(&username, &password) {
+            return Ok(user);
+        }
+        let _turn = self.verifying.lock().await;
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || engine.users().authenticate(&username, &password, Some(peer)))
+            .await
+            .map_err(|e| lyre_core::Error::Stopped(e.to_string()))?
     }
 }

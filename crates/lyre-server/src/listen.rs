@@ -114,6 +114,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         services: services.clone(),
         components,
         authorize_local: config.authentication.authorize_local,
+        verifying: tokio::sync::Mutex::new(()),
         ops_body_limit: config.operations_api.network.max_request_body_size,
         rest_body_limit: config.http.max_request_body_size,
         body_timeout: Duration::from_millis(config.http.timeout.max(1)),

@@ -40,6 +40,14 @@ pub enum TlsError {
     /// The certificate, key or authority were refused.
     #[error("TLS configuration: {0}")]
     Rustls(String),
+    /// One of `tls.certificate` and `tls.privateKey` is set without the other.
+    #[error("tls.{set} is set but tls.{missing} is not: set both, or neither for a self-signed pair")]
+    Incomplete {
+        /// The key that is set.
+        set: &'static str,
+        /// The key that is missing.
+        missing: &'static str,
+    },
 }
 
 /// The user name a verified client certificate carries (its subject's common name),
@@ -90,7 +98,9 @@ pub fn acceptor(config: &Config) -> Result<Option<Secure>, TlsError> {
     }
     let (certificate, key) = match (&config.tls.certificate, &config.tls.private_key) {
         (Some(certificate), Some(key)) => (certificate.clone(), key.clone()),
-        _ => self_signed(&config.root().join("keys"))?,
+        (Some(_), None) => return Err(TlsError::Incomplete { set: "certificate", missing: "privateKey" }),
+        (None, Some(_)) => return Err(TlsError::Incomplete { set: "privateKey", missing: "certificate" }),
+        (None, None) => self_signed(&config.root().join("keys"))?,
     };
     let chain = CertificateDer::pem_file_iter(&certificate)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
@@ -154,15 +164,35 @@ fn self_signed(keys_dir: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
         let path = path.to_path_buf();
         move |source| TlsError::Io { path, source }
     };
+    // Each written whole or not at all: a crash between them leaves no certificate,
+    // and the next start makes the pair again.
     crate::tokens::write_private(keys_dir, &key, made.signing_key.serialize_pem().as_bytes()).map_err(io(&key))?;
-    std::fs::write(&certificate, made.cert.pem()).map_err(io(&certificate))?;
+    crate::tokens::write_private(keys_dir, &certificate, made.cert.pem().as_bytes()).map_err(io(&certificate))?;
     tracing::info!(certificate = %certificate.display(), "made a self-signed certificate for the secure ports");
     Ok((certificate, key))
 }
 
 /// The common name of a client certificate's subject.
-pub fn common_name(certificate: &CertificateDer<'_>) -> Option<String> {
+fn common_name(certificate: &CertificateDer<'_>) -> Option<String> {
     let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref()).ok()?;
     let name = parsed.subject().iter_common_name().next()?.as_str().ok()?;
     Some(name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_certificate_without_its_key_is_refused_naming_the_missing_key() {
+        let mut config = Config::default();
+        config.http.secure_port = Some(9443);
+        config.tls.certificate = Some(PathBuf::from("/nowhere/cert.pem"));
+        let err = acceptor(&config).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("tls.privateKey is not"), "{err}");
+        config.tls.certificate = None;
+        config.tls.private_key = Some(PathBuf::from("/nowhere/key.pem"));
+        let err = acceptor(&config).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("tls.certificate is not"), "{err}");
+    }
 }

@@ -100,7 +100,7 @@ pub struct TableAccess {
 
 impl TableAccess {
     /// Access with no restriction (the server's own work).
-    pub fn unrestricted(database: &str, table: &str) -> Self {
+    pub(crate) fn unrestricted(database: &str, table: &str) -> Self {
         Self { database: database.to_string(), table: table.to_string(), grant: None }
     }
 

@@ -116,7 +116,7 @@ pub struct Permissions {
 }
 
 /// Keys of a permission document that are not database names.
-pub const RESERVED_KEYS: [&str; 3] = ["super_user", "cluster_user", "structure_user"];
+pub(crate) const RESERVED_KEYS: [&str; 3] = ["super_user", "cluster_user", "structure_user"];
 
 impl Permissions {
     /// Reads a stored permission document. Stored documents were validated when the
@@ -151,9 +151,13 @@ impl Permissions {
 
     /// Whether the role sees `database` at all (some table in it, or its structure).
     pub fn describes_database(&self, database: &str) -> bool {
-        self.super_user
-            || self.structure.covers(database)
-            || self.tables.get(database).is_some_and(|t| t.values().any(TableGrant::describes))
+        if self.super_user {
+            return true;
+        }
+        // The system database (users, roles, sessions) is described to super users only.
+        database != crate::catalog::SYSTEM_DATABASE
+            && (self.structure.covers(database)
+                || self.tables.get(database).is_some_and(|t| t.values().any(TableGrant::describes)))
     }
 }
 

@@ -12,11 +12,12 @@ use tokio::sync::watch;
 
 use crate::access::Context;
 use crate::catalog::TableSchema;
-use crate::engine::{Engine, blocking};
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::record::expiry::sweep_index;
 use crate::services::{pause, unless_stopped};
 use crate::table::Table;
+use crate::task::blocking;
 
 /// Records looked at per step of a sweep: each step reads one short snapshot and
 /// removes what it found in one writer job, so a large table never holds a snapshot,

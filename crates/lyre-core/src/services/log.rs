@@ -24,9 +24,10 @@ use tokio::sync::watch;
 use crate::access::Context;
 use crate::db::Db;
 use crate::db::log::{Attachment, Cursor, LogBatch};
-use crate::engine::{Engine, blocking};
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::services::pause;
+use crate::task::blocking;
 
 /// A reader of one database's log, fed by the runner (see the module docs).
 pub trait Consumer: Send + 'static {

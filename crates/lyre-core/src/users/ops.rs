@@ -81,12 +81,13 @@ impl Users {
         if user.password.is_empty() {
             return Err(Error::invalid("Password can't be blank"));
         }
+        let hash = hash_off_the_async_threads(user.password).await?;
         let _serial = self.changing.lock().await;
         let role =
             self.role_by_name(&user.role)?.ok_or_else(|| Error::Missing(format!("{} role not found", user.role)))?;
         let mut record = Object::new();
         record.insert("username".into(), user.username.clone().into());
-        record.insert("password".into(), hash_password(&user.password)?.into());
+        record.insert("password".into(), hash.into());
         record.insert("role".into(), role_id(&role).into());
         record.insert("active".into(), Value::Bool(user.active));
         let summary = self.system.table(USER_TABLE)?.insert(&Context::system(), vec![record]).await?;
@@ -113,6 +114,10 @@ impl Users {
         if change.role.as_deref() == Some("") {
             return Err(Error::invalid("If role is specified, it cannot be empty."));
         }
+        let hash = match change.password {
+            Some(password) => Some(hash_off_the_async_threads(password).await?),
+            None => None,
+        };
         let _serial = self.changing.lock().await;
         let mut record = Object::new();
         record.insert("username".into(), change.username.clone().into());
@@ -122,8 +127,8 @@ impl Users {
                 .ok_or_else(|| Error::Missing(format!("Update failed.  Requested '{name}' role not found.")))?;
             record.insert("role".into(), role_id(&role).into());
         }
-        if let Some(password) = &change.password {
-            record.insert("password".into(), hash_password(password)?.into());
+        if let Some(hash) = hash {
+            record.insert("password".into(), hash.into());
         }
         if let Some(active) = change.active {
             record.insert("active".into(), Value::Bool(active));
@@ -328,4 +333,10 @@ fn check_role_fields(name: Option<&str>, id: &str, permission: &Value, catalog: 
         errors.main.insert(0, "Id is invalid".into());
     }
     if errors.is_empty() { Ok(()) } else { Err(Error::InvalidPermissions(Box::new(errors))) }
+}
+
+/// An argon2id hash of `password` (tens of milliseconds), made on the blocking pool
+/// before any lock is taken.
+async fn hash_off_the_async_threads(password: String) -> Result<String> {
+    crate::task::blocking(move || hash_password(&password)).await
 }

@@ -82,18 +82,12 @@ impl BodyMemory {
                 ),
             )
         };
-        let permit = match self.units.clone().try_acquire_many_owned(units) {
-            Ok(permit) => permit,
-            Err(_) => match tokio::time::timeout_at(
-                deadline.min(Instant::now() + self.wait),
-                self.units.clone().acquire_many_owned(units),
-            )
-            .await
-            {
-                Ok(Ok(permit)) => permit,
-                Ok(Err(_)) | Err(_) => return Err(busy()),
-            },
-        };
+        // Free memory is granted at once; otherwise in arrival order, as it is given back.
+        let waited = tokio::time::timeout_at(
+            deadline.min(Instant::now() + self.wait),
+            self.units.clone().acquire_many_owned(units),
+        );
+        let Ok(Ok(permit)) = waited.await else { return Err(busy()) };
         match &mut held.permit {
             Some(existing) => existing.merge(permit),
             slot => *slot = Some(permit),
@@ -113,7 +107,7 @@ impl BodyMemory {
         ApiError::new(
             Code::PayloadTooLarge,
             format!(
-                "the request body needs about {} MiB of memory once decoded, more than one request may hold \
+                "the request needs about {} MiB of memory to hold and decode its body, more than one request may hold \
                  ({} MiB, http.maxRequestMemory); send its records in smaller batches",
                 needed.div_ceil(1 << 20),
                 self.per_request >> 20

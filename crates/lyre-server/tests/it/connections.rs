@@ -45,9 +45,14 @@ async fn unfinished_headers_and_idle_connections_are_closed() {
     let mut slow = connect_from("127.0.0.1", port).await;
     slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").await.unwrap(); // and never the rest
     let mut idle = connect_from("127.0.0.1", port).await;
+    // Answered once, then idle on a kept-alive connection.
+    let mut kept = connect_from("127.0.0.1", port).await;
+    kept.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let closed = closed_within(&mut slow, Duration::from_secs(5)).await;
     assert!(closed.is_some(), "a client that never finishes its headers is cut off");
     assert!(closed_within(&mut idle, Duration::from_secs(5)).await.is_some(), "an idle connection is closed");
+    let kept_for = closed_within(&mut kept, Duration::from_secs(5)).await;
+    assert!(kept_for.is_some(), "a connection idle after its request is closed");
     assert!(healthy_from(&s, "127.0.0.1").await);
 }
 

@@ -156,8 +156,11 @@ async fn sessions_expire() {
 #[tokio::test]
 async fn malformed_authorization_headers_answer_401() {
     let s = TestServer::start().await;
-    for value in ["Bearer", "Bearer ", "Bearer a.b", "Basic !!!", "Basic Zm9v", "Digest x", "", "Bearer \u{7f}"] {
-        let Ok(header) = reqwest::header::HeaderValue::from_str(value) else { continue };
+    let values: [&[u8]; 8] =
+        [b"Bearer", b"Bearer ", b"Bearer a.b", b"Basic !!!", b"Basic Zm9v", b"Digest x", b"", b"Bearer \xff\xfe"];
+    for value in values {
+        let header = reqwest::header::HeaderValue::from_bytes(value).unwrap();
+        let value = String::from_utf8_lossy(value);
         let response = reqwest::Client::new()
             .post(s.url("/"))
             .header("authorization", header.clone())

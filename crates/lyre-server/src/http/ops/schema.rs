@@ -153,9 +153,7 @@ pub async fn describe_all(
     let mut all = Object::new();
     for db in engine.databases() {
         // Others than super users see only the databases their role grants on.
-        let hidden =
-            db.name() == lyre_core::SYSTEM_DATABASE || !ctx.user.role.permissions.describes_database(db.name());
-        if !ctx.user.is_super_user() && hidden {
+        if !ctx.user.role.permissions.describes_database(db.name()) {
             continue;
         }
         all.insert(db.name().to_string(), Value::Object(describe_tables(ctx, &db)?));
@@ -170,7 +168,7 @@ pub async fn describe_database(
     format: Format,
 ) -> Result<Response, ApiError> {
     let database = params.database()?;
-    if !ctx.user.is_super_user() && !ctx.user.role.permissions.describes_database(&database) {
+    if !ctx.user.role.permissions.describes_database(&database) {
         return Err(lyre_core::Error::hidden(format!("database '{database}' does not exist")).into());
     }
     let db = engine.database(&database)?;

@@ -20,15 +20,6 @@ use crate::http::format::Format;
 use crate::http::ops::{Params, message, reply};
 use crate::tokens::{TokenError, TokenKind};
 
-/// Verifies a user name and password from a request body (argon2, off the async
-/// threads; the failed-login limit applies).
-async fn verify(state: &AppState, username: String, password: String, peer: SocketAddr) -> Result<Arc<User>, Error> {
-    let engine = state.engine.clone();
-    tokio::task::spawn_blocking(move || engine.users().authenticate(&username, &password, Some(peer.ip())))
-        .await
-        .map_err(|e| Error::Stopped(e.to_string()))?
-}
-
 /// `create_authentication_tokens`: `{operation_token, refresh_token}` for the body's
 /// `username` and `password`, or for the caller when the body has neither.
 pub async fn create_authentication_tokens(
@@ -49,7 +40,7 @@ pub async fn create_authentication_tokens(
         }
     };
     let user = match (username, password, caller) {
-        (Some(username), Some(password), _) => match verify(state, username, password, peer).await {
+        (Some(username), Some(password), _) => match state.verify_password(username, password, peer.ip()).await {
             Ok(user) => user,
             Err(Error::LoginFailed | Error::Inactive) => {
                 return Err(ApiError::new(Code::LoginFailed, "invalid credentials"));
@@ -121,7 +112,7 @@ pub async fn login(
     };
     let username = params.required_string(&["username"])?;
     let password = params.string(&["password"])?.unwrap_or_default();
-    let user = verify(state, username, password, peer).await?;
+    let user = state.verify_password(username, password, peer.ip()).await?;
     let id = state.engine.users().start_session(&user, ttl.as_millis() as f64).await?;
     let expires = std::time::SystemTime::now() + ttl;
     let cookie = format!(
