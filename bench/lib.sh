@@ -32,3 +32,68 @@ install_app() {
   printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n" >"$1/components/$2/config.yaml"
   "$BENCH" "$2-schema" >"$1/components/$2/schema.graphql"
 }
+
+# Harper 4.7.29 (scripts set HARPER_DIR, where it is installed, and ASYNC, its
+# storage.writeAsync).
+install_harper() {
+  if [ ! -d "$HARPER_DIR/node_modules/harperdb" ]; then
+    mkdir -p "$HARPER_DIR"
+    (cd "$HARPER_DIR" && npm install --no-audit --no-fund --loglevel=error harperdb@4.7.29)
+  fi
+}
+
+# Fails if something already answers on `port`: a leftover server would silently
+# take part of the load.
+port_free() {
+  if curl -fs -m 2 "http://127.0.0.1:$1/health" >/dev/null 2>&1; then
+    echo "port $1 is already in use; stop the server there first" >&2
+    return 1
+  fi
+}
+
+# Launches Harper on CPU 0 with root `$1` and writeAsync `$2`; sets HARPER_PID. setsid
+# makes it a process-group leader, so the whole npm tree can be stopped by its group.
+launch_harper() {
+  setsid taskset -c 0 env -C "$HARPER_DIR" HOME="$1/home" TC_AGREEMENT=yes HDB_ADMIN_USERNAME=admin \
+    HDB_ADMIN_PASSWORD=password ROOTPATH="$1/root" REPLICATION_HOSTNAME=localhost DEFAULTS_MODE=dev \
+    THREADS_COUNT=1 STORAGE_WRITEASYNC="$2" LOGGING_LEVEL=warn npx harperdb run >>"$1/harper.log" 2>&1 &
+  HARPER_PID=$!
+  PIDS+=("$HARPER_PID")
+}
+
+# Starts a fresh Harper on CPU 0; sets HARPER_PID (its process group leader).
+start_harper() {
+  port_free 9925
+  local dir=$WORK/harper-$1
+  mkdir -p "$dir/home"
+  if [ "$ASYNC" = true ] || [ -n "${2:-}" ]; then
+    # Harper installs on first start; an application is picked up on the next one.
+    # Harper 4.7 also cannot install with writeAsync on ("Can not set noSync on a
+    # database that was opened with overlappingSync"). So: install, stop, start again.
+    launch_harper "$dir" false
+    wait_health 9925
+    kill -TERM -- "-$HARPER_PID"
+    while curl -fs -m 1 http://127.0.0.1:9925/health >/dev/null 2>&1; do sleep 0.2; done
+    sleep 1
+    [ -n "${2:-}" ] && install_app "$dir/root" ycsb
+  fi
+  launch_harper "$dir" "$ASYNC"
+  wait_health 9925
+}
+
+# Starts a fresh Lyre on CPU 0 (with the YCSB application when $2 is set); sets LYRE_PID.
+# Optional: $3 the binary (default $LYRE), $4 and $5 its Operations API and REST ports
+# (default $LYRE_PORT, $LYRE_REST); THREADS (default 1) request threads.
+start_lyre() {
+  local binary=${3:-$LYRE} ops=${4:-$LYRE_PORT} rest=${5:-$LYRE_REST}
+  port_free "$ops"
+  local dir=$WORK/lyre-$1
+  mkdir -p "$dir"
+  [ -n "${2:-}" ] && install_app "$dir/root" ycsb
+  setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT="$ops" \
+    HTTP_PORT="$rest" MQTT_NETWORK_PORT=$((ops + 10)) STORAGE_WRITEASYNC="${ASYNC:-false}" LOGGING_LEVEL=warn \
+    THREADS_COUNT="${THREADS:-1}" "$binary" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
+  LYRE_PID=$!
+  PIDS+=("$LYRE_PID")
+  wait_health "$ops"
+}

@@ -1,6 +1,11 @@
 //! The ceiling for REST reads: a bare hyper server that answers every request with
 //! one fixed YCSB record, doing no lookup, no authentication and no encoding. A REST
 //! GET benchmark against it measures the HTTP stack and the load generator alone.
+//!
+//! With `--lookup N` it first stores the first `N` YCSB records, as the JSON a server
+//! answers, in an LMDB environment of its own, and answers `GET /usertable/<key>`
+//! by looking the key up there (404 when absent): the HTTP stack plus LMDB's own
+//! lookup, the least any server that keeps records in LMDB spends on a read.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,30 +17,72 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
-/// Serves the fixed record on `port` until the process is stopped.
-pub async fn serve(port: u16) -> anyhow::Result<()> {
+/// Serves the fixed record (or, with `lookup`, that many records from LMDB) on
+/// `port` until the process is stopped.
+pub async fn serve(port: u16, lookup: Option<u64>) -> anyhow::Result<()> {
+    let store = lookup.map(Lookup::load).transpose()?.map(std::sync::Arc::new);
     let listener = TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))).await?;
     let record = Bytes::from(crate::workload::ycsb::fixed_record());
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let record = record.clone();
+        let (record, store) = (record.clone(), store.clone());
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let record = record.clone();
-                async move {
-                    let body = if request.uri().path() == "/health" { Bytes::from_static(b"ok") } else { record };
-                    Ok::<_, Infallible>(
-                        Response::builder()
-                            .header("content-type", "application/json")
-                            .body(Full::new(body))
-                            .unwrap_or_default(),
-                    )
-                }
+                let path = request.uri().path();
+                let body = match (&store, path) {
+                    (_, "/health") => Some(Bytes::from_static(b"ok")),
+                    (None, _) => Some(record.clone()),
+                    (Some(store), path) => store.get(path.strip_prefix("/usertable/").unwrap_or(path)),
+                };
+                let response = match body {
+                    Some(body) => Response::builder().header("content-type", "application/json").body(Full::new(body)),
+                    None => Response::builder().status(404).body(Full::new(Bytes::new())),
+                };
+                async move { Ok::<_, Infallible>(response.unwrap_or_default()) }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+/// YCSB records in an LMDB environment of the ceiling's own, keyed by their keys.
+struct Lookup {
+    env: heed::Env<heed::WithoutTls>,
+    records: heed::Database<'static, heed::types::Bytes, heed::types::Bytes>,
+    _dir: tempfile::TempDir,
+}
+
+impl Lookup {
+    /// Stores the first `records` YCSB records, in one write transaction.
+    fn load(records: u64) -> anyhow::Result<Lookup> {
+        let dir = tempfile::tempdir()?;
+        // SAFETY: the environment lives in a directory of its own that nothing else
+        // opens, and it is opened once, so no other mapping of it exists.
+        let mut options = heed::EnvOpenOptions::new().read_txn_without_tls();
+        options.map_size(1 << 30).max_dbs(1);
+        let env = unsafe { options.open(dir.path())? };
+        let wtxn = env.write_txn()?;
+        let db: heed::Database<'static, heed::types::Bytes, heed::types::Bytes> = env
+            .create_databases_and_commit(wtxn, |opener, txn| {
+                let db = opener.create_database(txn, Some("records"))?;
+                Ok::<_, heed::Error>(heed::CommitOrAbort::<_, ()>::Commit(db))
+            })?
+            .unwrap_commit();
+        let mut txn = env.write_txn()?;
+        for n in 0..records {
+            let key = crate::workload::ycsb::key(n);
+            db.put(&mut txn, key.as_bytes(), &crate::workload::ycsb::stored_record(n))?;
+        }
+        txn.commit()?;
+        Ok(Lookup { env, records: db, _dir: dir })
+    }
+
+    /// The stored record under `key`, copied out of its snapshot.
+    fn get(&self, key: &str) -> Option<Bytes> {
+        let txn = self.env.read_txn().ok()?;
+        self.records.get(&txn, key.as_bytes()).ok().flatten().map(Bytes::copy_from_slice)
     }
 }

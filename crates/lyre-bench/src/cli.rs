@@ -89,9 +89,20 @@ pub enum Command {
         /// The port to listen on.
         #[arg(long, default_value_t = 9950)]
         port: u16,
+        /// Store this many YCSB records in LMDB and answer `GET /usertable/<key>`
+        /// from there (the HTTP stack plus LMDB's lookup), instead of a fixed record.
+        #[arg(long)]
+        lookup: Option<u64>,
     },
     /// Print the `schema.graphql` the YCSB workloads need.
     YcsbSchema,
+    /// Print the REST path of every YCSB record, one per line (what an outside load
+    /// generator such as `wrk` requests; `bench/hot-path.sh`).
+    YcsbPaths {
+        /// Records in the dataset.
+        #[arg(long, default_value_t = 100_000)]
+        records: u64,
+    },
     /// Print the `schema.graphql` the differential test needs (both servers load it).
     DiffSchema,
     /// The differential test: the same seeded requests to the target and to the
@@ -228,12 +239,21 @@ impl Cli {
 /// Runs the chosen workload and reports it.
 pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
     match &cli.command {
-        Command::Ceiling { port } => {
-            crate::ceiling::serve(*port).await?;
+        Command::Ceiling { port, lookup } => {
+            crate::ceiling::serve(*port, *lookup).await?;
             return Ok(Vec::new());
         }
         Command::YcsbSchema => {
             print!("{}", ycsb::SCHEMA);
+            return Ok(Vec::new());
+        }
+        Command::YcsbPaths { records } => {
+            use std::io::Write as _;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for n in 0..*records {
+                writeln!(out, "/usertable/{}", ycsb::key(n))?;
+            }
+            out.flush()?;
             return Ok(Vec::new());
         }
         Command::DiffSchema => {
@@ -322,6 +342,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
         }
         Command::Ceiling { .. }
         | Command::YcsbSchema
+        | Command::YcsbPaths { .. }
         | Command::DiffSchema
         | Command::Diff { .. }
         | Command::Chart { .. } => return Ok(Vec::new()),

@@ -5,7 +5,8 @@
 //! The modules form layers; each imports only its own layer or those below it
 //! (`crates/lyre-server/tests/tidy.rs` checks this), bottom to top:
 //!
-//! 1. foundation: `error`, `value`, `time`, `failpoint`;
+//! 1. foundation: `error`, `value`, `raw` (stored MessagePack served undecoded),
+//!    `footprint`, `time`, `failpoint`, `task`, `testing` (for tests only);
 //! 2. model: `catalog` (schema, names, `schema.graphql`), `access` (user, context,
 //!    the permission check);
 //! 3. `record`: the stored entry codec, merges, validation, expiry rules;
@@ -32,10 +33,13 @@ mod footprint;
 mod index;
 pub mod lifecycle;
 pub mod query;
+mod raw;
 mod record;
 pub mod services;
 mod table;
 mod task;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod time;
 pub mod users;
 mod value;
@@ -53,5 +57,5 @@ pub use lyre_store::Version;
 /// How writers batch; see `lyre_store`.
 pub use lyre_store::WriterOptions;
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
-pub use table::{DeleteSummary, Expect, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
+pub use table::{DeleteSummary, Expect, RecordBody, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
 pub use value::{Object, Value};

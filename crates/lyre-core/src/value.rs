@@ -251,17 +251,21 @@ impl Serialize for Value {
             Value::Null => serializer.serialize_unit(),
             Value::Bool(b) => serializer.serialize_bool(*b),
             Value::Int(i) => serializer.serialize_i64(*i),
-            // On the wire an integral float is an integer, as JavaScript prints it
-            // (Harper's clients see `5`, not `5.0`). Storage keeps the float.
-            Value::Float(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
-                serializer.serialize_i64(*f as i64)
-            }
-            Value::Float(f) => serializer.serialize_f64(*f),
+            Value::Float(f) => serialize_float(*f, serializer),
             Value::String(s) => serializer.serialize_str(s),
             Value::Bytes(b) => serializer.serialize_bytes(b),
             Value::Array(items) => items.serialize(serializer),
             Value::Object(map) => map.serialize(serializer),
         }
+    }
+}
+
+/// A float as it goes on the wire: an integral one as an integer, as JavaScript
+/// prints it (Harper's clients see `5`, not `5.0`). Storage keeps the float.
+pub(crate) fn serialize_float<S: Serializer>(f: f64, serializer: S) -> Result<S::Ok, S::Error> {
+    match f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+        true => serializer.serialize_i64(f as i64),
+        false => serializer.serialize_f64(f),
     }
 }
 
@@ -377,23 +381,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::Int),
-            any::<f64>().prop_filter("NaN never equals itself", |f| !f.is_nan()).prop_map(Value::Float),
-            ".{0,12}".prop_map(Value::String),
-            proptest::collection::vec(any::<u8>(), 0..8).prop_map(Value::Bytes),
-        ];
-        leaf.prop_recursive(3, 24, 5, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-                proptest::collection::vec(("[a-z]{1,4}", inner), 0..5)
-                    .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
-            ]
-        })
-    }
+    use crate::testing::value;
 
     proptest! {
         #[test]

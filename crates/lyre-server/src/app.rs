@@ -127,13 +127,18 @@ impl AppState {
                 Err(lyre_core::Error::LoginFailed) => Err(AuthError::LoginFailed),
                 Err(err) => Err(err.into()),
             },
-            Credentials::Session(id) => match self.engine.users().session_user(&id).await? {
+            Credentials::Session(id) => match Box::pin(self.engine.users().session_user(&id)).await? {
                 Some(user) => Ok(user),
                 // An ended or expired session is no login.
                 None if self.authorize_local && peer.is_loopback() => Ok(Arc::new(User::system())),
                 None => Err(AuthError::MustLogin),
             },
-            Credentials::Password { username, password } => Ok(self.verify_password(username, password, peer).await?),
+            // A login verified within the cache TTL answers at once; the slow path
+            // is boxed, so every request's future does not carry its state.
+            Credentials::Password { username, password } => match self.engine.users().cached(&username, &password) {
+                Some(user) => Ok(user),
+                None => Ok(Box::pin(self.verify_password(username, password, peer)).await?),
+            },
         }
     }
 

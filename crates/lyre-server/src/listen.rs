@@ -37,6 +37,13 @@ pub fn run(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     runtime.block_on(serve(config, dev_app))
 }
 
+/// What a listener serves.
+#[derive(Clone, Copy)]
+enum Port {
+    Rest,
+    Operations,
+}
+
 /// `lyre backup`: a consistent copy of `database` under the configured root.
 pub fn backup(config: &Config, database: &str, out: &std::path::Path) -> anyhow::Result<()> {
     lyre_core::lifecycle::backup_offline(&layout(config), database, out, &storage_options(config))
@@ -136,23 +143,28 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     let rest_listener =
         TcpListener::bind(rest_addr).await.with_context(|| format!("binding the REST interface to {rest_addr}"))?;
     // Every listener is bound before any serves, so an answered /health means all are up.
-    let rest_router = http::rest_router(state.clone(), config.http.compression_threshold);
+    let rest = http::rest_service(state.clone(), config.http.compression_threshold);
     let gate = http::serve::Gate::new(connection_limits(&config));
-    let ops_router = http::operations_router(state.clone());
-    let mut listeners = vec![(rest_listener, rest_router.clone(), None), (ops_listener, ops_router.clone(), None)];
+    let ops = http::operations_router(state.clone());
+    let mut listeners = vec![(rest_listener, Port::Rest, None), (ops_listener, Port::Operations, None)];
     if let Some(acceptor) = tls {
-        let secure = [(config.http.secure_port, rest_router), (config.operations_api.network.secure_port, ops_router)];
-        for (port, router) in secure {
+        let secure =
+            [(config.http.secure_port, Port::Rest), (config.operations_api.network.secure_port, Port::Operations)];
+        for (port, serves) in secure {
             let Some(port) = port else { continue };
             let addr = SocketAddr::from(([0, 0, 0, 0], port));
             let listener = TcpListener::bind(addr).await.with_context(|| format!("binding the secure port {addr}"))?;
-            listeners.push((listener, router, Some(acceptor.clone())));
+            listeners.push((listener, serves, Some(acceptor.clone())));
         }
     }
     let servers: Vec<_> = listeners
         .into_iter()
-        .map(|(listener, router, tls)| {
-            tokio::spawn(http::serve::serve(listener, router, gate.clone(), tls, stop_rx.clone()))
+        .map(|(listener, serves, tls)| {
+            let (gate, stop) = (gate.clone(), stop_rx.clone());
+            match serves {
+                Port::Rest => tokio::spawn(http::serve::serve(listener, rest.clone(), gate, tls, stop)),
+                Port::Operations => tokio::spawn(http::serve::serve(listener, ops.clone(), gate, tls, stop)),
+            }
         })
         .collect();
     tracing::info!(

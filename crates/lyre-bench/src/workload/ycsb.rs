@@ -92,8 +92,13 @@ fn body(n: u64, salt: u64) -> Bytes {
 
 /// The record the ceiling server answers with: record 0 as stored (key and fields).
 pub fn fixed_record() -> Vec<u8> {
-    let mut record: Map<String, Value> = serde_json::from_slice(&body(0, 0)).unwrap_or_default();
-    record.insert("id".into(), Value::String(key(0)));
+    stored_record(0)
+}
+
+/// Record `n` as a server answers a `GET` of it once loaded: its key and fields, as JSON.
+pub fn stored_record(n: u64) -> Vec<u8> {
+    let mut record: Map<String, Value> = serde_json::from_slice(&body(n, 0)).unwrap_or_default();
+    record.insert("id".into(), Value::String(key(n)));
     Value::Object(record).to_string().into_bytes()
 }
 

@@ -93,6 +93,18 @@ pub(crate) fn decode_entry(stored: &[u8]) -> Result<Entry> {
     Ok(Entry { record, header, clock })
 }
 
+/// The header and the record's MessagePack bytes (without its property versions),
+/// undecoded: what a read serves as it is stored.
+pub(crate) fn stored_record(stored: &[u8]) -> Result<(RecordHeader, &[u8])> {
+    let (header, body) = decode_record(stored)?;
+    if !header.flags.contains(Flags::PROPERTY_VERSIONS) {
+        return Ok((header, body));
+    }
+    let record = crate::raw::first_of_pair(body)
+        .ok_or_else(|| Error::Corrupt("a record with property versions is not a pair".into()))?;
+    Ok((header, record))
+}
+
 /// Decodes only the record (what reads need).
 pub(crate) fn decode_object(stored: &[u8]) -> Result<Object> {
     let (header, body) = decode_record(stored)?;

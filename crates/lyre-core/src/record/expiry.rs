@@ -67,6 +67,17 @@ impl<'a> Live<'a> {
         hidden_from(self.table, version, record).is_none_or(|at| at > self.now)
     }
 
+    /// Whether a record last written at `version` (ms) is visible, for a table
+    /// whose records carry no `@expiresAt` time (only their age can hide them);
+    /// `None` when the record itself must be read to tell.
+    pub(crate) fn sees_version(&self, version: f64) -> Option<bool> {
+        match (&self.table.expiration, &self.table.expires_at) {
+            (_, Some(_)) => None,
+            (None, None) => Some(true),
+            (Some(expiration), None) => Some(!expiration.is_expired(version, self.now)),
+        }
+    }
+
     /// The stored record, decoded, unless it has expired.
     pub(crate) fn decode(&self, stored: &[u8]) -> Result<Option<Object>> {
         match (&self.table.expiration, &self.table.expires_at) {

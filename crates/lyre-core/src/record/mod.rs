@@ -11,5 +11,5 @@ pub(crate) mod expiry;
 pub(crate) mod merge;
 pub(crate) mod validate;
 
-pub(crate) use entry::{Entry, decode_entry, decode_object, encode_entry};
+pub(crate) use entry::{Entry, decode_entry, decode_object, encode_entry, stored_record};
 pub use merge::WriteMode;

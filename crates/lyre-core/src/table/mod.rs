@@ -18,9 +18,9 @@ use crate::catalog::TableSchema;
 use crate::db::{Db, ForUser, TableStats};
 use crate::error::{Error, Result};
 use crate::query::{Query, Search, Select};
-use crate::record::decode_entry;
 use crate::record::expiry::{self, Live};
 use crate::record::validate::{self, is_primary_key_value};
+use crate::record::{decode_entry, stored_record};
 use crate::value::{Object, Value};
 
 pub use crate::record::WriteMode;
@@ -126,10 +126,44 @@ impl Table {
     /// Attributes the role may not read are left out.
     pub fn get(&self, ctx: &Context, id: &Value) -> Result<Option<(Object, RecordVersion)>> {
         let access = self.access(ctx, &[Action::Read])?;
+        self.lookup(id, |stored| self.visible(&access, stored))
+    }
+
+    /// One record as a read answers it, and the version of its last write: as it is
+    /// stored, undecoded, when the role reads every attribute and only the record's
+    /// age can hide it (what a whole-record `GET` serves); else decoded, with the
+    /// attributes the role may not read left out. Either serializes to the same bytes.
+    pub fn get_body(&self, ctx: &Context, id: &Value) -> Result<Option<(RecordBody, RecordVersion)>> {
+        let access = self.access(ctx, &[Action::Read])?;
+        let live = Live::of(&self.schema);
+        self.lookup(id, |stored| {
+            if !access.restricts_attributes() {
+                let (header, record) = stored_record(stored)?;
+                match live.sees_version(header.version) {
+                    Some(false) => return Ok(None),
+                    Some(true) => {
+                        return Ok(Some((RecordBody::Stored(record.to_vec()), RecordVersion::from_header(&header))));
+                    }
+                    None => {}
+                }
+            }
+            Ok(self.visible(&access, stored)?.map(|(record, version)| (RecordBody::Decoded(record), version)))
+        })
+    }
+
+    /// Runs `read` on the stored bytes of the record with primary key `id`, in a
+    /// fresh snapshot; `None` when there is no such record.
+    fn lookup<T>(&self, id: &Value, read: impl FnOnce(&[u8]) -> Result<Option<T>>) -> Result<Option<T>> {
         let key = validate::encode_primary_key(id)?;
         let txn = self.db.store().read()?;
         let Some(store) = txn.table(&self.schema.name)? else { return Ok(None) };
         let Some(stored) = txn.get_record(&store, &key)? else { return Ok(None) };
+        read(stored)
+    }
+
+    /// A stored record decoded, unless it has expired, without what `access` may
+    /// not read.
+    fn visible(&self, access: &TableAccess, stored: &[u8]) -> Result<Option<(Object, RecordVersion)>> {
         let entry = decode_entry(stored)?;
         if !Live::of(&self.schema).sees(entry.version().time, &entry.record) {
             return Ok(None);
@@ -340,7 +374,61 @@ pub struct RecordVersion {
 
 impl RecordVersion {
     pub(crate) fn of(entry: &crate::record::Entry) -> Self {
-        Self { time: entry.header.version, unique: !entry.header.flags.contains(lyre_store::Flags::VERSION_NOT_UNIQUE) }
+        Self::from_header(&entry.header)
+    }
+
+    fn from_header(header: &lyre_store::RecordHeader) -> Self {
+        Self { time: header.version, unique: !header.flags.contains(lyre_store::Flags::VERSION_NOT_UNIQUE) }
+    }
+}
+
+/// A record as a read answers it (see [`Table::get_body`]).
+#[derive(Debug, Clone)]
+pub enum RecordBody {
+    /// The record's MessagePack bytes as stored: every attribute, nothing decoded.
+    Stored(Vec<u8>),
+    /// The decoded record, without the attributes the role may not read.
+    Decoded(Object),
+}
+
+impl RecordBody {
+    /// The record as an object (decoding the stored bytes).
+    pub fn into_object(self) -> Result<Object> {
+        match self {
+            RecordBody::Decoded(record) => Ok(record),
+            RecordBody::Stored(bytes) => match Value::from_msgpack(&bytes)? {
+                Value::Object(record) => Ok(record),
+                other => Err(Error::Corrupt(format!("a stored record is a {}", other.type_name()))),
+            },
+        }
+    }
+
+    /// Appends the record as JSON: what `serde_json` writes for it, written straight
+    /// from the stored bytes when it has them.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<()> {
+        match self {
+            RecordBody::Stored(bytes) => crate::raw::write_json(bytes, out).map_err(|e| Error::Corrupt(e.to_string())),
+            RecordBody::Decoded(record) => {
+                serde_json::to_writer(out, record).map_err(|e| Error::Corrupt(e.to_string()))
+            }
+        }
+    }
+
+    /// About how many bytes the record takes encoded (to size a response buffer).
+    pub fn size_hint(&self) -> usize {
+        match self {
+            RecordBody::Stored(bytes) => bytes.len() + bytes.len() / 8,
+            RecordBody::Decoded(record) => 16 + record.len() * 32,
+        }
+    }
+}
+
+impl serde::Serialize for RecordBody {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            RecordBody::Stored(bytes) => crate::raw::RawValue(bytes).serialize(serializer),
+            RecordBody::Decoded(record) => record.serialize(serializer),
+        }
     }
 }
 

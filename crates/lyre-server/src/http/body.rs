@@ -290,6 +290,10 @@ pub(crate) fn drain_budget(headers: &HeaderMap) -> Option<usize> {
 /// returns whether it ended, so the connection can serve the next request.
 pub(crate) async fn drain(mut body: Body, budget: Option<usize>) -> bool {
     use http_body_util::BodyExt;
+    use hyper::body::Body as _;
+    if body.is_end_stream() {
+        return true;
+    }
     let Some(limit) = budget else { return false };
     let mut seen = 0;
     while let Some(frame) = body.frame().await {

@@ -36,19 +36,47 @@ pub fn operations_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The REST interface: exported tables, compressed above `compression_threshold`
-/// bytes (0 turns compression off). CORS is answered by the REST handler itself
-/// (`AppState::cors`), because a plain `OPTIONS` must still list the methods.
-pub fn rest_router(state: Arc<AppState>, compression_threshold: u16) -> Router {
-    use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
-    let mut router = Router::new().fallback(rest::handle).layer(CatchPanicLayer::custom(error::panic_response));
-    if compression_threshold > 0 {
-        let predicate =
-            SizeAbove::new(u64::from(compression_threshold)).and(NotForContentType::const_new("text/event-stream"));
-        router =
-            router.layer(tower_http::compression::CompressionLayer::new().br(true).gzip(true).compress_when(predicate));
+/// The REST interface: every path is an exported table's, answered by
+/// [`rest::handle`] behind panic catching and compression above
+/// `compression_threshold` bytes (0 turns compression off). No router: a router's
+/// boxing and cloning cost a record `GET` more than its lookup (`bench/results/2026-12-02-hot-path.md`).
+/// CORS is answered by the REST handler itself (`AppState::cors`), because a plain
+/// `OPTIONS` must still list the methods.
+pub fn rest_service(state: Arc<AppState>, compression_threshold: u16) -> impl serve::Service {
+    use futures_util::FutureExt as _;
+    let handler = tower::service_fn(move |request: axum::extract::Request| {
+        // Boxed once here, so the layers above move a pointer, not the whole state
+        // of the request (about 2 KB, copied at each hand-over).
+        let answer = std::panic::AssertUnwindSafe(Box::pin(rest::handle(state.clone(), request))).catch_unwind();
+        async move { Ok::<_, std::convert::Infallible>(answer.await.unwrap_or_else(error::panic_response)) }
+    });
+    let compression = tower_http::compression::CompressionLayer::new()
+        .br(true)
+        .gzip(true)
+        .compress_when(CompressAbove::new(compression_threshold));
+    tower::ServiceBuilder::new().layer(compression).service(handler)
+}
+
+/// Which REST responses are compressed: those above the threshold (none when it is
+/// 0), never an event stream.
+#[derive(Clone, Copy)]
+struct CompressAbove(Option<u16>);
+
+impl CompressAbove {
+    fn new(threshold: u16) -> Self {
+        Self((threshold > 0).then_some(threshold))
     }
-    router.with_state(state)
+}
+
+impl tower_http::compression::Predicate for CompressAbove {
+    fn should_compress<B: hyper::body::Body>(&self, response: &axum::http::Response<B>) -> bool {
+        use tower_http::compression::predicate::{NotForContentType, SizeAbove};
+        self.0.is_some_and(|threshold| {
+            SizeAbove::new(u64::from(threshold))
+                .and(NotForContentType::const_new("text/event-stream"))
+                .should_compress(response)
+        })
+    }
 }
 
 /// Harper's health answer, which monitors match on.

@@ -13,6 +13,7 @@
 //! finish their requests.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -102,11 +103,40 @@ impl Drop for Ticket {
     }
 }
 
+/// What a port serves: a tower service from requests to responses (the Operations
+/// API's router, the REST service), cloned for every request.
+pub trait Service:
+    tower::Service<axum::extract::Request, Response = hyper::Response<Self::Body>, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+    /// The responses' body.
+    type Body: hyper::body::Body<Data = bytes::Bytes, Error: Into<BoxError>> + Send + 'static;
+}
+
+impl<S, B> Service for S
+where
+    S: tower::Service<axum::extract::Request, Response = hyper::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+    B: hyper::body::Body<Data = bytes::Bytes, Error: Into<BoxError>> + Send + 'static,
+{
+    type Body = B;
+}
+
+/// Any error a body may end with.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Serves `router` on `listener` (over TLS when `tls` is given) until `stop` turns
 /// true, then waits for the open connections' requests to finish.
-pub async fn serve(
+pub async fn serve<R: Service>(
     listener: TcpListener,
-    router: axum::Router,
+    router: R,
     gate: Arc<Gate>,
     tls: Option<Secure>,
     mut stop: watch::Receiver<bool>,
@@ -183,8 +213,8 @@ pub async fn serve(
 }
 
 /// What serving one connection needs.
-struct Served {
-    router: axum::Router,
+struct Served<R> {
+    router: R,
     builder: Arc<auto::Builder<TokioExecutor>>,
     /// Turns true when the server shuts down.
     stop: watch::Receiver<bool>,
@@ -195,7 +225,7 @@ struct Served {
     _open: mpsc::Sender<()>,
 }
 
-impl Served {
+impl<R: Service> Served<R> {
     /// Serves HTTP on `io`; every request carries the peer's address, whether it came
     /// over TLS, and the client certificate's user, if any.
     async fn run<S>(self, io: Connection<S>, secure: bool, client: Option<ClientCertificate>)
@@ -218,7 +248,7 @@ impl Served {
             async move {
                 let response = response.await?;
                 // The request stays in flight until its response body is sent (or dropped).
-                Ok::<_, std::convert::Infallible>(response.map(|body| TrackedBody { body, _in_flight: in_flight }))
+                Ok::<_, Infallible>(response.map(|body| TrackedBody { body, _in_flight: in_flight }))
             }
         });
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
@@ -292,21 +322,21 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request in flight until it is sent or dropped.
-struct TrackedBody {
-    body: axum::body::Body,
-    _in_flight: InFlight,
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request in flight until it is sent or dropped.
+    struct TrackedBody<B> {
+        #[pin]
+        body: B,
+        _in_flight: InFlight,
+    }
 }
 
-impl hyper::body::Body for TrackedBody {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
+impl<B: hyper::body::Body> hyper::body::Body for TrackedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<bytes::Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        self.project().body.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

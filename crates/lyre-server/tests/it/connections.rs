@@ -138,3 +138,26 @@ async fn an_idle_http2_connection_is_closed_although_its_client_pings() {
     assert!(ended.is_ok(), "the idle HTTP/2 connection is still open after 5 s");
     assert!(started.elapsed() >= Duration::from_millis(300), "closed only once idle");
 }
+
+/// The request threads of the server with process id `pid` (tokio names its workers
+/// so; the blocking pool shares the name, but nothing here has used it yet).
+fn request_threads(pid: u32) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the server's threads");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "lyre-worker")
+        .count()
+}
+
+#[tokio::test]
+async fn the_default_thread_count_is_one_per_cpu_the_process_may_use() {
+    // Pinned to one CPU of a machine with more: one request thread, not one per CPU
+    // the machine has (which would make them take turns on that one core).
+    let pinned = TestServer::start_pinned("0", &[("THREADS_COUNT", "0")]).await;
+    assert_eq!(request_threads(pinned.pid()), 1);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let free = TestServer::start_with(&[("THREADS_COUNT", "0")]).await;
+    assert_eq!(request_threads(free.pid()), cpus);
+    let set = TestServer::start_pinned("0", &[("THREADS_COUNT", "3")]).await;
+    assert_eq!(request_threads(set.pid()), 3, "a configured count is taken as it is");
+}

@@ -23,6 +23,8 @@ pub struct TestServer {
     dev_app: Option<PathBuf>,
     /// Every start's stderr, appended: shown when a start fails.
     stderr_log: PathBuf,
+    /// The CPUs the server may run on (`taskset -c`), when not every one.
+    cpus: Option<String>,
 }
 
 /// A port nothing else is using, chosen below the kernel's ephemeral range (32768+).
@@ -74,6 +76,7 @@ impl TestServer {
             extra_env: Vec::new(),
             dev_app: Some(app.to_path_buf()),
             stderr_log,
+            cpus: None,
         };
         server.spawn().await;
         server
@@ -100,13 +103,47 @@ impl TestServer {
             extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             dev_app: None,
             stderr_log,
+            cpus: None,
         };
         server.spawn().await;
         server
     }
 
+    /// Starts a server on a fresh root that may run only on `cpus` (a `taskset -c`
+    /// list, e.g. `"0"`), as a pinned deployment would start it.
+    pub async fn start_pinned(cpus: &str, env: &[(&str, &str)]) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let stderr_log = dir.path().join("lyre-stderr.log");
+        let mut server = TestServer {
+            child: None,
+            root: dir.path().join("root"),
+            _dir: Some(dir),
+            ops_port: free_port(),
+            http_port: free_port(),
+            client: reqwest::Client::new(),
+            extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            dev_app: None,
+            stderr_log,
+            cpus: Some(cpus.to_string()),
+        };
+        server.spawn().await;
+        server
+    }
+
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server is running").id()
+    }
+
     async fn spawn(&mut self) {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_lyre"));
+        let mut command = match &self.cpus {
+            Some(cpus) => {
+                let mut pinned = Command::new("taskset");
+                pinned.arg("-c").arg(cpus).arg(env!("CARGO_BIN_EXE_lyre"));
+                pinned
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_lyre")),
+        };
         match &self.dev_app {
             Some(app) => command.arg("dev").arg(app),
             None => command.arg("run"),

@@ -13,12 +13,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Query, Select};
-use lyre_core::{Code, Context, ForUser, Object, RecordVersion, Table, Value, WriteMode, WriteOptions};
+use lyre_core::{Code, Context, ForUser, Object, RecordBody, RecordVersion, Table, Value, WriteMode, WriteOptions};
 
 use crate::app::AppState;
 use crate::http::auth::authenticate;
@@ -31,16 +31,18 @@ use crate::http::negotiate::response_format;
 use crate::http::stream::{Framing, stream_search};
 use url::Target;
 
+/// The peer of a request that came without one.
+const UNKNOWN_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
 /// Methods every table answers, for `OPTIONS` and `405`.
 const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE, QUERY, COPY, MOVE";
 
 /// Handles every REST request (answering CORS when configured).
-pub async fn handle(
-    State(state): State<Arc<AppState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    request: Request,
-) -> Response {
+pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    // The accept loop names every request's peer; a request without one is treated
+    // as from nowhere (never as local).
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map_or(UNKNOWN_PEER, |info| info.0);
     let origin = cors::origin(&parts.headers, state.cors);
     let mut body = Some(body);
     let budget = crate::http::body::drain_budget(&parts.headers);
@@ -80,7 +82,7 @@ async fn route(
             return response;
         }
         let client = parts.extensions.get::<crate::tls::ClientCertificate>();
-        return openapi_response(&state, &parts.headers, peer, client).await;
+        return Box::pin(openapi_response(&state, &parts.headers, peer, client)).await;
     }
     // Credentials first: a client that is not logged in learns nothing, not even
     // which tables exist.
@@ -90,7 +92,7 @@ async fn route(
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
     };
     let Some(path) = url::split(parts.uri.path()) else { return not_found() };
-    let Some(export) = exports.get(&path.export).cloned() else { return not_found() };
+    let Some(export) = exports.get(&path.export) else { return not_found() };
     let format = match path.format.map(Ok).unwrap_or_else(|| response_format(&parts.headers)) {
         Ok(format) => format,
         Err(err) => return err.render_rest(Format::Json),
@@ -171,13 +173,40 @@ struct RestRequest<'a> {
 
 impl RestRequest<'_> {
     /// Takes the body out of `body` only in the answers that read it; the rest leave
-    /// it for [`handle`] to drain.
+    /// it for [`handle`] to drain. Reads are answered here; writes in [`RestRequest::write`],
+    /// behind a box, so a read's future (moved whole through every layer) stays small.
     async fn dispatch(self, method: &Method, body: &mut Option<Body>) -> Result<Response, ApiError> {
         match (method.as_str(), &self.target) {
             ("GET" | "HEAD", _) => {
                 let response = self.get().await?;
                 Ok(if method == Method::HEAD { strip_body(response) } else { response })
             }
+            ("PUT", Target::Record(_) | Target::Collection)
+            | ("PATCH" | "DELETE", Target::Record(_))
+            | ("POST" | "DELETE", Target::Collection) => Box::pin(self.write(method, body)).await,
+            ("OPTIONS", _) => {
+                let mut response = StatusCode::NO_CONTENT.into_response();
+                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+                Ok(response)
+            }
+            ("TRACE", _) => self.reply(&Value::from("HarperDB is the terminating server")),
+            ("PUT" | "PATCH" | "POST" | "DELETE" | "COPY" | "MOVE" | "QUERY", _) => {
+                let verb = method.as_str().to_ascii_lowercase();
+                let message = format!(
+                    "The {} does not have a {verb} method implemented to handle HTTP method {method}",
+                    self.table.schema().name
+                );
+                let mut response = ApiError::new(Code::MethodNotAllowed, message).render_rest(self.format);
+                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+                Ok(response)
+            }
+            (other, _) => Err(ApiError::new(Code::NotImplemented, format!("Method {other} is not recognized"))),
+        }
+    }
+
+    /// The writes: `PUT`, `PATCH`, `POST` and `DELETE` on a record or the collection.
+    async fn write(self, method: &Method, body: &mut Option<Body>) -> Result<Response, ApiError> {
+        match (method.as_str(), &self.target) {
             ("PUT", Target::Record(id)) => {
                 let (record, _memory) = self.object_body(body).await?;
                 self.table.put(&self.ctx, id.clone(), record, self.conditions()).await?;
@@ -237,23 +266,7 @@ impl RestRequest<'_> {
                 }
                 self.reply(&Value::Bool(true))
             }
-            ("OPTIONS", _) => {
-                let mut response = StatusCode::NO_CONTENT.into_response();
-                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
-                Ok(response)
-            }
-            ("TRACE", _) => self.reply(&Value::from("HarperDB is the terminating server")),
-            ("PUT" | "PATCH" | "POST" | "DELETE" | "COPY" | "MOVE" | "QUERY", _) => {
-                let verb = method.as_str().to_ascii_lowercase();
-                let message = format!(
-                    "The {} does not have a {verb} method implemented to handle HTTP method {method}",
-                    self.table.schema().name
-                );
-                let mut response = ApiError::new(Code::MethodNotAllowed, message).render_rest(self.format);
-                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
-                Ok(response)
-            }
-            (other, _) => Err(ApiError::new(Code::NotImplemented, format!("Method {other} is not recognized"))),
+            _ => Err(ApiError::new(Code::Internal, format!("{method} is not a write"))),
         }
     }
 
@@ -266,7 +279,8 @@ impl RestRequest<'_> {
                 let query = self.search_query()?;
                 let (table, ctx) = (self.table.clone(), self.ctx.clone());
                 let framing = Framing::Sequence;
-                let mut response = stream_search(self.format, framing, move || table.search(&ctx, query)).await?;
+                let search = stream_search(self.format, framing, move || table.search(&ctx, query));
+                let mut response = Box::pin(search).await?;
                 self.content_type(&mut response);
                 Ok(response)
             }
@@ -277,20 +291,24 @@ impl RestRequest<'_> {
             Target::Record(id) => {
                 let query =
                     query::parse(self.query, self.table.schema(), &|table, name| self.related_schema(table, name))?;
-                let Some((record, version)) = self.table.get(&self.ctx, id)? else {
+                // The whole record is served from its stored bytes; a projection
+                // needs it decoded.
+                let found = match query.select {
+                    None => self.table.get_body(&self.ctx, id)?,
+                    Some(_) => self.table.get(&self.ctx, id)?.map(|(record, v)| (RecordBody::Decoded(record), v)),
+                };
+                let Some((record, version)) = found else {
                     return Ok(empty(StatusCode::NOT_FOUND));
                 };
                 if let Some(response) = self.not_modified(&version) {
                     return Ok(response);
                 }
-                let tag = etag::etag(version.time);
-                let value = match query.select {
-                    Some(select) => self.table.project(&self.ctx, record, &select)?,
-                    None => Value::Object(record),
+                let mut response = match query.select {
+                    Some(select) => self.reply(&self.table.project(&self.ctx, record.into_object()?, &select)?)?,
+                    None => self.reply_bytes(self.format.encode_record(&record)?),
                 };
-                let mut response = self.reply(&value)?;
                 if version.unique {
-                    response.headers_mut().insert(header::ETAG, header_value(&tag));
+                    response.headers_mut().insert(header::ETAG, header_value(&etag::etag(version.time)));
                 }
                 self.mark_modified(&mut response, version.time);
                 Ok(response)
@@ -423,9 +441,14 @@ impl RestRequest<'_> {
     }
 
     fn reply(&self, value: &Value) -> Result<Response, ApiError> {
-        let mut response = self.encode(value)?.into_response();
+        Ok(self.reply_bytes(self.encode(value)?))
+    }
+
+    /// A response of `body`, already encoded in the request's format.
+    fn reply_bytes(&self, body: Vec<u8>) -> Response {
+        let mut response = body.into_response();
         self.content_type(&mut response);
-        Ok(response)
+        response
     }
 
     fn content_type(&self, response: &mut Response) {

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The REST read hot path measured with an outside load generator: `wrk` (Debian's),
+# pinned to CPU 1, against servers each pinned to CPU 0 with one request thread:
+#
+#   ceiling  bare hyper answering a fixed record (`lyre-bench ceiling`): the HTTP stack's own bound
+#   lookup   bare hyper answering each record from an LMDB environment of its own
+#            (`lyre-bench ceiling --lookup`): the HTTP stack plus LMDB's lookup
+#   lyre     this tree's release build
+#   old      another Lyre build, when OLD=<binary> is set (before/after, same run)
+#   harper   Harper 4.7.29, when HARPER=1 (installed under ~/.cache/lyre-bench on first use)
+#
+# Every server holds the same RECORDS (default 20,000) YCSB records (ten 100-byte
+# fields); wrk asks `GET /usertable/<random key>` with Basic auth, 32 connections, for
+# DURATION seconds (default 8) per round, ROUNDS (default 5) rounds alternating between the
+# servers. Reported per server: requests/s, p50, p99 and the server's CPU time per
+# request (from /proc), medians (min–max), and each median's ratio to the ceiling.
+#
+#   bench/hot-path.sh
+#   OLD=/tmp/lyre-before HARPER=1 ROUNDS=7 bench/hot-path.sh
+#   THREADS=0 bench/hot-path.sh            # Lyre's default thread count, still on one core
+# Writes bench/results/<date>-hot-path.md (REPORT overrides).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${LYRE_BENCH_CACHE:-$HOME/.cache/lyre-bench}
+HARPER_DIR=$CACHE/harper-4.7.29
+ROUNDS=${ROUNDS:-5}
+SECONDS_PER_ROUND=${DURATION:-8}
+RECORDS=${RECORDS:-20000}
+REPORT=${REPORT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-hot-path.md}
+WORK=$(mktemp -d /tmp/lyre-hot.XXXXXX)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
+LYRE=$CARGO_TARGET_DIR/release/lyre
+BENCH=$CARGO_TARGET_DIR/release/lyre-bench
+LYRE_PORT=9935
+LYRE_REST=9936
+ASYNC=false
+
+source "$ROOT/bench/lib.sh"
+command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
+
+(cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
+
+# The Lua script: every key of the dataset, one picked at random per request.
+{
+  echo 'local paths = {'
+  "$BENCH" ycsb-paths --records "$RECORDS" | sed 's/.*/"&",/'
+  echo '}'
+  echo 'wrk.headers["Authorization"] = "Basic YWRtaW46cGFzc3dvcmQ="'
+  echo 'request = function() return wrk.format("GET", paths[math.random(#paths)]) end'
+} >"$WORK/get.lua"
+
+# name → "pid rest-port"
+declare -A SERVERS
+load() { taskset -c 1 "$BENCH" ycsb load --records "$RECORDS" --rounds 1 --settle 0 --url "$1" --rest "$2" >/dev/null; }
+
+setsid taskset -c 0 "$BENCH" ceiling --port 9950 >/dev/null 2>&1 &
+PIDS+=("$!")
+SERVERS[ceiling]="$! 9950"
+wait_health 9950
+
+setsid taskset -c 0 "$BENCH" ceiling --port 9951 --lookup "$RECORDS" >/dev/null 2>&1 &
+PIDS+=("$!")
+SERVERS[lookup]="$! 9951"
+wait_health 9951
+
+start_lyre hot ycsb
+SERVERS[lyre]="$LYRE_PID $LYRE_REST"
+load "http://127.0.0.1:$LYRE_PORT" "http://127.0.0.1:$LYRE_REST"
+if [ -n "${OLD:-}" ]; then
+  start_lyre hot-old ycsb "$OLD" 9937 9938
+  SERVERS[old]="$LYRE_PID 9938"
+  load http://127.0.0.1:9937 http://127.0.0.1:9938
+fi
+if [ "${HARPER:-0}" = 1 ]; then
+  install_harper
+  start_harper hot ycsb
+  SERVERS[harper]="$(pgrep -n -f "harperdb run" || echo "$HARPER_PID") 9926"
+  load http://127.0.0.1:9925 http://127.0.0.1:9926
+fi
+ORDER=(ceiling lookup lyre)
+[ -n "${OLD:-}" ] && ORDER+=(old)
+[ "${HARPER:-0}" = 1 ] && ORDER+=(harper)
+sleep 5
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Converts wrk's latency ("612.00us", "1.23ms", "2.01s") to µs.
+to_us() { awk -v t="$1" 'BEGIN { n = t + 0; if (t ~ /us$/) print n; else if (t ~ /ms$/) print n * 1000; else print n * 1000000 }'; }
+
+TICK=$(getconf CLK_TCK)
+: >"$WORK/rounds.tsv"
+for round in $(seq 1 "$ROUNDS"); do
+  for name in "${ORDER[@]}"; do
+    read -r pid port <<<"${SERVERS[$name]}"
+    before=$(cpu_ticks "$pid")
+    out=$(taskset -c 1 wrk -t1 -c32 -d"${SECONDS_PER_ROUND}s" --latency -s "$WORK/get.lua" "http://127.0.0.1:$port")
+    after=$(cpu_ticks "$pid")
+    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+    requests=$(awk '/requests in/ {print $1}' <<<"$out")
+    errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+    p50=$(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")")
+    p99=$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")
+    cpu=$(awk -v a="$before" -v b="$after" -v t="$TICK" -v n="$requests" 'BEGIN { printf "%.2f", (b - a) * 1e6 / t / n }')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$rps" "$p50" "$p99" "$cpu" "${errors:-0}" | tee -a "$WORK/rounds.tsv"
+  done
+done
+
+{
+  echo "# REST GET hot path — $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git -C "$ROOT" rev-parse --short HEAD)"
+  echo
+  echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared. Each server on CPU 0"
+  echo "with one request thread (Lyre THREADS_COUNT=${THREADS:-1}), \`wrk -t1 -c32 -d${SECONDS_PER_ROUND}s\` on CPU 1, $RECORDS records,"
+  echo "\`GET /usertable/<random key>\` with Basic auth, $ROUNDS alternating rounds. Medians (min–max); CPU is the server's"
+  echo "user + system time per request. Ratios: the server's median over the ceiling's (throughput) and the ceiling's p99 over"
+  echo "the server's (so 1.0 is the ceiling's latency)."
+  echo
+  echo "| server | GET/s | of ceiling | p50 µs | p99 µs | p99 vs ceiling | CPU µs/request | non-2xx |"
+  echo "|---|---|---|---|---|---|---|---|"
+  awk -F'\t' '
+    function median(list,   n, a, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function span(list,   n, a, i, lo, hi) {
+      n = split(list, a, " "); lo = a[1]; hi = a[1]
+      for (i = 2; i <= n; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
+      return sprintf("%.0f–%.0f", lo, hi)
+    }
+    { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7
+      if (!($2 in seen)) { seen[$2] = 1; order[++count] = $2 } }
+    END {
+      base = median(rps["ceiling"]); base99 = median(p99["ceiling"])
+      for (k = 1; k <= count; k++) {
+        s = order[k]; m = median(rps[s]); q = median(p99[s])
+        printf "| %s | %.0f (%s) | %.2f | %.0f | %.0f (%s) | %.2f | %.2f | %d |\n", s, m, span(rps[s]), m / base, median(p50[s]), q, span(p99[s]), base99 / q, median(cpu[s]), err[s]
+      }
+    }' "$WORK/rounds.tsv"
+  echo
+  echo "Per round (round, server, GET/s, p50 µs, p99 µs, CPU µs/request, non-2xx):"
+  echo
+  echo '```'
+  cat "$WORK/rounds.tsv"
+  echo '```'
+} >"$REPORT"
+cat "$REPORT"

@@ -1,0 +1,444 @@
+//! MessagePack served as the [`Value`](crate::value::Value) it encodes, without
+//! building that value: a read that answers a whole stored record walks its bytes
+//! once and hands every scalar straight to the response's serializer.
+//!
+//! [`RawValue`] makes exactly the serializer calls the decoded `Value` would make
+//! (`Value::serialize`: integral floats as integers, maps in stored order, numeric
+//! and boolean map keys as text), so every wire format gets the same bytes either
+//! way; `crates/lyre-core/tests/raw_value.rs` checks that over arbitrary values in
+//! each format. Decoding and re-encoding a 1 KB record cost about as much as the
+//! B-tree lookup that found it; walking it costs a fraction of that.
+
+use std::cell::Cell;
+
+use rmp::Marker;
+use serde::ser::{Error as _, SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+
+use crate::value::serialize_float;
+
+/// Nesting deeper than this is refused as corrupt (a stored value is never deeper:
+/// bodies are limited far below it), so a damaged record cannot exhaust the stack.
+const MAX_DEPTH: usize = 512;
+
+/// One MessagePack value, as bytes, that serializes as the `Value` it decodes to.
+#[derive(Debug, Clone, Copy)]
+pub struct RawValue<'a>(pub &'a [u8]);
+
+impl Serialize for RawValue<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let input = Cell::new(self.0);
+        let ok = Next { input: &input, depth: 0 }.serialize(serializer)?;
+        match input.get().is_empty() {
+            true => Ok(ok),
+            false => Err(S::Error::custom("stored value has trailing bytes")),
+        }
+    }
+}
+
+/// The next value in `input`, consumed as it is serialized.
+struct Next<'i, 'a> {
+    input: &'i Cell<&'a [u8]>,
+    depth: usize,
+}
+
+impl Serialize for Next<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.depth > MAX_DEPTH {
+            return Err(S::Error::custom("stored value nests too deeply"));
+        }
+        let mut reader = Reader(self.input.get());
+        let marker = reader.marker().map_err(S::Error::custom)?;
+        let scalar = reader.scalar(marker).map_err(S::Error::custom)?;
+        self.input.set(reader.0);
+        let nested = Next { input: self.input, depth: self.depth + 1 };
+        match scalar {
+            Scalar::Nil => serializer.serialize_unit(),
+            Scalar::Bool(b) => serializer.serialize_bool(b),
+            Scalar::Int(i) => serializer.serialize_i64(i),
+            Scalar::Float(f) => serialize_float(f, serializer),
+            Scalar::Str(s) => serializer.serialize_str(s),
+            Scalar::Bin(b) => serializer.serialize_bytes(b),
+            Scalar::Array(len) => {
+                let mut seq = serializer.serialize_seq(Some(len))?;
+                for _ in 0..len {
+                    seq.serialize_element(&nested)?;
+                }
+                seq.end()
+            }
+            Scalar::Map(len) => {
+                let mut map = serializer.serialize_map(Some(len))?;
+                for _ in 0..len {
+                    map.serialize_entry(&Key { input: self.input }, &nested)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+/// A map key: text as it is, numbers and booleans as their text (as `Value`'s
+/// decoder reads them).
+struct Key<'i, 'a> {
+    input: &'i Cell<&'a [u8]>,
+}
+
+impl Serialize for Key<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut reader = Reader(self.input.get());
+        let marker = reader.marker().map_err(S::Error::custom)?;
+        let scalar = reader.scalar(marker).map_err(S::Error::custom)?;
+        self.input.set(reader.0);
+        match scalar {
+            Scalar::Str(s) => serializer.serialize_str(s),
+            Scalar::Int(i) => serializer.collect_str(&i),
+            Scalar::Bool(b) => serializer.collect_str(&b),
+            Scalar::Bin(b) => match std::str::from_utf8(b) {
+                Ok(s) => serializer.serialize_str(s),
+                Err(_) => Err(S::Error::custom("map key is not UTF-8")),
+            },
+            _ => Err(S::Error::custom("stored map key is not a string")),
+        }
+    }
+}
+
+/// What one marker (and the bytes after it) holds; containers give their length.
+enum Scalar<'a> {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(&'a str),
+    Bin(&'a [u8]),
+    Array(usize),
+    Map(usize),
+}
+
+/// A cursor over MessagePack bytes.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
+        if self.0.len() < n {
+            return Err("stored value is truncated");
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], &'static str> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    fn marker(&mut self) -> Result<Marker, &'static str> {
+        Ok(Marker::from_u8(self.take(1)?[0]))
+    }
+
+    fn length(&mut self, bytes: usize) -> Result<usize, &'static str> {
+        Ok(match bytes {
+            1 => usize::from(self.take(1)?[0]),
+            2 => usize::from(u16::from_be_bytes(self.array()?)),
+            _ => u32::from_be_bytes(self.array()?) as usize,
+        })
+    }
+
+    fn scalar(&mut self, marker: Marker) -> Result<Scalar<'a>, &'static str> {
+        let utf8 = |bytes: &'a [u8]| std::str::from_utf8(bytes).map_err(|_| "stored string is not UTF-8");
+        Ok(match marker {
+            Marker::Null => Scalar::Nil,
+            Marker::True => Scalar::Bool(true),
+            Marker::False => Scalar::Bool(false),
+            Marker::FixPos(n) => Scalar::Int(i64::from(n)),
+            Marker::FixNeg(n) => Scalar::Int(i64::from(n)),
+            Marker::U8 => Scalar::Int(i64::from(self.take(1)?[0])),
+            Marker::U16 => Scalar::Int(i64::from(u16::from_be_bytes(self.array()?))),
+            Marker::U32 => Scalar::Int(i64::from(u32::from_be_bytes(self.array()?))),
+            Marker::U64 => {
+                let n = u64::from_be_bytes(self.array()?);
+                i64::try_from(n).map_or(Scalar::Float(n as f64), Scalar::Int)
+            }
+            Marker::I8 => Scalar::Int(i64::from(i8::from_be_bytes(self.array()?))),
+            Marker::I16 => Scalar::Int(i64::from(i16::from_be_bytes(self.array()?))),
+            Marker::I32 => Scalar::Int(i64::from(i32::from_be_bytes(self.array()?))),
+            Marker::I64 => Scalar::Int(i64::from_be_bytes(self.array()?)),
+            Marker::F32 => Scalar::Float(f64::from(f32::from_be_bytes(self.array()?))),
+            Marker::F64 => Scalar::Float(f64::from_be_bytes(self.array()?)),
+            Marker::FixStr(n) => Scalar::Str(utf8(self.take(usize::from(n))?)?),
+            Marker::Str8 | Marker::Str16 | Marker::Str32 => {
+                let width = match marker {
+                    Marker::Str8 => 1,
+                    Marker::Str16 => 2,
+                    _ => 4,
+                };
+                let len = self.length(width)?;
+                Scalar::Str(utf8(self.take(len)?)?)
+            }
+            Marker::Bin8 | Marker::Bin16 | Marker::Bin32 => {
+                let width = match marker {
+                    Marker::Bin8 => 1,
+                    Marker::Bin16 => 2,
+                    _ => 4,
+                };
+                let len = self.length(width)?;
+                Scalar::Bin(self.take(len)?)
+            }
+            Marker::FixArray(n) => Scalar::Array(usize::from(n)),
+            Marker::Array16 => Scalar::Array(self.length(2)?),
+            Marker::Array32 => Scalar::Array(self.length(4)?),
+            Marker::FixMap(n) => Scalar::Map(usize::from(n)),
+            Marker::Map16 => Scalar::Map(self.length(2)?),
+            Marker::Map32 => Scalar::Map(self.length(4)?),
+            _ => return Err("stored value holds a MessagePack type Lyre never writes"),
+        })
+    }
+}
+
+/// Writes the MessagePack value `bytes` holds as JSON, byte for byte what
+/// `serde_json` writes for the decoded `Value` (the tests hold it to that), but in
+/// one pass with no serializer in between and strings checked eight bytes at a
+/// time: the body of every whole-record JSON read. On error `out` holds a partial
+/// value and must be discarded.
+pub fn write_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
+    let mut reader = Reader(bytes);
+    json_value(&mut reader, out, 0)?;
+    match reader.0.is_empty() {
+        true => Ok(()),
+        false => Err("stored value has trailing bytes"),
+    }
+}
+
+fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Result<(), &'static str> {
+    if depth > MAX_DEPTH {
+        return Err("stored value nests too deeply");
+    }
+    let marker = reader.marker()?;
+    match reader.scalar(marker)? {
+        Scalar::Nil => out.extend_from_slice(b"null"),
+        Scalar::Bool(true) => out.extend_from_slice(b"true"),
+        Scalar::Bool(false) => out.extend_from_slice(b"false"),
+        Scalar::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes()),
+        Scalar::Float(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+            out.extend_from_slice(itoa::Buffer::new().format(f as i64).as_bytes());
+        }
+        Scalar::Float(f) if f.is_finite() => {
+            use serde_json::ser::Formatter as _;
+            // serde_json's own float text (its exponent form differs from ryu's).
+            let _ = serde_json::ser::CompactFormatter.write_f64(out, f);
+        }
+        Scalar::Float(_) => out.extend_from_slice(b"null"),
+        Scalar::Str(s) => json_string(s, out),
+        Scalar::Bin(b) => {
+            out.push(b'[');
+            for (i, byte) in b.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(itoa::Buffer::new().format(*byte).as_bytes());
+            }
+            out.push(b']');
+        }
+        Scalar::Array(len) => {
+            out.push(b'[');
+            for i in 0..len {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json_value(reader, out, depth + 1)?;
+            }
+            out.push(b']');
+        }
+        Scalar::Map(len) => {
+            out.push(b'{');
+            for i in 0..len {
+                if i > 0 {
+                    out.push(b',');
+                }
+                let marker = reader.marker()?;
+                match reader.scalar(marker)? {
+                    Scalar::Str(key) => json_string(key, out),
+                    Scalar::Int(i) => json_string(itoa::Buffer::new().format(i), out),
+                    Scalar::Bool(b) => json_string(if b { "true" } else { "false" }, out),
+                    Scalar::Bin(b) => json_string(std::str::from_utf8(b).map_err(|_| "map key is not UTF-8")?, out),
+                    _ => return Err("stored map key is not a string"),
+                }
+                out.push(b':');
+                json_value(reader, out, depth + 1)?;
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+/// `s` as a JSON string, escaped as `serde_json` escapes: `"` and `\`, the control
+/// characters (the short forms where JSON has them, else `\u00xx`), nothing else.
+fn json_string(s: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut clean = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        // Eight bytes at a time while none needs escaping.
+        if let Some(chunk) = bytes.get(at..at + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+            if !needs_escape(word) {
+                at += 8;
+                continue;
+            }
+        }
+        let byte = bytes[at];
+        let short = match byte {
+            b'"' => Some(b'"'),
+            b'\\' => Some(b'\\'),
+            b'\n' => Some(b'n'),
+            b'\r' => Some(b'r'),
+            b'\t' => Some(b't'),
+            0x08 => Some(b'b'),
+            0x0c => Some(b'f'),
+            0x00..=0x1f => None,
+            _ => {
+                at += 1;
+                continue;
+            }
+        };
+        out.extend_from_slice(&bytes[clean..at]);
+        match short {
+            Some(letter) => out.extend_from_slice(&[b'\\', letter]),
+            None => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 15)],
+            ]),
+        }
+        at += 1;
+        clean = at;
+    }
+    out.extend_from_slice(&bytes[clean..]);
+    out.push(b'"');
+}
+
+/// Whether any of the eight bytes in `word` is `"`, `\\` or below 0x20 (may say yes
+/// for a clean word next to one that is not; never says no for one that is not).
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    (below_space | zero_in(word ^ (ONES * u64::from(b'"'))) | zero_in(word ^ (ONES * u64::from(b'\\')))) != 0
+}
+
+/// The first element of the MessagePack array `bytes` starts with, and its length
+/// in bytes, as bytes (a record stored with property versions is `[record, clock]`).
+pub(crate) fn first_of_pair(bytes: &[u8]) -> Option<&[u8]> {
+    let (&0x92, rest) = bytes.split_first()? else { return None };
+    let len = value_len(rest, 0)?;
+    rest.get(..len)
+}
+
+/// How many bytes the MessagePack value at the start of `bytes` takes.
+fn value_len(bytes: &[u8], depth: usize) -> Option<usize> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let mut reader = Reader(bytes);
+    let marker = reader.marker().ok()?;
+    let items = match reader.scalar(marker).ok()? {
+        Scalar::Array(len) => len,
+        Scalar::Map(len) => len.checked_mul(2)?,
+        _ => 0,
+    };
+    let mut used = bytes.len() - reader.0.len();
+    for _ in 0..items {
+        used += value_len(bytes.get(used..)?, depth + 1)?;
+    }
+    Some(used)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::testing::{record, value};
+    use crate::value::Value;
+
+    proptest! {
+        #[test]
+        fn serializes_as_the_value_it_encodes(v in value()) {
+            let bytes = v.to_msgpack();
+            prop_assert_eq!(serde_json::to_vec(&RawValue(&bytes)).unwrap(), serde_json::to_vec(&v).unwrap());
+            prop_assert_eq!(rmp_serde::to_vec(&RawValue(&bytes)).unwrap(), rmp_serde::to_vec(&v).unwrap());
+            let mut json = Vec::new();
+            write_json(&bytes, &mut json).unwrap();
+            prop_assert_eq!(String::from_utf8(json).unwrap(), serde_json::to_string(&v).unwrap());
+        }
+
+        #[test]
+        fn strings_are_escaped_as_serde_json_escapes(s in "[\\x00-\\x7f]{0,30}[\\u{80}-\\u{10ffff}]?[\\x00-\\x7f]{0,10}") {
+            let mut json = Vec::new();
+            write_json(&Value::String(s.clone()).to_msgpack(), &mut json).unwrap();
+            prop_assert_eq!(String::from_utf8(json).unwrap(), serde_json::to_string(&s).unwrap());
+        }
+
+        #[test]
+        fn finds_the_record_of_a_pair(r in record(), clock in value()) {
+            let record = Value::Object(r).to_msgpack();
+            let mut pair = vec![0x92];
+            pair.extend_from_slice(&record);
+            pair.extend_from_slice(&clock.to_msgpack());
+            prop_assert_eq!(first_of_pair(&pair), Some(&record[..]));
+        }
+
+        #[test]
+        fn damaged_bytes_are_an_error_not_a_panic(v in value(), cut in 0usize..64, flip in any::<u8>()) {
+            let mut bytes = v.to_msgpack();
+            let at = cut % bytes.len();
+            bytes[at] ^= flip;
+            bytes.truncate(bytes.len() - cut.min(bytes.len()) / 2);
+            // Whatever the damage, the walk ends: an answer or an error.
+            let _ = serde_json::to_vec(&RawValue(&bytes));
+            let _ = write_json(&bytes, &mut Vec::new());
+            let _ = first_of_pair(&bytes);
+        }
+    }
+
+    #[test]
+    fn numeric_and_boolean_keys_read_as_text() {
+        // {1: "a", true: "b"} as another writer may have stored it.
+        let bytes = [0x82, 0x01, 0xa1, b'a', 0xc3, 0xa1, b'b'];
+        let decoded = Value::from_msgpack(&bytes).unwrap();
+        assert_eq!(serde_json::to_string(&RawValue(&bytes)).unwrap(), r#"{"1":"a","true":"b"}"#);
+        assert_eq!(serde_json::to_string(&decoded).unwrap(), r#"{"1":"a","true":"b"}"#);
+        let mut json = Vec::new();
+        write_json(&bytes, &mut json).unwrap();
+        assert_eq!(json, br#"{"1":"a","true":"b"}"#);
+    }
+
+    #[test]
+    fn trailing_and_truncated_bytes_are_refused() {
+        let err = serde_json::to_vec(&RawValue(&[0xc0, 0xc0])).unwrap_err().to_string();
+        assert!(err.contains("trailing"), "{err}");
+        let err = serde_json::to_vec(&RawValue(&[0xa5, b'a'])).unwrap_err().to_string();
+        assert!(err.contains("truncated"), "{err}");
+        let err = serde_json::to_vec(&RawValue(&[0xc1])).unwrap_err().to_string();
+        assert!(err.contains("never writes"), "{err}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let mut bytes = vec![0x91; MAX_DEPTH + 10];
+        bytes.push(0xc0);
+        let err = serde_json::to_vec(&RawValue(&bytes)).unwrap_err().to_string();
+        assert!(err.contains("deeply"), "{err}");
+        assert_eq!(write_json(&bytes, &mut Vec::new()), Err("stored value nests too deeply"));
+        assert_eq!(value_len(&bytes, 0), None);
+    }
+}
