@@ -4,10 +4,12 @@
 //! waits in the kernel's queue), a small reserve above the cap for loopback clients
 //! (health checks and an operator's `curl` get through a flood), and a deadline for
 //! each request's headers that also closes connections left idle between requests
-//! (a slowloris client, or thousands of idle sockets, are gone after it). hyper's
-//! header deadline covers HTTP/1 only, and an HTTP/2 client's pings keep its
-//! connection busy to hyper, so each connection also counts its requests in flight
-//! ([`Activity`]) and is shut down gracefully once none has run for that long.
+//! (a slowloris client, or thousands of idle sockets, are gone after it). The
+//! deadline is kept per connection, not per request: each connection counts its
+//! requests in flight ([`Activity`]) and is shut down gracefully once none has run
+//! for that long (an HTTP/2 client's pings do not count), and dropped if that
+//! shutdown waits on headers that never finish. A per-request header timer (hyper's
+//! own) would cost every request a timer entry.
 //!
 //! On shutdown the loop stops accepting and waits for the connections it serves to
 //! finish their requests.
@@ -142,7 +144,11 @@ pub async fn serve<R: Service>(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(gate.limits.header_timeout);
+    // No per-request header timer for HTTP/1: a connection whose headers never
+    // finish has no request in flight, so the idle deadline below closes it, and a
+    // timer armed and cancelled around every request cost each one a timer-wheel
+    // entry and an allocation.
+    builder.http1().header_read_timeout(None);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -254,6 +260,10 @@ impl<R: Service> Served<R> {
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
         let mut closing = false;
+        // Once closed for idleness, when the connection is dropped if it has not
+        // ended: a graceful shutdown waits for a request whose headers are still
+        // arriving, and one that never finishes them must not hold the connection.
+        let mut cut_off: Option<Instant> = None;
         loop {
             let wake = activity.idle_deadline(idle);
             tokio::select! {
@@ -272,7 +282,12 @@ impl<R: Service> Served<R> {
                         tracing::debug!(%peer, "closing a connection idle for {} ms", idle.as_millis());
                         connection.as_mut().graceful_shutdown();
                         closing = true;
+                        cut_off = Some(Instant::now() + idle);
                     }
+                }
+                () = tokio::time::sleep_until(cut_off.unwrap_or(wake)), if cut_off.is_some() => {
+                    tracing::debug!(%peer, "dropping a connection whose request headers never finished");
+                    return;
                 }
             }
         }
