@@ -53,14 +53,11 @@ run_workload() {
 }
 
 mkdir -p "$OUT"
-(cd "$ROOT" && cargo build --release --locked -p lyre-bench)
+(cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
 for workload in $WORKLOADS; do
-  case $workload in
-    ycsb-*) run_workload "$workload" ycsb "${workload#ycsb-}" --records "$RECORDS" --operations 100000 --concurrency 32 ;;
-    counters-hot) run_workload counters-hot counters --keys 1 --operations 50000 --concurrency 64 ;;
-    counters-spread) run_workload counters-spread counters --keys 1000 --operations 50000 --concurrency 64 ;;
-    *) echo "unknown workload $workload" >&2; exit 2 ;;
-  esac
+  args=$(workload_args "$workload")
+  # shellcheck disable=SC2086 # the arguments are words
+  run_workload "$workload" $args
 done
 
 {

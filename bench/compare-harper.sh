@@ -58,16 +58,9 @@ mkdir -p "$OUT"
 (cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
 install_harper
 for workload in $WORKLOADS; do
-  case $workload in
-    ops-insert) run_workload ops-insert ops-insert --records "$RECORDS" --batch 1000 --concurrency 4 ;;
-    ops-search-id) run_workload ops-search-id ops-search --kind id --records "$RECORDS" --requests 10000 --concurrency 16 ;;
-    ops-search-value) run_workload ops-search-value ops-search --kind value --records "$RECORDS" --requests 10000 --concurrency 16 ;;
-    ops-search-conditions) run_workload ops-search-conditions ops-search --kind conditions --records "$RECORDS" --requests 5000 --concurrency 16 ;;
-    ycsb-*) run_workload "$workload" ycsb "${workload#ycsb-}" --records "$RECORDS" --operations 100000 --concurrency 32 ;;
-    counters-hot) run_workload counters-hot counters --keys 1 --operations 50000 --concurrency 64 ;;
-    counters-spread) run_workload counters-spread counters --keys 1000 --operations 50000 --concurrency 64 ;;
-    *) echo "unknown workload $workload" >&2; exit 2 ;;
-  esac
+  args=$(workload_args "$workload")
+  # shellcheck disable=SC2086 # the arguments are words
+  run_workload "$workload" $args
 done
 
 # The ceiling for REST reads: bare hyper answering a fixed record, same pinning.

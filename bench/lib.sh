@@ -97,3 +97,19 @@ start_lyre() {
   PIDS+=("$LYRE_PID")
   wait_health "$ops"
 }
+
+# The lyre-bench arguments of the workload named $1, over $RECORDS records; fails on
+# an unknown name. The names are what WORKLOADS lists in compare-harper.sh and
+# compare-builds.sh.
+workload_args() {
+  case $1 in
+    ops-insert) echo "ops-insert --records $RECORDS --batch 1000 --concurrency 4" ;;
+    ops-search-id) echo "ops-search --kind id --records $RECORDS --requests 10000 --concurrency 16" ;;
+    ops-search-value) echo "ops-search --kind value --records $RECORDS --requests 10000 --concurrency 16" ;;
+    ops-search-conditions) echo "ops-search --kind conditions --records $RECORDS --requests 5000 --concurrency 16" ;;
+    ycsb-*) echo "ycsb ${1#ycsb-} --records $RECORDS --operations 100000 --concurrency 32" ;;
+    counters-hot) echo "counters --keys 1 --operations 50000 --concurrency 64" ;;
+    counters-spread) echo "counters --keys 1000 --operations 50000 --concurrency 64" ;;
+    *) echo "unknown workload $1" >&2; return 2 ;;
+  esac
+}

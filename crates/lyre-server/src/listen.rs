@@ -24,6 +24,9 @@ use crate::tokens::Tokens;
 pub fn run(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     let _log_guard =
         telemetry::init(&config.root().join("log"), &config.logging.level).context("opening the log directory")?;
+    // `available_parallelism` counts the CPUs this process may run on (its affinity
+    // mask and cgroup quota), not the machine's: a server pinned to one core gets one
+    // request thread instead of several taking turns on it.
     let threads = match config.threads.count {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
         n => n,
