@@ -104,6 +104,8 @@ pub(crate) struct Inner {
     pub(crate) free: RwLock<Vec<FreeSlot>>,
     /// The sequence number of the last committed log entry.
     pub(crate) committed: watch::Sender<u64>,
+    /// Read transactions kept for the next reads while nothing committed.
+    pub(crate) snapshots: crate::txn::Snapshots,
 }
 
 impl std::fmt::Debug for Database {
@@ -142,6 +144,7 @@ impl Database {
                 tables: RwLock::new(HashMap::new()),
                 free: RwLock::new(Vec::new()),
                 committed,
+                snapshots: Default::default(),
             }),
         };
         db.open_existing_tables()?;
@@ -425,6 +428,10 @@ impl Database {
         };
         let mut tables = self.inner.tables.write();
         tables.insert(table.to_string(), store.clone());
+        // A kept read transaction must know every handle a reader may be given. Each
+        // handle opened after start-up comes with a commit (the slot assignment), so
+        // kept transactions are stale by id anyway; dropping them here says so.
+        self.inner.snapshots.clear();
         store
     }
 

@@ -308,7 +308,9 @@ impl<S: Clone + Send + 'static> Worker<S> {
             }
         }
         db.record_highest_version(&mut txn, self.clock.last()).map_err(|e| classify(&db, e))?;
-        txn.commit().map_err(|e| classify(&db, e))
+        txn.commit().map_err(|e| classify(&db, e))?;
+        db.inner.snapshots.clear();
+        Ok(())
     }
 
     /// Runs one job. `Ok` when its changes are kept or it failed before writing (then

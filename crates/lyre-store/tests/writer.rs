@@ -103,6 +103,36 @@ async fn an_old_snapshot_never_reads_a_reused_slot_under_a_new_name() {
     stop(writer).await;
 }
 
+/// A read right after an acknowledged write sees it, though the snapshot of the read
+/// before it is kept for reuse; a table prepared after a snapshot was kept is seen by
+/// the next read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_snapshots_never_hide_a_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open("t", dir.path(), options()).unwrap();
+    let writer = spawn(&db);
+    writer.prepare_table("dog").await.unwrap();
+    const KEYS: [&[u8]; 4] = [b"k0", b"k1", b"k2", b"k3"];
+    for (n, key) in KEYS.into_iter().enumerate() {
+        put(&writer, "dog", key, b"v").await;
+        // Two reads in a row: the second takes the first's kept snapshot.
+        for _ in 0..2 {
+            let txn = db.read().unwrap();
+            let store = txn.table("dog").unwrap().expect("prepared");
+            for (m, earlier) in KEYS.iter().enumerate() {
+                assert_eq!(txn.get_record(&store, earlier).unwrap().is_some(), m <= n, "after writing {n}");
+            }
+        }
+    }
+    drop(db.read().unwrap());
+    writer.prepare_table("cat").await.unwrap();
+    put(&writer, "cat", b"c", b"v").await;
+    let txn = db.read().unwrap();
+    let store = txn.table("cat").unwrap().expect("a table prepared after the kept snapshot");
+    assert!(txn.get_record(&store, b"c").unwrap().is_some());
+    stop(writer).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_whose_tables_were_all_dropped_keeps_its_slots_free() {
     let dir = tempfile::tempdir().unwrap();
