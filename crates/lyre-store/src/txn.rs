@@ -1,6 +1,7 @@
 //! Read snapshots and the write transaction handed to write jobs.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use heed::{RoTxn, RwTxn, WithoutTls};
 
@@ -25,7 +26,8 @@ impl std::ops::Deref for Snapshot {
 impl Drop for ReadTxn {
     fn drop(&mut self) {
         if let Some(txn) = self.txn.0.take() {
-            self.db.inner.snapshots.give_back(txn, &self.db.inner.env);
+            let verified = std::mem::take(&mut *self.verified.lock());
+            self.db.inner.snapshots.give_back((txn, verified), &self.db.inner.env);
         }
     }
 }
@@ -39,8 +41,11 @@ impl Drop for ReadTxn {
 /// (`clear`), so none pins pages that writes have since freed.
 #[derive(Default)]
 pub(crate) struct Snapshots {
-    idle: parking_lot::Mutex<Vec<RoTxn<'static, WithoutTls>>>,
+    idle: parking_lot::Mutex<Vec<Kept>>,
 }
+
+/// A kept transaction and the table slots it was found to assign.
+type Kept = (RoTxn<'static, WithoutTls>, Verified);
 
 /// The most transactions kept per database (one per concurrent reader is enough).
 const KEPT_SNAPSHOTS: usize = 64;
@@ -48,27 +53,27 @@ const KEPT_SNAPSHOTS: usize = 64;
 impl Snapshots {
     /// A kept transaction that reads the latest commit, if any; stale ones are
     /// aborted on the way.
-    fn take(&self, env: &heed::Env<WithoutTls>) -> Option<RoTxn<'static, WithoutTls>> {
+    fn take(&self, env: &heed::Env<WithoutTls>) -> Option<Kept> {
         let mut idle = self.idle.lock();
-        let txn = idle.pop()?;
-        if txn.id() == env.info().last_txn_id {
-            return Some(txn);
+        let kept = idle.pop()?;
+        if kept.0.id() == env.info().last_txn_id {
+            return Some(kept);
         }
         // Everything kept is at least as old: none reads the latest commit.
         let stale = std::mem::take(&mut *idle);
         drop(idle);
-        drop((txn, stale));
+        drop((kept, stale));
         None
     }
 
     /// Keeps `txn` for the next read if no write committed since it began.
-    fn give_back(&self, txn: RoTxn<'static, WithoutTls>, env: &heed::Env<WithoutTls>) {
-        if txn.id() != env.info().last_txn_id {
+    fn give_back(&self, kept: Kept, env: &heed::Env<WithoutTls>) {
+        if kept.0.id() != env.info().last_txn_id {
             return;
         }
         let mut idle = self.idle.lock();
         if idle.len() < KEPT_SNAPSHOTS {
-            idle.push(txn);
+            idle.push(kept);
         }
     }
 
@@ -92,16 +97,22 @@ pub type IndexEntries<'t> = Box<dyn Iterator<Item = Result<&'t [u8]>> + 't>;
 /// produced on another thread; keep it short-lived (it pins old pages).
 pub struct ReadTxn {
     txn: Snapshot,
+    /// Tables whose slot this snapshot was found to assign (a snapshot never
+    /// changes, so the check holds for its life, and a kept snapshot keeps it).
+    verified: parking_lot::Mutex<Verified>,
     db: Database,
 }
 
+/// `(table, slot)` pairs a snapshot assigns.
+type Verified = Vec<(Arc<str>, String)>;
+
 impl ReadTxn {
     pub(crate) fn new(db: Database) -> Result<Self> {
-        let txn = match db.inner.snapshots.take(&db.inner.env) {
-            Some(txn) => txn,
-            None => db.inner.env.clone().static_read_txn()?,
+        let (txn, verified) = match db.inner.snapshots.take(&db.inner.env) {
+            Some(kept) => kept,
+            None => (db.inner.env.clone().static_read_txn()?, Vec::new()),
         };
-        Ok(Self { txn: Snapshot(Some(txn)), db })
+        Ok(Self { txn: Snapshot(Some(txn)), verified: parking_lot::Mutex::new(verified), db })
     }
 
     /// The database this snapshot reads.
@@ -115,8 +126,16 @@ impl ReadTxn {
     /// old snapshot must never read another table's records under this name).
     pub fn table(&self, table: &str) -> Result<Option<TableStore>> {
         let Some(store) = self.db.open_table(table) else { return Ok(None) };
+        let known = |(name, slot): &(Arc<str>, String)| **name == *table && *slot == store.slot;
+        if self.verified.lock().iter().any(known) {
+            return Ok(Some(store));
+        }
         let assigned = self.db.inner.meta.get(&self.txn, &crate::names::slot_key(table))?;
-        Ok(assigned.filter(|slot| *slot == store.slot.as_bytes()).map(|_| store))
+        if assigned != Some(store.slot.as_bytes()) {
+            return Ok(None);
+        }
+        self.verified.lock().push((store.name.clone(), store.slot.clone()));
+        Ok(Some(store))
     }
 
     /// The stored record with primary key `key`.

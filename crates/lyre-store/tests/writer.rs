@@ -89,6 +89,8 @@ async fn an_old_snapshot_never_reads_a_reused_slot_under_a_new_name() {
     writer.prepare_table("a").await.unwrap();
     put(&writer, "a", b"secret", b"of a").await;
     let old = db.read().unwrap();
+    // The snapshot remembers that it assigns a's slot to a (not to whatever takes it).
+    assert!(old.table("a").unwrap().is_some());
     release(&writer, "a").await;
     writer.prepare_table("b").await.unwrap();
     assert_eq!(db.slot_counts(), (1, 0), "b reuses a's slot");
