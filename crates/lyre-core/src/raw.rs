@@ -252,14 +252,14 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
         }
         Scalar::Map(len) => {
             out.push(b'{');
-            for i in 0..len {
-                if i > 0 {
+            for n in 0..len {
+                if n > 0 {
                     out.push(b',');
                 }
                 let marker = reader.marker()?;
                 match reader.scalar(marker)? {
                     Scalar::Str(key) => json_string(key, out),
-                    Scalar::Int(i) => json_string(itoa::Buffer::new().format(i), out),
+                    Scalar::Int(key) => json_string(itoa::Buffer::new().format(key), out),
                     Scalar::Bool(b) => json_string(if b { "true" } else { "false" }, out),
                     Scalar::Bin(b) => json_string(std::str::from_utf8(b).map_err(|_| "map key is not UTF-8")?, out),
                     _ => return Err("stored map key is not a string"),
