@@ -17,9 +17,11 @@ use serde::{Serialize, Serializer};
 
 use crate::value::serialize_float;
 
-/// Nesting deeper than this is refused as corrupt (a stored value is never deeper:
-/// bodies are limited far below it), so a damaged record cannot exhaust the stack.
-const MAX_DEPTH: usize = 512;
+/// Nesting deeper than this is refused as corrupt, so a damaged record cannot
+/// exhaust the stack. No stored value is deeper: MessagePack bodies, the deepest a
+/// write accepts, are decoded with `rmp_serde`'s limit of 1,024 levels (JSON's is
+/// 128, CBOR's 256).
+const MAX_DEPTH: usize = 1100;
 
 /// One MessagePack value, as bytes, that serializes as the `Value` it decodes to.
 #[derive(Debug, Clone, Copy)]
@@ -430,6 +432,26 @@ mod tests {
         assert!(err.contains("truncated"), "{err}");
         let err = serde_json::to_vec(&RawValue(&[0xc1])).unwrap_err().to_string();
         assert!(err.contains("never writes"), "{err}");
+    }
+
+    #[test]
+    fn the_deepest_value_a_write_accepts_is_served() {
+        // 1,000 nested arrays: within what a MessagePack body may hold. (On a thread
+        // of its own: unoptimised frames are several times a release build's.)
+        let served = std::thread::Builder::new()
+            .stack_size(16 << 20)
+            .spawn(|| {
+                let mut bytes = vec![0x91; 1000];
+                bytes.push(0xc0);
+                let decoded = Value::from_msgpack(&bytes).expect("a write accepts it");
+                let mut json = Vec::new();
+                write_json(&bytes, &mut json).unwrap();
+                assert_eq!(json, serde_json::to_vec(&decoded).unwrap());
+                assert_eq!(serde_json::to_vec(&RawValue(&bytes)).unwrap(), json);
+            })
+            .unwrap()
+            .join();
+        assert!(served.is_ok());
     }
 
     #[test]

@@ -260,9 +260,10 @@ impl<R: Service> Served<R> {
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
         let mut closing = false;
-        // Once closed for idleness, when the connection is dropped if it has not
-        // ended: a graceful shutdown waits for a request whose headers are still
-        // arriving, and one that never finishes them must not hold the connection.
+        // Once shut down (idle, or the server stopping), when the connection is
+        // dropped if it has not ended and no request is in flight: a graceful
+        // shutdown waits for a request whose headers are still arriving, and one that
+        // never finishes them must hold neither the connection nor the server's exit.
         let mut cut_off: Option<Instant> = None;
         loop {
             let wake = activity.idle_deadline(idle);
@@ -276,6 +277,7 @@ impl<R: Service> Served<R> {
                 _ = stop.wait_for(|stop| *stop), if !closing => {
                     connection.as_mut().graceful_shutdown();
                     closing = true;
+                    cut_off = Some(Instant::now() + idle);
                 }
                 () = tokio::time::sleep_until(wake), if !closing => {
                     if activity.idle_for(idle) {
@@ -286,6 +288,11 @@ impl<R: Service> Served<R> {
                     }
                 }
                 () = tokio::time::sleep_until(cut_off.unwrap_or(wake)), if cut_off.is_some() => {
+                    // A request that started meanwhile finishes first.
+                    if activity.busy() {
+                        cut_off = Some(Instant::now() + idle);
+                        continue;
+                    }
                     tracing::debug!(%peer, "dropping a connection whose request headers never finished");
                     return;
                 }
@@ -312,6 +319,11 @@ impl Activity {
             0 => *self.last_end.lock() + idle,
             _ => Instant::now() + idle,
         }
+    }
+
+    /// Whether a request is in flight.
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
     }
 
     /// Whether no request has been in flight for `idle`.

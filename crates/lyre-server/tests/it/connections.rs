@@ -161,3 +161,21 @@ async fn the_default_thread_count_is_one_per_cpu_the_process_may_use() {
     let set = TestServer::start_pinned("0", &[("THREADS_COUNT", "3")]).await;
     assert_eq!(request_threads(set.pid()), 3, "a configured count is taken as it is");
 }
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_does_not_hold_up_shutdown() {
+    let mut s = TestServer::start_with(&[("HTTP_HEADERSTIMEOUT", "400"), ("HTTP_KEEPALIVETIMEOUT", "400")]).await;
+    let mut slow = connect_from("127.0.0.1", ops_port(&s)).await;
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").await.unwrap(); // and never the rest
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pid = s.pid();
+    let started = Instant::now();
+    let stopping = tokio::task::spawn_blocking(move || s.stop("-TERM"));
+    let stopped = tokio::time::timeout(Duration::from_secs(10), stopping).await;
+    if stopped.is_err() {
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+    }
+    assert!(stopped.is_ok(), "the server did not exit within 10 s of SIGTERM");
+    assert!(started.elapsed() < Duration::from_secs(5), "exited after {:?}", started.elapsed());
+    drop(slow);
+}
