@@ -4,6 +4,7 @@
 //!
 //! * `crash:<step>`: the process aborts at the step, as abruptly as `kill -9`.
 //! * `fail:<step>`: the step returns an error.
+//! * `panic:<step>`: the step panics (tests that no panic reaches a client).
 //!
 //! Unset (always, outside tests) it costs one read of a cached string.
 
@@ -36,6 +37,9 @@ pub(crate) fn hit(step: &str) -> Result<()> {
         }
         if point.strip_prefix("fail:") == Some(step) {
             return Err(Error::Failpoint(step.to_string()));
+        }
+        if point.strip_prefix("panic:") == Some(step) {
+            panic!("failpoint: panicking at {step}");
         }
     }
     Ok(())

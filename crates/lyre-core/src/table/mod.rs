@@ -154,6 +154,7 @@ impl Table {
     /// Runs `read` on the stored bytes of the record with primary key `id`, in a
     /// fresh snapshot; `None` when there is no such record.
     fn lookup<T>(&self, id: &Value, read: impl FnOnce(&[u8]) -> Result<Option<T>>) -> Result<Option<T>> {
+        crate::failpoint::hit("read-record")?;
         let key = validate::encode_primary_key(id)?;
         let txn = self.db.store().read()?;
         let Some(store) = txn.table(&self.schema.name)? else { return Ok(None) };

@@ -913,3 +913,22 @@ async fn a_whole_record_reads_as_the_projection_of_all_its_attributes() {
         }
     }
 }
+
+/// A panic while answering a REST request is a 500 in Harper's error shape, and the
+/// server keeps serving (the REST port has no router layer to catch it: its service
+/// does).
+#[tokio::test]
+async fn a_panicking_read_is_a_500_and_the_server_lives() {
+    let s = TestServer::start_app(
+        &[("components/shop/config.yaml", SHOP_CONFIG), ("components/shop/schema.graphql", SHOP_SCHEMA)],
+        &[("LYRE_FAILPOINT", "panic:read-record")],
+    )
+    .await;
+    for _ in 0..2 {
+        let (status, _, body) = send(&s, Method::GET, "/products/p1", None).await;
+        assert_eq!(status, 500);
+        assert!(body.to_string().contains("internal error"), "{body}");
+    }
+    assert_eq!(send(&s, Method::GET, "/products/", None).await.0, 200, "other requests are served");
+    assert_eq!(s.client.get(s.url("/health")).send().await.unwrap().status(), 200);
+}
