@@ -26,6 +26,12 @@ impl std::ops::Deref for Snapshot {
 impl Drop for ReadTxn {
     fn drop(&mut self) {
         if let Some(txn) = self.txn.0.take() {
+            // LMDB fails a transaction for good on a fatal read error (a damaged
+            // page); such a one would answer every later read with an error, so it is
+            // not kept. Asking a sub-database's size tells, reading at most its record.
+            if self.db.inner.meta.len(&txn).is_err() {
+                return;
+            }
             let verified = std::mem::take(&mut *self.verified.lock());
             self.db.inner.snapshots.give_back((txn, verified), &self.db.inner.env);
         }
