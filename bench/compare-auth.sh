@@ -16,9 +16,6 @@ RECORDS=${RECORDS:-20000}
 DATE=$(date -u +%Y-%m-%d)
 OUT=$ROOT/bench/results/$DATE-auth
 WORK=$(mktemp -d /tmp/lyre-auth.XXXXXX)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
-BENCH=$CARGO_TARGET_DIR/release/lyre-bench
-LYRE=$CARGO_TARGET_DIR/release/lyre
 OPS=http://127.0.0.1:9945
 REST=http://127.0.0.1:9946
 

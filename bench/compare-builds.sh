@@ -20,8 +20,6 @@ WORKLOADS=${WORKLOADS:-"ycsb-c ycsb-a counters-hot"}
 DATE=$(date -u +%Y-%m-%d)
 OUT=$ROOT/bench/results/$DATE-builds
 WORK=$(mktemp -d /tmp/lyre-ab.XXXXXX)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
-BENCH=$CARGO_TARGET_DIR/release/lyre-bench
 
 source "$ROOT/bench/lib.sh"
 

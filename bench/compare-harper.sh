@@ -20,8 +20,6 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CACHE=${LYRE_BENCH_CACHE:-$HOME/.cache/lyre-bench}
-HARPER_DIR=$CACHE/harper-4.7.29
 DURABILITY=${DURABILITY:-default}
 ROUNDS=${ROUNDS:-3}
 RECORDS=${RECORDS:-100000}
@@ -29,11 +27,6 @@ WORKLOADS=${WORKLOADS:-"ops-insert ops-search-id ops-search-value ycsb-c ycsb-a"
 DATE=$(date -u +%Y-%m-%d)
 OUT=$ROOT/bench/results/$DATE-$DURABILITY
 WORK=$(mktemp -d /tmp/lyre-bench.XXXXXX)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
-LYRE=$CARGO_TARGET_DIR/release/lyre
-BENCH=$CARGO_TARGET_DIR/release/lyre-bench
-LYRE_PORT=9935
-LYRE_REST=9936
 ASYNC=false
 [ "$DURABILITY" = async ] && ASYNC=true
 

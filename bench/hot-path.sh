@@ -22,18 +22,11 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CACHE=${LYRE_BENCH_CACHE:-$HOME/.cache/lyre-bench}
-HARPER_DIR=$CACHE/harper-4.7.29
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_ROUND=${DURATION:-8}
 RECORDS=${RECORDS:-20000}
 REPORT=${REPORT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-hot-path.md}
 WORK=$(mktemp -d /tmp/lyre-hot.XXXXXX)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
-LYRE=$CARGO_TARGET_DIR/release/lyre
-BENCH=$CARGO_TARGET_DIR/release/lyre-bench
-LYRE_PORT=9935
-LYRE_REST=9936
 ASYNC=false
 
 source "$ROOT/bench/lib.sh"

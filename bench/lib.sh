@@ -1,8 +1,17 @@
 # Shared by the bench scripts (sourced, not run): the servers a script starts, their
 # cleanup, readiness, and the application directory a server loads.
 #
-# A script sets WORK (a temporary directory) and BENCH (the lyre-bench binary) before
-# sourcing this; it records each server's process-group leader in PIDS.
+# A script sets WORK (a temporary directory) before sourcing this; it records each
+# server's process-group leader in PIDS.
+
+# Where the builds and Harper 4.7 live, unless the script set them before sourcing.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/lyre-target}
+LYRE=${LYRE:-$CARGO_TARGET_DIR/release/lyre}
+BENCH=${BENCH:-$CARGO_TARGET_DIR/release/lyre-bench}
+HARPER_DIR=${LYRE_BENCH_CACHE:-$HOME/.cache/lyre-bench}/harper-4.7.29
+# The ports of the Lyre a script starts with `start_lyre` (Harper keeps its defaults).
+LYRE_PORT=${LYRE_PORT:-9935}
+LYRE_REST=${LYRE_REST:-9936}
 
 PIDS=()
 

@@ -9,6 +9,7 @@
 //! each format. Decoding and re-encoding a 1 KB record cost about as much as the
 //! B-tree lookup that found it; walking it costs a fraction of that.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 
 use rmp::Marker;
@@ -79,8 +80,7 @@ impl Serialize for Next<'_, '_> {
     }
 }
 
-/// A map key: text as it is, numbers and booleans as their text (as `Value`'s
-/// decoder reads them).
+/// A map key ([`Reader::key`]).
 struct Key<'i, 'a> {
     input: &'i Cell<&'a [u8]>,
 }
@@ -88,19 +88,9 @@ struct Key<'i, 'a> {
 impl Serialize for Key<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut reader = Reader(self.input.get());
-        let marker = reader.marker().map_err(S::Error::custom)?;
-        let scalar = reader.scalar(marker).map_err(S::Error::custom)?;
+        let key = reader.key().map_err(S::Error::custom)?;
         self.input.set(reader.0);
-        match scalar {
-            Scalar::Str(s) => serializer.serialize_str(s),
-            Scalar::Int(i) => serializer.collect_str(&i),
-            Scalar::Bool(b) => serializer.collect_str(&b),
-            Scalar::Bin(b) => match std::str::from_utf8(b) {
-                Ok(s) => serializer.serialize_str(s),
-                Err(_) => Err(S::Error::custom("map key is not UTF-8")),
-            },
-            _ => Err(S::Error::custom("stored map key is not a string")),
-        }
+        serializer.serialize_str(&key)
     }
 }
 
@@ -147,6 +137,25 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// The bytes after a length of `width` bytes.
+    fn sized(&mut self, width: usize) -> Result<&'a [u8], &'static str> {
+        let len = self.length(width)?;
+        self.take(len)
+    }
+
+    /// The next value, which must be a map key: text as it is, numbers and booleans
+    /// as their text (as `Value`'s decoder reads them).
+    fn key(&mut self) -> Result<Cow<'a, str>, &'static str> {
+        let marker = self.marker()?;
+        Ok(match self.scalar(marker)? {
+            Scalar::Str(s) => Cow::Borrowed(s),
+            Scalar::Int(i) => Cow::Owned(i.to_string()),
+            Scalar::Bool(b) => Cow::Owned(b.to_string()),
+            Scalar::Bin(b) => Cow::Borrowed(std::str::from_utf8(b).map_err(|_| "map key is not UTF-8")?),
+            _ => return Err("stored map key is not a string"),
+        })
+    }
+
     fn scalar(&mut self, marker: Marker) -> Result<Scalar<'a>, &'static str> {
         let utf8 = |bytes: &'a [u8]| std::str::from_utf8(bytes).map_err(|_| "stored string is not UTF-8");
         Ok(match marker {
@@ -169,24 +178,12 @@ impl<'a> Reader<'a> {
             Marker::F32 => Scalar::Float(f64::from(f32::from_be_bytes(self.array()?))),
             Marker::F64 => Scalar::Float(f64::from_be_bytes(self.array()?)),
             Marker::FixStr(n) => Scalar::Str(utf8(self.take(usize::from(n))?)?),
-            Marker::Str8 | Marker::Str16 | Marker::Str32 => {
-                let width = match marker {
-                    Marker::Str8 => 1,
-                    Marker::Str16 => 2,
-                    _ => 4,
-                };
-                let len = self.length(width)?;
-                Scalar::Str(utf8(self.take(len)?)?)
-            }
-            Marker::Bin8 | Marker::Bin16 | Marker::Bin32 => {
-                let width = match marker {
-                    Marker::Bin8 => 1,
-                    Marker::Bin16 => 2,
-                    _ => 4,
-                };
-                let len = self.length(width)?;
-                Scalar::Bin(self.take(len)?)
-            }
+            Marker::Str8 => Scalar::Str(utf8(self.sized(1)?)?),
+            Marker::Str16 => Scalar::Str(utf8(self.sized(2)?)?),
+            Marker::Str32 => Scalar::Str(utf8(self.sized(4)?)?),
+            Marker::Bin8 => Scalar::Bin(self.sized(1)?),
+            Marker::Bin16 => Scalar::Bin(self.sized(2)?),
+            Marker::Bin32 => Scalar::Bin(self.sized(4)?),
             Marker::FixArray(n) => Scalar::Array(usize::from(n)),
             Marker::Array16 => Scalar::Array(self.length(2)?),
             Marker::Array32 => Scalar::Array(self.length(4)?),
@@ -258,14 +255,7 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
                 if n > 0 {
                     out.push(b',');
                 }
-                let marker = reader.marker()?;
-                match reader.scalar(marker)? {
-                    Scalar::Str(key) => json_string(key, out),
-                    Scalar::Int(key) => json_string(itoa::Buffer::new().format(key), out),
-                    Scalar::Bool(b) => json_string(if b { "true" } else { "false" }, out),
-                    Scalar::Bin(b) => json_string(std::str::from_utf8(b).map_err(|_| "map key is not UTF-8")?, out),
-                    _ => return Err("stored map key is not a string"),
-                }
+                json_string(&reader.key()?, out);
                 out.push(b':');
                 json_value(reader, out, depth + 1)?;
             }
@@ -337,8 +327,8 @@ fn needs_escape(word: u64) -> bool {
     (below_space | zero_in(word ^ (ONES * u64::from(b'"'))) | zero_in(word ^ (ONES * u64::from(b'\\')))) != 0
 }
 
-/// The first element of the MessagePack array `bytes` starts with, and its length
-/// in bytes, as bytes (a record stored with property versions is `[record, clock]`).
+/// The bytes of the first element of the two-element MessagePack array `bytes`
+/// starts with (a record stored with property versions is `[record, clock]`).
 pub(crate) fn first_of_pair(bytes: &[u8]) -> Option<&[u8]> {
     let (&0x92, rest) = bytes.split_first()? else { return None };
     let len = value_len(rest, 0)?;

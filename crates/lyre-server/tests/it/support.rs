@@ -64,20 +64,8 @@ impl TestServer {
 
     /// Starts `lyre dev <app>`: one application directory loaded from where it is.
     pub async fn start_dev(app: &std::path::Path) -> TestServer {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let stderr_log = dir.path().join("lyre-stderr.log");
-        let mut server = TestServer {
-            child: None,
-            root: dir.path().join("root"),
-            _dir: Some(dir),
-            ops_port: free_port(),
-            http_port: free_port(),
-            client: reqwest::Client::new(),
-            extra_env: Vec::new(),
-            dev_app: Some(app.to_path_buf()),
-            stderr_log,
-            cpus: None,
-        };
+        let mut server = Self::unstarted(&[]);
+        server.dev_app = Some(app.to_path_buf());
         server.spawn().await;
         server
     }
@@ -85,26 +73,12 @@ impl TestServer {
     /// Starts a server whose root holds `files` (paths relative to the root, e.g.
     /// `components/shop/schema.graphql`) before start-up.
     pub async fn start_app(files: &[(&str, &str)], env: &[(&str, &str)]) -> TestServer {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let stderr_log = dir.path().join("lyre-stderr.log");
-        let root = dir.path().join("root");
+        let mut server = Self::unstarted(env);
         for (path, text) in files {
-            let path = root.join(path);
+            let path = server.root.join(path);
             std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
             std::fs::write(path, text).expect("write file");
         }
-        let mut server = TestServer {
-            child: None,
-            root,
-            _dir: Some(dir),
-            ops_port: free_port(),
-            http_port: free_port(),
-            client: reqwest::Client::new(),
-            extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            dev_app: None,
-            stderr_log,
-            cpus: None,
-        };
         server.spawn().await;
         server
     }
@@ -112,22 +86,28 @@ impl TestServer {
     /// Starts a server on a fresh root that may run only on `cpus` (a `taskset -c`
     /// list, e.g. `"0"`), as a pinned deployment would start it.
     pub async fn start_pinned(cpus: &str, env: &[(&str, &str)]) -> TestServer {
+        let mut server = Self::unstarted(env);
+        server.cpus = Some(cpus.to_string());
+        server.spawn().await;
+        server
+    }
+
+    /// A server on a fresh root and free ports with extra environment `env`, not
+    /// started yet.
+    fn unstarted(env: &[(&str, &str)]) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let stderr_log = dir.path().join("lyre-stderr.log");
-        let mut server = TestServer {
+        TestServer {
             child: None,
             root: dir.path().join("root"),
+            stderr_log: dir.path().join("lyre-stderr.log"),
             _dir: Some(dir),
             ops_port: free_port(),
             http_port: free_port(),
             client: reqwest::Client::new(),
             extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             dev_app: None,
-            stderr_log,
-            cpus: Some(cpus.to_string()),
-        };
-        server.spawn().await;
-        server
+            cpus: None,
+        }
     }
 
     /// The server process's id.
