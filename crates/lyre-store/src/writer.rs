@@ -6,7 +6,9 @@
 //! at a time, a read-modify-write inside a job is serial by construction. Woken by a
 //! lone job, the thread yields once before draining, so a producer on the same core
 //! can queue the rest of its burst into the same commit (on 1 core with 64 writers in
-//! flight, batches grew from 17 to 50 jobs and throughput by 11%).
+//! flight, batches grew from 17 to 50 jobs and throughput by 11%), and it runs as a
+//! batch thread (`SCHED_BATCH`), so waking it never preempts the request thread that
+//! queued the job.
 //!
 //! # The job contract: check, then write
 //!
@@ -147,9 +149,10 @@ impl<S: Clone + Send + 'static> Writer<S> {
         clock.observe(db.highest_version()?);
         let (queue, messages) = mpsc::channel(options.queue_capacity);
         let mut worker = Worker { db, clock, state, on_commit, max_batch: options.max_batch };
-        let thread = std::thread::Builder::new()
-            .name(format!("writer-{}", worker.db.name()))
-            .spawn(move || worker.run(messages))?;
+        let thread = std::thread::Builder::new().name(format!("writer-{}", worker.db.name())).spawn(move || {
+            yield_to_request_threads();
+            worker.run(messages)
+        })?;
         Ok(Self { queue, options, thread: Mutex::new(Some(thread)) })
     }
 
@@ -351,6 +354,28 @@ impl<S: Clone + Send + 'static> Worker<S> {
             return Err(Error::Internal(failure));
         }
         Ok(())
+    }
+}
+
+/// Makes the calling (writer) thread a batch thread for Linux's scheduler: waking it
+/// no longer preempts the request thread that queued a job, so on a shared core that
+/// thread goes on reading its other requests and queues them into the same commit.
+/// Woken at once, the writer committed nearly every job alone and the two threads
+/// switched twice per write. Measured with `wrk` (32 connections, one request thread,
+/// server on one core, `writeAsync`): PUT 33,000 → 40,700/s, 29.7 → 24.2 µs of CPU per
+/// request; half reads, half PUTs 43,200 → 54,000/s. A batch thread keeps its full
+/// share of the CPU (unlike an idle-priority one), so a busy server never starves it.
+/// Elsewhere, or if the call is refused, the thread keeps the default policy.
+fn yield_to_request_threads() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler reads `param` during the call only; pid 0 is the
+        // calling thread, and SCHED_BATCH with priority 0 needs no privilege.
+        let refused = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0;
+        if refused {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "the writer keeps the default scheduling policy");
+        }
     }
 }
 
