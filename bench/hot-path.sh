@@ -15,19 +15,34 @@
 # servers. Reported per server: requests/s, p50, p99 and the server's CPU time per
 # request (from /proc), medians (min–max), and each median's ratio to the ceiling.
 #
+# WORKLOAD=put replaces a random record with `PUT /usertable/<random key>` (a new
+# ten-field body, one of 64 made at start); WORKLOAD=mix is YCSB A's half reads, half
+# PUTs. The write workloads run no ceilings (nothing to compare a write with) and
+# report ratios to Harper instead when HARPER=1. DURABILITY=async sets
+# storage.writeAsync on Lyre and Harper (like for like: neither flushes at commit).
+#
 #   bench/hot-path.sh
 #   OLD=/tmp/lyre-before HARPER=1 ROUNDS=7 bench/hot-path.sh
 #   THREADS=0 bench/hot-path.sh            # Lyre's default thread count, still on one core
-# Writes bench/results/<date>-hot-path.md (REPORT overrides).
+#   WORKLOAD=mix DURABILITY=async HARPER=1 bench/hot-path.sh
+# Writes bench/results/<date>-hot-path.md (<date>-hot-path-<workload>.md for writes;
+# REPORT overrides).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_ROUND=${DURATION:-8}
 RECORDS=${RECORDS:-20000}
-REPORT=${REPORT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-hot-path.md}
+WORKLOAD=${WORKLOAD:-get}
+case $WORKLOAD in
+  get) SUFFIX="" ;;
+  put | mix) SUFFIX="-$WORKLOAD" ;;
+  *) echo "WORKLOAD is get, put or mix" >&2; exit 2 ;;
+esac
+REPORT=${REPORT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-hot-path$SUFFIX.md}
 WORK=$(mktemp -d /tmp/lyre-hot.XXXXXX)
 ASYNC=false
+[ "${DURABILITY:-default}" = async ] && ASYNC=true
 
 source "$ROOT/bench/lib.sh"
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
@@ -39,23 +54,47 @@ command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; ex
   echo 'local paths = {'
   "$BENCH" ycsb-paths --records "$RECORDS" | sed 's/.*/"&",/'
   echo '}'
-  echo 'wrk.headers["Authorization"] = "Basic YWRtaW46cGFzc3dvcmQ="'
-  echo 'request = function() return wrk.format("GET", paths[math.random(#paths)]) end'
-} >"$WORK/get.lua"
+  cat <<'LUA'
+wrk.headers["Authorization"] = "Basic YWRtaW46cGFzc3dvcmQ="
+wrk.headers["Content-Type"] = "application/json"
+local function field()
+  local letters = {}
+  for i = 1, 100 do letters[i] = string.char(97 + math.random(0, 25)) end
+  return table.concat(letters)
+end
+local bodies = {}
+for b = 1, 64 do
+  local fields = {}
+  for f = 0, 9 do fields[#fields + 1] = '"field' .. f .. '":"' .. field() .. '"' end
+  bodies[b] = "{" .. table.concat(fields, ",") .. "}"
+end
+local function get() return wrk.format("GET", paths[math.random(#paths)]) end
+local function put() return wrk.format("PUT", paths[math.random(#paths)], nil, bodies[math.random(#bodies)]) end
+LUA
+  case $WORKLOAD in
+    get) echo 'request = get' ;;
+    put) echo 'request = put' ;;
+    mix) echo 'request = function() if math.random() < 0.5 then return get() else return put() end end' ;;
+  esac
+} >"$WORK/requests.lua"
 
 # name → "pid rest-port"
 declare -A SERVERS
 load() { taskset -c 1 "$BENCH" ycsb load --records "$RECORDS" --rounds 1 --settle 0 --url "$1" --rest "$2" >/dev/null; }
 
-setsid taskset -c 0 "$BENCH" ceiling --port 9950 >/dev/null 2>&1 &
-PIDS+=("$!")
-SERVERS[ceiling]="$! 9950"
-wait_health 9950
+ORDER=()
+if [ "$WORKLOAD" = get ]; then
+  setsid taskset -c 0 "$BENCH" ceiling --port 9950 >/dev/null 2>&1 &
+  PIDS+=("$!")
+  SERVERS[ceiling]="$! 9950"
+  wait_health 9950
 
-setsid taskset -c 0 "$BENCH" ceiling --port 9951 --lookup "$RECORDS" >/dev/null 2>&1 &
-PIDS+=("$!")
-SERVERS[lookup]="$! 9951"
-wait_health 9951
+  setsid taskset -c 0 "$BENCH" ceiling --port 9951 --lookup "$RECORDS" >/dev/null 2>&1 &
+  PIDS+=("$!")
+  SERVERS[lookup]="$! 9951"
+  wait_health 9951
+  ORDER=(ceiling lookup)
+fi
 
 start_lyre hot ycsb
 SERVERS[lyre]="$LYRE_PID $LYRE_REST"
@@ -71,7 +110,7 @@ if [ "${HARPER:-0}" = 1 ]; then
   SERVERS[harper]="$(pgrep -n -f "harperdb run" || echo "$HARPER_PID") 9926"
   load http://127.0.0.1:9925 http://127.0.0.1:9926
 fi
-ORDER=(ceiling lookup lyre)
+ORDER+=(lyre)
 [ -n "${OLD:-}" ] && ORDER+=(old)
 [ "${HARPER:-0}" = 1 ] && ORDER+=(harper)
 sleep 5
@@ -86,7 +125,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for name in "${ORDER[@]}"; do
     read -r pid port <<<"${SERVERS[$name]}"
     before=$(cpu_ticks "$pid")
-    out=$(taskset -c 1 wrk -t1 -c32 -d"${SECONDS_PER_ROUND}s" --latency -s "$WORK/get.lua" "http://127.0.0.1:$port")
+    out=$(taskset -c 1 wrk -t1 -c32 -d"${SECONDS_PER_ROUND}s" --latency -s "$WORK/requests.lua" "http://127.0.0.1:$port")
     after=$(cpu_ticks "$pid")
     rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
     requests=$(awk '/requests in/ {print $1}' <<<"$out")
@@ -98,18 +137,26 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
+# Reads are compared with the ceiling, writes with Harper (when it ran).
+REFERENCE=ceiling
+[ "$WORKLOAD" != get ] && REFERENCE=harper
+case $WORKLOAD in
+  get) WHAT="\`GET /usertable/<random key>\`" ;;
+  put) WHAT="\`PUT /usertable/<random key>\` (a whole new record)" ;;
+  mix) WHAT="half \`GET\`, half \`PUT /usertable/<random key>\` (YCSB A's mix)" ;;
+esac
 {
-  echo "# REST GET hot path — $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git -C "$ROOT" rev-parse --short HEAD)"
+  echo "# REST hot path ($WORKLOAD) — $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git -C "$ROOT" rev-parse --short HEAD)"
   echo
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared. Each server on CPU 0"
   echo "with one request thread (Lyre THREADS_COUNT=${THREADS:-1}), \`wrk -t1 -c32 -d${SECONDS_PER_ROUND}s\` on CPU 1, $RECORDS records,"
-  echo "\`GET /usertable/<random key>\` with Basic auth, $ROUNDS alternating rounds. Medians (min–max); CPU is the server's"
-  echo "user + system time per request. Ratios: the server's median over the ceiling's (throughput) and the ceiling's p99 over"
-  echo "the server's (so 1.0 is the ceiling's latency)."
+  echo "$WHAT with Basic auth, storage.writeAsync=$ASYNC, $ROUNDS alternating rounds. Medians (min–max); CPU is the"
+  echo "server's user + system time per request. Ratios: the server's median over the $REFERENCE's (throughput) and the"
+  echo "$REFERENCE's p99 over the server's (so 1.0 is the $REFERENCE's latency)."
   echo
-  echo "| server | GET/s | of ceiling | p50 µs | p99 µs | p99 vs ceiling | CPU µs/request | non-2xx |"
+  echo "| server | requests/s | of $REFERENCE | p50 µs | p99 µs | p99 vs $REFERENCE | CPU µs/request | non-2xx |"
   echo "|---|---|---|---|---|---|---|---|"
-  awk -F'\t' '
+  awk -F'\t' -v reference="$REFERENCE" '
     function median(list,   n, a, i, j, t) {
       n = split(list, a, " ")
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -123,14 +170,16 @@ done
     { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7
       if (!($2 in seen)) { seen[$2] = 1; order[++count] = $2 } }
     END {
-      base = median(rps["ceiling"]); base99 = median(p99["ceiling"])
+      ran = (reference in seen)
+      base = ran ? median(rps[reference]) : 0; base99 = ran ? median(p99[reference]) : 0
       for (k = 1; k <= count; k++) {
         s = order[k]; m = median(rps[s]); q = median(p99[s])
-        printf "| %s | %.0f (%s) | %.2f | %.0f | %.0f (%s) | %.2f | %.2f | %d |\n", s, m, span(rps[s]), m / base, median(p50[s]), q, span(p99[s]), base99 / q, median(cpu[s]), err[s]
+        ratio = ran ? sprintf("%.2f", m / base) : "–"; ratio99 = ran ? sprintf("%.2f", base99 / q) : "–"
+        printf "| %s | %.0f (%s) | %s | %.0f | %.0f (%s) | %s | %.2f | %d |\n", s, m, span(rps[s]), ratio, median(p50[s]), q, span(p99[s]), ratio99, median(cpu[s]), err[s]
       }
     }' "$WORK/rounds.tsv"
   echo
-  echo "Per round (round, server, GET/s, p50 µs, p99 µs, CPU µs/request, non-2xx):"
+  echo "Per round (round, server, requests/s, p50 µs, p99 µs, CPU µs/request, non-2xx):"
   echo
   echo '```'
   cat "$WORK/rounds.tsv"

@@ -525,7 +525,14 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
                 changes: std::mem::take(&mut self.changes),
             };
             let bytes = entry.encode()?;
-            self.db.inner.txlog.put(self.txn, seq, &bytes).map_err(|e| classify(self.db, e))?;
+            // Sequences only grow, so the entry goes after the last one: appending
+            // fills each log page (a plain put splits the last page in half, leaving
+            // the log's pages half empty: 2.0 KB of file per 1.25 KB entry).
+            self.db
+                .inner
+                .txlog
+                .put_with_flags(self.txn, heed::PutFlags::APPEND, seq, &bytes)
+                .map_err(|e| classify(self.db, e))?;
         }
         Ok(())
     }

@@ -221,3 +221,28 @@ async fn versions_after_a_restart_exceed_every_version_issued_before() {
     assert!(clock.next().time > ahead, "the reopened writer raised the clock past the stored mark");
     stop(writer).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_entries_fill_their_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open("t", dir.path(), options()).unwrap();
+    let writer = spawn(&db);
+    writer.prepare_table("dog").await.unwrap();
+    // Entries of about 1.25 KB, one commit each, as single-record writes make them:
+    // three fit in a 4 KB page.
+    let body: &'static [u8] = Box::leak(vec![b'x'; 1200].into_boxed_slice());
+    for n in 0u32..300 {
+        writer
+            .submit(meta(), move |txn, _| {
+                let store = txn.table("dog")?.expect("prepared");
+                txn.put_record(&store, n.to_be_bytes().to_vec(), record(body))?;
+                Ok::<_, Error>(())
+            })
+            .await
+            .unwrap();
+    }
+    let per_entry = db.read().unwrap().log_size().unwrap() / 300;
+    // Split in half at each new entry, pages held one or two: 2,061 bytes each.
+    assert!(per_entry < 1_600, "the log takes {per_entry} bytes per entry");
+    stop(writer).await;
+}
