@@ -1,6 +1,8 @@
-//! The ceiling for REST reads: a bare hyper server that answers every request with
-//! one fixed YCSB record, doing no lookup, no authentication and no encoding. A REST
-//! GET benchmark against it measures the HTTP stack and the load generator alone.
+//! The ceiling for REST requests: a bare hyper server that answers every `GET` with
+//! one fixed YCSB record, doing no lookup, no authentication and no encoding, and
+//! every other request (a `PUT` or `PATCH`) with `204 No Content` once its body is
+//! read, storing nothing. A REST benchmark against it measures the HTTP stack and the
+//! load generator alone: no server answers the same requests with less.
 //!
 //! With `--lookup N` it first stores the first `N` YCSB records, as the JSON a server
 //! answers, in an LMDB environment of its own, and answers `GET /usertable/<key>`
@@ -29,17 +31,28 @@ pub async fn serve(port: u16, lookup: Option<u64>) -> anyhow::Result<()> {
         let (record, store) = (record.clone(), store.clone());
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let path = request.uri().path();
-                let body = match (&store, path) {
-                    (_, "/health") => Some(Bytes::from_static(b"ok")),
-                    (None, _) => Some(record.clone()),
-                    (Some(store), path) => store.get(path.strip_prefix("/usertable/").unwrap_or(path)),
-                };
-                let response = match body {
-                    Some(body) => Response::builder().header("content-type", "application/json").body(Full::new(body)),
-                    None => Response::builder().status(404).body(Full::new(Bytes::new())),
-                };
-                async move { Ok::<_, Infallible>(response.unwrap_or_default()) }
+                let (record, store) = (record.clone(), store.clone());
+                async move {
+                    if request.method() != hyper::Method::GET {
+                        // A write: its body read whole (as a server must), nothing kept.
+                        let _ = http_body_util::BodyExt::collect(request.into_body()).await;
+                        let response = Response::builder().status(204).body(Full::new(Bytes::new()));
+                        return Ok::<_, Infallible>(response.unwrap_or_default());
+                    }
+                    let path = request.uri().path();
+                    let body = match (&store, path) {
+                        (_, "/health") => Some(Bytes::from_static(b"ok")),
+                        (None, _) => Some(record),
+                        (Some(store), path) => store.get(path.strip_prefix("/usertable/").unwrap_or(path)),
+                    };
+                    let response = match body {
+                        Some(body) => {
+                            Response::builder().header("content-type", "application/json").body(Full::new(body))
+                        }
+                        None => Response::builder().status(404).body(Full::new(Bytes::new())),
+                    };
+                    Ok::<_, Infallible>(response.unwrap_or_default())
+                }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)

@@ -84,7 +84,8 @@ pub enum Command {
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
     },
-    /// Serve a fixed record on every path with bare hyper: the ceiling for REST GET.
+    /// Serve a fixed record to every GET (and 204 to every write) with bare hyper: the
+    /// ceiling for REST requests.
     Ceiling {
         /// The port to listen on.
         #[arg(long, default_value_t = 9950)]

@@ -349,8 +349,8 @@ impl RestRequest<'_> {
     /// A 304 when the request's `If-None-Match` names the record's current ETag
     /// (never for a record whose version is not unique: its ETag could mislead).
     fn not_modified(&self, version: &RecordVersion) -> Option<Response> {
-        let tag = etag::etag(version.time);
         let if_none_match = self.headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok())?;
+        let tag = etag::etag(version.time);
         if !version.unique || !etag::matches(if_none_match, &tag) {
             return None;
         }
