@@ -246,3 +246,23 @@ async fn log_entries_fill_their_pages() {
     assert!(per_entry < 1_600, "the log takes {per_entry} bytes per entry");
     stop(writer).await;
 }
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_runs_as_a_batch_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open("batchy", dir.path(), options()).unwrap();
+    let writer = spawn(&db);
+    // The thread sets its policy before it takes its first job.
+    writer.submit(meta(), |_, _| Ok::<_, Error>(())).await.unwrap();
+    let tid = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|name| name.trim() == "writer-batchy"))
+        .and_then(|task| task.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .expect("the writer thread is listed");
+    // SAFETY: sched_getscheduler only reads the scheduling policy of thread `tid`.
+    let policy = unsafe { libc::sched_getscheduler(tid) };
+    assert_eq!(policy, libc::SCHED_BATCH, "the writer's scheduling policy");
+    stop(writer).await;
+}
