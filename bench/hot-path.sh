@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The REST read hot path measured with an outside load generator: `wrk` (Debian's),
-# pinned to CPU 1, against servers each pinned to CPU 0 with one request thread:
+# The REST hot path (reads, and with WORKLOAD writes) measured with an outside load
+# generator: `wrk` (Debian's), pinned to CPU 1, against servers each pinned to CPU 0
+# with one request thread:
 #
-#   ceiling  bare hyper answering a fixed record (`lyre-bench ceiling`): the HTTP stack's own bound
-#   lookup   bare hyper answering each record from an LMDB environment of its own
-#            (`lyre-bench ceiling --lookup`): the HTTP stack plus LMDB's lookup
+#   ceiling  bare hyper answering a fixed record to a GET, 204 to a write once its body
+#            is read (`lyre-bench ceiling`): the HTTP stack's own bound
+#   lookup   (reads only) bare hyper answering each record from an LMDB environment of
+#            its own (`lyre-bench ceiling --lookup`): the HTTP stack plus LMDB's lookup
 #   lyre     this tree's release build
 #   old      another Lyre build, when OLD=<binary> is set (before/after, same run)
 #   harper   Harper 4.7.29, when HARPER=1 (installed under ~/.cache/lyre-bench on first use)
@@ -44,8 +46,11 @@ case $WORKLOAD in
 esac
 REPORT=${REPORT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-hot-path$SUFFIX.md}
 WORK=$(mktemp -d /tmp/lyre-hot.XXXXXX)
-ASYNC=false
-[ "${DURABILITY:-default}" = async ] && ASYNC=true
+case ${DURABILITY:-default} in
+  default) ASYNC=false ;;
+  async) ASYNC=true ;;
+  *) echo "DURABILITY is default or async" >&2; exit 2 ;;
+esac
 
 source "$ROOT/bench/lib.sh"
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }

@@ -23,16 +23,20 @@ pub(crate) fn open_env(dir: &Path, map_size: usize, durable: bool) -> Result<Env
         // operating-system crash or power failure may lose the last commits or damage
         // the file. This is the documented meaning of `storage.writeAsync`.
         //
-        // NO_READ_AHEAD (madvise MADV_RANDOM): a write that takes a page past the
-        // file's written end faults on a hole, and with read-ahead the kernel zeroes
-        // a whole read-ahead window of holes for it, in the writer's fault. That was
-        // the largest single cost of a write (18% of a PUT's CPU), and the faults
-        // that waited on it put PUT's p99 at 17-28 ms; without read-ahead, 2.5-7 ms.
-        //
         // Durable environments do not use WRITE_MAP: flushing a writable map is an
         // msync over the whole map, which made every commit of a 100,000-record
         // database cost milliseconds (YCSB A: 1,736 req/s with it, 23,459 without,
         // side by side); write(2) plus fdatasync flushes only the pages written.
+        //
+        // NO_READ_AHEAD (madvise MADV_RANDOM) is not about safety: through a writable
+        // map, a write that takes a page past the file's written end faults on a hole,
+        // and with read-ahead the kernel zeroed a whole read-ahead window of holes for
+        // it, in the writer's fault. That was the largest single cost of a write (18%
+        // of a PUT's CPU), and the faults that waited on it put PUT's p99 at 17-28 ms;
+        // without read-ahead, 1.3-7 ms (`bench/results/2026-12-02-write-path.md`). The
+        // cost: a read of pages not in memory (a cold scan) faults them in one at a
+        // time. Durable environments write with write(2), never fault on holes, and
+        // keep read-ahead.
         unsafe {
             options.flags(EnvFlags::WRITE_MAP | EnvFlags::NO_SYNC | EnvFlags::MAP_ASYNC | EnvFlags::NO_READ_AHEAD);
         }
