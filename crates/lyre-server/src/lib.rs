@@ -5,6 +5,7 @@
 //! shapes (messages, field names, status codes) live here and nowhere else.
 
 mod app;
+mod bulk;
 pub mod cli;
 mod components;
 pub mod config;

@@ -73,6 +73,17 @@ impl Jobs {
     where
         F: Future<Output = Result<String, String>> + Send + 'static,
     {
+        self.start_reporting(user, kind, body, |_| work).await
+    }
+
+    /// [`Jobs::start`] for work that reports its progress: `work` is handed the
+    /// job's [`Progress`], whose reports `get_job` shows as the job's message while
+    /// it runs.
+    pub async fn start_reporting<W, F>(self: &Arc<Self>, user: &str, kind: &str, body: Value, work: W) -> Result<String>
+    where
+        W: FnOnce(Progress) -> F,
+        F: Future<Output = Result<String, String>> + Send + 'static,
+    {
         let id = Uuid::new_v4().to_string();
         let now = Value::Int(now_ms());
         let mut job = Object::new();
@@ -87,6 +98,7 @@ impl Jobs {
         job.insert("job_body".into(), body);
         let ctx = Context::system();
         self.table()?.insert(&ctx, vec![job]).await?;
+        let work = work(Progress { jobs: Arc::clone(self), id: id.clone(), last: None });
         let jobs = Arc::clone(self);
         let job_id = id.clone();
         self.tasks.spawn(async move {
@@ -152,6 +164,39 @@ impl Jobs {
             ControlFlow::Continue(())
         })?;
         Ok(out)
+    }
+}
+
+/// A running job's progress reports: each sets the job's message, at most once a
+/// second (the rest are dropped, the latest state is what matters).
+pub struct Progress {
+    jobs: Arc<Jobs>,
+    id: String,
+    last: Option<std::time::Instant>,
+}
+
+impl Progress {
+    /// Least time between two recorded reports.
+    const INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// Records `message` as the job's message, unless a report was recorded less
+    /// than a second ago. A report that cannot be written is dropped: the job goes
+    /// on, and its end is recorded as usual.
+    pub async fn report(&mut self, message: impl Into<String>) {
+        if self.last.is_some_and(|last| last.elapsed() < Self::INTERVAL) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        let mut update = Object::new();
+        update.insert("id".into(), self.id.clone().into());
+        update.insert("message".into(), message.into().into());
+        let written = match self.jobs.table() {
+            Ok(table) => table.update(&Context::system(), vec![update]).await.map(drop),
+            Err(err) => Err(err),
+        };
+        if let Err(err) = written {
+            tracing::debug!(job = %self.id, error = %err, "a job's progress was not recorded");
+        }
     }
 }
 

@@ -122,6 +122,14 @@ impl Table {
         write::apply(self, ctx, mode, prepared, options.at, access).await
     }
 
+    /// Checks `record` as a write in `mode` would before queuing it (attribute names,
+    /// declared types, the primary key), without writing: a bulk load finds the rows
+    /// a batch would fail on and rejects them alone. Permissions are checked by the
+    /// write itself.
+    pub fn check_record(&self, mode: WriteMode, record: &Object) -> Result<()> {
+        write::check(&self.schema, mode, record, false)
+    }
+
     /// One record and the version of its last write (for ETags), if it exists.
     /// Attributes the role may not read are left out.
     pub fn get(&self, ctx: &Context, id: &Value) -> Result<Option<(Object, RecordVersion)>> {

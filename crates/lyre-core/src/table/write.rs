@@ -105,26 +105,34 @@ pub(crate) fn prepare(
         .into_iter()
         .zip(expect)
         .map(|(mut record, expect)| {
-            validate_record(table, &record, matches!(mode, WriteMode::Insert | WriteMode::Replace))?;
+            check(table, mode, &record, expect.is_some())?;
             if table.has_timestamps() {
                 record.shift_remove(CREATED_TIME);
                 record.shift_remove(UPDATED_TIME);
             }
             let key = match record.get(&table.primary_key) {
-                None | Some(Value::Null) if mode == WriteMode::Update => {
-                    return Err(Error::invalid(
-                        "a valid hash attribute must be provided with update record, check log for more info",
-                    ));
-                }
-                None | Some(Value::Null) if expect.is_some() => {
-                    return Err(Error::invalid("a conditional write needs the record's primary key"));
-                }
                 None | Some(Value::Null) => None,
                 Some(value) => Some((encode_primary_key(value)?, value.clone())),
             };
             Ok(Prepared { key, record, expect })
         })
         .collect()
+}
+
+/// What [`prepare`] refuses in one record, checked alone: its attributes and values,
+/// and the primary key a write in `mode` (or a `conditional` one) needs.
+pub(crate) fn check(table: &TableSchema, mode: WriteMode, record: &Object, conditional: bool) -> Result<()> {
+    validate_record(table, record, matches!(mode, WriteMode::Insert | WriteMode::Replace))?;
+    match record.get(&table.primary_key) {
+        None | Some(Value::Null) if mode == WriteMode::Update => {
+            Err(Error::invalid("a valid hash attribute must be provided with update record, check log for more info"))
+        }
+        None | Some(Value::Null) if conditional => {
+            Err(Error::invalid("a conditional write needs the record's primary key"))
+        }
+        None | Some(Value::Null) => Ok(()),
+        Some(value) => encode_primary_key(value).map(drop),
+    }
 }
 
 /// Queues prepared records as one logical transaction and waits for its commit.

@@ -1,6 +1,7 @@
 //! Black-box tests: each starts the real `lyre` binary and talks to it over HTTP.
 
 mod bench_smoke;
+mod bulk;
 mod components;
 mod connections;
 mod drop_restore;

@@ -314,3 +314,17 @@ impl Drop for TestServer {
         }
     }
 }
+
+/// Polls `get_job` until the job leaves `IN_PROGRESS` (for at most two minutes: a
+/// large load in a debug build takes a while); returns its record.
+pub async fn finished_job(s: &TestServer, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let job = s.ok(serde_json::json!({"operation": "get_job", "id": id})).await;
+        if job[0]["status"] != "IN_PROGRESS" {
+            return job[0].clone();
+        }
+        assert!(Instant::now() < deadline, "job {id} still running after 120 s: {job}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

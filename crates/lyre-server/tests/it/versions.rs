@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::support::TestServer;
+use crate::support::{TestServer, finished_job};
 
 const SCHEMA: &str = r#"
 type Counter @table(database: "v") @export {
@@ -572,19 +572,6 @@ async fn audit_entries_older_than_the_retention_expire_and_the_records_stay() {
     assert_eq!(log[0]["hash_values"], json!([2]));
     let found = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [1, 2], "get_attributes": ["name"]})).await;
     assert_eq!(found, json!([{"name": "old"}, {"name": "new"}]));
-}
-
-/// Polls `get_job` until the job leaves `IN_PROGRESS`; returns its record.
-async fn finished_job(s: &TestServer, id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let job = s.ok(json!({"operation": "get_job", "id": id})).await;
-        if job[0]["status"] != "IN_PROGRESS" {
-            return job[0].clone();
-        }
-        assert!(Instant::now() < deadline, "job {id} still running after 10 s: {job}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]

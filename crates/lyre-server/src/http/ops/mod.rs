@@ -6,6 +6,7 @@ mod audit;
 mod components;
 mod crud;
 mod lifecycle;
+mod load;
 mod params;
 mod schema;
 mod search;
@@ -178,6 +179,8 @@ async fn dispatch(
             audit::delete_logs_before(state, ctx, operation, params, format).await
         }
         "get_job" => audit::get_job(state, ctx, params, format).await,
+        "csv_data_load" => load::csv_data_load(state, ctx, params, format).await,
+        "csv_file_load" => load::csv_file_load(state, ctx, params, format).await,
         "check_consistency" => audit::check_consistency(state, ctx, params, format).await,
         "get_backup" => lifecycle::get_backup(state, ctx, params).await,
         "restore_backup" => lifecycle::restore_backup(state, ctx, params, format).await,
@@ -201,7 +204,10 @@ async fn dispatch(
 
 /// Operations only a super user may run, refused here by name before anything is
 /// read (core refuses them too, for callers other than this API).
-const SUPER_USER_ONLY: [&str; 24] = [
+const SUPER_USER_ONLY: [&str; 25] = [
+    // Harper lets any user with insert permission load a server file, and so read
+    // any file the server can (each line comes back as a record).
+    "csv_file_load",
     "add_user",
     "alter_user",
     "drop_user",

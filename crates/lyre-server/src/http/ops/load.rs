@@ -1,0 +1,108 @@
+//! csv_data_load, csv_file_load: CSV loaded into a table as a job (`crate::bulk`).
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use lyre_core::{Context, Object, Value, WriteMode};
+
+use crate::app::AppState;
+use crate::bulk::load_csv;
+use crate::http::error::ApiError;
+use crate::http::format::Format;
+use crate::http::ops::{Params, reply};
+
+/// Where a load's CSV comes from.
+enum Source {
+    /// The request's `data`.
+    Data(String),
+    /// A file on the server (`file_path`).
+    File(std::path::PathBuf),
+}
+
+/// `csv_data_load`: the CSV in the request's `data`.
+pub async fn csv_data_load(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let data = params.required_string(&["data"])?;
+    start(state, ctx, "csv_data_load", params, Source::Data(data), format).await
+}
+
+/// `csv_file_load`: the CSV in a file on the server (`file_path`).
+pub async fn csv_file_load(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let path = std::path::PathBuf::from(params.required_string(&["file_path"])?);
+    // Told at once, as Harper does, rather than through a failed job.
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err(ApiError::bad_request(format!("'{}' is not a file", path.display()))),
+        Err(err) => return Err(ApiError::bad_request(format!("cannot read '{}': {err}", path.display()))),
+    }
+    start(state, ctx, "csv_file_load", params, Source::File(path), format).await
+}
+
+/// Checks the target and action, records the job and starts it; answers Harper's
+/// `{message: "Starting job with id …", job_id}`.
+async fn start(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    operation: &str,
+    mut params: Params,
+    source: Source,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let database = params.database()?;
+    let table_name = params.required_string(&["table"])?;
+    let table = state.engine.database(&database)?.table(&table_name)?;
+    let mode = match params.string(&["action"])?.as_deref() {
+        None | Some("insert") => WriteMode::Insert,
+        Some("update") => WriteMode::Update,
+        Some("upsert") => WriteMode::Upsert,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!("'action' must be insert, update or upsert, not '{other}'")));
+        }
+    };
+    let mut body = Object::new();
+    body.insert("operation".into(), operation.into());
+    body.insert("database".into(), database.into());
+    body.insert("table".into(), table_name.into());
+    body.insert("action".into(), mode_name(mode).into());
+    if let Source::File(path) = &source {
+        body.insert("file_path".into(), path.display().to_string().into());
+    }
+    let job_ctx = ctx.clone();
+    let id = state
+        .services
+        .jobs()
+        .start_reporting(ctx.username(), operation, Value::Object(body), move |mut progress| async move {
+            let loaded = match source {
+                Source::Data(data) => {
+                    load_csv(&table, &job_ctx, mode, std::io::Cursor::new(data.into_bytes()), &mut progress).await
+                }
+                Source::File(path) => match std::fs::File::open(&path) {
+                    Ok(file) => load_csv(&table, &job_ctx, mode, file, &mut progress).await,
+                    Err(err) => return Err(format!("cannot read '{}': {err}", path.display())),
+                },
+            };
+            loaded.map(|report| report.message()).map_err(|err| err.to_string())
+        })
+        .await?;
+    let mut out = Object::new();
+    out.insert("message".into(), format!("Starting job with id {id}").into());
+    out.insert("job_id".into(), id.into());
+    reply(format, &Value::Object(out))
+}
+
+fn mode_name(mode: WriteMode) -> &'static str {
+    match mode {
+        WriteMode::Insert => "insert",
+        WriteMode::Update => "update",
+        _ => "upsert",
+    }
+}

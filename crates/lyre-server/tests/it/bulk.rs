@@ -1,0 +1,296 @@
+//! CSV loads (`csv_data_load`, `csv_file_load`) as jobs: typing, rejected rows,
+//! actions, errors, permissions, and memory while a large file loads.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{TestServer, finished_job};
+
+/// Starts a load, waits for its job, returns the finished job's record.
+async fn load(s: &TestServer, request: Value) -> Value {
+    let started = s.ok(request).await;
+    let message = started["message"].as_str().unwrap_or_default();
+    let id = started["job_id"].as_str().expect("a job id").to_string();
+    assert_eq!(message, format!("Starting job with id {id}"));
+    finished_job(s, &id).await
+}
+
+/// The records of dev.`table`, in id order.
+async fn records(s: &TestServer, table: &str) -> Value {
+    let found = s
+        .ok(json!({"operation": "search_by_value", "database": "dev", "table": table, "search_attribute": "id",
+            "search_value": "*", "get_attributes": ["*"]}))
+        .await;
+    let mut rows = found.as_array().cloned().unwrap_or_default();
+    rows.sort_by_key(|row| row["id"].as_i64());
+    for row in &mut rows {
+        if let Some(record) = row.as_object_mut() {
+            record.remove("__createdtime__");
+            record.remove("__updatedtime__");
+        }
+    }
+    Value::Array(rows)
+}
+
+#[tokio::test]
+async fn a_csv_loads_with_harpers_typing_and_rejects_bad_lines_by_number() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    // A byte-order mark, a quoted field across two lines, JSON in cells, a leading
+    // zero, an exponent, an empty cell, a line with an extra field, a blank line.
+    let data = "\u{feff}id,name,age,good,tags,meta,zip,part,note\n\
+        1,Penny,5,true,\"[\"\"a\"\",\"\"b\"\"]\",\"{\"\"x\"\":1}\",02134,1e5,\"two\nlines\"\n\
+        2,Kato,4.5,FALSE,[],{},90210,7,\n\
+        3,Riley,7,null,x,y,z,w,v,extra\n\
+        \n\
+        4,Rex,-3,true,,,00000,0.5e1,plain\n";
+    let job = load(&s, json!({"operation": "csv_data_load", "database": "dev", "table": "dog", "data": data})).await;
+    assert_eq!(job["status"], "COMPLETE", "{job}");
+    assert_eq!(job["type"], "csv_data_load");
+    let message = job["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "successfully loaded 3 of 4 records; 1 rows rejected (line 5: 10 fields where the header names 9)"
+        ),
+        "{message}"
+    );
+    let found = records(&s, "dog").await;
+    let rows = found.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{found}");
+    let penny = &rows[0];
+    assert_eq!(penny["name"], "Penny");
+    assert_eq!(penny["age"], 5);
+    assert_eq!(penny["good"], true);
+    assert_eq!(penny["tags"], json!(["a", "b"]));
+    assert_eq!(penny["meta"], json!({"x": 1}));
+    assert_eq!(penny["zip"], "02134", "a leading zero keeps the text");
+    assert_eq!(penny["part"], "1e5", "an exponent keeps the text");
+    assert_eq!(penny["note"], "two\nlines");
+    let kato = &rows[1];
+    assert_eq!(kato["age"], 4.5);
+    assert_eq!(kato["good"], false);
+    assert_eq!(kato["tags"], json!([]));
+    // An empty cell leaves the attribute out (a search shows it as null).
+    assert_eq!(kato["note"], Value::Null, "{kato}");
+    let rex = &rows[2];
+    assert_eq!(rex["id"], 4);
+    assert_eq!(rex["age"], -3);
+    assert_eq!(rex["zip"], "00000");
+    assert_eq!(rex["part"], 5.0);
+}
+
+#[tokio::test]
+async fn declared_types_take_the_text_and_refused_values_reject_their_row() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "place", "primary_key": "id",
+        "attributes": [{"name": "id", "type": "Int"}, {"name": "zip", "type": "String"}, {"name": "people", "type": "Int"},
+            {"name": "open", "type": "Boolean"}]}))
+    .await;
+    let data = "id,zip,people,open\n1,02134,12,TRUE\n2,90210,many,false\n3,10001,7,False\n";
+    let job = load(&s, json!({"operation": "csv_data_load", "database": "dev", "table": "place", "data": data})).await;
+    assert_eq!(job["status"], "COMPLETE", "{job}");
+    let message = job["message"].as_str().unwrap();
+    assert!(message.starts_with("successfully loaded 2 of 3 records; 1 rows rejected (line 3: "), "{message}");
+    assert!(message.contains("people"), "the refusal names the attribute: {message}");
+    let found = records(&s, "place").await;
+    assert_eq!(
+        found,
+        json!([{"id": 1, "zip": "02134", "people": 12, "open": true}, {"id": 3, "zip": "10001", "people": 7, "open": false}])
+    );
+}
+
+#[tokio::test]
+async fn actions_insert_update_and_upsert_as_harper() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 1, "name": "Penny", "age": 5}]}))
+        .await;
+    // Insert skips an existing key, and Harper's count leaves skipped rows out.
+    let job = load(
+        &s,
+        json!({"operation": "csv_data_load", "database": "dev", "table": "dog",
+        "data": "id,name\n1,Other\n2,Kato\n"}),
+    )
+    .await;
+    assert_eq!(job["message"], "successfully loaded 1 of 1 records");
+    // Update merges into existing records and skips missing ones.
+    let job = load(
+        &s,
+        json!({"operation": "csv_data_load", "action": "update", "database": "dev", "table": "dog",
+        "data": "id,name\n1,Pen\n9,Nobody\n"}),
+    )
+    .await;
+    assert_eq!(job["message"], "successfully loaded 1 of 1 records");
+    // Upsert writes both.
+    let job = load(
+        &s,
+        json!({"operation": "csv_data_load", "action": "upsert", "database": "dev", "table": "dog",
+        "data": "id,name\n2,Kato2\n3,Riley\n"}),
+    )
+    .await;
+    assert_eq!(job["message"], "successfully loaded 2 of 2 records");
+    let names: Vec<Value> = records(&s, "dog").await.as_array().unwrap().iter().map(|r| r["name"].clone()).collect();
+    assert_eq!(names, [json!("Pen"), json!("Kato2"), json!("Riley")]);
+    let penny = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [1], "get_attributes": ["age"]})).await;
+    assert_eq!(penny, json!([{"age": 5}]), "update kept the attributes the CSV did not name");
+}
+
+#[tokio::test]
+async fn bad_requests_and_documents_that_are_not_csv() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    s.fails(json!({"operation": "csv_data_load", "database": "dev", "table": "dog"}), 400, "'data' is required").await;
+    s.fails(
+        json!({"operation": "csv_data_load", "database": "dev", "table": "dog", "action": "replace", "data": "id\n1\n"}),
+        400,
+        "'action' must be insert, update or upsert, not 'replace'",
+    )
+    .await;
+    let (status, _) =
+        s.op(json!({"operation": "csv_data_load", "database": "dev", "table": "cat", "data": "id\n1\n"})).await;
+    assert_eq!(status, 404, "an unknown table");
+    let (status, answer) = s
+        .op(json!({"operation": "csv_file_load", "database": "dev", "table": "dog", "file_path": "/nonexistent/x.csv"}))
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("/nonexistent/x.csv"), "{answer}");
+    // No header row, or a header that is not text: the job fails and says why.
+    let job = load(&s, json!({"operation": "csv_data_load", "database": "dev", "table": "dog", "data": ""})).await;
+    assert_eq!(job["status"], "ERROR");
+    assert!(job["message"].as_str().unwrap().contains("needs a header row"), "{job}");
+    let job =
+        load(&s, json!({"operation": "csv_data_load", "database": "dev", "table": "dog", "data": "id,,x\n1,2,3\n"}))
+            .await;
+    assert_eq!(job["status"], "ERROR");
+    assert!(job["message"].as_str().unwrap().contains("column 2 is empty"), "{job}");
+    // A header alone: nothing to load, as Harper says it.
+    let job =
+        load(&s, json!({"operation": "csv_data_load", "database": "dev", "table": "dog", "data": "id,name\n"})).await;
+    assert_eq!(job["status"], "COMPLETE");
+    assert_eq!(job["message"], "No records parsed from csv file.");
+}
+
+#[tokio::test]
+async fn a_file_loads_for_a_super_user_only_and_other_loads_need_write_permission() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    let file = s.root().join("dogs.csv");
+    std::fs::write(&file, "id,name\n1,Penny\n2,Kato\n").unwrap();
+    let request = json!({"operation": "csv_file_load", "database": "dev", "table": "dog", "file_path": file});
+    let job = load(&s, request.clone()).await;
+    assert_eq!(job["message"], "successfully loaded 2 of 2 records", "{job}");
+
+    let permission = json!({"dev": {"tables": {"dog": {"read": true, "insert": false, "update": false, "delete": false,
+        "attribute_permissions": []}}}});
+    s.ok(json!({"operation": "add_role", "role": "reader", "permission": permission})).await;
+    s.ok(json!({"operation": "add_user", "username": "ann", "password": "pw", "role": "reader", "active": true})).await;
+    // A server file could hold anything the server can read: super users only.
+    let (status, answer) = s.op_as("ann", "pw", &request).await;
+    assert_eq!(status, 403, "{answer}");
+    // A data load is a write: the job fails without insert permission, loading nothing.
+    let (status, started) = s
+        .op_as(
+            "ann",
+            "pw",
+            &json!({"operation": "csv_data_load", "database": "dev", "table": "dog", "data": "id\n7\n"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{started}");
+    let (_, job) = loop {
+        let (status, job) = s.op_as("ann", "pw", &json!({"operation": "get_job", "id": started["job_id"]})).await;
+        if job[0]["status"] != "IN_PROGRESS" {
+            break (status, job);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(job[0]["status"], "ERROR", "{job}");
+    let found = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [7]})).await;
+    assert_eq!(found, json!([]));
+}
+
+/// Anonymous memory (heap) the server holds now, in KiB: file-backed pages (the
+/// database's map) are left out, since they belong to the OS cache.
+fn anonymous_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("RssAnon:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_large_file_loads_in_batches_with_bounded_memory() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "big", "primary_key": "id"})).await;
+    // 160,000 rows, about 24 MB: held whole and decoded, it would take several
+    // times that; streamed, a few batches of 1,000 rows are in memory at once.
+    const ROWS: u64 = 160_000;
+    let file = s.root().join("big.csv");
+    let mut text = String::with_capacity(24 << 20);
+    text.push_str("id,name,score,note\n");
+    for n in 0..ROWS {
+        text.push_str(&format!(
+            "{n},name {n},{}.5,\"a note, with a comma and some padding text {n:0>60}\"\n",
+            n % 1000
+        ));
+    }
+    let size_mib = text.len() >> 20;
+    std::fs::write(&file, &text).unwrap();
+    drop(text);
+    let before = anonymous_kib(s.pid());
+    let started =
+        s.ok(json!({"operation": "csv_file_load", "database": "dev", "table": "big", "file_path": file})).await;
+    let id = started["job_id"].as_str().unwrap().to_string();
+    let mut peak = before;
+    let mut progress_seen = false;
+    let job = loop {
+        peak = peak.max(anonymous_kib(s.pid()));
+        let job = s.ok(json!({"operation": "get_job", "id": id})).await;
+        if job[0]["status"] != "IN_PROGRESS" {
+            break job[0].clone();
+        }
+        progress_seen |= job[0]["message"].as_str().is_some_and(|m| m.starts_with("loading: "));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(job["message"], format!("successfully loaded {ROWS} of {ROWS} records"), "{job}");
+    let grown_mib = peak.saturating_sub(before) >> 10;
+    assert!(grown_mib < 64, "the server's heap grew {grown_mib} MiB loading a {size_mib} MiB file");
+    assert!(progress_seen, "get_job showed the rows loaded while the job ran");
+    let count = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "big"})).await;
+    assert_eq!(count["record_count"], ROWS);
+}
+
+#[tokio::test]
+async fn a_load_cut_short_by_a_crash_ends_as_error_and_keeps_its_committed_batches() {
+    let mut s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "big", "primary_key": "id"})).await;
+    let file = s.root().join("big.csv");
+    let mut text = String::from("id,name\n");
+    for n in 0..400_000 {
+        text.push_str(&format!("{n},name {n}\n"));
+    }
+    std::fs::write(&file, text).unwrap();
+    let started =
+        s.ok(json!({"operation": "csv_file_load", "database": "dev", "table": "big", "file_path": file})).await;
+    let id = started["job_id"].as_str().unwrap().to_string();
+    // Killed once some batches are in.
+    loop {
+        let count = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "big"})).await;
+        if count["record_count"].as_u64().unwrap_or(0) >= 5_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    s.stop("-KILL");
+    s.start_again().await;
+    let job = finished_job(&s, &id).await;
+    assert_eq!(job["status"], "ERROR", "{job}");
+    assert!(job["message"].as_str().unwrap().contains("interrupted"), "{job}");
+    let loaded = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "big"})).await["record_count"]
+        .as_u64()
+        .unwrap();
+    assert!((5_000..400_000).contains(&loaded), "whole batches stay loaded: {loaded}");
+    assert_eq!(loaded % 1_000, 0, "a batch is all or nothing: {loaded}");
+}
