@@ -1,5 +1,6 @@
 //! Bulk loads: a CSV document streamed into a table in batches, what the
-//! `csv_data_load`, `csv_file_load` and `csv_url_load` operations run as jobs.
+//! `csv_data_load`, `csv_file_load` and `csv_url_load` operations run as jobs
+//! (`download.rs` reads a document from a URL as it arrives).
 //!
 //! The CSV is parsed on a blocking thread, [`BATCH_ROWS`] rows at a time, and each
 //! batch is written as one transaction through [`Table::write_with`] (so permissions,
@@ -11,6 +12,7 @@
 //! row fails the load.
 
 mod cast;
+pub mod download;
 mod lines;
 
 use std::io::Read;

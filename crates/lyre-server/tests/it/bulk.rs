@@ -294,3 +294,91 @@ async fn a_load_cut_short_by_a_crash_ends_as_error_and_keeps_its_committed_batch
     assert!((5_000..400_000).contains(&loaded), "whole batches stay loaded: {loaded}");
     assert_eq!(loaded % 1_000, 0, "a batch is all or nothing: {loaded}");
 }
+
+/// A small HTTP origin on loopback answering `GET <path>` from `answers` (status
+/// line, content type, body); other paths get 404.
+async fn origin(answers: Vec<(&'static str, &'static str, &'static str, String)>) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answers = answers.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request);
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let (status, content_type, body) = answers
+                    .iter()
+                    .find(|(p, ..)| *p == path)
+                    .map(|(_, status, content_type, body)| (*status, *content_type, body.clone()))
+                    .unwrap_or(("404 Not Found", "text/plain", "no such file".to_string()));
+                let head = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_url_loads_and_an_origin_that_fails_ends_the_job_with_the_reason() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    let mut big = String::from("id,name\n");
+    for n in 0..5_000 {
+        big.push_str(&format!("{n},dog {n}\n"));
+    }
+    let port = origin(vec![
+        ("/dogs.csv", "200 OK", "text/csv; charset=utf-8", "id,name\n1,Penny\n2,Kato\n".to_string()),
+        ("/page.html", "200 OK", "text/html", "<html></html>".to_string()),
+        ("/many.csv", "200 OK", "application/octet-stream", big),
+    ])
+    .await;
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let request =
+        |path: &str| json!({"operation": "csv_url_load", "database": "dev", "table": "dog", "csv_url": url(path)});
+
+    let job = load(&s, request("/dogs.csv")).await;
+    assert_eq!(job["status"], "COMPLETE", "{job}");
+    assert_eq!(job["message"], "successfully loaded 2 of 2 records");
+    let job = load(&s, request("/many.csv")).await;
+    assert_eq!(job["message"], "successfully loaded 4998 of 4998 records", "ids 1 and 2 exist: {job}");
+
+    let job = load(&s, request("/missing.csv")).await;
+    assert_eq!(job["status"], "ERROR");
+    let expected = format!("CSV Load failed from URL: {}, status code: 404, message: Not Found", url("/missing.csv"));
+    assert_eq!(job["message"], expected);
+    let job = load(&s, request("/page.html")).await;
+    assert_eq!(job["status"], "ERROR");
+    assert!(job["message"].as_str().unwrap().ends_with("unsupported content type: text/html"), "{job}");
+    // Nothing listens here.
+    let closed = crate::support::free_port();
+    let job = load(
+        &s,
+        json!({"operation": "csv_url_load", "database": "dev", "table": "dog",
+        "csv_url": format!("http://127.0.0.1:{closed}/x.csv")}),
+    )
+    .await;
+    assert_eq!(job["status"], "ERROR");
+    let message = job["message"].as_str().unwrap();
+    assert!(message.starts_with("CSV Load failed from URL: ") && message.contains("refused"), "the cause: {message}");
+
+    for bad in ["not a url", "ftp://127.0.0.1/x.csv", "file:///etc/passwd"] {
+        let (status, answer) =
+            s.op(json!({"operation": "csv_url_load", "database": "dev", "table": "dog", "csv_url": bad})).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("'csv_url' must be a valid http or https url"), "{answer}");
+    }
+}

@@ -1,4 +1,5 @@
-//! csv_data_load, csv_file_load: CSV loaded into a table as a job (`crate::bulk`).
+//! csv_data_load, csv_file_load, csv_url_load: CSV loaded into a table as a job
+//! (`crate::bulk`).
 
 use std::sync::Arc;
 
@@ -6,7 +7,7 @@ use axum::response::Response;
 use lyre_core::{Context, Object, Value, WriteMode};
 
 use crate::app::AppState;
-use crate::bulk::load_csv;
+use crate::bulk::{download, load_csv};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::ops::{Params, reply};
@@ -17,6 +18,8 @@ enum Source {
     Data(String),
     /// A file on the server (`file_path`).
     File(std::path::PathBuf),
+    /// A document on an HTTP or HTTPS server (`csv_url`).
+    Url(reqwest::Url),
 }
 
 /// `csv_data_load`: the CSV in the request's `data`.
@@ -47,6 +50,21 @@ pub async fn csv_file_load(
     start(state, ctx, "csv_file_load", params, Source::File(path), format).await
 }
 
+/// `csv_url_load`: the CSV at `csv_url` (HTTP or HTTPS), read as it arrives.
+pub async fn csv_url_load(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let text = params.required_string(&["csv_url"])?;
+    let url = reqwest::Url::parse(&text)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https"))
+        .ok_or_else(|| ApiError::bad_request(format!("'csv_url' must be a valid http or https url, not '{text}'")))?;
+    start(state, ctx, "csv_url_load", params, Source::Url(url), format).await
+}
+
 /// Checks the target and action, records the job and starts it; answers Harper's
 /// `{message: "Starting job with id …", job_id}`.
 async fn start(
@@ -73,8 +91,10 @@ async fn start(
     body.insert("database".into(), database.into());
     body.insert("table".into(), table_name.into());
     body.insert("action".into(), mode_name(mode).into());
-    if let Source::File(path) = &source {
-        body.insert("file_path".into(), path.display().to_string().into());
+    match &source {
+        Source::Data(_) => {}
+        Source::File(path) => _ = body.insert("file_path".into(), path.display().to_string().into()),
+        Source::Url(url) => _ = body.insert("csv_url".into(), url.as_str().into()),
     }
     let job_ctx = ctx.clone();
     let id = state
@@ -89,6 +109,12 @@ async fn start(
                     Ok(file) => load_csv(&table, &job_ctx, mode, file, &mut progress).await,
                     Err(err) => return Err(format!("cannot read '{}': {err}", path.display())),
                 },
+                Source::Url(url) => {
+                    let (chunks, pump) = download::open(&url).await?.split();
+                    // The pump ends when the body does, or when the parser stops reading.
+                    let (loaded, ()) = tokio::join!(load_csv(&table, &job_ctx, mode, chunks, &mut progress), pump);
+                    loaded
+                }
             };
             loaded.map(|report| report.message()).map_err(|err| err.to_string())
         })

@@ -181,6 +181,7 @@ async fn dispatch(
         "get_job" => audit::get_job(state, ctx, params, format).await,
         "csv_data_load" => load::csv_data_load(state, ctx, params, format).await,
         "csv_file_load" => load::csv_file_load(state, ctx, params, format).await,
+        "csv_url_load" => load::csv_url_load(state, ctx, params, format).await,
         "check_consistency" => audit::check_consistency(state, ctx, params, format).await,
         "get_backup" => lifecycle::get_backup(state, ctx, params).await,
         "restore_backup" => lifecycle::restore_backup(state, ctx, params, format).await,
