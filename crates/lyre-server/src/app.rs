@@ -42,7 +42,13 @@ pub struct AppState {
     pub cors: bool,
     /// Whether the Operations API answers cross-origin requests.
     pub ops_cors: bool,
+    /// Turns of the CSV loads running at once (each holds a blocking thread while
+    /// it reads): [`MAX_LOADS`]; the others wait.
+    pub loads: Arc<tokio::sync::Semaphore>,
 }
+
+/// CSV loads that run at once; more wait their turn (their job says so).
+pub const MAX_LOADS: usize = 2;
 
 /// What a client presented to say who it is, whatever the protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -135,6 +135,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         ),
         cors: config.http.cors,
         ops_cors: config.operations_api.network.cors,
+        loads: Arc::new(tokio::sync::Semaphore::new(crate::app::MAX_LOADS)),
     });
 
     let tls = crate::tls::acceptor(&config).context("setting up TLS")?;

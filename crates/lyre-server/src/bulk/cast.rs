@@ -75,10 +75,10 @@ fn number(text: &str) -> Option<Value> {
     trimmed.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float)
 }
 
-/// An integer written as `-?[0-9]+` (spaces around allowed), within 64 bits.
+/// An integer written as `[-+]?[0-9]+` (spaces around allowed), within 64 bits.
 fn integer(text: &str) -> Option<Value> {
     let trimmed = text.trim();
-    let digits = trimmed.strip_prefix('-').unwrap_or(trimmed);
+    let digits = trimmed.strip_prefix(['-', '+']).unwrap_or(trimmed);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -97,6 +97,7 @@ mod tests {
             ("-007", Value::Int(-7)),
             (" 42", Value::Int(42)),
             ("0", Value::Int(0)),
+            ("+5", Value::Int(5)),
             ("3.25", Value::Float(3.25)),
             (".5", Value::Float(0.5)),
             ("0.5e3", Value::Float(500.0)),

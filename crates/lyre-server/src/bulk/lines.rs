@@ -4,17 +4,28 @@
 //! it skips to reach it, and its byte offsets point at those blank lines, so neither
 //! names the line a user sees. [`Lines`] wraps the source and remembers where each
 //! line ends; [`Lines::line_of`] turns a record's byte offset into the line its
-//! first character is on. Only the line ends after the oldest record still to be
-//! numbered are kept, so memory stays bounded by the reader's read-ahead.
+//! first character is on. Only the line ends after the record being read are kept.
+//!
+//! The reader builds a whole record before it returns it, so an unclosed quote would
+//! make the rest of the document one record held in memory: a record longer than
+//! [`MAX_RECORD_BYTES`] fails the read instead, naming its line.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::Read;
 use std::rc::Rc;
 
+/// The most bytes one record may take (with the read-ahead before it is returned).
+pub const MAX_RECORD_BYTES: u64 = 16 << 20;
+
+/// Line ends kept at most (16 bytes each): enough for a read-ahead of short lines.
+const MAX_KEPT_ENDS: usize = 1 << 16;
+
 /// The line ends seen so far: those still needed, and how many came before them.
 #[derive(Default)]
 struct Ends {
+    /// Where the last record numbered starts (the next one starts after it).
+    record_start: u64,
     /// Offsets of `\n` bytes not yet passed, each with whether a `\r` precedes it.
     kept: VecDeque<(u64, bool)>,
     /// Line ends before the first kept one.
@@ -44,6 +55,15 @@ pub fn track<R: Read>(source: R) -> (Tracked<R>, Lines) {
 
 impl<R: Read> Read for Tracked<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let ends = self.ends.borrow_mut();
+        if ends.read.saturating_sub(ends.record_start) > MAX_RECORD_BYTES {
+            let line = ends.passed + 1;
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a record after line {line} runs over {} MiB (an unclosed quote?)", MAX_RECORD_BYTES >> 20),
+            ));
+        }
+        drop(ends);
         let n = self.inner.read(buf)?;
         let mut ends = self.ends.borrow_mut();
         for (i, byte) in buf[..n].iter().enumerate() {
@@ -51,6 +71,12 @@ impl<R: Read> Read for Tracked<R> {
                 let crlf = if i == 0 { ends.after_cr } else { buf[i - 1] == b'\r' };
                 let offset = ends.read + i as u64;
                 ends.kept.push_back((offset, crlf));
+                if ends.kept.len() > MAX_KEPT_ENDS {
+                    // Inside a record of very many lines: its oldest ends come before
+                    // any record still to be numbered, so they can be counted now.
+                    ends.kept.pop_front();
+                    ends.passed += 1;
+                }
             }
         }
         if n > 0 {
@@ -67,6 +93,7 @@ impl Lines {
     /// numbered in order: the line ends before this one are forgotten.
     pub fn line_of(&self, start: u64) -> u64 {
         let mut ends = self.ends.borrow_mut();
+        ends.record_start = start;
         // Forget the ends before `start`, counting them.
         while ends.kept.front().is_some_and(|(offset, _)| *offset < start) {
             ends.kept.pop_front();
@@ -108,6 +135,29 @@ mod tests {
         assert_eq!(lines("id,name\n1,a\n2,b,extra\n3,c\n\n4\n5,\"x\ny\"\n\n\n6,z"), [1, 2, 3, 4, 6, 7, 11]);
         assert_eq!(lines("id,name\r\n1,a\r\n\r\n2,\"p\r\nq\"\r\n3,c\r\n"), [1, 2, 4, 6]);
         assert_eq!(lines("\n\nid\n1\n"), [3, 4]);
+    }
+
+    #[test]
+    fn a_record_that_never_ends_fails_the_read_instead_of_filling_memory() {
+        // An unclosed quote on line 3: the rest is one endless field.
+        let endless = std::io::repeat(b'x').take(2 * MAX_RECORD_BYTES);
+        let source = std::io::Cursor::new(b"id,name\n1,a\n2,\"".to_vec()).chain(endless);
+        let (source, lines) = track(source);
+        let mut reader = csv::ReaderBuilder::new().has_headers(false).from_reader(source);
+        let mut row = csv::ByteRecord::new();
+        let mut failure = None;
+        loop {
+            match reader.read_byte_record(&mut row) {
+                Ok(true) => _ = lines.line_of(row.position().map_or(0, csv::Position::byte)),
+                Ok(false) => break,
+                Err(err) => {
+                    failure = Some(err.to_string());
+                    break;
+                }
+            }
+        }
+        let failure = failure.expect("the read fails");
+        assert!(failure.contains("a record after line 2 runs over 16 MiB (an unclosed quote?)"), "{failure}");
     }
 
     #[test]

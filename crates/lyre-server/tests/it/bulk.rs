@@ -185,26 +185,22 @@ async fn a_file_loads_for_a_super_user_only_and_other_loads_need_write_permissio
         "attribute_permissions": []}}}});
     s.ok(json!({"operation": "add_role", "role": "reader", "permission": permission})).await;
     s.ok(json!({"operation": "add_user", "username": "ann", "password": "pw", "role": "reader", "active": true})).await;
-    // A server file could hold anything the server can read: super users only.
+    // A server file could hold anything the server can read, and a URL could reach
+    // anything the server can: super users only.
     let (status, answer) = s.op_as("ann", "pw", &request).await;
     assert_eq!(status, 403, "{answer}");
-    // A data load is a write: the job fails without insert permission, loading nothing.
-    let (status, started) = s
-        .op_as(
-            "ann",
-            "pw",
-            &json!({"operation": "csv_data_load", "database": "dev", "table": "dog", "data": "id\n7\n"}),
-        )
-        .await;
-    assert_eq!(status, 200, "{started}");
-    let (_, job) = loop {
-        let (status, job) = s.op_as("ann", "pw", &json!({"operation": "get_job", "id": started["job_id"]})).await;
-        if job[0]["status"] != "IN_PROGRESS" {
-            break (status, job);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(job[0]["status"], "ERROR", "{job}");
+    let url =
+        json!({"operation": "csv_url_load", "database": "dev", "table": "dog", "csv_url": "http://127.0.0.1:1/x.csv"});
+    let (status, answer) = s.op_as("ann", "pw", &url).await;
+    assert_eq!(status, 403, "{answer}");
+    // A data load is a write: refused before any job starts without the action's
+    // permission (insert; update; both for upsert).
+    for action in ["insert", "update", "upsert"] {
+        let load = json!({"operation": "csv_data_load", "action": action, "database": "dev", "table": "dog", "data": "id\n7\n"});
+        let (status, answer) = s.op_as("ann", "pw", &load).await;
+        assert_eq!(status, 403, "{action}: {answer}");
+        assert!(answer.get("job_id").is_none(), "{answer}");
+    }
     let found = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [7]})).await;
     assert_eq!(found, json!([]));
 }
@@ -224,7 +220,7 @@ fn anonymous_kib(pid: u32) -> u64 {
 async fn a_large_file_loads_in_batches_with_bounded_memory() {
     let s = TestServer::start().await;
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "big", "primary_key": "id"})).await;
-    // 160,000 rows, about 24 MB: held whole and decoded, it would take several
+    // 160,000 rows, about 19 MiB: held whole and decoded, it would take several
     // times that; streamed, a few batches of 1,000 rows are in memory at once.
     const ROWS: u64 = 160_000;
     let file = s.root().join("big.csv");
@@ -381,4 +377,30 @@ async fn a_url_loads_and_an_origin_that_fails_ends_the_job_with_the_reason() {
         assert_eq!(status, 400, "{bad}: {answer}");
         assert!(answer["error"].as_str().unwrap().contains("'csv_url' must be a valid http or https url"), "{answer}");
     }
+}
+
+#[tokio::test]
+async fn dropping_the_database_stops_a_load_instead_of_waiting_for_it() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "big", "primary_key": "id"})).await;
+    let file = s.root().join("big.csv");
+    let mut text = String::from("id,name\n");
+    for n in 0..400_000 {
+        text.push_str(&format!("{n},name {n}\n"));
+    }
+    std::fs::write(&file, text).unwrap();
+    let started =
+        s.ok(json!({"operation": "csv_file_load", "database": "dev", "table": "big", "file_path": file})).await;
+    let id = started["job_id"].as_str().unwrap().to_string();
+    loop {
+        let count = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "big"})).await;
+        if count["record_count"].as_u64().unwrap_or(0) >= 2_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    s.ok(json!({"operation": "drop_database", "database": "dev"})).await;
+    let job = finished_job(&s, &id).await;
+    assert_eq!(job["status"], "ERROR", "{job}");
+    assert!(job["message"].as_str().unwrap().contains("being dropped or restored"), "{job}");
 }

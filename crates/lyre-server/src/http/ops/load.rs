@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use axum::response::Response;
+use lyre_core::access::Action;
 use lyre_core::{Context, Object, Value, WriteMode};
 
 use crate::app::AppState;
@@ -77,15 +78,18 @@ async fn start(
 ) -> Result<Response, ApiError> {
     let database = params.database()?;
     let table_name = params.required_string(&["table"])?;
-    let table = state.engine.database(&database)?.table(&table_name)?;
-    let mode = match params.string(&["action"])?.as_deref() {
-        None | Some("insert") => WriteMode::Insert,
-        Some("update") => WriteMode::Update,
-        Some("upsert") => WriteMode::Upsert,
+    let db = state.engine.database(&database)?;
+    let table = db.table(&table_name)?;
+    let (mode, actions): (_, &[Action]) = match params.string(&["action"])?.as_deref() {
+        None | Some("insert") => (WriteMode::Insert, &[Action::Insert]),
+        Some("update") => (WriteMode::Update, &[Action::Update]),
+        Some("upsert") => (WriteMode::Upsert, &[Action::Insert, Action::Update]),
         Some(other) => {
             return Err(ApiError::bad_request(format!("'action' must be insert, update or upsert, not '{other}'")));
         }
     };
+    // Refused before a job exists, as Harper does (the writes check again).
+    table.access(ctx, actions)?;
     let mut body = Object::new();
     body.insert("operation".into(), operation.into());
     body.insert("database".into(), database.into());
@@ -94,25 +98,38 @@ async fn start(
     match &source {
         Source::Data(_) => {}
         Source::File(path) => _ = body.insert("file_path".into(), path.display().to_string().into()),
-        Source::Url(url) => _ = body.insert("csv_url".into(), url.as_str().into()),
+        Source::Url(url) => {
+            // A password in the URL is not kept in the job's record.
+            let mut shown = url.clone();
+            let _ = shown.set_password(None);
+            body.insert("csv_url".into(), shown.as_str().into());
+        }
     }
     let job_ctx = ctx.clone();
+    let (loads, holder) = (state.loads.clone(), format!("a {operation} job for {}", ctx.username()));
     let id = state
         .services
         .jobs()
         .start_reporting(ctx.username(), operation, Value::Object(body), move |mut progress| async move {
+            // A few loads run at once (each holds a blocking thread); the rest wait.
+            if loads.available_permits() == 0 {
+                progress.report("waiting for other loads to finish").await;
+            }
+            let Ok(_turn) = loads.acquire_owned().await else { return Err("the server is stopping".to_string()) };
+            // Names the load to a drop or restore that has to wait for it.
+            let _lease = db.lease(holder);
             let loaded = match source {
                 Source::Data(data) => {
-                    load_csv(&table, &job_ctx, mode, std::io::Cursor::new(data.into_bytes()), &mut progress).await
+                    load_csv(&db, &table, &job_ctx, mode, std::io::Cursor::new(data.into_bytes()), &mut progress).await
                 }
                 Source::File(path) => match std::fs::File::open(&path) {
-                    Ok(file) => load_csv(&table, &job_ctx, mode, file, &mut progress).await,
+                    Ok(file) => load_csv(&db, &table, &job_ctx, mode, file, &mut progress).await,
                     Err(err) => return Err(format!("cannot read '{}': {err}", path.display())),
                 },
                 Source::Url(url) => {
                     let (chunks, pump) = download::open(&url).await?.split();
                     // The pump ends when the body does, or when the parser stops reading.
-                    let (loaded, ()) = tokio::join!(load_csv(&table, &job_ctx, mode, chunks, &mut progress), pump);
+                    let (loaded, ()) = tokio::join!(load_csv(&db, &table, &job_ctx, mode, chunks, &mut progress), pump);
                     loaded
                 }
             };

@@ -205,10 +205,12 @@ async fn dispatch(
 
 /// Operations only a super user may run, refused here by name before anything is
 /// read (core refuses them too, for callers other than this API).
-const SUPER_USER_ONLY: [&str; 25] = [
+const SUPER_USER_ONLY: [&str; 26] = [
     // Harper lets any user with insert permission load a server file, and so read
-    // any file the server can (each line comes back as a record).
+    // any file the server can (each line comes back as a record), or have the
+    // server fetch any address it can reach (a metadata service, an internal API).
     "csv_file_load",
+    "csv_url_load",
     "add_user",
     "alter_user",
     "drop_user",
