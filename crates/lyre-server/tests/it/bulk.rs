@@ -258,27 +258,34 @@ async fn a_large_file_loads_in_batches_with_bounded_memory() {
     assert_eq!(count["record_count"], ROWS);
 }
 
-#[tokio::test]
-async fn a_load_cut_short_by_a_crash_ends_as_error_and_keeps_its_committed_batches() {
-    let mut s = TestServer::start().await;
+/// Rows in the loads the interruption tests cut short.
+const LONG_LOAD_ROWS: u64 = 400_000;
+
+/// Starts loading `LONG_LOAD_ROWS` rows into dev.big from a file and returns the
+/// job's id once at least `loaded` records are in (the load still running).
+async fn long_load_under_way(s: &TestServer, loaded: u64) -> String {
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "big", "primary_key": "id"})).await;
     let file = s.root().join("big.csv");
     let mut text = String::from("id,name\n");
-    for n in 0..400_000 {
+    for n in 0..LONG_LOAD_ROWS {
         text.push_str(&format!("{n},name {n}\n"));
     }
     std::fs::write(&file, text).unwrap();
     let started =
         s.ok(json!({"operation": "csv_file_load", "database": "dev", "table": "big", "file_path": file})).await;
-    let id = started["job_id"].as_str().unwrap().to_string();
-    // Killed once some batches are in.
     loop {
         let count = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "big"})).await;
-        if count["record_count"].as_u64().unwrap_or(0) >= 5_000 {
-            break;
+        if count["record_count"].as_u64().unwrap_or(0) >= loaded {
+            return started["job_id"].as_str().unwrap().to_string();
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+#[tokio::test]
+async fn a_load_cut_short_by_a_crash_ends_as_error_and_keeps_its_committed_batches() {
+    let mut s = TestServer::start().await;
+    let id = long_load_under_way(&s, 5_000).await;
     s.stop("-KILL");
     s.start_again().await;
     let job = finished_job(&s, &id).await;
@@ -287,7 +294,7 @@ async fn a_load_cut_short_by_a_crash_ends_as_error_and_keeps_its_committed_batch
     let loaded = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "big"})).await["record_count"]
         .as_u64()
         .unwrap();
-    assert!((5_000..400_000).contains(&loaded), "whole batches stay loaded: {loaded}");
+    assert!((5_000..LONG_LOAD_ROWS).contains(&loaded), "whole batches stay loaded: {loaded}");
     assert_eq!(loaded % 1_000, 0, "a batch is all or nothing: {loaded}");
 }
 
@@ -382,23 +389,7 @@ async fn a_url_loads_and_an_origin_that_fails_ends_the_job_with_the_reason() {
 #[tokio::test]
 async fn dropping_the_database_stops_a_load_instead_of_waiting_for_it() {
     let s = TestServer::start().await;
-    s.ok(json!({"operation": "create_table", "database": "dev", "table": "big", "primary_key": "id"})).await;
-    let file = s.root().join("big.csv");
-    let mut text = String::from("id,name\n");
-    for n in 0..400_000 {
-        text.push_str(&format!("{n},name {n}\n"));
-    }
-    std::fs::write(&file, text).unwrap();
-    let started =
-        s.ok(json!({"operation": "csv_file_load", "database": "dev", "table": "big", "file_path": file})).await;
-    let id = started["job_id"].as_str().unwrap().to_string();
-    loop {
-        let count = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "big"})).await;
-        if count["record_count"].as_u64().unwrap_or(0) >= 2_000 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let id = long_load_under_way(&s, 2_000).await;
     s.ok(json!({"operation": "drop_database", "database": "dev"})).await;
     let job = finished_job(&s, &id).await;
     assert_eq!(job["status"], "ERROR", "{job}");
