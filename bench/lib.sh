@@ -113,6 +113,7 @@ start_lyre() {
 workload_args() {
   case $1 in
     ops-insert) echo "ops-insert --records $RECORDS --batch 1000 --concurrency 4" ;;
+    csv-load) echo "csv-load --rows ${CSV_ROWS:-1000000}" ;;
     ops-search-id) echo "ops-search --kind id --records $RECORDS --requests 10000 --concurrency 16" ;;
     ops-search-value) echo "ops-search --kind value --records $RECORDS --requests 10000 --concurrency 16" ;;
     ops-search-conditions) echo "ops-search --kind conditions --records $RECORDS --requests 5000 --concurrency 16" ;;

@@ -140,6 +140,16 @@ pub enum Command {
         /// Result files written with `--json`, one per workload.
         inputs: Vec<PathBuf>,
     },
+    /// `csv_file_load` of a generated CSV file into a fresh dynamic table, timed to
+    /// the job's end; CPU is per row. Both servers read the file from this machine.
+    CsvLoad {
+        /// Rows in the file.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// Where the file is written (once; reused while it has that many rows).
+        #[arg(long, default_value = "/tmp/lyre-bench-load.csv")]
+        file: PathBuf,
+    },
     /// Searches through the Operations API over a loaded dataset (loaded untimed).
     OpsSearch {
         /// Which search.
@@ -337,6 +347,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             for round in 0..rounds {
                 for (target, client) in targets.iter().zip(&clients) {
                     measurements.push(counters::run(target, client, params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
+        Command::CsvLoad { rows, ref file } => {
+            crate::workload::csv_load::ensure_file(file, rows)?;
+            let params = crate::workload::csv_load::CsvLoadParams { rows, file: std::path::absolute(file)? };
+            for round in 0..rounds {
+                for (target, client) in targets.iter().zip(&clients) {
+                    measurements.push(crate::workload::csv_load::run(target, client, &params, round).await?);
                 }
             }
             serde_json::to_value(params)?

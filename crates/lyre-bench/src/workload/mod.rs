@@ -2,6 +2,7 @@
 //! [`Measurement`](crate::stats::Measurement).
 
 pub mod counters;
+pub mod csv_load;
 mod load;
 pub mod ops;
 pub mod records;
