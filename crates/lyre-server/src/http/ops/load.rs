@@ -92,8 +92,8 @@ async fn start(
     table.access(ctx, actions)?;
     let mut body = Object::new();
     body.insert("operation".into(), operation.into());
-    body.insert("database".into(), database.into());
-    body.insert("table".into(), table_name.into());
+    body.insert("database".into(), database.clone().into());
+    body.insert("table".into(), table_name.clone().into());
     body.insert("action".into(), mode_name(mode).into());
     match &source {
         Source::Data(_) => {}
@@ -105,7 +105,10 @@ async fn start(
             body.insert("csv_url".into(), shown.as_str().into());
         }
     }
-    let job_ctx = ctx.clone();
+    // The job finds its table again once its turn comes: a waiting job holds
+    // nothing a drop would wait for, and sees the table as it is then.
+    drop((db, table));
+    let (engine, job_ctx) = (state.engine.clone(), ctx.clone());
     let (loads, holder) = (state.loads.clone(), format!("a {operation} job for {}", ctx.username()));
     let id = state
         .services
@@ -116,6 +119,8 @@ async fn start(
                 progress.report("waiting for other loads to finish").await;
             }
             let Ok(_turn) = loads.acquire_owned().await else { return Err("the server is stopping".to_string()) };
+            let db = engine.database(&database).map_err(|err| err.to_string())?;
+            let table = db.table(&table_name).map_err(|err| err.to_string())?;
             // Names the load to a drop or restore that has to wait for it.
             let _lease = db.lease(holder);
             let loaded = match source {
