@@ -119,6 +119,14 @@ async fn malformed_envelopes_get_400_with_the_reason() {
         raw(&s, Some("application/json"), br#"{"operation":"foo"}"#.to_vec()).await,
         (400, json!({"error": "Operation 'foo' not found"}))
     );
+    // Harper's operations Lyre will not offer say so, and why.
+    for operation in ["install_node_modules", "set_license", "add_ssh_key"] {
+        let body = json!({"operation": operation}).to_string().into_bytes();
+        let (status, answer) = raw(&s, Some("application/json"), body).await;
+        assert_eq!(status, 400, "{operation}");
+        let message = answer["error"].as_str().unwrap_or_default();
+        assert!(message.starts_with(&format!("Lyre does not offer the operation '{operation}': ")), "{message}");
+    }
     assert_eq!(raw(&s, Some("application/json"), br#"{"operation":"DESCRIBE_ALL"}"#.to_vec()).await.0, 400);
     assert_eq!(
         raw(&s, Some("application/json"), br#"{"operation":123}"#.to_vec()).await,

@@ -199,9 +199,45 @@ async fn dispatch(
         "alter_role" => users::alter_role(state, ctx, params, format).await,
         "drop_role" => users::drop_role(state, ctx, params, format).await,
         "list_roles" => users::list_roles(state, ctx, format).await,
-        other => Err(ApiError::bad_request(format!("Operation '{other}' not found"))),
+        other => match NOT_OFFERED.iter().find(|(names, _)| names.contains(&other)) {
+            Some((_, why)) => Err(ApiError::bad_request(format!("Lyre does not offer the operation '{other}': {why}"))),
+            None => Err(ApiError::bad_request(format!("Operation '{other}' not found"))),
+        },
     }
 }
+
+/// Harper operations Lyre will not offer, each with the reason a client is told
+/// (a 400 that says so, rather than "not found", which reads as a typo).
+const NOT_OFFERED: [(&[&str], &str); 3] = [
+    (
+        &["install_node_modules"],
+        "components run no npm install here; ship a component's node_modules with it \
+         (pure-JavaScript packages load from there once JavaScript components land)",
+    ),
+    (
+        &[
+            "registration_info",
+            "get_registration_info",
+            "get_fingerprint",
+            "set_license",
+            "install_usage_license",
+            "get_usage_licenses",
+        ],
+        "Lyre has no licences to register or install",
+    ),
+    (
+        &[
+            "add_ssh_key",
+            "update_ssh_key",
+            "delete_ssh_key",
+            "get_ssh_key",
+            "list_ssh_keys",
+            "set_ssh_known_hosts",
+            "get_ssh_known_hosts",
+        ],
+        "components are deployed with deploy_component, not fetched from git over SSH",
+    ),
+];
 
 /// Operations only a super user may run, refused here by name before anything is
 /// read (core refuses them too, for callers other than this API).
