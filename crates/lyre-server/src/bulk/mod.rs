@@ -197,3 +197,25 @@ async fn write_batch(
         Err(err) => Err(LoadError::Write { message: err.to_string(), loaded: report.loaded }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_counts_as_harper_and_lists_the_first_rejections_briefly() {
+        let mut report = LoadReport { rows: 30, loaded: 4, skipped: 1, ..LoadReport::default() };
+        for line in 2..27 {
+            report.reject(line, format!("bad value {}", "é".repeat(150)));
+        }
+        let message = report.message();
+        assert!(
+            message.starts_with("successfully loaded 4 of 29 records; 25 rows rejected (line 2: bad value é"),
+            "{message}"
+        );
+        assert!(message.ends_with(" and 5 more"), "{message}");
+        assert_eq!(report.rejections.len(), REJECTIONS_SHOWN);
+        assert!(report.rejections.iter().all(|(_, reason)| reason.len() <= REASON_CHARS + '…'.len_utf8()));
+        assert_eq!(LoadReport::default().message(), "No records parsed from csv file.");
+    }
+}
