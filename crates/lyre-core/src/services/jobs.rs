@@ -98,7 +98,8 @@ impl Jobs {
         job.insert("job_body".into(), body);
         let ctx = Context::system();
         self.table()?.insert(&ctx, vec![job]).await?;
-        let work = work(Progress { jobs: Arc::clone(self), id: id.clone(), last: None });
+        let stopping = self.tasks.stopping();
+        let work = work(Progress { jobs: Arc::clone(self), id: id.clone(), last: None, stopping });
         let jobs = Arc::clone(self);
         let job_id = id.clone();
         self.tasks.spawn(async move {
@@ -173,9 +174,17 @@ pub struct Progress {
     jobs: Arc<Jobs>,
     id: String,
     last: Option<std::time::Instant>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Progress {
+    /// Whether the server is shutting down: a job that can stop between steps
+    /// should, so its end is recorded (one still running when the grace period
+    /// ends is cut off and reported interrupted at the next start).
+    pub fn stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
     /// Least time between two recorded reports.
     const INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 

@@ -109,7 +109,7 @@ type Batch = Vec<(u64, Result<Object, String>)>;
 /// Loads the CSV `source` into `table` of `db` with `mode` (insert, update or
 /// upsert) for `ctx`, reporting the rows read and loaded so far to `progress` after
 /// each batch. Stops between batches when `db` is going away (a drop or restore
-/// waits for the load).
+/// waits for the load) or the server is shutting down.
 pub async fn load_csv<R>(
     db: &Db,
     table: &Table,
@@ -127,12 +127,16 @@ where
     let parser = tokio::task::spawn_blocking(move || parse::parse(source, &declared, &sender));
     let mut report = LoadReport::default();
     while let Some(batch) = batches.recv().await {
-        if db.is_closing() {
-            // Dropping `batches` stops the parser at its next batch.
-            return Err(LoadError::Write {
-                message: "the database is being dropped or restored".into(),
-                loaded: report.loaded,
-            });
+        // Dropping `batches` stops the parser at its next batch.
+        let stop = if db.is_closing() {
+            Some("the database is being dropped or restored")
+        } else if progress.stopping() {
+            Some("stopped: the server is shutting down")
+        } else {
+            None
+        };
+        if let Some(reason) = stop {
+            return Err(LoadError::Write { message: reason.into(), loaded: report.loaded });
         }
         report.rows += batch.len() as u64;
         write_batch(table, ctx, mode, batch, &mut report).await?;

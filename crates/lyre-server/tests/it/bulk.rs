@@ -395,3 +395,15 @@ async fn dropping_the_database_stops_a_load_instead_of_waiting_for_it() {
     assert_eq!(job["status"], "ERROR", "{job}");
     assert!(job["message"].as_str().unwrap().contains("being dropped or restored"), "{job}");
 }
+
+#[tokio::test]
+async fn a_load_stops_at_a_graceful_shutdown_and_says_so() {
+    let mut s = TestServer::start().await;
+    let id = long_load_under_way(&s, 2_000).await;
+    assert!(s.stop("-TERM"), "the server stopped cleanly");
+    s.start_again().await;
+    let job = finished_job(&s, &id).await;
+    assert_eq!(job["status"], "ERROR", "{job}");
+    let message = job["message"].as_str().unwrap();
+    assert!(message.starts_with("stopped: the server is shutting down (after "), "recorded, not cut off: {message}");
+}
