@@ -23,7 +23,7 @@ use std::io::Read;
 use lyre_core::services::Progress;
 use lyre_core::{Code, Context, Db, Object, Table, WriteMode, WriteOptions};
 
-pub use cast::cast;
+use cast::cast;
 
 /// Rows written per transaction.
 pub const BATCH_ROWS: usize = 1_000;
@@ -91,11 +91,12 @@ pub enum LoadError {
     /// Reading the document failed.
     #[error("reading the CSV failed: {0}")]
     Read(#[from] std::io::Error),
-    /// A write failed for a reason no single row explains (storage, permissions, a
-    /// dropped table): the batches before it stay loaded.
+    /// The load stopped part-way for a reason no single row explains (storage,
+    /// permissions, a drop, a shutdown, a read failing mid-document): the batches
+    /// before it stay loaded.
     #[error("{message} (after {loaded} records were loaded)")]
-    Write {
-        /// The write's error.
+    Stopped {
+        /// Why.
         message: String,
         /// Records loaded before it.
         loaded: u64,
@@ -136,7 +137,7 @@ where
             None
         };
         if let Some(reason) = stop {
-            return Err(LoadError::Write { message: reason.into(), loaded: report.loaded });
+            return Err(LoadError::Stopped { message: reason.into(), loaded: report.loaded });
         }
         report.rows += batch.len() as u64;
         write_batch(table, ctx, mode, batch, &mut report).await?;
@@ -144,13 +145,7 @@ where
     }
     match parser.await {
         Ok(Ok(())) => Ok(report),
-        Ok(Err(LoadError::NotCsv(reason))) if report.rows > 0 => {
-            Err(LoadError::NotCsv(format!("{reason} (after {} records were loaded)", report.loaded)))
-        }
-        Ok(Err(LoadError::Read(err))) if report.rows > 0 => Err(LoadError::Read(std::io::Error::new(
-            err.kind(),
-            format!("{err} (after {} records were loaded)", report.loaded),
-        ))),
+        Ok(Err(err)) if report.rows > 0 => Err(LoadError::Stopped { message: err.to_string(), loaded: report.loaded }),
         Ok(Err(err)) => Err(err),
         Err(join) => Err(LoadError::NotCsv(format!("the CSV reader stopped: {join}"))),
     }
@@ -198,7 +193,7 @@ async fn write_batch(
         }
         // Storage, permissions, a writer still busy after its queue's wait: the
         // batches before stay loaded, the load stops.
-        Err(err) => Err(LoadError::Write { message: err.to_string(), loaded: report.loaded }),
+        Err(err) => Err(LoadError::Stopped { message: err.to_string(), loaded: report.loaded }),
     }
 }
 

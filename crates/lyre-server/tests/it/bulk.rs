@@ -106,30 +106,17 @@ async fn actions_insert_update_and_upsert_as_harper() {
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
     s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 1, "name": "Penny", "age": 5}]}))
         .await;
-    // Insert skips an existing key, and Harper's count leaves skipped rows out.
-    let job = load(
-        &s,
-        json!({"operation": "csv_data_load", "database": "dev", "table": "dog",
-        "data": "id,name\n1,Other\n2,Kato\n"}),
-    )
-    .await;
-    assert_eq!(job["message"], "successfully loaded 1 of 1 records");
-    // Update merges into existing records and skips missing ones.
-    let job = load(
-        &s,
-        json!({"operation": "csv_data_load", "action": "update", "database": "dev", "table": "dog",
-        "data": "id,name\n1,Pen\n9,Nobody\n"}),
-    )
-    .await;
-    assert_eq!(job["message"], "successfully loaded 1 of 1 records");
-    // Upsert writes both.
-    let job = load(
-        &s,
-        json!({"operation": "csv_data_load", "action": "upsert", "database": "dev", "table": "dog",
-        "data": "id,name\n2,Kato2\n3,Riley\n"}),
-    )
-    .await;
-    assert_eq!(job["message"], "successfully loaded 2 of 2 records");
+    // Insert skips an existing key (Harper's count leaves skipped rows out), update
+    // merges into existing records and skips missing ones, upsert writes both.
+    for (action, data, message) in [
+        ("insert", "id,name\n1,Other\n2,Kato\n", "successfully loaded 1 of 1 records"),
+        ("update", "id,name\n1,Pen\n9,Nobody\n", "successfully loaded 1 of 1 records"),
+        ("upsert", "id,name\n2,Kato2\n3,Riley\n", "successfully loaded 2 of 2 records"),
+    ] {
+        let request =
+            json!({"operation": "csv_data_load", "action": action, "database": "dev", "table": "dog", "data": data});
+        assert_eq!(load(&s, request).await["message"], message, "{action}");
+    }
     let names: Vec<Value> = records(&s, "dog").await.as_array().unwrap().iter().map(|r| r["name"].clone()).collect();
     assert_eq!(names, [json!("Pen"), json!("Kato2"), json!("Riley")]);
     let penny = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [1], "get_attributes": ["age"]})).await;
