@@ -58,4 +58,5 @@ pub use lyre_store::Version;
 pub use lyre_store::WriterOptions;
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{DeleteSummary, Expect, RecordBody, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
+pub use time::parse_iso8601;
 pub use value::{Object, Value};

@@ -19,7 +19,7 @@ use crate::catalog::{SYSTEM_DATABASE, TableSpec};
 use crate::db::Db;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::query::{Comparator, Condition, Query, Select};
+use crate::query::{Comparator, Condition, Query, Select, SortKey};
 use crate::services::Tasks;
 use crate::table::Table;
 use crate::value::{Object, Value};
@@ -29,9 +29,26 @@ const JOB_TABLE: &str = "hdb_job";
 const IN_PROGRESS: &str = "IN_PROGRESS";
 /// Tries at recording a job's end before giving up.
 const END_WRITE_ATTEMPTS: u64 = 5;
-/// What `get_job` shows of a job, in Harper's order (the table also keeps `job_body`).
+/// What `get_job` shows of a job, in Harper's order (the table also keeps `job_body`),
+/// and `result` when the job ended with one.
 const SHOWN: [&str; 8] =
     ["id", "status", "message", "end_datetime", "type", "start_datetime", "created_datetime", "user"];
+
+/// How a job ended well: a message, or (as Harper's exports do) a result object,
+/// with the message `Successfully completed job: <id>`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEnd {
+    /// The job's closing message.
+    Message(String),
+    /// The job's result, shown as `result`.
+    Result(Value),
+}
+
+impl From<String> for JobEnd {
+    fn from(message: String) -> Self {
+        JobEnd::Message(message)
+    }
+}
 
 /// The registry of jobs: the `hdb_job` table, and the services' tasks that run them.
 pub struct Jobs {
@@ -69,9 +86,10 @@ impl Jobs {
     /// Records a job of type `kind` for `user`, then runs `work` as a task of the
     /// services; returns the job's id once the job is recorded. A job still running
     /// at shutdown is stopped and reported interrupted at the next start.
-    pub async fn start<F>(self: &Arc<Self>, user: &str, kind: &str, body: Value, work: F) -> Result<String>
+    pub async fn start<F, D>(self: &Arc<Self>, user: &str, kind: &str, body: Value, work: F) -> Result<String>
     where
-        F: Future<Output = Result<String, String>> + Send + 'static,
+        F: Future<Output = Result<D, String>> + Send + 'static,
+        D: Into<JobEnd>,
     {
         self.start_reporting(user, kind, body, |_| work).await
     }
@@ -79,10 +97,17 @@ impl Jobs {
     /// [`Jobs::start`] for work that reports its progress: `work` is handed the
     /// job's [`Progress`], whose reports `get_job` shows as the job's message while
     /// it runs.
-    pub async fn start_reporting<W, F>(self: &Arc<Self>, user: &str, kind: &str, body: Value, work: W) -> Result<String>
+    pub async fn start_reporting<W, F, D>(
+        self: &Arc<Self>,
+        user: &str,
+        kind: &str,
+        body: Value,
+        work: W,
+    ) -> Result<String>
     where
         W: FnOnce(Progress) -> F,
-        F: Future<Output = Result<String, String>> + Send + 'static,
+        F: Future<Output = Result<D, String>> + Send + 'static,
+        D: Into<JobEnd>,
     {
         let id = Uuid::new_v4().to_string();
         let now = Value::Int(now_ms());
@@ -103,11 +128,15 @@ impl Jobs {
         let jobs = Arc::clone(self);
         let job_id = id.clone();
         self.tasks.spawn(async move {
-            let (status, message) = match work.await {
-                Ok(message) => ("COMPLETE", message),
+            let mut end = Object::new();
+            let (status, message) = match work.await.map(Into::into) {
+                Ok(JobEnd::Message(message)) => ("COMPLETE", message),
+                Ok(JobEnd::Result(result)) => {
+                    end.insert("result".into(), result);
+                    ("COMPLETE", format!("Successfully completed job: {job_id}"))
+                }
                 Err(message) => ("ERROR", message),
             };
-            let mut end = Object::new();
             end.insert("id".into(), job_id.clone().into());
             end.insert("status".into(), status.into());
             end.insert("message".into(), message.into());
@@ -134,10 +163,51 @@ impl Jobs {
     /// `get_job`'s answer for `id`: a one-element array, or empty when unknown.
     pub fn get(&self, id: &str) -> Result<Value> {
         let found = self.table()?.get_many(&Context::system(), &[Value::from(id)], &Select::Raw)?;
-        let shown = |job: Object| -> Object {
-            SHOWN.iter().map(|name| (name.to_string(), job.get(*name).cloned().unwrap_or(Value::Null))).collect()
-        };
         Ok(Value::Array(found.into_iter().map(|job| Value::Object(shown(job))).collect()))
+    }
+
+    /// `search_jobs_by_start_date`: the jobs started strictly between `from` and `to`
+    /// (ms since the epoch), oldest first, each with its start and end also as ISO
+    /// 8601 (`start_datetime_converted`, `end_datetime_converted`); only `user`'s
+    /// own unless `all_users`.
+    pub fn started_between(&self, from: f64, to: f64, user: &str, all_users: bool) -> Result<Vec<Value>> {
+        let table = self.table()?;
+        if table.schema().attribute("start_datetime").is_none() {
+            return Ok(Vec::new()); // no job has been recorded yet
+        }
+        let window = vec![
+            Condition::Compare {
+                attribute: "start_datetime".into(),
+                comparator: Comparator::GreaterThan,
+                value: Value::Float(from),
+            },
+            Condition::Compare {
+                attribute: "start_datetime".into(),
+                comparator: Comparator::LessThan,
+                value: Value::Float(to),
+            },
+        ];
+        let sort = vec![SortKey { attribute: "start_datetime".into(), descending: false }];
+        let mut out = Vec::new();
+        table.search(&Context::system(), Query { conditions: window, sort, ..Query::default() })?.run(
+            &mut |record| {
+                if let Value::Object(job) = record
+                    && (all_users || job.get("user").and_then(Value::as_str) == Some(user))
+                {
+                    let mut job = shown(job);
+                    for (stamp, converted) in
+                        [("start_datetime", "start_datetime_converted"), ("end_datetime", "end_datetime_converted")]
+                    {
+                        if let Some(time) = job.get(stamp).and_then(Value::as_f64) {
+                            job.insert(converted.into(), crate::time::iso8601(time).into());
+                        }
+                    }
+                    out.push(Value::Object(job));
+                }
+                ControlFlow::Continue(())
+            },
+        )?;
+        Ok(out)
     }
 
     /// The job table, with its current schema (a dynamic table's attributes grow
@@ -207,6 +277,16 @@ impl Progress {
             tracing::debug!(job = %self.id, error = %err, "a job's progress was not recorded");
         }
     }
+}
+
+/// What a job's record shows: [`SHOWN`] in order, and `result` when there is one.
+fn shown(job: Object) -> Object {
+    let mut out: Object =
+        SHOWN.iter().map(|name| (name.to_string(), job.get(*name).cloned().unwrap_or(Value::Null))).collect();
+    if let Some(result) = job.get("result") {
+        out.insert("result".into(), result.clone());
+    }
+    out
 }
 
 /// Now, in whole ms since the epoch (Harper's job stamps).

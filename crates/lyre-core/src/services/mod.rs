@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 
 pub use audit::{AuditEntry, AuditSearch, read_audit_log};
 pub use consistency::{ConsistencyReport, check_consistency};
-pub use jobs::{Jobs, Progress};
+pub use jobs::{JobEnd, Jobs, Progress};
 pub use log::{Consumer, RunnerOptions};
 
 use crate::engine::Engine;

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use lyre_store::{ReadTxn, TableStore};
 
 use crate::access::{Action, Context, TableAccess, check_table, require_super_user};
-use crate::catalog::TableSchema;
+use crate::catalog::{CREATED_TIME, Stamp, TableSchema};
 use crate::db::{Db, ForUser, TableStats};
 use crate::error::{Error, Result};
-use crate::query::{Query, Search, Select};
+use crate::query::{Comparator, Condition, Query, Search, Select};
 use crate::record::expiry::{self, Live};
 use crate::record::validate::{self, is_primary_key_value};
 use crate::record::{decode_entry, stored_record};
@@ -25,6 +25,9 @@ use crate::value::{Object, Value};
 
 pub use crate::record::WriteMode;
 pub use write::{DeleteSummary, Expect, WriteOptions, WriteSummary};
+
+/// Records deleted per writer job by [`Table::delete_created_before`].
+pub const DELETE_CHUNK: usize = 10_000;
 
 impl Db {
     /// A handle on table `name`, bound to the schema published now.
@@ -240,6 +243,68 @@ impl Table {
         require_super_user(ctx)?;
         let holder = format!("a log cleanup of {}.{} for {}", self.database(), self.schema.name, ctx.username());
         self.db.prune_log_before(ctx, Some(&self.schema.name), before, holder).await
+    }
+
+    /// Deletes the records created before `before` (ms since the epoch), by the
+    /// table's creation stamp (`__createdtime__`, or its `@createdTime` attribute),
+    /// in writer jobs of at most [`DELETE_CHUNK`] records; answers how many were
+    /// deleted and how many matched. A table without a creation stamp is refused.
+    pub async fn delete_created_before(&self, ctx: &Context, before: f64) -> Result<(u64, u64)> {
+        self.access(ctx, &[Action::Read, Action::Delete])?;
+        let (attribute, bound) = self.created_before(before).ok_or_else(|| {
+            Error::invalid(
+                "Table must have a '__createdtime__' attribute or @createdTime timestamp defined to perform this operation",
+            )
+        })?;
+        let primary_key = self.schema.primary_key.clone();
+        let (mut deleted, mut matched) = (0, 0);
+        loop {
+            let query = Query {
+                conditions: vec![Condition::Compare {
+                    attribute: attribute.clone(),
+                    comparator: Comparator::LessThan,
+                    value: bound.clone(),
+                }],
+                select: Select::Attributes(vec![primary_key.clone()]),
+                limit: Some(DELETE_CHUNK),
+                ..Query::default()
+            };
+            let (table, reader, key) = (self.clone(), ctx.clone(), primary_key.clone());
+            let ids = crate::task::blocking(move || {
+                let mut ids = Vec::new();
+                table.search(&reader, query)?.run(&mut |record| {
+                    if let Value::Object(mut record) = record
+                        && let Some(id) = record.shift_remove(&key)
+                    {
+                        ids.push(id);
+                    }
+                    std::ops::ControlFlow::Continue(())
+                })?;
+                Ok(ids)
+            })
+            .await?;
+            if ids.is_empty() {
+                return Ok((deleted, matched));
+            }
+            let found = ids.len();
+            matched += found as u64;
+            let removed = self.delete(ctx, ids).await?.deleted.len();
+            deleted += removed as u64;
+            // A chunk of which nothing could be deleted would be found again.
+            if removed == 0 || found < DELETE_CHUNK {
+                return Ok((deleted, matched));
+            }
+        }
+    }
+
+    /// The attribute holding a record's creation time, and `before` as that
+    /// attribute stores times.
+    fn created_before(&self, before: f64) -> Option<(String, Value)> {
+        if self.schema.has_timestamps() {
+            return Some((CREATED_TIME.to_string(), Value::Float(before)));
+        }
+        let attribute = self.schema.attributes.iter().find(|a| a.shape.stamp == Some(Stamp::Created))?;
+        Some((attribute.name.clone(), write::stamp_value(attribute.type_name.as_deref(), before)))
     }
 
     /// A read snapshot of this table's database and the table's storage in it (none

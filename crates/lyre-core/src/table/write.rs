@@ -21,7 +21,7 @@ use crate::value::{Object, Value};
 
 /// A time stamp in the attribute's declared type: integer milliseconds for integer
 /// types, an ISO-8601 string for strings, float milliseconds otherwise (as Harper).
-fn stamp_value(type_name: Option<&str>, time: f64) -> Value {
+pub(super) fn stamp_value(type_name: Option<&str>, time: f64) -> Value {
     match type_name {
         Some("Long" | "Int" | "BigInt" | "Date") => Value::Int(time.floor() as i64),
         Some("String") => Value::String(iso8601(time)),

@@ -1,8 +1,9 @@
-//! Bulk loads: a CSV document streamed into a table in batches, what the
-//! `csv_data_load`, `csv_file_load` and `csv_url_load` operations run as jobs
-//! (`download.rs` reads a document from a URL as it arrives).
+//! Bulk loads: a CSV document (or a JSON array of records) streamed into a table in
+//! batches, what the `csv_data_load`, `csv_file_load`, `csv_url_load` and
+//! `import_from_s3` operations run as jobs (`download.rs` reads a document from a
+//! URL as it arrives, `s3.rs` from an S3 bucket, both through `chunks.rs`).
 //!
-//! The CSV is parsed on a blocking thread, [`BATCH_ROWS`] rows at a time, and each
+//! The document is parsed on a blocking thread, [`BATCH_ROWS`] rows at a time, and each
 //! batch is written as one transaction through [`Table::write_with`] (so permissions,
 //! validation and the transaction log apply as to any write). At most two batches
 //! wait between the parser and the writer (four are in memory at most, with the one
@@ -14,9 +15,12 @@
 //! row fails the load.
 
 mod cast;
+pub mod chunks;
 pub mod download;
+mod json;
 mod lines;
 mod parse;
+pub mod s3;
 
 use std::io::Read;
 
@@ -32,9 +36,31 @@ pub const REJECTIONS_SHOWN: usize = 20;
 /// Longest reason kept for a rejected row (a refused value can be long).
 const REASON_CHARS: usize = 200;
 
+/// What a loaded document is.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Document {
+    /// CSV with a header row; rows are found by line.
+    #[default]
+    Csv,
+    /// One JSON array of records; records are found by position.
+    Json,
+}
+
+impl Document {
+    /// How a rejected row is placed in a report.
+    fn position(self) -> &'static str {
+        match self {
+            Document::Csv => "line",
+            Document::Json => "record",
+        }
+    }
+}
+
 /// How a load went.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct LoadReport {
+    /// What was loaded.
+    pub document: Document,
     /// Data rows read (the header not counted).
     pub rows: u64,
     /// Records written.
@@ -43,7 +69,8 @@ pub struct LoadReport {
     pub skipped: u64,
     /// Rows rejected.
     pub rejected: u64,
-    /// The first [`REJECTIONS_SHOWN`] rejections: line number and reason.
+    /// The first [`REJECTIONS_SHOWN`] rejections: line number (CSV) or position
+    /// (JSON) and reason.
     pub rejections: Vec<(u64, String)>,
 }
 
@@ -53,13 +80,20 @@ impl LoadReport {
     /// rejected.
     pub fn message(&self) -> String {
         if self.rows == 0 {
-            return "No records parsed from csv file.".to_string();
+            return match self.document {
+                Document::Csv => "No records parsed from csv file.",
+                Document::Json => "No records parsed from json file.",
+            }
+            .to_string();
         }
         let mut text =
             format!("successfully loaded {} of {} records", self.loaded, self.rows.saturating_sub(self.skipped));
         if self.rejected > 0 {
-            let lines: Vec<String> =
-                self.rejections.iter().map(|(line, reason)| format!("line {line}: {reason}")).collect();
+            let lines: Vec<String> = self
+                .rejections
+                .iter()
+                .map(|(at, reason)| format!("{} {at}: {reason}", self.document.position()))
+                .collect();
             let more = self.rejected.saturating_sub(self.rejections.len() as u64);
             text.push_str(&format!("; {} rows rejected ({})", self.rejected, lines.join("; ")));
             if more > 0 {
@@ -85,11 +119,11 @@ impl LoadReport {
 /// Why a load stopped before its end.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// The document is not CSV with a header row.
+    /// The document is not CSV with a header row (or not a JSON array of records).
     #[error("{0}")]
     NotCsv(String),
     /// Reading the document failed.
-    #[error("reading the CSV failed: {0}")]
+    #[error("reading the document failed: {0}")]
     Read(#[from] std::io::Error),
     /// The load stopped part-way for a reason no single row explains (storage,
     /// permissions, a drop, a shutdown, a read failing mid-document): the batches
@@ -107,16 +141,16 @@ pub enum LoadError {
 /// and its record or the reason the parser rejected it.
 type Batch = Vec<(u64, Result<Object, String>)>;
 
-/// Loads the CSV `source` into `table` of `db` with `mode` (insert, update or
-/// upsert) for `ctx`, reporting the rows read and loaded so far to `progress` after
-/// each batch. Stops between batches when `db` is going away (a drop or restore
-/// waits for the load) or the server is shutting down.
-pub async fn load_csv<R>(
+/// Loads `source`, a `document` of records, into `table` of `db` with `mode`
+/// (insert, update or upsert) for `ctx`, reporting the rows read and loaded so far
+/// to `progress` after each batch. Stops between batches when `db` is going away (a
+/// drop or restore waits for the load) or the server is shutting down.
+pub async fn load<R>(
     db: &Db,
     table: &Table,
     ctx: &Context,
     mode: WriteMode,
-    source: R,
+    (source, document): (R, Document),
     progress: &mut Progress,
 ) -> Result<LoadReport, LoadError>
 where
@@ -125,8 +159,11 @@ where
     let (sender, mut batches) = tokio::sync::mpsc::channel::<Batch>(2);
     let schema = table.schema().clone();
     let declared = move |name: &str| schema.attribute(name).and_then(|a| a.type_name.clone());
-    let parser = tokio::task::spawn_blocking(move || parse::parse(source, &declared, &sender));
-    let mut report = LoadReport::default();
+    let parser = tokio::task::spawn_blocking(move || match document {
+        Document::Csv => parse::parse(source, &declared, &sender),
+        Document::Json => json::parse(source, &sender),
+    });
+    let mut report = LoadReport { document, ..LoadReport::default() };
     while let Some(batch) = batches.recv().await {
         // Dropping `batches` stops the parser at its next batch.
         let stop = if db.is_closing() {
@@ -147,7 +184,7 @@ where
         Ok(Ok(())) => Ok(report),
         Ok(Err(err)) if report.rows > 0 => Err(LoadError::Stopped { message: err.to_string(), loaded: report.loaded }),
         Ok(Err(err)) => Err(err),
-        Err(join) => Err(LoadError::NotCsv(format!("the CSV reader stopped: {join}"))),
+        Err(join) => Err(LoadError::NotCsv(format!("the document's reader stopped: {join}"))),
     }
 }
 

@@ -5,16 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TestServer, finished_job};
-
-/// Starts a load, waits for its job, returns the finished job's record.
-async fn load(s: &TestServer, request: Value) -> Value {
-    let started = s.ok(request).await;
-    let message = started["message"].as_str().unwrap_or_default();
-    let id = started["job_id"].as_str().expect("a job id").to_string();
-    assert_eq!(message, format!("Starting job with id {id}"));
-    finished_job(s, &id).await
-}
+use crate::support::{TestServer, finished_job, run_job as load};
 
 /// The records of dev.`table`, in id order.
 async fn records(s: &TestServer, table: &str) -> Value {

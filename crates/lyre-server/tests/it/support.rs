@@ -328,3 +328,13 @@ pub async fn finished_job(s: &TestServer, id: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Starts a job with `request`, checks Harper's answer naming it, waits for it to
+/// finish; returns the finished job's record.
+pub async fn run_job(s: &TestServer, request: Value) -> Value {
+    let started = s.ok(request).await;
+    let message = started["message"].as_str().unwrap_or_default();
+    let id = started["job_id"].as_str().expect("a job id").to_string();
+    assert_eq!(message, format!("Starting job with id {id}"));
+    finished_job(s, &id).await
+}

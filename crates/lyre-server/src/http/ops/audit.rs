@@ -1,5 +1,5 @@
 //! read_audit_log, read_transaction_log, delete_audit_logs_before,
-//! delete_transaction_logs_before, get_job, and Lyre's check_consistency.
+//! delete_transaction_logs_before, and Lyre's check_consistency.
 
 use std::sync::Arc;
 
@@ -115,36 +115,7 @@ pub async fn delete_logs_before(
             }
         })
         .await?;
-    let mut out = Object::new();
-    out.insert("message".into(), format!("Starting job with id {id}").into());
-    out.insert("job_id".into(), id.into());
-    reply(format, &Value::Object(out))
-}
-
-/// `get_job`: a job's record; another user's jobs are for super users only.
-pub async fn get_job(
-    state: &Arc<AppState>,
-    ctx: &Context,
-    mut params: Params,
-    format: Format,
-) -> Result<Response, ApiError> {
-    let id = params.required_string(&["id"])?;
-    let job = state.services.jobs().get(&id)?;
-    let owner = job_owner(&job);
-    if !ctx.user.is_super_user() && owner.is_some_and(|o| o != ctx.username()) {
-        return Err(lyre_core::Error::refused("Only a super user may read another user's job").into());
-    }
-    reply(format, &job)
-}
-
-/// Who started a job (its record's `user`, in the first element when the answer is
-/// a list).
-fn job_owner(job: &Value) -> Option<&str> {
-    match job {
-        Value::Object(record) => record.get("user").and_then(Value::as_str),
-        Value::Array(records) => records.first().and_then(job_owner),
-        _ => None,
-    }
+    super::jobs::started(format, id)
 }
 
 /// `check_consistency` (Lyre's own): walks every index of a table, or of every table

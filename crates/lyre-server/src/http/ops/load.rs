@@ -1,5 +1,5 @@
-//! csv_data_load, csv_file_load, csv_url_load: CSV loaded into a table as a job
-//! (`crate::bulk`).
+//! csv_data_load, csv_file_load, csv_url_load, import_from_s3: CSV (or, from S3, a
+//! JSON array) loaded into a table as a job (`crate::bulk`).
 
 use std::sync::Arc;
 
@@ -8,10 +8,10 @@ use lyre_core::access::Action;
 use lyre_core::{Context, Object, Value, WriteMode};
 
 use crate::app::AppState;
-use crate::bulk::{download, load_csv};
+use crate::bulk::{Document, download, load, s3};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
-use crate::http::ops::{Params, reply};
+use crate::http::ops::Params;
 
 /// Where a load's CSV comes from.
 enum Source {
@@ -21,6 +21,8 @@ enum Source {
     File(std::path::PathBuf),
     /// A document on an HTTP or HTTPS server (`csv_url`).
     Url(reqwest::Url),
+    /// An S3 object, CSV or JSON by its key's extension.
+    S3(s3::Object, Document),
 }
 
 /// `csv_data_load`: the CSV in the request's `data`.
@@ -66,6 +68,27 @@ pub async fn csv_url_load(
     start(state, ctx, "csv_url_load", params, Source::Url(url), format).await
 }
 
+/// `import_from_s3`: the object `s3.key` (`.csv`, or `.json` holding an array of
+/// records) read from S3 as it arrives.
+pub async fn import_from_s3(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let object = s3::Object::from_param(params.value(&["s3"])).map_err(ApiError::bad_request)?;
+    let document = if object.key.ends_with(".csv") {
+        Document::Csv
+    } else if object.key.ends_with(".json") {
+        Document::Json
+    } else {
+        return Err(ApiError::bad_request(
+            "S3 key must include one of the following valid file extensions - '.csv', '.json'",
+        ));
+    };
+    start(state, ctx, "import_from_s3", params, Source::S3(object, document), format).await
+}
+
 /// Checks the target and action, records the job and starts it; answers Harper's
 /// `{message: "Starting job with id …", job_id}`.
 async fn start(
@@ -104,6 +127,7 @@ async fn start(
             let _ = shown.set_password(None);
             body.insert("csv_url".into(), shown.as_str().into());
         }
+        Source::S3(object, _) => _ = body.insert("s3".into(), format!("{object:?}").into()),
     }
     // The job finds its table again once its turn comes: a waiting job holds
     // nothing a drop would wait for, and sees the table as it is then.
@@ -125,26 +149,31 @@ async fn start(
             let _lease = db.lease(holder);
             let loaded = match source {
                 Source::Data(data) => {
-                    load_csv(&db, &table, &job_ctx, mode, std::io::Cursor::new(data.into_bytes()), &mut progress).await
+                    let data = std::io::Cursor::new(data.into_bytes());
+                    load(&db, &table, &job_ctx, mode, (data, Document::Csv), &mut progress).await
                 }
                 Source::File(path) => match std::fs::File::open(&path) {
-                    Ok(file) => load_csv(&db, &table, &job_ctx, mode, file, &mut progress).await,
+                    Ok(file) => load(&db, &table, &job_ctx, mode, (file, Document::Csv), &mut progress).await,
                     Err(err) => return Err(format!("cannot read '{}': {err}", path.display())),
                 },
                 Source::Url(url) => {
                     let (chunks, pump) = download::open(&url).await?.split();
                     // The pump ends when the body does, or when the parser stops reading.
-                    let (loaded, ()) = tokio::join!(load_csv(&db, &table, &job_ctx, mode, chunks, &mut progress), pump);
+                    let loading = load(&db, &table, &job_ctx, mode, (chunks, Document::Csv), &mut progress);
+                    let (loaded, ()) = tokio::join!(loading, pump);
+                    loaded
+                }
+                Source::S3(object, document) => {
+                    let (chunks, pump) = object.open().await?;
+                    let loading = load(&db, &table, &job_ctx, mode, (chunks, document), &mut progress);
+                    let (loaded, ()) = tokio::join!(loading, pump);
                     loaded
                 }
             };
             loaded.map(|report| report.message()).map_err(|err| err.to_string())
         })
         .await?;
-    let mut out = Object::new();
-    out.insert("message".into(), format!("Starting job with id {id}").into());
-    out.insert("job_id".into(), id.into());
-    reply(format, &Value::Object(out))
+    super::jobs::started(format, id)
 }
 
 fn mode_name(mode: WriteMode) -> &'static str {

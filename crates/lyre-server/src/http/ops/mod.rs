@@ -5,6 +5,8 @@
 mod audit;
 mod components;
 mod crud;
+mod export;
+mod jobs;
 mod lifecycle;
 mod load;
 mod params;
@@ -170,18 +172,25 @@ async fn dispatch(
         "update" => crud::update(engine, ctx, params, format).await,
         "upsert" => crud::upsert(engine, ctx, params, format).await,
         "delete" => crud::delete(engine, ctx, params, format).await,
-        "search_by_id" | "search_by_hash" => search::by_id(engine, ctx, params, format).await,
-        "search_by_value" => search::by_value(engine, ctx, params, format).await,
-        "search_by_conditions" => search::by_conditions(engine, ctx, params, format).await,
+        "search_by_id" | "search_by_hash" | "search_by_value" | "search_by_conditions" => {
+            search::run(engine, ctx, operation, params, format).await
+        }
         "read_audit_log" => audit::read_audit_log(state, ctx, params, format).await,
         "read_transaction_log" => audit::read_transaction_log(state, ctx, params, format).await,
         "delete_audit_logs_before" | "delete_transaction_logs_before" => {
             audit::delete_logs_before(state, ctx, operation, params, format).await
         }
-        "get_job" => audit::get_job(state, ctx, params, format).await,
+        "get_job" => jobs::get_job(state, ctx, params, format).await,
+        "search_jobs_by_start_date" => jobs::search_jobs_by_start_date(state, ctx, params, format).await,
+        "delete_records_before" | "delete_files_before" => {
+            jobs::delete_records_before(state, ctx, operation, params, format).await
+        }
+        "export_local" => export::export_local(state, ctx, params, format).await,
+        "export_to_s3" => export::export_to_s3(state, ctx, params, format).await,
         "csv_data_load" => load::csv_data_load(state, ctx, params, format).await,
         "csv_file_load" => load::csv_file_load(state, ctx, params, format).await,
         "csv_url_load" => load::csv_url_load(state, ctx, params, format).await,
+        "import_from_s3" => load::import_from_s3(state, ctx, params, format).await,
         "check_consistency" => audit::check_consistency(state, ctx, params, format).await,
         "get_backup" => lifecycle::get_backup(state, ctx, params).await,
         "restore_backup" => lifecycle::restore_backup(state, ctx, params, format).await,
@@ -241,7 +250,7 @@ const NOT_OFFERED: [(&[&str], &str); 3] = [
 
 /// Operations only a super user may run, refused here by name before anything is
 /// read (core refuses them too, for callers other than this API).
-const SUPER_USER_ONLY: [&str; 26] = [
+const SUPER_USER_ONLY: [&str; 30] = [
     // Harper lets any user with insert permission load a server file, and so read
     // any file the server can (each line comes back as a record), or have the
     // server fetch any address it can reach (a metadata service, an internal API).
@@ -259,6 +268,10 @@ const SUPER_USER_ONLY: [&str; 26] = [
     "read_transaction_log",
     "delete_audit_logs_before",
     "delete_transaction_logs_before",
+    "delete_records_before",
+    "delete_files_before",
+    "export_local",
+    "export_to_s3",
     "check_consistency",
     "get_backup",
     "restore_backup",

@@ -14,12 +14,31 @@ use crate::http::stream::{Framing, stream_search};
 /// Id lists longer than this are read on a blocking thread.
 const INLINE_IDS: usize = 64;
 
-pub async fn by_id(
+/// The search operations another operation may run (an export's
+/// `search_operation`).
+pub const SEARCHES: [&str; 4] = ["search_by_value", "search_by_hash", "search_by_id", "search_by_conditions"];
+
+/// Runs the search operation `operation` (one of [`SEARCHES`]), answering as the
+/// operation itself would.
+pub async fn run(
     engine: &Arc<Engine>,
     ctx: &Context,
-    mut params: Params,
+    operation: &str,
+    params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
+    match operation {
+        "search_by_id" | "search_by_hash" => by_id(engine, ctx, params, format).await,
+        "search_by_value" => by_value(engine, ctx, params, format).await,
+        "search_by_conditions" => by_conditions(engine, ctx, params, format).await,
+        other => Err(ApiError::bad_request(format!(
+            "'search_operation.operation' must be one of {}, not '{other}'",
+            SEARCHES.join(", ")
+        ))),
+    }
+}
+
+async fn by_id(engine: &Arc<Engine>, ctx: &Context, mut params: Params, format: Format) -> Result<Response, ApiError> {
     let table = params.table(engine)?;
     let ids = params.required_array(&["ids", "hash_values"])?;
     let select = select(&mut params)?;
@@ -32,7 +51,7 @@ pub async fn by_id(
     reply(format, &records)
 }
 
-pub async fn by_value(
+async fn by_value(
     engine: &Arc<Engine>,
     ctx: &Context,
     mut params: Params,
@@ -72,7 +91,7 @@ fn wildcard(value: &Value) -> Option<Option<(Comparator, String)>> {
     }
 }
 
-pub async fn by_conditions(
+async fn by_conditions(
     engine: &Arc<Engine>,
     ctx: &Context,
     mut params: Params,
