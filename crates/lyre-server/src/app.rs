@@ -45,6 +45,8 @@ pub struct AppState {
     /// Turns of the CSV loads running at once (each holds a blocking thread while
     /// it reads): [`MAX_LOADS`]; the others wait.
     pub loads: Arc<tokio::sync::Semaphore>,
+    /// The configuration it started with; restart requests.
+    pub control: Arc<crate::control::Control>,
 }
 
 /// CSV loads that run at once; more wait their turn (their job says so).

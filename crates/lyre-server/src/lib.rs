@@ -9,6 +9,7 @@ mod bulk;
 pub mod cli;
 mod components;
 pub mod config;
+pub mod control;
 mod http;
 mod listen;
 mod process;

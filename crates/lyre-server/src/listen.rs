@@ -15,13 +15,30 @@ use tokio::sync::watch;
 use crate::app::AppState;
 use crate::components::Components;
 use crate::config::Config;
+use crate::control::{Control, Exit};
 use crate::http;
 use crate::telemetry;
 use crate::tokens::Tokens;
 
 /// Runs the server until SIGINT or SIGTERM: builds the runtime, opens the engine,
 /// serves, then drains in-flight requests and commits queued writes before exiting.
+/// A restart asked for over the API stops the same way, then executes this binary
+/// again with the same arguments and environment (the process keeps its id).
 pub fn run(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
+    let pid_file = crate::control::pid_file(config.root());
+    let exit = run_once(config, dev_app)?;
+    let _ = std::fs::remove_file(&pid_file);
+    if exit == Exit::Restart {
+        use std::os::unix::process::CommandExt as _;
+        let program = std::env::current_exe().context("finding this program to restart it")?;
+        let err = std::process::Command::new(program).args(std::env::args_os().skip(1)).exec();
+        return Err(anyhow::anyhow!("restarting failed: {err}"));
+    }
+    Ok(())
+}
+
+/// One run of the server, until it is asked to stop or restart.
+fn run_once(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit> {
     let _log_guard =
         telemetry::init(&config.root().join("log"), &config.logging.level).context("opening the log directory")?;
     // `available_parallelism` counts the CPUs this process may run on (its affinity
@@ -71,7 +88,7 @@ fn storage_options(config: &Config) -> lyre_core::StorageOptions {
     lyre_core::StorageOptions { map_size: config.storage.max_database_size, durable: !config.storage.write_async }
 }
 
-async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
+async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit> {
     let started = Instant::now();
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let options = EngineOptions {
@@ -136,6 +153,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         cors: config.http.cors,
         ops_cors: config.operations_api.network.cors,
         loads: Arc::new(tokio::sync::Semaphore::new(crate::app::MAX_LOADS)),
+        control: Arc::new(Control::new(config.clone())),
     });
 
     let tls = crate::tls::acceptor(&config).context("setting up TLS")?;
@@ -179,8 +197,18 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
         "Lyre is running"
     );
 
-    shutdown_signal().await;
-    tracing::info!("shutting down: finishing in-flight requests");
+    let pid_file = crate::control::pid_file(config.root());
+    if let Err(err) = std::fs::write(&pid_file, std::process::id().to_string()) {
+        tracing::warn!(file = %pid_file.display(), error = %err, "the pid file could not be written");
+    }
+    let exit = tokio::select! {
+        () = shutdown_signal() => Exit::Stop,
+        exit = state.control.exit_requested() => exit,
+    };
+    match exit {
+        Exit::Stop => tracing::info!("shutting down: finishing in-flight requests"),
+        Exit::Restart => tracing::info!("restarting: finishing in-flight requests"),
+    }
     state.components.stop_processes();
     let _ = stop_tx.send(true);
     for server in servers {
@@ -191,7 +219,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     services.shutdown().await;
     engine.shutdown().await;
     tracing::info!("stopped");
-    Ok(())
+    Ok(exit)
 }
 
 /// The connection bounds from the configuration; the total follows the process's

@@ -15,7 +15,7 @@ pub(super) fn apply_overrides(tree: &mut Value, defaults: &Value, vars: &dyn Fn(
     }
 }
 
-fn collect_leaves(value: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+pub(super) fn collect_leaves(value: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
     match value {
         Value::Object(map) => {
             for (key, child) in map {
@@ -28,7 +28,7 @@ fn collect_leaves(value: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<Str
     }
 }
 
-fn set_path(tree: &mut Value, path: &[String], value: Value) {
+pub(super) fn set_path(tree: &mut Value, path: &[String], value: Value) {
     let mut node = tree;
     for key in path {
         if !node.is_object() {
@@ -43,7 +43,7 @@ fn set_path(tree: &mut Value, path: &[String], value: Value) {
 }
 
 /// `true`/`false`, numbers and `null` become themselves; anything else is a string.
-fn parse_scalar(raw: &str) -> Value {
+pub(super) fn parse_scalar(raw: &str) -> Value {
     match raw.trim() {
         "true" => Value::Bool(true),
         "false" => Value::Bool(false),

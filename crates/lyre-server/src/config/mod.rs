@@ -8,8 +8,15 @@
 
 mod duration;
 mod env;
+mod update;
 
 pub use duration::ConfigDuration;
+pub use update::{UpdateError, Updated, set_configuration};
+
+/// The configuration file's name, in the root.
+pub const CONFIG_FILE: &str = "lyre-config.yaml";
+/// The comment the configuration file starts with.
+const FILE_HEADER: &str = "# Lyre configuration (Harper's key names). Environment variables such as\n# HTTP_PORT or OPERATIONSAPI_NETWORK_PORT override these values.\n";
 
 use std::path::{Path, PathBuf};
 
@@ -438,7 +445,7 @@ impl Config {
     pub fn load(root: Option<PathBuf>, vars: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let defaults = serde_json::to_value(Config::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let root = root.or_else(|| vars("ROOTPATH").map(PathBuf::from)).unwrap_or_else(|| Config::default().root_path);
-        let file = root.join("lyre-config.yaml");
+        let file = root.join(CONFIG_FILE);
         let mut tree = defaults.clone();
         match std::fs::read_to_string(&file) {
             Ok(text) => {
@@ -467,9 +474,7 @@ fn write_default(root: &Path, file: &Path) -> Result<(), ConfigError> {
     std::fs::create_dir_all(root).map_err(io)?;
     let defaults = Config { root_path: root.to_path_buf(), ..Config::default() };
     let yaml = serde_saphyr::to_string(&defaults).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let text = format!(
-        "# Lyre configuration (Harper's key names). Environment variables such as\n# HTTP_PORT or OPERATIONSAPI_NETWORK_PORT override these values.\n{yaml}"
-    );
+    let text = format!("{FILE_HEADER}{yaml}");
     std::fs::write(file, text).map_err(io)
 }
 

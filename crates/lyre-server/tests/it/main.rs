@@ -1,5 +1,6 @@
 //! Black-box tests: each starts the real `lyre` binary and talks to it over HTTP.
 
+mod admin;
 mod bench_smoke;
 mod bulk;
 mod components;

@@ -2,6 +2,7 @@
 //! operation name (and Harper's aliases) to its handler; each family lives in its
 //! own file.
 
+mod admin;
 mod audit;
 mod components;
 mod crud;
@@ -12,6 +13,7 @@ mod load;
 mod params;
 mod schema;
 mod search;
+mod system;
 mod tokens;
 mod users;
 
@@ -180,6 +182,15 @@ async fn dispatch(
         "delete_audit_logs_before" | "delete_transaction_logs_before" => {
             audit::delete_logs_before(state, ctx, operation, params, format).await
         }
+        "read_log" => system::read_log(state, params, format).await,
+        "system_information" => system::system_information(state, params, format).await,
+        "get_configuration" => admin::get_configuration(state, format).await,
+        "set_configuration" => admin::set_configuration(state, params, format).await,
+        "restart" => admin::restart(state, format).await,
+        "restart_service" => admin::restart_service(state, params, format).await,
+        "get_status" => admin::get_status(state, params, format).await,
+        "set_status" => admin::set_status(state, params, format).await,
+        "clear_status" => admin::clear_status(state, params, format).await,
         "get_job" => jobs::get_job(state, ctx, params, format).await,
         "search_jobs_by_start_date" => jobs::search_jobs_by_start_date(state, ctx, params, format).await,
         "delete_records_before" | "delete_files_before" => {
@@ -250,7 +261,7 @@ const NOT_OFFERED: [(&[&str], &str); 3] = [
 
 /// Operations only a super user may run, refused here by name before anything is
 /// read (core refuses them too, for callers other than this API).
-const SUPER_USER_ONLY: [&str; 30] = [
+const SUPER_USER_ONLY: [&str; 39] = [
     // Harper lets any user with insert permission load a server file, and so read
     // any file the server can (each line comes back as a record), or have the
     // server fetch any address it can reach (a metadata service, an internal API).
@@ -273,6 +284,15 @@ const SUPER_USER_ONLY: [&str; 30] = [
     "export_local",
     "export_to_s3",
     "check_consistency",
+    "read_log",
+    "system_information",
+    "get_configuration",
+    "set_configuration",
+    "restart",
+    "restart_service",
+    "get_status",
+    "set_status",
+    "clear_status",
     "get_backup",
     "restore_backup",
     "get_lifecycle_status",

@@ -30,6 +30,12 @@ impl Params {
         Ok((operation, Params { map }))
     }
 
+    /// Every parameter left, in request order (an operation whose parameters are
+    /// free-form: `set_configuration`).
+    pub fn into_entries(self) -> impl Iterator<Item = (String, Value)> {
+        self.map.into_iter()
+    }
+
     /// Parameters read from a nested object (a search condition).
     pub fn from_object(map: Object) -> Params {
         Params { map }

@@ -1,4 +1,11 @@
-//! Logging through `tracing`, to stderr and to `<root>/log/lyre.log`.
+//! Logging through `tracing`, to stderr and to `<root>/log/lyre.log` in Harper's
+//! line format (`line.rs`), which `read_log` reads back (`read.rs`).
+
+mod line;
+pub mod read;
+
+/// The log file's name, under `<root>/log/`.
+pub const LOG_FILE: &str = "lyre.log";
 
 use std::path::Path;
 
@@ -18,11 +25,17 @@ pub fn init(log_dir: &Path, level: &str) -> std::io::Result<WorkerGuard> {
     };
     let filter =
         || EnvFilter::try_new(format!("{level},h2=warn,hyper=warn")).unwrap_or_else(|_| EnvFilter::new("info"));
-    let file = tracing_appender::rolling::never(log_dir, "lyre.log");
+    let file = tracing_appender::rolling::never(log_dir, LOG_FILE);
     let (writer, guard) = tracing_appender::non_blocking(file);
     let result = tracing_subscriber::registry()
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter()))
-        .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(writer).with_filter(filter()))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .event_format(line::HarperLines)
+                .with_writer(writer)
+                .with_filter(filter()),
+        )
         .try_init();
     if let Err(err) = result {
         eprintln!("logging was already initialised: {err}");
