@@ -56,6 +56,8 @@ pub use lyre_store::Layout;
 pub use lyre_store::Version;
 /// How writers batch; see `lyre_store`.
 pub use lyre_store::WriterOptions;
+/// What a writer has done, and the batch-size buckets it counts in; see `lyre_store`.
+pub use lyre_store::{BATCH_BUCKETS, WriterCounts};
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{DeleteSummary, Expect, RecordBody, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
 pub use time::parse_iso8601;

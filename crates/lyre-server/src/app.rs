@@ -47,6 +47,8 @@ pub struct AppState {
     pub loads: Arc<tokio::sync::Semaphore>,
     /// The configuration it started with; restart requests.
     pub control: Arc<crate::control::Control>,
+    /// Request metrics (Prometheus and Harper's analytics).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// CSV loads that run at once; more wait their turn (their job says so).

@@ -1,4 +1,6 @@
-//! The command line: `lyre run`, `lyre dev`, `lyre backup`, `lyre restore`.
+//! The command line: `lyre run`, `lyre dev`, `lyre backup`, `lyre restore`; and as
+//! a client of a running server (`crate::client`): `lyre status`, `lyre stop`,
+//! `lyre restart`, `lyre load`, and `lyre <operation> key=value …`.
 
 use std::path::PathBuf;
 
@@ -55,6 +57,63 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         from: PathBuf,
     },
+    /// Say whether a server runs on the root (its pid file).
+    Status {
+        /// Root directory [default: ./lyre-data, or $ROOTPATH].
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
+    /// Stop the server running on the root (gracefully) and wait until it has.
+    Stop {
+        /// Root directory [default: ./lyre-data, or $ROOTPATH].
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
+    /// Restart a running server (the `restart` operation).
+    Restart(ClientArgs),
+    /// Load a CSV file into a table of a running server, showing progress.
+    Load {
+        /// The CSV file (with a header row).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The table.
+        #[arg(long)]
+        table: String,
+        /// The database.
+        #[arg(long, default_value = "data")]
+        database: String,
+        /// insert, update or upsert.
+        #[arg(long, default_value = "insert")]
+        action: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Any Operations API operation: `lyre describe_all`, `lyre search_by_value
+    /// table=dog search_attribute=name search_value=Penny json=true`. Values that
+    /// read as JSON are JSON; `target=URL`, `username=`, `password=` say where and
+    /// who.
+    #[command(external_subcommand)]
+    Operation(Vec<String>),
+}
+
+/// Where a client command finds its server, and as whom.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClientArgs {
+    /// The server's Operations API URL [default: $CLI_TARGET, else the root's
+    /// configured port on this machine].
+    #[arg(long)]
+    pub target: Option<String>,
+    /// The user [default: $HARPER_CLI_USERNAME, $CLI_TARGET_USERNAME or
+    /// $HDB_ADMIN_USERNAME].
+    #[arg(long)]
+    pub username: Option<String>,
+    /// The password [default: $HARPER_CLI_PASSWORD, $CLI_TARGET_PASSWORD or
+    /// $HDB_ADMIN_PASSWORD].
+    #[arg(long)]
+    pub password: Option<String>,
+    /// Root directory of a local server [default: ./lyre-data, or $ROOTPATH].
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
 }
 
 /// Flags of `lyre run`.
@@ -74,7 +133,7 @@ impl Cli {
             Some(Command::Dev { root, .. } | Command::Backup { root, .. } | Command::Restore { root, .. }) => {
                 RunArgs { root: root.clone() }
             }
-            None => RunArgs::default(),
+            _ => RunArgs::default(),
         }
     }
 

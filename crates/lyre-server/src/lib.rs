@@ -7,11 +7,13 @@
 mod app;
 mod bulk;
 pub mod cli;
+pub mod client;
 mod components;
 pub mod config;
 pub mod control;
 mod http;
 mod listen;
+mod metrics;
 mod process;
 mod telemetry;
 mod tls;

@@ -17,6 +17,7 @@ use crate::components::Components;
 use crate::config::Config;
 use crate::control::{Control, Exit};
 use crate::http;
+use crate::metrics::Metrics;
 use crate::telemetry;
 use crate::tokens::Tokens;
 
@@ -126,6 +127,18 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         ..ServiceOptions::default()
     };
     let services = Services::start(&engine, service_options).await.context("starting the services")?;
+    let metrics = Arc::new(Metrics::new(engine.clone(), services.clone()));
+    let period = Duration::from_secs(config.analytics.aggregate_period.max(1));
+    let retention = config.analytics.retention.0;
+    let (flushing, flush_engine) = (metrics.clone(), engine.clone());
+    services.every(period, move || {
+        let (metrics, engine) = (flushing.clone(), flush_engine.clone());
+        async move {
+            if let Err(err) = metrics.analytics.flush(&engine, period, retention).await {
+                tracing::warn!(error = %err, "writing analytics failed");
+            }
+        }
+    });
     let components = Arc::new(Components::new(engine.clone(), config.root().join("components"), extra));
     components.load_all().await;
     let tokens = Tokens::open(
@@ -154,6 +167,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         ops_cors: config.operations_api.network.cors,
         loads: Arc::new(tokio::sync::Semaphore::new(crate::app::MAX_LOADS)),
         control: Arc::new(Control::new(config.clone())),
+        metrics: metrics.clone(),
     });
 
     let tls = crate::tls::acceptor(&config).context("setting up TLS")?;

@@ -11,6 +11,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     let cli = lyre_server::cli::Cli::parse();
+    if let Some(command) = &cli.command
+        && lyre_server::client::is_client_command(command)
+    {
+        return lyre_server::client::run(command);
+    }
     let args = cli.run_args();
     let config = lyre_server::config::Config::load(args.root, &|name| std::env::var(name).ok())?;
     match &cli.command {

@@ -39,4 +39,4 @@ pub use record::{Flags, RecordHeader, decode_record, encode_record};
 pub use txlog::{Change, ChangeKind, LogEntry, PruneProgress, PruneScope};
 pub use txn::{IndexEntries, KeyRange, ReadTxn, Records, WriteTxn};
 pub use version::{Version, VersionClock};
-pub use writer::{JobMeta, Writer, WriterOptions};
+pub use writer::{BATCH_BUCKETS, JobMeta, Writer, WriterCounts, WriterOptions};

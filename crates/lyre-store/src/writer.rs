@@ -134,6 +134,66 @@ pub struct Writer<S> {
     queue: mpsc::Sender<Message<S>>,
     options: WriterOptions,
     thread: Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<WriterStats>,
+}
+
+/// Upper bounds of the batch-size buckets [`WriterStats`] counts commits in.
+pub const BATCH_BUCKETS: [u64; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+
+/// What a writer has done since it started, for metrics: commits, the jobs they
+/// held, how batches were sized, and the time spent committing. Counted with
+/// relaxed atomics by the writer thread; read at any time.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    commits: std::sync::atomic::AtomicU64,
+    jobs: std::sync::atomic::AtomicU64,
+    failed_commits: std::sync::atomic::AtomicU64,
+    commit_micros: std::sync::atomic::AtomicU64,
+    /// Commits whose batch held at most `BATCH_BUCKETS[i]` jobs (and more than the
+    /// bucket before); the last bucket also counts larger batches.
+    batches: [std::sync::atomic::AtomicU64; BATCH_BUCKETS.len()],
+}
+
+/// A reading of [`WriterStats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriterCounts {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Jobs in committed transactions.
+    pub jobs: u64,
+    /// Transactions that failed to commit.
+    pub failed_commits: u64,
+    /// Time spent applying and committing batches, in microseconds.
+    pub commit_micros: u64,
+    /// Commits per batch-size bucket (not cumulative), as [`BATCH_BUCKETS`].
+    pub batches: [u64; BATCH_BUCKETS.len()],
+}
+
+impl WriterStats {
+    fn record(&self, jobs: usize, committed: bool, elapsed: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.commit_micros.fetch_add(elapsed.as_micros() as u64, Relaxed);
+        if !committed {
+            self.failed_commits.fetch_add(1, Relaxed);
+            return;
+        }
+        self.commits.fetch_add(1, Relaxed);
+        self.jobs.fetch_add(jobs as u64, Relaxed);
+        let bucket = BATCH_BUCKETS.iter().position(|&bound| jobs as u64 <= bound).unwrap_or(BATCH_BUCKETS.len() - 1);
+        self.batches[bucket].fetch_add(1, Relaxed);
+    }
+
+    /// The counts now.
+    pub fn read(&self) -> WriterCounts {
+        use std::sync::atomic::Ordering::Relaxed;
+        WriterCounts {
+            commits: self.commits.load(Relaxed),
+            jobs: self.jobs.load(Relaxed),
+            failed_commits: self.failed_commits.load(Relaxed),
+            commit_micros: self.commit_micros.load(Relaxed),
+            batches: std::array::from_fn(|i| self.batches[i].load(Relaxed)),
+        }
+    }
 }
 
 impl<S: Clone + Send + 'static> Writer<S> {
@@ -148,12 +208,18 @@ impl<S: Clone + Send + 'static> Writer<S> {
         // Versions issued from now on exceed every version this database stores.
         clock.observe(db.highest_version()?);
         let (queue, messages) = mpsc::channel(options.queue_capacity);
-        let mut worker = Worker { db, clock, state, on_commit, max_batch: options.max_batch };
+        let stats = Arc::new(WriterStats::default());
+        let mut worker = Worker { db, clock, state, on_commit, max_batch: options.max_batch, stats: stats.clone() };
         let thread = std::thread::Builder::new().name(format!("writer-{}", worker.db.name())).spawn(move || {
             yield_to_request_threads();
             worker.run(messages)
         })?;
-        Ok(Self { queue, options, thread: Mutex::new(Some(thread)) })
+        Ok(Self { queue, options, thread: Mutex::new(Some(thread)), stats })
+    }
+
+    /// What this writer has done since it started.
+    pub fn stats(&self) -> WriterCounts {
+        self.stats.read()
     }
 
     /// Submits a job and waits until it is committed (or failed). The job runs on the
@@ -237,6 +303,7 @@ struct Worker<S> {
     state: S,
     on_commit: OnCommit<S>,
     max_batch: usize,
+    stats: Arc<WriterStats>,
 }
 
 impl<S: Clone + Send + 'static> Worker<S> {
@@ -284,7 +351,9 @@ impl<S: Clone + Send + 'static> Worker<S> {
     fn run_batch(&mut self, mut batch: Vec<Box<dyn Job<S>>>, seq: &mut u64) {
         let before = self.state.clone();
         let seq_before = *seq;
+        let started = std::time::Instant::now();
         let committed = self.apply_and_commit(&mut batch, seq);
+        self.stats.record(batch.len(), committed.is_ok(), started.elapsed());
         match &committed {
             Ok(()) => {
                 (self.on_commit)(&self.state, *seq);

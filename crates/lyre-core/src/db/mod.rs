@@ -185,6 +185,12 @@ impl Db {
         Ok(self.writer.prepare_table(name).await?)
     }
 
+    /// What this database's writer has done since it opened (commits, batch
+    /// sizes, time committing), for metrics.
+    pub fn writer_stats(&self) -> lyre_store::WriterCounts {
+        self.writer.stats()
+    }
+
     /// Figures for `describe_table`.
     pub fn table_stats(&self, table: &Arc<TableSchema>) -> Result<TableStats> {
         let txn = self.store.read()?;

@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use uuid::Uuid;
 
@@ -54,6 +55,25 @@ impl From<String> for JobEnd {
 pub struct Jobs {
     system: Arc<Db>,
     tasks: Arc<Tasks>,
+    counts: JobCounters,
+}
+
+/// How many jobs this run started and how they ended, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobCounts {
+    /// Jobs started.
+    pub started: u64,
+    /// Jobs that ended `COMPLETE`.
+    pub completed: u64,
+    /// Jobs that ended `ERROR`.
+    pub failed: u64,
+}
+
+#[derive(Default)]
+struct JobCounters {
+    started: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicU64,
 }
 
 impl Jobs {
@@ -65,7 +85,7 @@ impl Jobs {
         if system.schema().table(JOB_TABLE).is_none() {
             system.create_table(&ctx, TableSpec::dynamic(JOB_TABLE, "id")).await?;
         }
-        let jobs = Jobs { system, tasks };
+        let jobs = Jobs { system, tasks, counts: JobCounters::default() };
         let interrupted = jobs.unfinished(&ctx)?;
         if !interrupted.is_empty() {
             let end = Value::Int(now_ms());
@@ -123,6 +143,7 @@ impl Jobs {
         job.insert("job_body".into(), body);
         let ctx = Context::system();
         self.table()?.insert(&ctx, vec![job]).await?;
+        self.counts.started.fetch_add(1, Ordering::Relaxed);
         let stopping = self.tasks.stopping();
         let work = work(Progress { jobs: Arc::clone(self), id: id.clone(), last: None, stopping });
         let jobs = Arc::clone(self);
@@ -137,6 +158,8 @@ impl Jobs {
                 }
                 Err(message) => ("ERROR", message),
             };
+            let counter = if status == "ERROR" { &jobs.counts.failed } else { &jobs.counts.completed };
+            counter.fetch_add(1, Ordering::Relaxed);
             end.insert("id".into(), job_id.clone().into());
             end.insert("status".into(), status.into());
             end.insert("message".into(), message.into());
@@ -158,6 +181,16 @@ impl Jobs {
             }
         });
         Ok(id)
+    }
+
+    /// How many jobs this run started, completed and failed (those running are
+    /// the started less the ended).
+    pub fn counts(&self) -> JobCounts {
+        JobCounts {
+            started: self.counts.started.load(Ordering::Relaxed),
+            completed: self.counts.completed.load(Ordering::Relaxed),
+            failed: self.counts.failed.load(Ordering::Relaxed),
+        }
     }
 
     /// `get_job`'s answer for `id`: a one-element array, or empty when unknown.

@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 
 pub use audit::{AuditEntry, AuditSearch, read_audit_log};
 pub use consistency::{ConsistencyReport, check_consistency};
-pub use jobs::{JobEnd, Jobs, Progress};
+pub use jobs::{JobCounts, JobEnd, Jobs, Progress};
 pub use log::{Consumer, RunnerOptions};
 
 use crate::engine::Engine;
@@ -170,6 +170,22 @@ impl Services {
     /// The jobs (`get_job`, and operations answered with a job id).
     pub fn jobs(&self) -> &Arc<Jobs> {
         &self.jobs
+    }
+
+    /// Runs `step` every `period` as a task of the services until they shut down
+    /// (a step under way finishes first): periodic work of the layers above
+    /// (aggregating analytics) lives here, where its start and stop are owned.
+    pub fn every<F, Fut>(&self, period: Duration, mut step: F)
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let mut stop = self.tasks.stopping();
+        self.tasks.spawn(async move {
+            while pause(&mut stop, period).await {
+                step().await;
+            }
+        });
     }
 
     /// Feeds `consumer` the log of database `database` from its durable cursor, as

@@ -45,6 +45,35 @@ pub struct Config {
     /// TLS certificates for the secure ports.
     #[serde(default)]
     pub tls: TlsConfig,
+    /// Harper's analytics.
+    #[serde(default)]
+    pub analytics: AnalyticsConfig,
+}
+
+/// `analytics.*`: how requests are aggregated into `system.hdb_analytics`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnalyticsConfig {
+    /// Seconds per aggregate (Harper's key and default, 60).
+    #[serde(default = "default_aggregate_period")]
+    pub aggregate_period: u64,
+    /// How long aggregates are kept (Lyre's key; default 7 days).
+    #[serde(default = "default_analytics_retention")]
+    pub retention: ConfigDuration,
+}
+
+impl Default for AnalyticsConfig {
+    fn default() -> Self {
+        AnalyticsConfig { aggregate_period: default_aggregate_period(), retention: default_analytics_retention() }
+    }
+}
+
+fn default_aggregate_period() -> u64 {
+    60
+}
+
+fn default_analytics_retention() -> ConfigDuration {
+    ConfigDuration(std::time::Duration::from_secs(7 * 86_400))
 }
 
 /// `tls.*` (Harper's keys): PEM files. Without `certificate` and `privateKey`, a
@@ -411,6 +440,7 @@ impl Default for Config {
                 release_timeout: default_release_timeout(),
             },
             tls: TlsConfig::default(),
+            analytics: AnalyticsConfig::default(),
         }
     }
 }

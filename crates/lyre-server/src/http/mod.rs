@@ -30,6 +30,7 @@ pub fn operations_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", post(ops::handle).options(ops::options).get(front_page))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(axum::middleware::from_fn_with_state(state.clone(), cors::operations))
@@ -82,6 +83,30 @@ impl tower_http::compression::Predicate for CompressAbove {
 /// Harper's health answer, which monitors match on.
 async fn health() -> Response {
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "HarperDB is running.").into_response()
+}
+
+/// `GET /metrics`: every metric in Prometheus's text format, for a super user
+/// (Basic or token authentication, as any operation; Prometheus's `basic_auth`).
+async fn metrics(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    client: Option<axum::Extension<crate::tls::ClientCertificate>>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let client = client.map(|axum::Extension(c)| c);
+    let allowed = match auth::authenticate(&state, &headers, peer, client.as_ref()).await {
+        Ok(user) => lyre_core::access::require_super_user_for(&lyre_core::Context::new(user), "metrics")
+            .map_err(error::ApiError::from),
+        Err(err) => Err(err),
+    };
+    if let Err(err) = allowed {
+        return err.render(format::Format::Json);
+    }
+    match state.metrics.render() {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        Err(_) => error::ApiError::new(lyre_core::Code::Internal, "the metrics could not be written")
+            .render(format::Format::Json),
+    }
 }
 
 /// `GET /`: Harper serves its Studio here, so browsers and load balancers probing

@@ -13,6 +13,7 @@ mod harper5;
 mod jobs;
 mod lifecycle;
 mod memory;
+mod metrics;
 mod ops_crud;
 mod ops_schema;
 mod ops_search;

@@ -3,6 +3,7 @@
 //! own file.
 
 mod admin;
+mod analytics;
 mod audit;
 mod components;
 mod crud;
@@ -122,7 +123,21 @@ async fn handle_request(
     let ctx = Context::new(user);
     check_operation(&ctx, &operation)?;
     let _lease = request_lease(state, &ctx, &operation, &params);
-    dispatch(state, &ctx, &operation, params, format).await.map_err(|err| err.hidden_from(&ctx))
+    let started = std::time::Instant::now();
+    let answered = dispatch(state, &ctx, &operation, params, format).await.map_err(|err| err.hidden_from(&ctx));
+    let (status, bytes_out) = match &answered {
+        Ok(response) => (response.status().as_u16(), crate::metrics::body_size(response)),
+        Err(err) => (err.code().status(), None),
+    };
+    state.metrics.record(crate::metrics::Request {
+        interface: crate::metrics::Interface::Operations,
+        path: &operation,
+        method: "POST",
+        status,
+        elapsed: started.elapsed(),
+        bytes_out,
+    });
+    answered
 }
 
 /// The `Bearer` token of a request when it is a refresh token (which authenticates
@@ -182,6 +197,9 @@ async fn dispatch(
         "delete_audit_logs_before" | "delete_transaction_logs_before" => {
             audit::delete_logs_before(state, ctx, operation, params, format).await
         }
+        "get_analytics" => analytics::get_analytics(state, params, format).await,
+        "list_metrics" => analytics::list_metrics(state, params, format).await,
+        "describe_metric" => analytics::describe_metric(state, params, format).await,
         "read_log" => system::read_log(state, params, format).await,
         "system_information" => system::system_information(state, params, format).await,
         "get_configuration" => admin::get_configuration(state, format).await,
@@ -261,7 +279,7 @@ const NOT_OFFERED: [(&[&str], &str); 3] = [
 
 /// Operations only a super user may run, refused here by name before anything is
 /// read (core refuses them too, for callers other than this API).
-const SUPER_USER_ONLY: [&str; 39] = [
+const SUPER_USER_ONLY: [&str; 42] = [
     // Harper lets any user with insert permission load a server file, and so read
     // any file the server can (each line comes back as a record), or have the
     // server fetch any address it can reach (a metadata service, an internal API).
@@ -286,6 +304,9 @@ const SUPER_USER_ONLY: [&str; 39] = [
     "check_consistency",
     "read_log",
     "system_information",
+    "get_analytics",
+    "list_metrics",
+    "describe_metric",
     "get_configuration",
     "set_configuration",
     "restart",

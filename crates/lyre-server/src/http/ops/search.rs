@@ -122,7 +122,7 @@ fn paging(params: &mut Params, query: &mut Query) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn select(params: &mut Params) -> Result<Select, ApiError> {
+pub(super) fn select(params: &mut Params) -> Result<Select, ApiError> {
     let Some(attributes) = params.array(&["get_attributes", "select"])? else {
         return Ok(Select::Raw);
     };
@@ -170,7 +170,7 @@ fn operator(value: Option<Value>) -> Result<Operator, ApiError> {
 }
 
 /// One condition or nested group, in Harper's current or legacy field names.
-fn condition(value: Value) -> Result<Condition, ApiError> {
+pub(super) fn condition(value: Value) -> Result<Condition, ApiError> {
     let Value::Object(object) = value else {
         return Err(ApiError::bad_request("each condition must be an object"));
     };

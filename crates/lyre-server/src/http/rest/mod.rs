@@ -46,11 +46,20 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     let origin = cors::origin(&parts.headers, state.cors);
     let mut body = Some(body);
     let budget = crate::http::body::drain_budget(&parts.headers);
+    let (started, method, uri) = (std::time::Instant::now(), parts.method.clone(), parts.uri.clone());
     let mut response = if cors::is_preflight(origin.as_ref(), &parts.method, &parts.headers) {
         cors::preflight()
     } else {
         route(&state, peer, parts, &mut body).await
     };
+    state.metrics.record(crate::metrics::Request {
+        interface: crate::metrics::Interface::Rest,
+        path: resource_of(uri.path()),
+        method: method.as_str(),
+        status: response.status().as_u16(),
+        elapsed: started.elapsed(),
+        bytes_out: crate::metrics::body_size(&response),
+    });
     // A body nobody read (a GET's, or one an error answered before reading) is read
     // and dropped: unread bytes make the kernel reset the connection when it closes,
     // cutting off the response the client is still reading.
@@ -63,6 +72,13 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
         cors::allow(&mut response, origin);
     }
     response
+}
+
+/// The resource a REST path addresses (its first segment, without an extension or
+/// a query), as metrics name it.
+fn resource_of(path: &str) -> &str {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    if first.is_empty() { "/" } else { first }
 }
 
 /// Answers one request; takes `body` out of its slot only to read it.
