@@ -47,7 +47,8 @@ pub struct Loaded {
 /// Loads the file, drawing progress on stderr (hidden when it is not a terminal).
 pub async fn load(target: &Target, load: &Load) -> anyhow::Result<Loaded> {
     let mut records = std::fs::File::open(&load.file).with_context(|| format!("opening {}", load.file.display()))?;
-    let mut raw = records.try_clone()?;
+    // A second handle of its own (a cloned one would share the reader's offset).
+    let mut raw = std::fs::File::open(&load.file)?;
     let size = records.metadata()?.len();
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&mut records);
     let mut record = csv::ByteRecord::new();
@@ -78,7 +79,9 @@ pub async fn load(target: &Target, load: &Load) -> anyhow::Result<Loaded> {
             done.rows += piece_rows;
             done.loaded += loaded_count(&message);
             if message.contains("rejected") {
-                bar.println(format!("rows from line {first_line}: {message}"));
+                let report = format!("rows from line {first_line}: {message}");
+                // A bar not drawn (stderr is not a terminal) prints nothing itself.
+                if bar.is_hidden() { eprintln!("{report}") } else { bar.println(report) }
             }
             let rate = done.rows as f64 / started.elapsed().as_secs_f64().max(0.001);
             bar.set_message(format!("{} rows, {rate:.0} rows/s", done.rows));

@@ -91,7 +91,8 @@ impl Target {
     pub async fn call(&self, body: &Value) -> anyhow::Result<Value> {
         let (status, answer) = self.send(body).await?;
         if status >= 400 {
-            let message = answer.get("error").and_then(Value::as_str).map_or_else(|| answer.to_string(), str::to_string);
+            let message =
+                answer.get("error").and_then(Value::as_str).map_or_else(|| answer.to_string(), str::to_string);
             bail!("{status}: {message}");
         }
         Ok(answer)
@@ -106,17 +107,15 @@ fn parse_target(text: &str) -> anyhow::Result<reqwest::Url> {
         return Ok(url);
     }
     let with_port = if text.contains(':') { text.to_string() } else { format!("{text}:9925") };
-    reqwest::Url::parse(&format!("https://{with_port}")).map_err(|err| anyhow!("'{text}' is not a server address: {err}"))
+    reqwest::Url::parse(&format!("https://{with_port}"))
+        .map_err(|err| anyhow!("'{text}' is not a server address: {err}"))
 }
 
 /// The Operations API of the server configured under the root, on this machine.
 fn local_target(root: Option<PathBuf>) -> anyhow::Result<reqwest::Url> {
     let root = root_of(root);
     if !root.join(CONFIG_FILE).exists() {
-        bail!(
-            "no Lyre server is set up in {} (no {CONFIG_FILE}); give target=URL or --root DIR",
-            root.display()
-        );
+        bail!("no Lyre server is set up in {} (no {CONFIG_FILE}); give target=URL or --root DIR", root.display());
     }
     let config = Config::load(Some(root), &|name| std::env::var(name).ok())?;
     let port = config.operations_api.network.port;
@@ -170,7 +169,11 @@ fn render(answer: &Value, as_json: bool) -> anyhow::Result<String> {
 pub fn is_client_command(command: &Command) -> bool {
     matches!(
         command,
-        Command::Status { .. } | Command::Stop { .. } | Command::Restart(_) | Command::Load { .. } | Command::Operation(_)
+        Command::Status { .. }
+            | Command::Stop { .. }
+            | Command::Restart(_)
+            | Command::Load { .. }
+            | Command::Operation(_)
     )
 }
 
@@ -192,8 +195,12 @@ pub fn run(command: &Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Load { file, table, database, action, client } => {
-            let spec =
-                load::Load { file: file.clone(), database: database.clone(), table: table.clone(), action: action.clone() };
+            let spec = load::Load {
+                file: file.clone(),
+                database: database.clone(),
+                table: table.clone(),
+                action: action.clone(),
+            };
             let loaded = runtime.block_on(load::load(&target(client)?, &spec))?;
             println!("loaded {} of {} rows into {database}.{table}", loaded.loaded, loaded.rows);
             Ok(())
