@@ -23,9 +23,10 @@ pub struct Download {
     response: reqwest::Response,
 }
 
-/// Requests `url`; fails with Harper's wording when it cannot be reached, answers
+/// Requests `url` with `headers` added (`passthrough_headers`: a token the origin
+/// wants, say); fails with Harper's wording when it cannot be reached, answers
 /// anything but a success, or answers a content type that is not CSV.
-pub async fn open(url: &reqwest::Url) -> Result<Download, String> {
+pub async fn open(url: &reqwest::Url, headers: reqwest::header::HeaderMap) -> Result<Download, String> {
     let failed = |reason: String| format!("CSV Load failed from URL: {url}, {reason}");
     let client = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
@@ -34,7 +35,7 @@ pub async fn open(url: &reqwest::Url) -> Result<Download, String> {
         .user_agent(concat!("lyre/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|err| failed(err.to_string()))?;
-    let response = client.get(url.clone()).send().await.map_err(|err| failed(describe(&err)))?;
+    let response = client.get(url.clone()).headers(headers).send().await.map_err(|err| failed(describe(&err)))?;
     let status = response.status();
     if !status.is_success() {
         let message = status.canonical_reason().unwrap_or("");

@@ -277,7 +277,8 @@ async fn a_load_cut_short_by_a_crash_ends_as_error_and_keeps_its_committed_batch
 }
 
 /// A small HTTP origin on loopback answering `GET <path>` from `answers` (status
-/// line, content type, body); other paths get 404.
+/// line, content type, body); other paths get 404, and `/secret.csv` gets 401
+/// unless the request carries `x-token: s3cret`.
 async fn origin(answers: Vec<(&'static str, &'static str, &'static str, String)>) -> u16 {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -296,11 +297,18 @@ async fn origin(answers: Vec<(&'static str, &'static str, &'static str, String)>
                 }
                 let text = String::from_utf8_lossy(&request);
                 let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let authorized = text.lines().any(|line| line.eq_ignore_ascii_case("x-token: s3cret"));
+                let refused = path == "/secret.csv" && !authorized;
                 let (status, content_type, body) = answers
                     .iter()
                     .find(|(p, ..)| *p == path)
                     .map(|(_, status, content_type, body)| (*status, *content_type, body.clone()))
-                    .unwrap_or(("404 Not Found", "text/plain", "no such file".to_string()));
+                    .filter(|_| !refused)
+                    .unwrap_or(if refused {
+                        ("401 Unauthorized", "text/plain", "who are you".to_string())
+                    } else {
+                        ("404 Not Found", "text/plain", "no such file".to_string())
+                    });
                 let head = format!(
                     "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                     body.len()
@@ -325,6 +333,7 @@ async fn a_url_loads_and_an_origin_that_fails_ends_the_job_with_the_reason() {
         ("/dogs.csv", "200 OK", "text/csv; charset=utf-8", "id,name\n1,Penny\n2,Kato\n".to_string()),
         ("/page.html", "200 OK", "text/html", "<html></html>".to_string()),
         ("/many.csv", "200 OK", "application/octet-stream", big),
+        ("/secret.csv", "200 OK", "text/csv", "id,name\n90000,Secret\n".to_string()),
     ])
     .await;
     let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
@@ -336,6 +345,20 @@ async fn a_url_loads_and_an_origin_that_fails_ends_the_job_with_the_reason() {
     assert_eq!(job["message"], "successfully loaded 2 of 2 records");
     let job = load(&s, request("/many.csv")).await;
     assert_eq!(job["message"], "successfully loaded 4998 of 4998 records", "ids 1 and 2 exist: {job}");
+
+    // An origin that wants a token gets it through passthrough_headers, which the
+    // job's record does not keep.
+    let job = load(&s, request("/secret.csv")).await;
+    assert!(job["message"].as_str().unwrap().ends_with("status code: 401, message: Unauthorized"), "{job}");
+    let mut with_token = request("/secret.csv");
+    with_token["passthrough_headers"] = json!({"X-Token": "s3cret"});
+    let job = load(&s, with_token.clone()).await;
+    assert_eq!(job["message"], "successfully loaded 1 of 1 records", "{job}");
+    assert!(!job.to_string().contains("s3cret"), "{job}");
+    with_token["passthrough_headers"] = json!({"bad header": "x"});
+    s.fails(with_token.clone(), 400, "'bad header' is not a valid header name").await;
+    with_token["passthrough_headers"] = json!("x-token: s3cret");
+    s.fails(with_token, 400, "'passthrough_headers' must be an object of header names and values").await;
 
     let job = load(&s, request("/missing.csv")).await;
     assert_eq!(job["status"], "ERROR");

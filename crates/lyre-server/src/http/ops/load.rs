@@ -19,8 +19,9 @@ enum Source {
     Data(String),
     /// A file on the server (`file_path`).
     File(std::path::PathBuf),
-    /// A document on an HTTP or HTTPS server (`csv_url`).
-    Url(reqwest::Url),
+    /// A document on an HTTP or HTTPS server (`csv_url`), asked for with these
+    /// headers (`passthrough_headers`).
+    Url(reqwest::Url, reqwest::header::HeaderMap),
     /// An S3 object, CSV or JSON by its key's extension.
     S3(s3::Object, Document),
 }
@@ -65,7 +66,36 @@ pub async fn csv_url_load(
         .ok()
         .filter(|url| matches!(url.scheme(), "http" | "https"))
         .ok_or_else(|| ApiError::bad_request(format!("'csv_url' must be a valid http or https url, not '{text}'")))?;
-    start(state, ctx, "csv_url_load", params, Source::Url(url), format).await
+    let headers = passthrough_headers(params.value(&["passthrough_headers"]))?;
+    start(state, ctx, "csv_url_load", params, Source::Url(url, headers), format).await
+}
+
+/// `passthrough_headers`: an object of header names and values sent with the
+/// request for the document (never kept in the job's record: they may hold
+/// credentials).
+fn passthrough_headers(value: Option<Value>) -> Result<reqwest::header::HeaderMap, ApiError> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let fields = match value {
+        None | Some(Value::Null) => return Ok(headers),
+        Some(Value::Object(fields)) => fields,
+        Some(_) => {
+            return Err(ApiError::bad_request("'passthrough_headers' must be an object of header names and values"));
+        }
+    };
+    for (name, value) in fields {
+        let text = match value {
+            Value::String(text) => text,
+            Value::Int(_) | Value::Float(_) | Value::Bool(_) => value.to_string(),
+            _ => return Err(ApiError::bad_request(format!("passthrough header '{name}' must be a string"))),
+        };
+        let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| ApiError::bad_request(format!("'{name}' is not a valid header name")))?;
+        let value = reqwest::header::HeaderValue::from_str(&text).map_err(|_| {
+            ApiError::bad_request(format!("the value of passthrough header '{name}' is not a valid header value"))
+        })?;
+        headers.insert(header, value);
+    }
+    Ok(headers)
 }
 
 /// `import_from_s3`: the object `s3.key` (`.csv`, or `.json` holding an array of
@@ -121,7 +151,7 @@ async fn start(
     match &source {
         Source::Data(_) => {}
         Source::File(path) => _ = body.insert("file_path".into(), path.display().to_string().into()),
-        Source::Url(url) => {
+        Source::Url(url, _) => {
             // A password in the URL is not kept in the job's record.
             let mut shown = url.clone();
             let _ = shown.set_password(None);
@@ -156,8 +186,8 @@ async fn start(
                     Ok(file) => load(&db, &table, &job_ctx, mode, (file, Document::Csv), &mut progress).await,
                     Err(err) => return Err(format!("cannot read '{}': {err}", path.display())),
                 },
-                Source::Url(url) => {
-                    let (chunks, pump) = download::open(&url).await?.split();
+                Source::Url(url, headers) => {
+                    let (chunks, pump) = download::open(&url, headers).await?.split();
                     // The pump ends when the body does, or when the parser stops reading.
                     let loading = load(&db, &table, &job_ctx, mode, (chunks, Document::Csv), &mut progress);
                     let (loaded, ()) = tokio::join!(loading, pump);
