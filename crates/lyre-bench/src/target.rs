@@ -31,6 +31,10 @@ pub struct ProcessSample {
     pub peak_rss_kib: u64,
     /// Current resident set size, in KiB (`VmRSS`).
     pub rss_kib: u64,
+    /// Of which anonymous memory (the heap, stacks), in KiB (`RssAnon`).
+    pub rss_anon_kib: u64,
+    /// Of which mapped files (a database's map), in KiB (`RssFile`).
+    pub rss_file_kib: u64,
 }
 
 impl Target {
@@ -55,6 +59,8 @@ impl Target {
             cpu_seconds: ticks / clock_ticks_per_second(),
             peak_rss_kib: kib("VmHWM:"),
             rss_kib: kib("VmRSS:"),
+            rss_anon_kib: kib("RssAnon:"),
+            rss_file_kib: kib("RssFile:"),
         })
     }
 
@@ -68,6 +74,8 @@ impl Target {
                 total.cpu_seconds += s.cpu_seconds;
                 total.peak_rss_kib += s.peak_rss_kib;
                 total.rss_kib += s.rss_kib;
+                total.rss_anon_kib += s.rss_anon_kib;
+                total.rss_file_kib += s.rss_file_kib;
             }
         }
         Some(total)

@@ -134,7 +134,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
     services.every(period, move || {
         let (metrics, engine) = (flushing.clone(), flush_engine.clone());
         async move {
-            if let Err(err) = metrics.analytics.flush(&engine, period, retention).await {
+            if let Err(err) = metrics.flush_analytics(&engine, period, retention).await {
                 tracing::warn!(error = %err, "writing analytics failed");
             }
         }

@@ -305,6 +305,13 @@ impl Database {
         &self.inner.dir
     }
 
+    /// Drops this process's resident pages of the database's map (they stay in the
+    /// operating system's cache); answers the bytes of mappings released. See
+    /// `env::release_resident_pages`.
+    pub fn release_resident_pages(&self) -> Result<usize> {
+        Ok(crate::env::release_resident_pages(&self.inner.dir)?)
+    }
+
     /// Opens a read snapshot.
     pub fn read(&self) -> Result<ReadTxn> {
         ReadTxn::new(self.clone())

@@ -49,3 +49,39 @@ pub(crate) fn open_env(dir: &Path, map_size: usize, durable: bool) -> Result<Env
     env.clear_stale_readers()?;
     Ok(env)
 }
+
+/// Drops this process's resident pages of the environment in `dir` (its map of
+/// `data.mdb`), answering how many bytes of mappings were released: the memory a
+/// long write (a bulk load walking every index) left mapped. The pages stay in the
+/// operating system's cache, and the next access maps them again from there.
+///
+/// The mappings are found in `/proc/self/maps` by the file's path, so this works
+/// whether or not LMDB was given a fixed address.
+pub(crate) fn release_resident_pages(dir: &Path) -> std::io::Result<usize> {
+    let file = dir.join("data.mdb").canonicalize()?;
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let mut released = 0;
+    for line in maps.lines() {
+        // `start-end perms offset dev inode path`
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(path)) = (fields.next(), fields.nth(4)) else { continue };
+        if Path::new(path) != file {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else {
+            continue;
+        };
+        // SAFETY: the range is a shared mapping of the environment's file, made by
+        // LMDB and alive while the environment is open (the caller holds it).
+        // MADV_DONTNEED on a shared file mapping removes only this process's page
+        // table entries: every page, written or not, stays in the page cache (the
+        // file's up-to-date contents), and the next access faults it back in with the
+        // same bytes. No pointer into the map becomes invalid and nothing is lost.
+        unsafe {
+            rustix::mm::madvise(start as *mut std::ffi::c_void, end - start, rustix::mm::Advice::LinuxDontNeed)?;
+        }
+        released += end - start;
+    }
+    Ok(released)
+}

@@ -67,7 +67,12 @@ pub async fn run(
         .op(&json!({"operation": "csv_file_load", "database": DATABASE, "table": TABLE, "file_path": file}))
         .await?;
     let Some(id) = answer["job_id"].as_str() else { anyhow::bail!("{}: no job id in {answer}", target.name) };
+    // The most resident memory seen while the load ran, heap and mapped files apart.
+    let (mut most_anon, mut most_file) = (0, 0);
     let job = loop {
+        if let Some(now) = target.sample_tree() {
+            (most_anon, most_file) = (most_anon.max(now.rss_anon_kib), most_file.max(now.rss_file_kib));
+        }
         let jobs = client.op(&json!({"operation": "get_job", "id": id})).await?;
         let job = jobs[0].clone();
         if job["status"] != "IN_PROGRESS" && job["status"] != "CREATED" {
@@ -77,6 +82,13 @@ pub async fn run(
         tokio::time::sleep(POLL).await;
     };
     let elapsed = started.elapsed();
+    eprintln!(
+        "{} round {round}: most resident while loading (sampled every {} ms): heap {:.0} MiB, mapped files {:.0} MiB",
+        target.name,
+        POLL.as_millis(),
+        most_anon as f64 / 1024.0,
+        most_file as f64 / 1024.0
+    );
     let expected = format!("successfully loaded {0} of {0} records", params.rows);
     anyhow::ensure!(job["message"] == expected.as_str(), "{}: the load ended {job}", target.name);
     // The one "request" is the whole load; past the histogram's range (100 s) its

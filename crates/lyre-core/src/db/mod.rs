@@ -191,6 +191,14 @@ impl Db {
         self.writer.stats()
     }
 
+    /// Drops this process's resident pages of the database's map, which stay in
+    /// the operating system's cache: what a long write (a bulk load touching every
+    /// index) leaves mapped otherwise counts in the process's resident memory until
+    /// the kernel needs it. Answers the bytes of mappings released.
+    pub fn release_resident_pages(&self) -> Result<usize> {
+        Ok(self.store.release_resident_pages()?)
+    }
+
     /// Figures for `describe_table`.
     pub fn table_stats(&self, table: &Arc<TableSchema>) -> Result<TableStats> {
         let txn = self.store.read()?;

@@ -1,17 +1,22 @@
-//! Request metrics, kept two ways from one recording: Prometheus families for
+//! Request metrics, kept two ways from one recording: Prometheus metrics for
 //! `/metrics` (with the storage, writer and job figures read at each scrape,
 //! `scrape.rs`), and Harper's analytics, aggregated per period into
 //! `system.hdb_analytics` (`analytics.rs`).
 //!
 //! Every request is recorded once, after it is answered, by the Operations API
-//! (path: the operation) and REST (path: the first segment, the resource). Paths
-//! come from clients, so at most [`MAX_PATHS`] distinct ones are kept; later ones
-//! are counted as `other`, and memory stays bounded whatever clients send.
+//! (path: the operation) and REST (path: the first segment, the resource): one
+//! lock, one lookup by the path (no allocation once a path is known), a count per
+//! interface, method and status, and the period's durations per interface and
+//! method (`histogram.rs`). Paths come from clients, so at most [`MAX_PATHS`]
+//! distinct ones are kept (later ones count as `other`), and methods are the
+//! standard ones (others count as `OTHER`): memory stays bounded whatever clients
+//! send.
 
 pub mod analytics;
+mod histogram;
 mod scrape;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,10 +26,16 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
-/// Distinct request paths kept as labels.
+use histogram::LogHistogram;
+
+/// Distinct request paths kept.
 pub const MAX_PATHS: usize = 1_000;
+/// The path later paths are counted under once [`MAX_PATHS`] are kept.
+const OTHER_PATH: &str = "other";
+/// The HTTP methods kept as themselves.
+const METHODS: [&str; 10] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "QUERY", "CONNECT", "TRACE"];
 
 /// Which interface answered a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,95 +81,96 @@ pub struct Request<'a> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct RequestLabels {
-    interface: &'static str,
-    path: String,
-    method: String,
-    status: u16,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct InterfaceLabels {
     interface: &'static str,
 }
 
 type DurationFamily = Family<InterfaceLabels, Histogram, fn() -> Histogram>;
 
-/// The size of `response`'s body when it is known before it is sent.
-pub fn body_size(response: &axum::response::Response) -> Option<u64> {
-    use axum::body::HttpBody as _;
-    response.body().size_hint().exact()
+/// What one path's requests added up to.
+#[derive(Default)]
+struct PathStats {
+    /// Answers per interface, method and status, since the start.
+    counts: Vec<((Interface, &'static str, u16), u64)>,
+    /// This period's requests per interface and method.
+    period: Vec<((Interface, &'static str), Period)>,
 }
+
+/// One period's requests of a path, interface and method.
+#[derive(Default)]
+pub(crate) struct Period {
+    durations: LogHistogram,
+    succeeded: u64,
+    bytes: u64,
+    sized: u64,
+}
+
+/// The paths seen, shared by the recorder, the scrape and the analytics flush.
+type Paths = Arc<Mutex<HashMap<Arc<str>, PathStats>>>;
 
 /// The server's metrics.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
     durations: DurationFamily,
     bytes_out: Family<InterfaceLabels, Counter>,
-    paths: Mutex<HashSet<String>>,
-    /// Harper's analytics, aggregated per period.
-    pub analytics: analytics::Analytics,
+    paths: Paths,
 }
 
 impl Metrics {
     /// Metrics for a server over `engine` and its `services`.
     pub fn new(engine: Arc<Engine>, services: Arc<Services>) -> Metrics {
         let mut registry = Registry::with_prefix("lyre");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("requests", "Requests answered, by interface, path, method and status", requests.clone());
+        let paths: Paths = Arc::default();
+        registry.register_collector(Box::new(scrape::Requests::new(paths.clone())));
         let durations: DurationFamily =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_05, 2.0, 18)));
-        registry.register_with_unit(
-            "request_duration",
-            "Time to answer a request",
-            prometheus_client::registry::Unit::Seconds,
-            durations.clone(),
-        );
+        registry.register_with_unit("request_duration", "Time to answer a request", Unit::Seconds, durations.clone());
         let bytes_out = Family::<InterfaceLabels, Counter>::default();
         registry.register_with_unit(
             "response",
             "Response body bytes whose size was known when sent",
-            prometheus_client::registry::Unit::Bytes,
+            Unit::Bytes,
             bytes_out.clone(),
         );
         registry.register_collector(Box::new(scrape::Storage::new(engine, services)));
-        Metrics {
-            registry,
-            requests,
-            durations,
-            bytes_out,
-            paths: Mutex::new(HashSet::new()),
-            analytics: analytics::Analytics::default(),
-        }
+        Metrics { registry, durations, bytes_out, paths }
     }
 
     /// Records one answered request.
     pub fn record(&self, request: Request<'_>) {
-        let path = self.bounded_path(request.path);
-        let interface = request.interface.name();
-        // Methods are any token a client sends; only the standard ones are labels.
-        let method = match request.method {
-            "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS" | "QUERY" | "CONNECT" | "TRACE" => {
-                request.method
-            }
-            _ => "OTHER",
-        };
-        let labels = RequestLabels { interface, path, method: method.to_string(), status: request.status };
-        self.requests.get_or_create(&labels).inc();
-        let seconds = request.elapsed.as_secs_f64();
-        self.durations.get_or_create(&InterfaceLabels { interface }).observe(seconds);
+        let interface = request.interface;
+        let method = METHODS.iter().find(|m| **m == request.method).copied().unwrap_or("OTHER");
+        let labels = InterfaceLabels { interface: interface.name() };
+        self.durations.get_or_create(&labels).observe(request.elapsed.as_secs_f64());
         if let Some(bytes) = request.bytes_out {
-            self.bytes_out.get_or_create(&InterfaceLabels { interface }).inc_by(bytes);
+            self.bytes_out.get_or_create(&labels).inc_by(bytes);
         }
-        self.analytics.record(analytics::Sample {
-            path: &labels.path,
-            method: &labels.method,
-            kind: request.interface.analytics_type(),
-            elapsed: request.elapsed,
-            success: request.status < 500,
-            bytes_out: request.bytes_out,
-        });
+        let mut paths = self.paths.lock();
+        let known = paths.contains_key(request.path);
+        let path = if known || paths.len() < MAX_PATHS { request.path } else { OTHER_PATH };
+        let stats = match paths.get_mut(path) {
+            Some(stats) => stats,
+            None => paths.entry(Arc::from(path)).or_default(),
+        };
+        let key = (interface, method, request.status);
+        match stats.counts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, count)) => *count += 1,
+            None => stats.counts.push((key, 1)),
+        }
+        let at = match stats.period.iter().position(|(k, _)| *k == (interface, method)) {
+            Some(at) => at,
+            None => {
+                stats.period.push(((interface, method), Period::default()));
+                stats.period.len() - 1
+            }
+        };
+        let period = &mut stats.period[at].1;
+        period.durations.record(request.elapsed.as_micros() as u64);
+        period.succeeded += u64::from(request.status < 500);
+        if let Some(bytes) = request.bytes_out {
+            period.bytes += bytes;
+            period.sized += 1;
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -168,16 +180,31 @@ impl Metrics {
         Ok(out)
     }
 
-    /// `path`, or `other` once [`MAX_PATHS`] others are kept.
-    fn bounded_path(&self, path: &str) -> String {
-        let mut paths = self.paths.lock();
-        if paths.contains(path) {
-            return path.to_string();
-        }
-        if paths.len() >= MAX_PATHS {
-            return "other".to_string();
-        }
-        paths.insert(path.to_string());
-        path.to_string()
+    /// Ends the analytics period: writes its aggregates, with the storage and
+    /// process figures of now, to `system.hdb_analytics` (records expiring after
+    /// `retention`); answers how many records were written.
+    pub async fn flush_analytics(
+        &self,
+        engine: &Engine,
+        period: Duration,
+        retention: Duration,
+    ) -> lyre_core::Result<usize> {
+        let taken: Vec<(String, Interface, &'static str, Period)> = {
+            let mut paths = self.paths.lock();
+            let mut taken = Vec::new();
+            for (path, stats) in paths.iter_mut() {
+                for ((interface, method), aggregate) in std::mem::take(&mut stats.period) {
+                    taken.push((path.to_string(), interface, method, aggregate));
+                }
+            }
+            taken
+        };
+        analytics::flush(engine, taken, period, retention).await
     }
+}
+
+/// The size of `response`'s body when it is known before it is sent.
+pub fn body_size(response: &axum::response::Response) -> Option<u64> {
+    use axum::body::HttpBody as _;
+    response.body().size_hint().exact()
 }

@@ -11,6 +11,59 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+/// The requests answered per interface, path, method and status, read from the
+/// recorder's map at each scrape.
+pub struct Requests {
+    paths: super::Paths,
+}
+
+impl Requests {
+    /// The collector of the requests counted in `paths`.
+    pub fn new(paths: super::Paths) -> Requests {
+        Requests { paths }
+    }
+}
+
+impl std::fmt::Debug for Requests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Requests")
+    }
+}
+
+impl Collector for Requests {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // Copied out first: the lock is not held while the text is written.
+        let counts: Vec<(std::sync::Arc<str>, &'static str, &'static str, String, u64)> = {
+            let paths = self.paths.lock();
+            let mut counts = Vec::new();
+            for (path, stats) in paths.iter() {
+                for ((interface, method, status), count) in &stats.counts {
+                    counts.push((path.clone(), interface.name(), *method, status.to_string(), *count));
+                }
+            }
+            counts
+        };
+        let samples = counts
+            .iter()
+            .map(|(path, interface, method, status, count)| {
+                let labels = vec![
+                    ("interface", *interface),
+                    ("path", &**path),
+                    ("method", *method),
+                    ("status", status.as_str()),
+                ];
+                (labels, ConstCounter::new(*count))
+            })
+            .collect();
+        family(
+            &mut encoder,
+            ("requests", "Requests answered, by interface, path, method and status"),
+            MetricType::Counter,
+            samples,
+        )
+    }
+}
+
 /// Reads the engine's and services' figures when scraped.
 pub struct Storage {
     engine: Arc<Engine>,
