@@ -60,5 +60,5 @@ pub use lyre_store::WriterOptions;
 pub use lyre_store::{BATCH_BUCKETS, WriterCounts};
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{DeleteSummary, Expect, RecordBody, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
-pub use time::parse_iso8601;
+pub use time::{now_ms, parse_iso8601};
 pub use value::{Object, Value};

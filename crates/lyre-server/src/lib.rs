@@ -11,6 +11,7 @@ pub mod client;
 mod components;
 pub mod config;
 pub mod control;
+mod files;
 mod http;
 mod listen;
 mod metrics;

@@ -27,8 +27,9 @@ use crate::tokens::Tokens;
 /// again with the same arguments and environment (the process keeps its id).
 pub fn run(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     let pid_file = crate::control::pid_file(config.root());
-    let exit = run_once(config, dev_app)?;
+    let exit = run_once(config, dev_app);
     let _ = std::fs::remove_file(&pid_file);
+    let exit = exit?;
     if exit == Exit::Restart {
         use std::os::unix::process::CommandExt as _;
         let program = std::env::current_exe().context("finding this program to restart it")?;

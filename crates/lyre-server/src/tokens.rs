@@ -191,16 +191,7 @@ impl Tokens {
 /// Writes a private key readable by its owner only, atomically.
 pub(crate) fn write_private(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let staged = path.with_extension("tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&staged)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&staged, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    crate::files::write_atomically(path, Some(0o600), |file| file.write_all(bytes))
 }
 
 fn now_secs() -> u64 {

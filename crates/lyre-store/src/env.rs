@@ -62,10 +62,10 @@ pub(crate) fn release_resident_pages(dir: &Path) -> std::io::Result<usize> {
     let maps = std::fs::read_to_string("/proc/self/maps")?;
     let mut released = 0;
     for line in maps.lines() {
-        // `start-end perms offset dev inode path`
-        let mut fields = line.split_whitespace();
+        // `start-end perms offset dev inode path` (the path may hold spaces).
+        let mut fields = line.splitn(6, ' ');
         let (Some(range), Some(path)) = (fields.next(), fields.nth(4)) else { continue };
-        if Path::new(path) != file {
+        if Path::new(path.trim_start()) != file {
             continue;
         }
         let Some((start, end)) = range.split_once('-') else { continue };

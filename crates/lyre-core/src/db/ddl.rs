@@ -188,7 +188,13 @@ impl Db {
             Arc::make_mut(state).tables.shift_remove(&name);
             Ok(())
         })
-        .await
+        .await?;
+        // Freeing the table's pages walked them: they need not stay in this
+        // process's resident memory.
+        if let Err(err) = self.release_resident_pages().await {
+            tracing::debug!(database = self.name(), error = %err, "releasing resident pages after a drop failed");
+        }
+        Ok(())
     }
 
     /// Adds an attribute to a table and indexes the existing records for it.

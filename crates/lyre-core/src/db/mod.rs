@@ -194,9 +194,17 @@ impl Db {
     /// Drops this process's resident pages of the database's map, which stay in
     /// the operating system's cache: what a long write (a bulk load touching every
     /// index) leaves mapped otherwise counts in the process's resident memory until
-    /// the kernel needs it. Answers the bytes of mappings released.
-    pub fn release_resident_pages(&self) -> Result<usize> {
-        Ok(self.store.release_resident_pages()?)
+    /// the kernel needs it. Answers the bytes of mappings released. Runs on the
+    /// blocking pool.
+    pub async fn release_resident_pages(&self) -> Result<usize> {
+        let store = self.store.clone();
+        crate::task::blocking(move || Ok(store.release_resident_pages()?)).await
+    }
+
+    /// Figures for every table of the database now (sizes for metrics, analytics
+    /// and `system_information`); a table whose figures cannot be read is left out.
+    pub fn all_table_stats(&self) -> Vec<TableStats> {
+        self.schema().tables.values().filter_map(|table| self.table_stats(table).ok()).collect()
     }
 
     /// Figures for `describe_table`.

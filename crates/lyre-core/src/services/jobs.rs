@@ -28,6 +28,8 @@ use crate::value::{Object, Value};
 /// Harper's table of jobs.
 const JOB_TABLE: &str = "hdb_job";
 const IN_PROGRESS: &str = "IN_PROGRESS";
+/// Most jobs one `search_jobs_by_start_date` lists.
+pub const MAX_LISTED: usize = 10_000;
 /// Tries at recording a job's end before giving up.
 const END_WRITE_ATTEMPTS: u64 = 5;
 /// What `get_job` shows of a job, in Harper's order (the table also keeps `job_body`),
@@ -82,9 +84,7 @@ impl Jobs {
     pub(crate) async fn open(engine: &Engine, tasks: Arc<Tasks>) -> Result<Arc<Jobs>> {
         let ctx = Context::system();
         let system = engine.database(SYSTEM_DATABASE)?;
-        if system.schema().table(JOB_TABLE).is_none() {
-            system.create_table(&ctx, TableSpec::dynamic(JOB_TABLE, "id")).await?;
-        }
+        system.table_or_create(&ctx, TableSpec::dynamic(JOB_TABLE, "id")).await?;
         let jobs = Jobs { system, tasks, counts: JobCounters::default() };
         let interrupted = jobs.unfinished(&ctx)?;
         if !interrupted.is_empty() {
@@ -200,33 +200,33 @@ impl Jobs {
     }
 
     /// `search_jobs_by_start_date`: the jobs started strictly between `from` and `to`
-    /// (ms since the epoch), oldest first, each with its start and end also as ISO
-    /// 8601 (`start_datetime_converted`, `end_datetime_converted`); only `user`'s
-    /// own unless `all_users`.
-    pub fn started_between(&self, from: f64, to: f64, user: &str, all_users: bool) -> Result<Vec<Value>> {
+    /// (ms since the epoch), oldest first and at most [`MAX_LISTED`], each with its
+    /// start and end also as ISO 8601 (`start_datetime_converted`,
+    /// `end_datetime_converted`); only `user`'s own unless `all_users`. Runs on the
+    /// blocking pool.
+    pub async fn started_between(&self, from: f64, to: f64, user: &str, all_users: bool) -> Result<Vec<Value>> {
         let table = self.table()?;
         if table.schema().attribute("start_datetime").is_none() {
             return Ok(Vec::new()); // no job has been recorded yet
         }
-        let window = vec![
-            Condition::Compare {
-                attribute: "start_datetime".into(),
-                comparator: Comparator::GreaterThan,
-                value: Value::Float(from),
-            },
-            Condition::Compare {
-                attribute: "start_datetime".into(),
-                comparator: Comparator::LessThan,
-                value: Value::Float(to),
-            },
+        let compare = |attribute: &str, comparator, value: Value| Condition::Compare {
+            attribute: attribute.into(),
+            comparator,
+            value,
+        };
+        let mut conditions = vec![
+            compare("start_datetime", Comparator::GreaterThan, Value::Float(from)),
+            compare("start_datetime", Comparator::LessThan, Value::Float(to)),
         ];
+        if !all_users {
+            conditions.push(compare("user", Comparator::Equals, user.into()));
+        }
         let sort = vec![SortKey { attribute: "start_datetime".into(), descending: false }];
-        let mut out = Vec::new();
-        table.search(&Context::system(), Query { conditions: window, sort, ..Query::default() })?.run(
-            &mut |record| {
-                if let Value::Object(job) = record
-                    && (all_users || job.get("user").and_then(Value::as_str) == Some(user))
-                {
+        let query = Query { conditions, sort, limit: Some(MAX_LISTED), ..Query::default() };
+        crate::task::blocking(move || {
+            let mut out = Vec::new();
+            table.search(&Context::system(), query)?.run(&mut |record| {
+                if let Value::Object(job) = record {
                     let mut job = shown(job);
                     for (stamp, converted) in
                         [("start_datetime", "start_datetime_converted"), ("end_datetime", "end_datetime_converted")]
@@ -238,9 +238,10 @@ impl Jobs {
                     out.push(Value::Object(job));
                 }
                 ControlFlow::Continue(())
-            },
-        )?;
-        Ok(out)
+            })?;
+            Ok(out)
+        })
+        .await
     }
 
     /// The job table, with its current schema (a dynamic table's attributes grow

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use lyre_store::{ReadTxn, TableStore};
 
 use crate::access::{Action, Context, TableAccess, check_table, require_super_user};
-use crate::catalog::{CREATED_TIME, Stamp, TableSchema};
+use crate::catalog::{CREATED_TIME, Stamp, TableSchema, TableSpec};
 use crate::db::{Db, ForUser, TableStats};
 use crate::error::{Error, Result};
 use crate::query::{Comparator, Condition, Query, Search, Select};
@@ -35,6 +35,22 @@ impl Db {
         let schema = self.schema();
         let table = schema.table(name).cloned().ok_or_else(|| self.table_not_found(name))?;
         Ok(Table::new(self.clone(), table))
+    }
+
+    /// The table `spec` names, created first when it does not exist (a creation
+    /// racing this one is fine): the server's own tables in the `system` database
+    /// made on first use (jobs, status values, analytics).
+    pub async fn table_or_create(self: &Arc<Self>, ctx: &Context, spec: TableSpec) -> Result<Table> {
+        if self.schema().table(&spec.name).is_none() {
+            let name = spec.name.clone();
+            if let Err(err) = self.create_table(ctx, spec).await
+                && self.schema().table(&name).is_none()
+            {
+                return Err(err);
+            }
+            return self.table(&name);
+        }
+        self.table(&spec.name)
     }
 }
 

@@ -1,21 +1,28 @@
 //! Reading a JSON document (one array of records, as `import_from_s3` takes a
 //! `.json` key) into batches of records, one element at a time (on a blocking
-//! thread), so the array never sits whole in memory.
+//! thread), so the array never sits whole in memory; one element may take at most
+//! [`MAX_RECORD_BYTES`] of the document, so neither does a huge one.
 
+use std::cell::Cell;
 use std::fmt;
 use std::io::Read;
+use std::rc::Rc;
 
 use lyre_core::Value;
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 
+use super::lines::MAX_RECORD_BYTES;
 use super::{BATCH_ROWS, Batch, LoadError};
 
 /// Reads `source` as a JSON array of records, sending batches (each element a
 /// record, or the reason it is not one, by its position from 1) in document order;
 /// stops early (with `Ok`) when the receiver is gone.
 pub fn parse<R: Read>(source: R, sender: &tokio::sync::mpsc::Sender<Batch>) -> Result<(), LoadError> {
-    let mut reader = serde_json::Deserializer::from_reader(std::io::BufReader::new(source));
-    let mut feed = Feed { sender, batch: Batch::with_capacity(BATCH_ROWS), elements: 0, receiver_gone: false };
+    let read_since_element = Rc::new(Cell::new(0));
+    let counted = Counted { inner: source, read: read_since_element.clone() };
+    let mut reader = serde_json::Deserializer::from_reader(std::io::BufReader::new(counted));
+    let mut feed =
+        Feed { sender, batch: Batch::with_capacity(BATCH_ROWS), elements: 0, receiver_gone: false, read_since_element };
     let read = (&mut feed).deserialize(&mut reader).and_then(|()| reader.end());
     match read {
         _ if feed.receiver_gone => Ok(()),
@@ -37,6 +44,26 @@ struct Feed<'a> {
     batch: Batch,
     elements: u64,
     receiver_gone: bool,
+    /// Bytes read since the last element ended.
+    read_since_element: Rc<Cell<u64>>,
+}
+
+/// The document's reader, failing once one element has taken more than
+/// [`MAX_RECORD_BYTES`] (counted from where the last one ended).
+struct Counted<R> {
+    inner: R,
+    read: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.read.get() > MAX_RECORD_BYTES {
+            return Err(std::io::Error::other(format!("a record is longer than {} MiB", MAX_RECORD_BYTES >> 20)));
+        }
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for &mut Feed<'_> {
@@ -57,6 +84,7 @@ impl<'de> Visitor<'de> for &mut Feed<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut elements: A) -> Result<(), A::Error> {
         while let Some(element) = elements.next_element::<Value>()? {
             self.elements += 1;
+            self.read_since_element.set(0);
             let row = match element {
                 Value::Object(record) => Ok(record),
                 other => Err(format!("not an object but {}", kind(&other))),
@@ -122,6 +150,19 @@ mod tests {
         assert!(result.unwrap_err().starts_with("the JSON is malformed after record 1"));
         let (result, _) = parsed(r#"[{"id":1}] trailing"#);
         assert!(result.is_err());
+    }
+
+    #[test]
+    fn an_element_too_large_fails_the_load_instead_of_filling_memory() {
+        let huge =
+            format!(r#"[{{"id":1}},{{"id":2,"blob":"{}"}}]"#, "x".repeat(MAX_RECORD_BYTES as usize + (64 << 10)));
+        let (result, rows) = parsed(&huge);
+        let err = result.unwrap_err();
+        assert!(err.contains("a record is longer than 16 MiB"), "{err}");
+        assert!(rows.len() <= 1);
+        // Many ordinary elements together pass the limit without tripping it.
+        let many = format!("[{}]", vec![format!(r#"{{"note":"{}"}}"#, "y".repeat(1 << 20)); 20].join(","));
+        assert_eq!(parsed(&many).0, Ok(()));
     }
 
     #[test]

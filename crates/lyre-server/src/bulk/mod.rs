@@ -31,9 +31,10 @@ use cast::cast;
 
 /// Rows written per transaction.
 pub const BATCH_ROWS: usize = 1_000;
-/// Batches between two releases of the database's resident map pages: a load
-/// walks every index of the table, and the pages it touched would otherwise stay
-/// in the process's resident memory (over a gigabyte for a million rows).
+/// Batches between two releases of the database's resident map pages (the first
+/// before the first batch): a load walks every index of the table, and the pages
+/// it touched would otherwise stay in the process's resident memory (over a
+/// gigabyte for a million rows).
 const RELEASE_EVERY: u64 = 32;
 /// Rejected rows described in a report (all of them are counted).
 pub const REJECTIONS_SHOWN: usize = 20;
@@ -183,12 +184,12 @@ where
         }
         report.rows += batch.len() as u64;
         write_batch(table, ctx, mode, batch, &mut report).await?;
-        batches_written += 1;
         if batches_written.is_multiple_of(RELEASE_EVERY)
-            && let Err(err) = db.release_resident_pages()
+            && let Err(err) = db.release_resident_pages().await
         {
             tracing::debug!(error = %err, "releasing a database's resident pages failed");
         }
+        batches_written += 1;
         progress.report(format!("loading: {} rows read, {} loaded", report.rows, report.loaded)).await;
     }
     match parser.await {

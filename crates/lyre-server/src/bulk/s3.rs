@@ -70,6 +70,14 @@ impl Object {
             key: field("key", "key"),
             region: field("region", "region"),
         };
+        // The region and bucket become part of the address S3 is reached at: only
+        // what AWS allows in them, so a request cannot steer the server elsewhere.
+        if !object.region.is_empty() && !valid_region(&object.region) {
+            problems.push(format!("S3 region '{}' is not a region name (like us-east-1)", object.region));
+        }
+        if !object.bucket.is_empty() && !valid_bucket(&object.bucket) {
+            problems.push(format!("S3 bucket '{}' is not a valid bucket name", object.bucket));
+        }
         if problems.is_empty() { Ok(object) } else { Err(problems.join(",")) }
     }
 
@@ -125,6 +133,23 @@ impl Object {
     }
 }
 
+/// AWS region names: lowercase letters, digits and dashes (`us-east-1`).
+fn valid_region(region: &str) -> bool {
+    (1..=32).contains(&region.len())
+        && region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// S3's bucket naming rules: 3 to 63 lowercase letters, digits, dots and dashes,
+/// starting and ending with a letter or digit.
+fn valid_bucket(bucket: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let bytes = bucket.as_bytes();
+    (3..=63).contains(&bytes.len())
+        && bytes.iter().all(|&b| alnum(b) || b == b'.' || b == b'-')
+        && bytes.first().is_some_and(|&b| alnum(b))
+        && bytes.last().is_some_and(|&b| alnum(b))
+}
+
 /// An object being written.
 pub struct Upload {
     object: Object,
@@ -158,5 +183,44 @@ impl Upload {
         if let Err(err) = self.writer.abort().await {
             tracing::warn!(object = ?self.object, error = %err, "an abandoned S3 upload could not be cleaned up");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_and_buckets_are_only_what_aws_allows() {
+        for region in ["us-east-1", "eu-central-2", "auto"] {
+            assert!(valid_region(region), "{region}");
+        }
+        for region in ["", "x@evil.host/#", "us east", "US-EAST-1", "a.b", &"a".repeat(33)] {
+            assert!(!valid_region(region), "{region}");
+        }
+        for bucket in ["lyre-test", "my.bucket.1", "abc"] {
+            assert!(valid_bucket(bucket), "{bucket}");
+        }
+        for bucket in ["ab", "-lead", "trail-", "Upper", "a/b", "evil.host#", &"a".repeat(64)] {
+            assert!(!valid_bucket(bucket), "{bucket}");
+        }
+        let param = |region: &str| {
+            let mut fields = lyre_core::Object::new();
+            for (key, value) in [
+                ("aws_access_key_id", "k"),
+                ("aws_secret_access_key", "s"),
+                ("bucket", "b.ok"),
+                ("key", "a.csv"),
+                ("region", region),
+            ] {
+                fields.insert(key.into(), value.into());
+            }
+            Object::from_param(Some(Value::Object(fields)))
+        };
+        assert!(param("us-east-1").is_ok());
+        assert_eq!(
+            param("x@evil.host/#").unwrap_err(),
+            "S3 region 'x@evil.host/#' is not a region name (like us-east-1)"
+        );
     }
 }

@@ -17,9 +17,16 @@ pub fn running(root: &Path) -> Option<i32> {
     alive(pid).then_some(pid)
 }
 
-/// Whether process `pid` exists and has not exited (a zombie, exited but not yet
-/// reaped by its parent, has).
+/// Whether process `pid` exists, has not exited (a zombie, exited but not yet
+/// reaped by its parent, has), and runs this program: a pid file left by a crash
+/// may name a number the system has since given to another program, which must
+/// never be signalled.
 fn alive(pid: i32) -> bool {
+    let ours = std::env::current_exe().ok().and_then(|exe| exe.canonicalize().ok());
+    let theirs = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    if ours.is_none() || ours != theirs {
+        return false;
+    }
     let Some(process) = rustix::process::Pid::from_raw(pid) else { return false };
     if rustix::process::test_kill_process(process).is_err() {
         return false;

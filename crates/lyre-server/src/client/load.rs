@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::Target;
 
@@ -73,8 +73,8 @@ pub async fn load(target: &Target, load: &Load) -> anyhow::Result<Loaded> {
         let at = reader.position().byte();
         if piece_rows > 0 && (!more || at - piece_start >= PIECE_BYTES) {
             let body = read_range(&mut raw, piece_start, at)?;
-            let mut data = String::from_utf8_lossy(&header).into_owned();
-            data.push_str(&String::from_utf8_lossy(&body));
+            let mut data = utf8(header.clone(), 1)?;
+            data.push_str(&utf8(body, first_line)?);
             let message = run_piece(target, load, data).await?;
             done.rows += piece_rows;
             done.loaded += loaded_count(&message);
@@ -106,7 +106,7 @@ async fn run_piece(target: &Target, load: &Load, data: String) -> anyhow::Result
     let id = started["job_id"].as_str().context("the server did not answer with a job id")?.to_string();
     loop {
         let job = target.call(&json!({"operation": "get_job", "id": id})).await?;
-        let job = job.get(0).cloned().unwrap_or(Value::Null);
+        let Some(job) = job.get(0).cloned() else { bail!("the server has no job {id}") };
         let message = job["message"].as_str().unwrap_or_default().to_string();
         match job["status"].as_str() {
             Some("COMPLETE") => return Ok(message),
@@ -123,6 +123,11 @@ fn loaded_count(message: &str) -> u64 {
         .and_then(|rest| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// `bytes` as text, or an error naming the line they start on: a CSV must be UTF-8.
+fn utf8(bytes: Vec<u8>, line: u64) -> anyhow::Result<String> {
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("the rows from line {line} are not UTF-8 text"))
 }
 
 /// Bytes `from..to` of `file`.

@@ -40,11 +40,15 @@ pub enum UpdateError {
     File(#[from] ConfigError),
 }
 
-/// Applies `changes` (flattened key, value) to the config file under `root`.
+/// Applies `changes` (flattened key, value) to the config file under `root`. The
+/// file is read, checked and replaced under one lock, so two changes at once never
+/// lose one another.
 pub fn set_configuration(root: &Path, changes: Vec<(String, Value)>) -> Result<Updated, UpdateError> {
     let defaults = serde_json::to_value(Config::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let mut leaves = Vec::new();
     collect_leaves(&defaults, &mut Vec::new(), &mut leaves);
+    static CHANGING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CHANGING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let file = root.join(CONFIG_FILE);
     let current = read_tree(&file)?;
     let mut tree = current.clone();
@@ -122,20 +126,23 @@ fn back_up(root: &Path, file: &Path) -> Result<Option<PathBuf>, ConfigError> {
     let io = |source| ConfigError::Io { path: dir.clone(), source };
     std::fs::create_dir_all(&dir).map_err(io)?;
     let stamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true).replace(':', "-");
-    let backup = dir.join(format!("{stamp}-{CONFIG_FILE}.bak"));
+    // Two changes in one millisecond keep both backups.
+    let mut backup = dir.join(format!("{stamp}-{CONFIG_FILE}.bak"));
+    let mut n = 1;
+    while backup.exists() {
+        backup = dir.join(format!("{stamp}-{n}-{CONFIG_FILE}.bak"));
+        n += 1;
+    }
     std::fs::copy(file, &backup).map_err(io)?;
     Ok(Some(backup))
 }
 
-/// Writes `tree` as the config file: beside it first, synced, then renamed.
+/// Writes `tree` as the config file, whole or not at all.
 fn write(file: &Path, tree: &Value) -> Result<(), ConfigError> {
-    let io = |source| ConfigError::Io { path: file.to_path_buf(), source };
     let yaml = serde_saphyr::to_string(tree).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let partial = file.with_extension("yaml.partial");
     let text = format!("{}{yaml}", super::FILE_HEADER);
-    std::fs::write(&partial, text).map_err(io)?;
-    std::fs::File::open(&partial).and_then(|f| f.sync_all()).map_err(io)?;
-    std::fs::rename(&partial, file).map_err(io)
+    crate::files::write_atomically(file, None, |out| std::io::Write::write_all(out, text.as_bytes()))
+        .map_err(|source| ConfigError::Io { path: file.to_path_buf(), source })
 }
 
 #[cfg(test)]

@@ -19,12 +19,30 @@ pub struct ApiError {
     /// Set for "database / table does not exist": to a user who is not a super user
     /// this is answered as the 403 a forbidden one gets, so names cannot be probed.
     missing_item: bool,
+    /// Set for an operation that does not exist (metrics do not keep its name).
+    unknown_operation: bool,
 }
 
 impl ApiError {
     /// An error with `code` and a client-facing `message`.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), details: lyre_core::Object::new(), missing_item: false }
+        Self {
+            code,
+            message: message.into(),
+            details: lyre_core::Object::new(),
+            missing_item: false,
+            unknown_operation: false,
+        }
+    }
+
+    /// Harper's 400 for an operation that does not exist.
+    pub fn unknown_operation(operation: &str) -> Self {
+        Self { unknown_operation: true, ..Self::bad_request(format!("Operation '{operation}' not found")) }
+    }
+
+    /// Whether this answers an operation that does not exist.
+    pub fn is_unknown_operation(&self) -> bool {
+        self.unknown_operation
     }
 
     /// The code it renders with.

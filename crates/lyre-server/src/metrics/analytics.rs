@@ -87,19 +87,12 @@ fn request_records(
     records
 }
 
-/// `system.hdb_analytics`, created on first use.
+/// `system.hdb_analytics`, created on first use (its records expiring after
+/// `retention`).
 pub async fn analytics_table(engine: &Engine, retention: Duration) -> lyre_core::Result<Table> {
-    let system = engine.database(SYSTEM_DATABASE)?;
-    if system.schema().table(ANALYTICS_TABLE).is_none() {
-        let expiration = Expiration { expiration: retention.as_secs().max(1), eviction: 0, scan_interval: None };
-        let spec = TableSpec { expiration: Some(expiration), ..TableSpec::dynamic(ANALYTICS_TABLE, "id") };
-        if let Err(err) = system.create_table(&Context::system(), spec).await
-            && system.schema().table(ANALYTICS_TABLE).is_none()
-        {
-            return Err(err);
-        }
-    }
-    system.table(ANALYTICS_TABLE)
+    let expiration = Expiration { expiration: retention.as_secs().max(1), eviction: 0, scan_interval: None };
+    let spec = TableSpec { expiration: Some(expiration), ..TableSpec::dynamic(ANALYTICS_TABLE, "id") };
+    engine.database(SYSTEM_DATABASE)?.table_or_create(&Context::system(), spec).await
 }
 
 /// `database-size` and `table-size` records of every database now.
@@ -113,23 +106,20 @@ fn storage_records(engine: &Engine, now: f64) -> Vec<Object> {
         record
     };
     for db in engine.databases() {
-        let schema = db.schema();
-        let mut sized = false;
-        for table in schema.tables.values() {
-            let Ok(stats) = db.table_stats(table) else { continue };
-            if !sized {
-                let mut size = record("database-size");
-                size.insert("database".into(), db.name().into());
-                size.insert("size".into(), Value::Int(stats.db_size as i64));
-                size.insert("audit".into(), Value::Int(stats.db_audit_size as i64));
-                records.push(size);
-                sized = true;
-            }
+        let stats = db.all_table_stats();
+        if let Some(first) = stats.first() {
+            let mut size = record("database-size");
+            size.insert("database".into(), db.name().into());
+            size.insert("size".into(), Value::Int(first.db_size as i64));
+            size.insert("audit".into(), Value::Int(first.db_audit_size as i64));
+            records.push(size);
+        }
+        for stat in stats {
             let mut size = record("table-size");
             size.insert("database".into(), db.name().into());
-            size.insert("table".into(), table.name.clone().into());
-            size.insert("size".into(), Value::Int(stats.table_size as i64));
-            size.insert("records".into(), Value::Int(stats.record_count as i64));
+            size.insert("table".into(), stat.schema.name.clone().into());
+            size.insert("size".into(), Value::Int(stat.table_size as i64));
+            size.insert("records".into(), Value::Int(stat.record_count as i64));
             records.push(size);
         }
     }

@@ -4,7 +4,8 @@
 //! `system.hdb_analytics` (`analytics.rs`).
 //!
 //! Every request is recorded once, after it is answered, by the Operations API
-//! (path: the operation) and REST (path: the first segment, the resource): one
+//! (path: the operation) and REST (path: the exported resource), either being
+//! `unknown` when the request named none: one
 //! lock, one lookup by the path (no allocation once a path is known), a count per
 //! interface, method and status, and the period's durations per interface and
 //! method (`histogram.rs`). Paths come from clients, so at most [`MAX_PATHS`]
@@ -34,6 +35,8 @@ use histogram::LogHistogram;
 pub const MAX_PATHS: usize = 1_000;
 /// The path later paths are counted under once [`MAX_PATHS`] are kept.
 const OTHER_PATH: &str = "other";
+/// The path a request that named no operation or resource is counted under.
+pub const UNKNOWN_PATH: &str = "unknown";
 /// The HTTP methods kept as themselves.
 const METHODS: [&str; 10] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "QUERY", "CONNECT", "TRACE"];
 

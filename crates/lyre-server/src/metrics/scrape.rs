@@ -108,8 +108,7 @@ impl Collector for Storage {
         let mut log_bytes = Vec::new();
         let mut tables = Vec::new();
         for (db, name) in databases.iter().zip(&names) {
-            let schema = db.schema();
-            let stats: Vec<_> = schema.tables.values().filter_map(|table| db.table_stats(table).ok()).collect();
+            let stats = db.all_table_stats();
             if let Some(first) = stats.first() {
                 db_bytes.push((vec![("database", name.as_str())], ConstGauge::new(first.db_size as i64)));
                 log_bytes.push((vec![("database", name.as_str())], ConstGauge::new(first.db_audit_size as i64)));

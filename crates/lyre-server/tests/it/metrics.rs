@@ -51,14 +51,19 @@ async fn the_metrics_endpoint_counts_requests_storage_writers_and_jobs() {
     s.ok(json!({"operation": "csv_data_load", "database": "dev", "table": "dog", "data": "id\n4\n"})).await;
     let (status, _, _) = s.rest_send(reqwest::Method::GET, "/nothing/here", None, &[]).await;
     assert_eq!(status, 404);
+    s.fails(json!({"operation": "make_it_so"}), 400, "Operation 'make_it_so' not found").await;
 
     let scrape = scrape(&s).await;
     let inserts = [("interface", "operations"), ("path", "insert"), ("method", "POST"), ("status", "200")];
     assert_eq!(value(&scrape, "lyre_requests_total", &inserts), Some(3.0));
     let refused = [("path", "insert"), ("status", "404")];
     assert_eq!(value(&scrape, "lyre_requests_total", &refused), Some(1.0));
-    let rest = [("interface", "rest"), ("path", "nothing"), ("method", "GET"), ("status", "404")];
+    // Names that are no resource or operation are not kept.
+    let rest = [("interface", "rest"), ("path", "unknown"), ("method", "GET"), ("status", "404")];
     assert_eq!(value(&scrape, "lyre_requests_total", &rest), Some(1.0));
+    assert_eq!(value(&scrape, "lyre_requests_total", &[("path", "nothing")]), None);
+    let made_up = [("interface", "operations"), ("path", "unknown"), ("status", "400")];
+    assert_eq!(value(&scrape, "lyre_requests_total", &made_up), Some(1.0));
     let durations = value(&scrape, "lyre_request_duration_seconds_count", &[("interface", "operations")]);
     assert!(durations.unwrap_or(0.0) >= 5.0, "{durations:?}");
     let records = value(&scrape, "lyre_table_records", &[("database", "dev"), ("table", "dog")]).unwrap();

@@ -28,8 +28,11 @@ const NOT_KEYS: [&str; 3] = ["hdb_user", "hdbAuthHeader", "replicated"];
 /// Harper's camelCase keys.
 pub async fn get_configuration(state: &Arc<AppState>, format: Format) -> Result<Response, ApiError> {
     let root = state.control.root().to_path_buf();
-    let config = Config::load(Some(root), &|name| std::env::var(name).ok())
-        .map_err(|err| ApiError::new(Code::Internal, format!("reading the configuration failed: {err}")))?;
+    let config = crate::http::blocking::blocking("reading the configuration", move || {
+        Config::load(Some(root), &|name| std::env::var(name).ok())
+            .map_err(|err| ApiError::new(Code::Internal, format!("reading the configuration failed: {err}")))
+    })
+    .await?;
     reply(format, &config)
 }
 
@@ -81,15 +84,12 @@ pub async fn restart(state: &Arc<AppState>, format: Format) -> Result<Response, 
 
 /// `restart_service`: `http_workers`, `http` and `harperdb` restart the server (its
 /// listeners and request threads are one process); `custom_functions` reloads the
-/// components.
+/// components before answering.
 pub async fn restart_service(state: &Arc<AppState>, mut params: Params, format: Format) -> Result<Response, ApiError> {
     let service = params.string(&["service"])?.unwrap_or_default();
     match service.as_str() {
         "http_workers" | "http" | "harperdb" => state.control.request_restart(),
-        "custom_functions" | "custom functions" => {
-            let components = state.components.clone();
-            tokio::spawn(async move { components.load_all().await });
-        }
+        "custom_functions" | "custom functions" => state.components.load_all().await,
         _ => return Err(ApiError::bad_request("Invalid service")),
     }
     message(format, format!("Restarting {service}"))
@@ -168,15 +168,6 @@ fn status_id(params: &mut Params) -> Result<Option<String>, ApiError> {
 
 /// `system.hdb_status`, created on first use.
 async fn status_table(state: &Arc<AppState>) -> Result<lyre_core::Table, ApiError> {
-    let system = state.engine.database(SYSTEM_DATABASE)?;
-    if system.schema().table(STATUS_TABLE).is_none() {
-        let spec = lyre_core::catalog::TableSpec::dynamic(STATUS_TABLE, "id");
-        match system.create_table(&Context::system(), spec).await {
-            Ok(_) => {}
-            // Another request created it first.
-            Err(_) if system.schema().table(STATUS_TABLE).is_some() => {}
-            Err(err) => return Err(err.into()),
-        }
-    }
-    Ok(system.table(STATUS_TABLE)?)
+    let spec = lyre_core::catalog::TableSpec::dynamic(STATUS_TABLE, "id");
+    Ok(state.engine.database(SYSTEM_DATABASE)?.table_or_create(&Context::system(), spec).await?)
 }

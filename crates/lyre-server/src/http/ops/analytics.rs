@@ -17,9 +17,13 @@ use crate::http::ops::search::{condition, select};
 use crate::http::ops::{Params, reply};
 use crate::metrics::analytics::{BUILTIN_METRICS, analytics_table};
 
+/// Most records one `get_analytics` answers (narrow the time window for more).
+const MAX_RECORDS: usize = 100_000;
+
 /// `get_analytics`: the aggregates of `metric` from `start_time` (inclusive) to
 /// `end_time` (exclusive, ms), narrowed by `conditions` (as `search_by_conditions`
-/// takes them), oldest first, each with its `id` as its time (Harper's shape).
+/// takes them), oldest first and at most [`MAX_RECORDS`], each with its `id` as its
+/// time (Harper's shape).
 pub async fn get_analytics(state: &Arc<AppState>, mut params: Params, format: Format) -> Result<Response, ApiError> {
     let metric = params.string(&["metric"])?;
     let start = time(&mut params, "start_time")?;
@@ -44,7 +48,7 @@ pub async fn get_analytics(state: &Arc<AppState>, mut params: Params, format: Fo
         return reply(format, &Value::Array(Vec::new()));
     }
     let query = Query { conditions, sort: vec![by_time(false)], ..Query::default() };
-    let records = collect(table.clone(), query, None).await?;
+    let records = collect(table.clone(), query, Some(MAX_RECORDS)).await?;
     let shown = records.into_iter().map(|mut record| {
         if let Some(time) = record.get("time").cloned() {
             record.insert("id".into(), time);
@@ -67,13 +71,24 @@ pub async fn list_metrics(state: &Arc<AppState>, mut params: Params, format: For
         names.extend(BUILTIN_METRICS.iter().map(|name| Value::from(*name)));
     }
     if types.iter().any(|t| t == "custom") {
+        let table = table(state).await?;
         let query = Query { select: Select::Attributes(vec!["metric".into()]), ..Query::default() };
-        let seen: BTreeSet<String> = collect(table(state).await?, query, None)
-            .await?
-            .into_iter()
-            .filter_map(|record| record.get("metric").and_then(Value::as_str).map(str::to_string))
-            .filter(|name| !BUILTIN_METRICS.contains(&name.as_str()))
-            .collect();
+        // The names seen, not the records: a set as small as the metrics are few.
+        let seen = blocking("listing metrics", move || {
+            let mut seen = BTreeSet::new();
+            table.search(&Context::system(), query)?.run(&mut |record| {
+                if let Value::Object(record) = record
+                    && let Some(Value::String(name)) = record.get("metric")
+                    && !BUILTIN_METRICS.contains(&name.as_str())
+                    && !seen.contains(name)
+                {
+                    seen.insert(name.clone());
+                }
+                ControlFlow::Continue(())
+            })?;
+            Ok::<_, lyre_core::Error>(seen)
+        })
+        .await?;
         names.extend(seen.into_iter().map(Value::from));
     }
     reply(format, &Value::Array(names))

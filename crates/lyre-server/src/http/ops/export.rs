@@ -5,11 +5,10 @@
 //! the request arrives, so a bad one is answered 400 at once; its results then
 //! stream from one snapshot through the same encoder the Operations API answers
 //! with (`http/stream.rs`), into the file or the upload, never whole in memory. A
-//! local file is written under a temporary name beside its target, synced, and only
-//! then renamed into place: an export that fails leaves no partial file.
+//! local file is written whole or not at all (`files.rs`): an export that fails or
+//! is cut short leaves no partial file.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::response::Response;
@@ -174,35 +173,18 @@ async fn run_search(
     Ok(response.into_body().into_data_stream().map(|chunk| chunk.map_err(|err| err.to_string())))
 }
 
-/// Writes `results` to `target` through a temporary file beside it, synced before
-/// it is renamed into place.
+/// Writes `results` to `target`, whole or not at all (`files::write_atomically`).
 async fn write_file<S>(results: S, target: PathBuf) -> Result<(), String>
 where
     S: Stream<Item = Result<bytes::Bytes, String>>,
 {
     let (mut reader, pump) = crate::bulk::chunks::pipe(results);
     let write = tokio::task::spawn_blocking(move || {
-        let partial = partial_name(&target);
-        let written = (|| {
-            let mut file = std::fs::File::create(&partial)?;
-            std::io::copy(&mut reader, &mut file)?;
-            file.flush()?;
-            file.sync_all()?;
-            std::fs::rename(&partial, &target)
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&partial);
-        }
-        written.map_err(|err| format!("writing '{}' failed: {err}", target.display()))
+        crate::files::write_atomically(&target, None, |file| std::io::copy(&mut reader, file).map(drop))
+            .map_err(|err| format!("writing '{}' failed: {err}", target.display()))
     });
     let (written, ()) = tokio::join!(write, pump);
     written.map_err(|err| format!("the export stopped: {err}"))?
-}
-
-/// `<dir>/.<name>.partial`: where a file is written before it is complete.
-fn partial_name(target: &Path) -> PathBuf {
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    target.with_file_name(format!(".{name}.partial"))
 }
 
 /// Uploads `results` to `object`; an upload that fails part-way is abandoned.

@@ -48,7 +48,8 @@ fn job_owner(job: &Value) -> Option<&str> {
 }
 
 /// `search_jobs_by_start_date`: the jobs started strictly between `from_date` and
-/// `to_date` (ISO 8601), oldest first; a user who is not a super user sees their own.
+/// `to_date` (ISO 8601), oldest first (10,000 at most); a user who is not a super
+/// user sees their own.
 pub async fn search_jobs_by_start_date(
     state: &Arc<AppState>,
     ctx: &Context,
@@ -57,7 +58,7 @@ pub async fn search_jobs_by_start_date(
 ) -> Result<Response, ApiError> {
     let from = date(&mut params, "from_date", "from")?;
     let to = date(&mut params, "to_date", "to")?;
-    let jobs = state.services.jobs().started_between(from, to, ctx.username(), ctx.user.is_super_user())?;
+    let jobs = state.services.jobs().started_between(from, to, ctx.username(), ctx.user.is_super_user()).await?;
     reply(format, &jobs)
 }
 

@@ -129,9 +129,11 @@ async fn handle_request(
         Ok(response) => (response.status().as_u16(), crate::metrics::body_size(response)),
         Err(err) => (err.code().status(), None),
     };
+    // An operation that does not exist is not a name worth keeping.
+    let unknown = matches!(&answered, Err(err) if err.is_unknown_operation());
     state.metrics.record(crate::metrics::Request {
         interface: crate::metrics::Interface::Operations,
-        path: &operation,
+        path: if unknown { crate::metrics::UNKNOWN_PATH } else { &operation },
         method: "POST",
         status,
         elapsed: started.elapsed(),
@@ -239,7 +241,7 @@ async fn dispatch(
         "list_roles" => users::list_roles(state, ctx, format).await,
         other => match NOT_OFFERED.iter().find(|(names, _)| names.contains(&other)) {
             Some((_, why)) => Err(ApiError::bad_request(format!("Lyre does not offer the operation '{other}': {why}"))),
-            None => Err(ApiError::bad_request(format!("Operation '{other}' not found"))),
+            None => Err(ApiError::unknown_operation(other)),
         },
     }
 }

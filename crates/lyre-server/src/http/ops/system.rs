@@ -243,8 +243,7 @@ impl Machine {
 fn time(state: &AppState) -> Value {
     let mut out = Object::new();
     let now = std::time::SystemTime::now();
-    let ms = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-    out.insert("current".into(), Value::Int(ms(now)));
+    out.insert("current".into(), Value::Int(lyre_core::now_ms() as i64));
     out.insert("uptime".into(), System::uptime().map_or(Value::Null, |s| Value::Int(s as i64)));
     let running = now.duration_since(state.control.started).map_or(0, |d| d.as_secs());
     out.insert("process_uptime".into(), Value::Int(running as i64));
@@ -256,11 +255,10 @@ fn time(state: &AppState) -> Value {
 fn table_sizes(state: &AppState) -> Value {
     let mut out = Vec::new();
     for db in state.engine.databases() {
-        for table in db.schema().tables.values() {
-            let Ok(stats) = db.table_stats(table) else { continue };
+        for stats in db.all_table_stats() {
             let mut one = Object::new();
             one.insert("schema".into(), db.name().into());
-            one.insert("table".into(), table.name.clone().into());
+            one.insert("table".into(), stats.schema.name.clone().into());
             one.insert("table_size".into(), Value::Int(stats.table_size as i64));
             one.insert("record_count".into(), Value::Int(stats.record_count as i64));
             one.insert("transaction_log_size".into(), Value::Int(stats.db_audit_size as i64));
@@ -277,13 +275,12 @@ fn database_metrics(state: &AppState) -> Value {
     for db in state.engine.databases() {
         let mut tables = Object::new();
         let (mut size, mut audit) = (0, 0);
-        for table in db.schema().tables.values() {
-            let Ok(stats) = db.table_stats(table) else { continue };
+        for stats in db.all_table_stats() {
             (size, audit) = (stats.db_size, stats.db_audit_size);
             let mut one = Object::new();
             one.insert("entryCount".into(), Value::Int(stats.record_count as i64));
             one.insert("size".into(), Value::Int(stats.table_size as i64));
-            tables.insert(table.name.clone(), Value::Object(one));
+            tables.insert(stats.schema.name.clone(), Value::Object(one));
         }
         let mut one = Object::new();
         one.insert("size".into(), Value::Int(size as i64));

@@ -54,7 +54,7 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     };
     state.metrics.record(crate::metrics::Request {
         interface: crate::metrics::Interface::Rest,
-        path: resource_of(uri.path()),
+        path: resource_of(&state, uri.path()),
         method: method.as_str(),
         status: response.status().as_u16(),
         elapsed: started.elapsed(),
@@ -74,11 +74,12 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     response
 }
 
-/// The resource a REST path addresses (its first segment, without an extension or
-/// a query), as metrics name it.
-fn resource_of(path: &str) -> &str {
+/// The exported resource a REST path addresses (its first segment), as metrics
+/// name it; a path that names none is `unknown`, so clients cannot fill the
+/// metrics with names of their own.
+fn resource_of<'a>(state: &AppState, path: &'a str) -> &'a str {
     let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    if first.is_empty() { "/" } else { first }
+    if state.components.exports().get(first).is_some() { first } else { crate::metrics::UNKNOWN_PATH }
 }
 
 /// Answers one request; takes `body` out of its slot only to read it.
