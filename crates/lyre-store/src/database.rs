@@ -312,6 +312,16 @@ impl Database {
         Ok(crate::env::release_resident_pages(&self.inner.dir)?)
     }
 
+    /// [`Database::release_resident_pages`] when this process's resident pages of
+    /// shared file mappings exceed `budget` bytes; answers the bytes released (0
+    /// when under the budget).
+    pub fn release_resident_pages_over(&self, budget: usize) -> Result<usize> {
+        if crate::env::shared_resident_bytes()? <= budget {
+            return Ok(0);
+        }
+        self.release_resident_pages()
+    }
+
     /// Opens a read snapshot.
     pub fn read(&self) -> Result<ReadTxn> {
         ReadTxn::new(self.clone())

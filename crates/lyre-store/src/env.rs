@@ -50,6 +50,18 @@ pub(crate) fn open_env(dir: &Path, map_size: usize, durable: bool) -> Result<Env
     Ok(env)
 }
 
+/// This process's resident pages of shared file mappings, in bytes (`statm`'s
+/// third field: LMDB maps, the binary and its libraries).
+pub(crate) fn shared_resident_bytes() -> std::io::Result<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(2)
+        .and_then(|field| field.parse().ok())
+        .ok_or_else(|| std::io::Error::other("an unreadable /proc/self/statm"))?;
+    Ok(pages * rustix::param::page_size())
+}
+
 /// Drops this process's resident pages of the environment in `dir` (its map of
 /// `data.mdb`), answering how many bytes of mappings were released: the memory a
 /// long write (a bulk load walking every index) left mapped. The pages stay in the

@@ -201,6 +201,14 @@ impl Db {
         crate::task::blocking(move || Ok(store.release_resident_pages()?)).await
     }
 
+    /// [`Db::release_resident_pages`] once the process's resident pages of mapped
+    /// files pass `budget` bytes (a long write calls this as it goes: it releases
+    /// only as often as its working set needs).
+    pub async fn release_resident_pages_over(&self, budget: usize) -> Result<usize> {
+        let store = self.store.clone();
+        crate::task::blocking(move || Ok(store.release_resident_pages_over(budget)?)).await
+    }
+
     /// Figures for every table of the database now (sizes for metrics, analytics
     /// and `system_information`); a table whose figures cannot be read is left out.
     pub fn all_table_stats(&self) -> Vec<TableStats> {

@@ -31,11 +31,15 @@ use cast::cast;
 
 /// Rows written per transaction.
 pub const BATCH_ROWS: usize = 1_000;
-/// Batches between two releases of the database's resident map pages (the first
-/// before the first batch): a load walks every index of the table, and the pages
-/// it touched would otherwise stay in the process's resident memory (over a
-/// gigabyte for a million rows).
-const RELEASE_EVERY: u64 = 32;
+/// Resident pages of mapped files past which a load releases the database map's
+/// pages (checked before each batch): a load walks every index of the table, and
+/// the pages it touched would otherwise stay in the process's resident memory
+/// (over a gigabyte for a million rows). Measured (`bench/results/2026-12-02-csv-load.md`):
+/// releasing every 32 batches cost nothing but let a load after a large drop reach
+/// 530 MiB (LMDB rereads the freed pages' list at each commit); every 8 batches
+/// held it near 120 MiB at 7% of the rate; a budget releases only as often as the
+/// working set needs.
+const MAPPED_BUDGET: usize = 96 << 20;
 /// Rejected rows described in a report (all of them are counted).
 pub const REJECTIONS_SHOWN: usize = 20;
 /// Longest reason kept for a rejected row (a refused value can be long).
@@ -169,7 +173,6 @@ where
         Document::Json => json::parse(source, &sender),
     });
     let mut report = LoadReport { document, ..LoadReport::default() };
-    let mut batches_written = 0u64;
     while let Some(batch) = batches.recv().await {
         // Dropping `batches` stops the parser at its next batch.
         let stop = if db.is_closing() {
@@ -184,12 +187,9 @@ where
         }
         report.rows += batch.len() as u64;
         write_batch(table, ctx, mode, batch, &mut report).await?;
-        if batches_written.is_multiple_of(RELEASE_EVERY)
-            && let Err(err) = db.release_resident_pages().await
-        {
+        if let Err(err) = db.release_resident_pages_over(MAPPED_BUDGET).await {
             tracing::debug!(error = %err, "releasing a database's resident pages failed");
         }
-        batches_written += 1;
         progress.report(format!("loading: {} rows read, {} loaded", report.rows, report.loaded)).await;
     }
     match parser.await {
