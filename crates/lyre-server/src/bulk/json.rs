@@ -12,7 +12,7 @@ use lyre_core::Value;
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 
 use super::lines::MAX_RECORD_BYTES;
-use super::{BATCH_ROWS, Batch, LoadError};
+use super::{BATCH_BYTES, BATCH_ROWS, Batch, LoadError};
 
 /// Reads `source` as a JSON array of records, sending batches (each element a
 /// record, or the reason it is not one, by its position from 1) in document order;
@@ -21,8 +21,14 @@ pub fn parse<R: Read>(source: R, sender: &tokio::sync::mpsc::Sender<Batch>) -> R
     let read_since_element = Rc::new(Cell::new(0));
     let counted = Counted { inner: source, read: read_since_element.clone() };
     let mut reader = serde_json::Deserializer::from_reader(std::io::BufReader::new(counted));
-    let mut feed =
-        Feed { sender, batch: Batch::with_capacity(BATCH_ROWS), elements: 0, receiver_gone: false, read_since_element };
+    let mut feed = Feed {
+        sender,
+        batch: Batch::with_capacity(BATCH_ROWS),
+        elements: 0,
+        receiver_gone: false,
+        read_since_element,
+        batch_bytes: 0,
+    };
     let read = (&mut feed).deserialize(&mut reader).and_then(|()| reader.end());
     match read {
         _ if feed.receiver_gone => Ok(()),
@@ -46,6 +52,8 @@ struct Feed<'a> {
     receiver_gone: bool,
     /// Bytes read since the last element ended.
     read_since_element: Rc<Cell<u64>>,
+    /// Bytes of the elements in `batch`.
+    batch_bytes: u64,
 }
 
 /// The document's reader, failing once one element has taken more than
@@ -84,13 +92,14 @@ impl<'de> Visitor<'de> for &mut Feed<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut elements: A) -> Result<(), A::Error> {
         while let Some(element) = elements.next_element::<Value>()? {
             self.elements += 1;
-            self.read_since_element.set(0);
+            self.batch_bytes += self.read_since_element.replace(0);
             let row = match element {
                 Value::Object(record) => Ok(record),
                 other => Err(format!("not an object but {}", kind(&other))),
             };
             self.batch.push((self.elements, row));
-            if self.batch.len() == BATCH_ROWS {
+            if self.batch.len() == BATCH_ROWS || self.batch_bytes >= BATCH_BYTES as u64 {
+                self.batch_bytes = 0;
                 let full = std::mem::replace(&mut self.batch, Batch::with_capacity(BATCH_ROWS));
                 if self.sender.blocking_send(full).is_err() {
                     self.receiver_gone = true;

@@ -3,7 +3,8 @@
 //! `import_from_s3` operations run as jobs (`download.rs` reads a document from a
 //! URL as it arrives, `s3.rs` from an S3 bucket, both through `chunks.rs`).
 //!
-//! The document is parsed on a blocking thread, [`BATCH_ROWS`] rows at a time, and each
+//! The document is parsed on a blocking thread, [`BATCH_ROWS`] rows (or
+//! [`BATCH_BYTES`]) at a time, and each
 //! batch is written as one transaction through [`Table::write_with`] (so permissions,
 //! validation and the transaction log apply as to any write). At most two batches
 //! wait between the parser and the writer (four are in memory at most, with the one
@@ -29,8 +30,15 @@ use lyre_core::{Code, Context, Db, Object, Table, WriteMode, WriteOptions};
 
 use cast::cast;
 
-/// Rows written per transaction.
-pub const BATCH_ROWS: usize = 1_000;
+/// Rows written per transaction at most. Measured side by side on a million
+/// 107-byte rows (`bench/results/2026-12-02-csv-load.md`): 4,000 loaded 1.60× as
+/// fast as 1,000 (11.5 against 17.1 µs of CPU a row): a commit's costs (the
+/// B-tree paths copied, the freed pages' list, the log entry, the flush) are shared
+/// by four times the rows.
+pub const BATCH_ROWS: usize = 4_000;
+/// Bytes of document per transaction at most, whatever the rows' width: with at
+/// most four batches in memory, a load holds a few times this.
+pub const BATCH_BYTES: usize = 4 << 20;
 /// Resident pages of mapped files past which a load releases the database map's
 /// pages (checked before each batch): a load walks every index of the table, and
 /// the pages it touched would otherwise stay in the process's resident memory
@@ -38,8 +46,8 @@ pub const BATCH_ROWS: usize = 1_000;
 /// releasing every 32 batches cost nothing but let a load after a large drop reach
 /// 530 MiB (LMDB rereads the freed pages' list at each commit); every 8 batches
 /// held it near 120 MiB at 7% of the rate; a budget releases only as often as the
-/// working set needs.
-const MAPPED_BUDGET: usize = 96 << 20;
+/// working set needs. 64 MiB leaves room for the larger batches' heap under 200 MiB.
+const MAPPED_BUDGET: usize = 64 << 20;
 /// Rejected rows described in a report (all of them are counted).
 pub const REJECTIONS_SHOWN: usize = 20;
 /// Longest reason kept for a rejected row (a refused value can be long).

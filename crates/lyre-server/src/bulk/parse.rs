@@ -5,7 +5,7 @@ use std::io::Read;
 use lyre_core::Object;
 
 use super::lines;
-use super::{BATCH_ROWS, Batch, LoadError, cast};
+use super::{BATCH_BYTES, BATCH_ROWS, Batch, LoadError, cast};
 
 /// Reads `source` as CSV with a header row, sending batches of rows (each a record
 /// or the reason it was rejected, by line) in document order; stops early (with
@@ -29,6 +29,7 @@ pub fn parse<R: Read>(
     };
     line_of(row.position());
     let mut batch = Batch::with_capacity(BATCH_ROWS);
+    let mut batch_bytes = 0;
     loop {
         match reader.read_byte_record(&mut row) {
             Ok(false) => break,
@@ -36,15 +37,17 @@ pub fn parse<R: Read>(
             Err(err) => return Err(not_csv(err)),
         }
         let line = line_of(row.position());
+        batch_bytes += row.as_slice().len();
         match record(&header, &row) {
             Ok(None) => continue, // every cell empty: a spreadsheet's trailing row
             Ok(Some(record)) => batch.push((line, Ok(record))),
             Err(reason) => batch.push((line, Err(reason))),
         }
-        if batch.len() == BATCH_ROWS
-            && sender.blocking_send(std::mem::replace(&mut batch, Batch::with_capacity(BATCH_ROWS))).is_err()
-        {
-            return Ok(());
+        if batch.len() == BATCH_ROWS || batch_bytes >= BATCH_BYTES {
+            batch_bytes = 0;
+            if sender.blocking_send(std::mem::replace(&mut batch, Batch::with_capacity(BATCH_ROWS))).is_err() {
+                return Ok(());
+            }
         }
     }
     if !batch.is_empty() {

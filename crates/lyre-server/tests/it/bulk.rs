@@ -205,7 +205,7 @@ async fn a_large_file_loads_in_batches_with_bounded_memory() {
     let s = TestServer::start().await;
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "big", "primary_key": "id"})).await;
     // 100,000 rows of about 2 KiB, over 200 MB: held whole and decoded, it would
-    // take several times that; streamed, a few batches of 1,000 rows are in memory
+    // take several times that; streamed, a few batches of at most 4 MiB are in memory
     // at once, and the map's pages the load touches are released as it goes.
     const ROWS: u64 = 100_000;
     let file = s.root().join("big.csv");
