@@ -31,7 +31,7 @@ use lyre_core::{Code, Context, Db, Object, Table, WriteMode, WriteOptions};
 use cast::cast;
 
 /// Rows written per transaction at most. Measured side by side on a million
-/// 107-byte rows (`bench/results/2026-12-02-csv-load.md`): 4,000 loaded 1.60× as
+/// 107-byte rows (`bench/results/2026-12-02-csv-load-memory.md`): 4,000 loaded 1.60× as
 /// fast as 1,000 (11.5 against 17.1 µs of CPU a row): a commit's costs (the
 /// B-tree paths copied, the freed pages' list, the log entry, the flush) are shared
 /// by four times the rows.
@@ -42,7 +42,7 @@ pub const BATCH_BYTES: usize = 4 << 20;
 /// Resident pages of mapped files past which a load releases the database map's
 /// pages (checked before each batch): a load walks every index of the table, and
 /// the pages it touched would otherwise stay in the process's resident memory
-/// (over a gigabyte for a million rows). Measured (`bench/results/2026-12-02-csv-load.md`):
+/// (over a gigabyte for a million rows). Measured (`bench/results/2026-12-02-csv-load-memory.md`):
 /// releasing every 32 batches cost nothing but let a load after a large drop reach
 /// 530 MiB (LMDB rereads the freed pages' list at each commit); every 8 batches
 /// held it near 120 MiB at 7% of the rate; a budget releases only as often as the
