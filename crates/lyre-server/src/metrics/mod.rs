@@ -5,10 +5,10 @@
 //!
 //! Every request is recorded once, after it is answered, by the Operations API
 //! (path: the operation) and REST (path: the exported resource), either being
-//! `unknown` when the request named none: one
-//! lock, one lookup by the path (no allocation once a path is known), a count per
-//! interface, method and status, and the period's durations per interface and
-//! method (`histogram.rs`). Paths come from clients, so at most [`MAX_PATHS`]
+//! `unknown` when the request named none: one lock, one lookup by the path (no
+//! allocation once a path is known, and the exports are asked only about a path not
+//! seen before), the interface's duration bucket, a count per interface, method and
+//! status, and the period's durations per interface and method (`histogram.rs`). Paths come from clients, so at most [`MAX_PATHS`]
 //! distinct ones are kept (later ones count as `other`), and methods are the
 //! standard ones (others count as `OTHER`): memory stays bounded whatever clients
 //! send.
@@ -23,11 +23,7 @@ use std::time::Duration;
 
 use lyre_core::{Engine, Services};
 use parking_lot::Mutex;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Registry;
 
 use histogram::LogHistogram;
 
@@ -44,9 +40,9 @@ const METHODS: [&str; 10] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "O
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Interface {
     /// The Operations API (port 9925).
-    Operations,
+    Operations = 0,
     /// REST (port 9926).
-    Rest,
+    Rest = 1,
 }
 
 impl Interface {
@@ -83,12 +79,39 @@ pub struct Request<'a> {
     pub bytes_out: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct InterfaceLabels {
-    interface: &'static str,
+/// Upper bounds, in seconds, of the buckets of `lyre_request_duration_seconds`:
+/// 50 µs doubling to about 6.5 s.
+pub(crate) const DURATION_BUCKETS: [f64; 18] = {
+    let mut bounds = [0.0; 18];
+    let mut i = 0;
+    let mut bound = 0.000_05;
+    while i < 18 {
+        bounds[i] = bound;
+        bound *= 2.0;
+        i += 1;
+    }
+    bounds
+};
+
+/// One interface's requests since the start, for the duration histogram and the
+/// bytes counter.
+#[derive(Default)]
+pub(crate) struct InterfaceTotals {
+    /// Requests per bucket of [`DURATION_BUCKETS`] (not cumulative; the last also
+    /// counts slower ones).
+    buckets: [u64; DURATION_BUCKETS.len()],
+    count: u64,
+    seconds: f64,
+    bytes_out: u64,
 }
 
-type DurationFamily = Family<InterfaceLabels, Histogram, fn() -> Histogram>;
+/// What has been recorded, under one lock.
+#[derive(Default)]
+pub(crate) struct Recorded {
+    paths: HashMap<Arc<str>, PathStats>,
+    /// The Operations API's totals, then REST's.
+    interfaces: [InterfaceTotals; 2],
+}
 
 /// What one path's requests added up to.
 #[derive(Default)]
@@ -108,14 +131,13 @@ pub(crate) struct Period {
     sized: u64,
 }
 
-/// The paths seen, shared by the recorder, the scrape and the analytics flush.
-type Paths = Arc<Mutex<HashMap<Arc<str>, PathStats>>>;
+/// What has been recorded, shared by the recorder, the scrape and the analytics
+/// flush.
+type Paths = Arc<Mutex<Recorded>>;
 
 /// The server's metrics.
 pub struct Metrics {
     registry: Registry,
-    durations: DurationFamily,
-    bytes_out: Family<InterfaceLabels, Counter>,
     paths: Paths,
 }
 
@@ -125,35 +147,37 @@ impl Metrics {
         let mut registry = Registry::with_prefix("lyre");
         let paths: Paths = Arc::default();
         registry.register_collector(Box::new(scrape::Requests::new(paths.clone())));
-        let durations: DurationFamily =
-            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_05, 2.0, 18)));
-        registry.register_with_unit("request_duration", "Time to answer a request", Unit::Seconds, durations.clone());
-        let bytes_out = Family::<InterfaceLabels, Counter>::default();
-        registry.register_with_unit(
-            "response",
-            "Response body bytes whose size was known when sent",
-            Unit::Bytes,
-            bytes_out.clone(),
-        );
         registry.register_collector(Box::new(scrape::Storage::new(engine, services)));
-        Metrics { registry, durations, bytes_out, paths }
+        Metrics { registry, paths }
     }
 
-    /// Records one answered request.
-    pub fn record(&self, request: Request<'_>) {
+    /// Records one answered request. A path not seen before is kept only when
+    /// `known` says it names something real (else it counts as `unknown`), and
+    /// while fewer than [`MAX_PATHS`] are kept (else `other`).
+    pub fn record(&self, request: Request<'_>, known: &dyn Fn(&str) -> bool) {
         let interface = request.interface;
         let method = METHODS.iter().find(|m| **m == request.method).copied().unwrap_or("OTHER");
-        let labels = InterfaceLabels { interface: interface.name() };
-        self.durations.get_or_create(&labels).observe(request.elapsed.as_secs_f64());
-        if let Some(bytes) = request.bytes_out {
-            self.bytes_out.get_or_create(&labels).inc_by(bytes);
-        }
-        let mut paths = self.paths.lock();
-        let known = paths.contains_key(request.path);
-        let path = if known || paths.len() < MAX_PATHS { request.path } else { OTHER_PATH };
-        let stats = match paths.get_mut(path) {
+        let seconds = request.elapsed.as_secs_f64();
+        let mut recorded = self.paths.lock();
+        let totals = &mut recorded.interfaces[interface as usize];
+        let bucket = DURATION_BUCKETS.iter().position(|bound| seconds <= *bound).unwrap_or(DURATION_BUCKETS.len() - 1);
+        totals.buckets[bucket] += 1;
+        totals.count += 1;
+        totals.seconds += seconds;
+        totals.bytes_out += request.bytes_out.unwrap_or(0);
+        let paths = &mut recorded.paths;
+        let stats = match paths.get_mut(request.path) {
             Some(stats) => stats,
-            None => paths.entry(Arc::from(path)).or_default(),
+            None => {
+                let path = if !known(request.path) {
+                    UNKNOWN_PATH
+                } else if paths.len() < MAX_PATHS {
+                    request.path
+                } else {
+                    OTHER_PATH
+                };
+                paths.entry(Arc::from(path)).or_default()
+            }
         };
         let key = (interface, method, request.status);
         match stats.counts.iter_mut().find(|(k, _)| *k == key) {
@@ -193,9 +217,9 @@ impl Metrics {
         retention: Duration,
     ) -> lyre_core::Result<usize> {
         let taken: Vec<(String, Interface, &'static str, Period)> = {
-            let mut paths = self.paths.lock();
+            let mut recorded = self.paths.lock();
             let mut taken = Vec::new();
-            for (path, stats) in paths.iter_mut() {
+            for (path, stats) in recorded.paths.iter_mut() {
                 for ((interface, method), aggregate) in std::mem::take(&mut stats.period) {
                     taken.push((path.to_string(), interface, method, aggregate));
                 }

@@ -11,6 +11,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+use super::{DURATION_BUCKETS, Interface};
+
 /// The requests answered per interface, path, method and status, read from the
 /// recorder's map at each scrape.
 pub struct Requests {
@@ -33,15 +35,35 @@ impl std::fmt::Debug for Requests {
 impl Collector for Requests {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         // Copied out first: the lock is not held while the text is written.
-        let counts: Vec<(std::sync::Arc<str>, &'static str, &'static str, String, u64)> = {
-            let paths = self.paths.lock();
+        // (path, interface, method, status, count); (interface, cumulative buckets,
+        // count, seconds, bytes).
+        type Count = (std::sync::Arc<str>, &'static str, &'static str, String, u64);
+        type Totals = (&'static str, Vec<(f64, u64)>, u64, f64, u64);
+        let (counts, interfaces): (Vec<Count>, Vec<Totals>) = {
+            let recorded = self.paths.lock();
             let mut counts = Vec::new();
-            for (path, stats) in paths.iter() {
+            for (path, stats) in recorded.paths.iter() {
                 for ((interface, method, status), count) in &stats.counts {
                     counts.push((path.clone(), interface.name(), *method, status.to_string(), *count));
                 }
             }
-            counts
+            let interfaces = [Interface::Operations, Interface::Rest]
+                .iter()
+                .map(|interface| {
+                    let totals = &recorded.interfaces[*interface as usize];
+                    let mut cumulative = 0;
+                    let buckets = DURATION_BUCKETS
+                        .iter()
+                        .zip(totals.buckets)
+                        .map(|(bound, count)| {
+                            cumulative += count;
+                            (*bound, cumulative)
+                        })
+                        .collect();
+                    (interface.name(), buckets, totals.count, totals.seconds, totals.bytes_out)
+                })
+                .collect();
+            (counts, interfaces)
         };
         let samples = counts
             .iter()
@@ -60,6 +82,30 @@ impl Collector for Requests {
             ("requests", "Requests answered, by interface, path, method and status"),
             MetricType::Counter,
             samples,
+        )?;
+        {
+            let mut durations = encoder.encode_descriptor(
+                "request_duration_seconds",
+                "Time to answer a request",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (name, buckets, count, seconds, _) in &interfaces {
+                let labels = [("interface", *name)];
+                durations
+                    .encode_family(&labels)?
+                    .encode_histogram::<Vec<(String, String)>>(*seconds, *count, buckets, None)?;
+            }
+        }
+        let bytes = interfaces
+            .iter()
+            .map(|(name, _, _, _, bytes)| (vec![("interface", *name)], ConstCounter::new(*bytes)))
+            .collect();
+        family(
+            &mut encoder,
+            ("response_bytes", "Response body bytes whose size was known when sent"),
+            MetricType::Counter,
+            bytes,
         )
     }
 }

@@ -131,14 +131,17 @@ async fn handle_request(
     };
     // An operation that does not exist is not a name worth keeping.
     let unknown = matches!(&answered, Err(err) if err.is_unknown_operation());
-    state.metrics.record(crate::metrics::Request {
-        interface: crate::metrics::Interface::Operations,
-        path: if unknown { crate::metrics::UNKNOWN_PATH } else { &operation },
-        method: "POST",
-        status,
-        elapsed: started.elapsed(),
-        bytes_out,
-    });
+    state.metrics.record(
+        crate::metrics::Request {
+            interface: crate::metrics::Interface::Operations,
+            path: if unknown { crate::metrics::UNKNOWN_PATH } else { &operation },
+            method: "POST",
+            status,
+            elapsed: started.elapsed(),
+            bytes_out,
+        },
+        &|_| true,
+    );
     answered
 }
 

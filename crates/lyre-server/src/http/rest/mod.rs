@@ -52,14 +52,17 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     } else {
         route(&state, peer, parts, &mut body).await
     };
-    state.metrics.record(crate::metrics::Request {
-        interface: crate::metrics::Interface::Rest,
-        path: resource_of(&state, uri.path()),
-        method: method.as_str(),
-        status: response.status().as_u16(),
-        elapsed: started.elapsed(),
-        bytes_out: crate::metrics::body_size(&response),
-    });
+    state.metrics.record(
+        crate::metrics::Request {
+            interface: crate::metrics::Interface::Rest,
+            path: first_segment(uri.path()),
+            method: method.as_str(),
+            status: response.status().as_u16(),
+            elapsed: started.elapsed(),
+            bytes_out: crate::metrics::body_size(&response),
+        },
+        &|resource| state.components.exports().get(resource).is_some(),
+    );
     // A body nobody read (a GET's, or one an error answered before reading) is read
     // and dropped: unread bytes make the kernel reset the connection when it closes,
     // cutting off the response the client is still reading.
@@ -74,12 +77,10 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     response
 }
 
-/// The exported resource a REST path addresses (its first segment), as metrics
-/// name it; a path that names none is `unknown`, so clients cannot fill the
-/// metrics with names of their own.
-fn resource_of<'a>(state: &AppState, path: &'a str) -> &'a str {
-    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    if state.components.exports().get(first).is_some() { first } else { crate::metrics::UNKNOWN_PATH }
+/// The first segment of a REST path: the exported resource it addresses, when it
+/// names one (metrics ask the exports only about a segment they have not seen).
+fn first_segment(path: &str) -> &str {
+    path.trim_start_matches('/').split('/').next().unwrap_or("")
 }
 
 /// Answers one request; takes `body` out of its slot only to read it.
