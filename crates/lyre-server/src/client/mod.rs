@@ -129,7 +129,7 @@ pub fn root_of(root: Option<PathBuf>) -> PathBuf {
 
 /// `lyre <operation> key=value …`: sends the operation and prints the answer;
 /// fails (a non-zero exit) when the server refused it.
-pub async fn run_operation(words: &[String], root: Option<PathBuf>) -> anyhow::Result<()> {
+pub async fn run_operation(words: &[String]) -> anyhow::Result<()> {
     let (operation, pairs) = words.split_first().ok_or_else(|| anyhow!("no operation given"))?;
     let mut body = Map::new();
     body.insert("operation".into(), Value::String(operation.clone()));
@@ -147,7 +147,7 @@ pub async fn run_operation(words: &[String], root: Option<PathBuf>) -> anyhow::R
         }
     }
     let text = |key: &str| control.get(key).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
-    let target = Target::resolve(text("target"), text("username"), text("password"), root)?;
+    let target = Target::resolve(text("target"), text("username"), text("password"), None)?;
     let (status, answer) = target.send(&Value::Object(body)).await?;
     let as_json = control.get("json").is_some_and(|v| v == &Value::Bool(true) || v == "true");
     println!("{}", render(&answer, as_json)?);
@@ -205,7 +205,7 @@ pub fn run(command: &Command) -> anyhow::Result<()> {
             println!("loaded {} of {} rows into {database}.{table}", loaded.loaded, loaded.rows);
             Ok(())
         }
-        Command::Operation(words) => runtime.block_on(run_operation(words, None)),
+        Command::Operation(words) => runtime.block_on(run_operation(words)),
         _ => bail!("not a client command"),
     }
 }

@@ -133,22 +133,22 @@ pub(crate) struct Period {
 
 /// What has been recorded, shared by the recorder, the scrape and the analytics
 /// flush.
-type Paths = Arc<Mutex<Recorded>>;
+type Shared = Arc<Mutex<Recorded>>;
 
 /// The server's metrics.
 pub struct Metrics {
     registry: Registry,
-    paths: Paths,
+    recorded: Shared,
 }
 
 impl Metrics {
     /// Metrics for a server over `engine` and its `services`.
     pub fn new(engine: Arc<Engine>, services: Arc<Services>) -> Metrics {
         let mut registry = Registry::with_prefix("lyre");
-        let paths: Paths = Arc::default();
-        registry.register_collector(Box::new(scrape::Requests::new(paths.clone())));
+        let recorded: Shared = Arc::default();
+        registry.register_collector(Box::new(scrape::Requests::new(recorded.clone())));
         registry.register_collector(Box::new(scrape::Storage::new(engine, services)));
-        Metrics { registry, paths }
+        Metrics { registry, recorded }
     }
 
     /// Records one answered request. A path not seen before is kept only when
@@ -158,7 +158,7 @@ impl Metrics {
         let interface = request.interface;
         let method = METHODS.iter().find(|m| **m == request.method).copied().unwrap_or("OTHER");
         let seconds = request.elapsed.as_secs_f64();
-        let mut recorded = self.paths.lock();
+        let mut recorded = self.recorded.lock();
         let totals = &mut recorded.interfaces[interface as usize];
         let bucket = DURATION_BUCKETS.iter().position(|bound| seconds <= *bound).unwrap_or(DURATION_BUCKETS.len() - 1);
         totals.buckets[bucket] += 1;
@@ -217,7 +217,7 @@ impl Metrics {
         retention: Duration,
     ) -> lyre_core::Result<usize> {
         let taken: Vec<(String, Interface, &'static str, Period)> = {
-            let mut recorded = self.paths.lock();
+            let mut recorded = self.recorded.lock();
             let mut taken = Vec::new();
             for (path, stats) in recorded.paths.iter_mut() {
                 for ((interface, method), aggregate) in std::mem::take(&mut stats.period) {

@@ -16,13 +16,13 @@ use super::{DURATION_BUCKETS, Interface};
 /// The requests answered per interface, path, method and status, read from the
 /// recorder's map at each scrape.
 pub struct Requests {
-    paths: super::Paths,
+    recorded: super::Shared,
 }
 
 impl Requests {
     /// The collector of the requests counted in `paths`.
-    pub fn new(paths: super::Paths) -> Requests {
-        Requests { paths }
+    pub fn new(recorded: super::Shared) -> Requests {
+        Requests { recorded }
     }
 }
 
@@ -40,7 +40,7 @@ impl Collector for Requests {
         type Count = (std::sync::Arc<str>, &'static str, &'static str, String, u64);
         type Totals = (&'static str, Vec<(f64, u64)>, u64, f64, u64);
         let (counts, interfaces): (Vec<Count>, Vec<Totals>) = {
-            let recorded = self.paths.lock();
+            let recorded = self.recorded.lock();
             let mut counts = Vec::new();
             for (path, stats) in recorded.paths.iter() {
                 for ((interface, method, status), count) in &stats.counts {
