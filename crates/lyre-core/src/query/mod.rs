@@ -21,5 +21,5 @@ mod select;
 
 pub use ast::{Comparator, Condition, Operator, Query, SortKey};
 pub(crate) use related::Related;
-pub use search::{Search, Sink};
+pub use search::{Search, SharedSnapshot, Sink};
 pub use select::{Field, Select, Shaped};

@@ -44,13 +44,41 @@ fn require_related_reads(ctx: &Context, db: &Arc<Db>, schema: &TableSchema, cond
 /// `select([a,b])`); returns `Break` to stop early (the client went away).
 pub type Sink<'a> = dyn FnMut(Value) -> ControlFlow<()> + 'a;
 
+/// One database's read snapshot, shared by every search of one SQL statement so
+/// that all of them (and a self-join's two sides) see the same commit. Cheap to
+/// clone; it pins old pages while it lives, so keep it for one statement.
+#[derive(Clone)]
+pub struct SharedSnapshot {
+    db: Arc<Db>,
+    txn: Arc<ReadTxn>,
+}
+
+impl SharedSnapshot {
+    /// A fresh snapshot of `db`.
+    pub(crate) fn of(db: Arc<Db>) -> Result<SharedSnapshot> {
+        let txn = Arc::new(db.snapshot()?);
+        Ok(SharedSnapshot { db, txn })
+    }
+
+    /// The database it reads.
+    pub fn database(&self) -> &str {
+        self.db.name()
+    }
+
+    /// Whether it reads `db` (the same open database, not one of the same name that
+    /// was dropped and created again since).
+    pub(crate) fn reads(&self, db: &Arc<Db>) -> bool {
+        Arc::ptr_eq(&self.db, db)
+    }
+}
+
 /// A planned search over one snapshot. `Send`: run it on a blocking thread.
 pub struct Search {
     db: Arc<Db>,
     schema: Arc<TableSchema>,
     /// Names this search as a holder of its database while it lives.
     _lease: Lease,
-    txn: ReadTxn,
+    txn: Arc<ReadTxn>,
     store: Option<TableStore>,
     driver: Driver,
     order: Order,
@@ -61,8 +89,8 @@ pub struct Search {
 }
 
 impl Search {
-    /// Validates `query` against table `schema` of `db` and picks its driver, on a
-    /// fresh snapshot; `lease` names the search as a holder of the database. `access`
+    /// Validates `query` against table `schema` of `db` and picks its driver, on
+    /// `snapshot` when given (else a fresh one); `lease` names the search as a holder of the database. `access`
     /// is what `ctx` may do here: the query may read only attributes it grants, and
     /// results leave out those it hides.
     pub(crate) fn plan(
@@ -72,6 +100,7 @@ impl Search {
         lease: Lease,
         ctx: &Context,
         access: TableAccess,
+        snapshot: Option<&SharedSnapshot>,
     ) -> Result<Search> {
         access.require_attributes(query.attributes_read(), &[Action::Read], &schema.primary_key)?;
         for condition in &query.conditions {
@@ -84,7 +113,10 @@ impl Search {
             validate_sort_path(&db, &schema, &key.attribute, &key.attribute, 0)?;
         }
         query.select.validate(&schema)?;
-        let txn = db.snapshot()?;
+        let txn = match snapshot {
+            Some(shared) => shared.txn.clone(),
+            None => Arc::new(db.snapshot()?),
+        };
         let store = txn.table(&schema.name)?;
         let mut driver = match &store {
             Some(store) => choose_driver(&txn, &db, store, &schema, &query)?,

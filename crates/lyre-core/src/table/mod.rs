@@ -17,7 +17,7 @@ use crate::access::{Action, Context, TableAccess, check_table, require_super_use
 use crate::catalog::{CREATED_TIME, Stamp, TableSchema, TableSpec};
 use crate::db::{Db, ForUser, TableStats};
 use crate::error::{Error, Result};
-use crate::query::{Comparator, Condition, Query, Search, Select};
+use crate::query::{Comparator, Condition, Query, Search, Select, SharedSnapshot};
 use crate::record::expiry::{self, Live};
 use crate::record::validate::{self, is_primary_key_value};
 use crate::record::{decode_entry, stored_record};
@@ -35,6 +35,12 @@ impl Db {
         let schema = self.schema();
         let table = schema.table(name).cloned().ok_or_else(|| self.table_not_found(name))?;
         Ok(Table::new(self.clone(), table))
+    }
+
+    /// A snapshot of this database that several searches of one statement share
+    /// ([`Table::search_in`]).
+    pub fn shared_snapshot(self: &Arc<Self>) -> Result<SharedSnapshot> {
+        SharedSnapshot::of(self.clone())
     }
 
     /// The table `spec` names, created first when it does not exist (a creation
@@ -437,9 +443,27 @@ impl Table {
     /// Plans a search on a fresh snapshot; run it with [`Search::run`]. Fails before
     /// any result when the query names unknown attributes or is malformed.
     pub fn search(&self, ctx: &Context, query: Query) -> Result<Search> {
+        self.plan_search(ctx, query, None)
+    }
+
+    /// Plans a search on `snapshot`, the one its statement's other searches of this
+    /// database read too. Fails when the snapshot reads another database.
+    pub fn search_in(&self, ctx: &Context, query: Query, snapshot: &SharedSnapshot) -> Result<Search> {
+        if !snapshot.reads(&self.db) {
+            return Err(Error::Invalid(format!(
+                "a snapshot of {} cannot search {}.{}",
+                snapshot.database(),
+                self.schema.database,
+                self.schema.name
+            )));
+        }
+        self.plan_search(ctx, query, Some(snapshot))
+    }
+
+    fn plan_search(&self, ctx: &Context, query: Query, snapshot: Option<&SharedSnapshot>) -> Result<Search> {
         let access = self.access(ctx, &[Action::Read])?;
         let lease = self.db.lease(ForUser { what: SearchOf(self.schema.clone()), user: ctx.user.clone() });
-        Search::plan(self.db.clone(), self.schema.clone(), query, lease, ctx, access)
+        Search::plan(self.db.clone(), self.schema.clone(), query, lease, ctx, access, snapshot)
     }
 }
 

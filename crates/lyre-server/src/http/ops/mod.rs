@@ -14,6 +14,7 @@ mod load;
 mod params;
 mod schema;
 mod search;
+mod sql;
 mod system;
 mod tokens;
 mod users;
@@ -194,6 +195,7 @@ async fn dispatch(
         "update" => crud::update(engine, ctx, params, format).await,
         "upsert" => crud::upsert(engine, ctx, params, format).await,
         "delete" => crud::delete(engine, ctx, params, format).await,
+        "sql" => sql::sql(engine, ctx, params, format, lyre_sql::DEFAULT_MEMORY_BUDGET).await,
         "search_by_id" | "search_by_hash" | "search_by_value" | "search_by_conditions" => {
             search::run(engine, ctx, operation, params, format).await
         }

@@ -1,0 +1,246 @@
+//! `INSERT`, `UPDATE` and `DELETE`: the rows each changes are worked out on the
+//! statement's snapshot, then written as one writer job through the table API, so
+//! a statement that fails writes nothing.
+
+use lyre_core::{Context, Object, Table, Value};
+use sqlparser::ast;
+
+use crate::error::{Result, SqlError};
+use crate::expr::{ColumnRef, Compiler, Env, Row, Scope};
+use crate::select::Statement;
+
+/// What a write answered: Harper's message and keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    /// `inserted 2 of 2 records`, `updated 1 of 1 records`, `1 of 1 record successfully deleted`.
+    pub message: String,
+    /// `inserted_hashes`, `update_hashes` or `deleted_hashes`.
+    pub keys_field: &'static str,
+    /// The primary keys written.
+    pub keys: Vec<Value>,
+    /// The primary keys skipped (existing on insert, gone on update or delete).
+    pub skipped: Vec<Value>,
+}
+
+/// A planned write, ready for the writer.
+pub enum Planned {
+    /// Records to insert.
+    Insert(Table, Vec<Object>),
+    /// Records (primary key and the changed attributes) to update.
+    Update(Table, Vec<Object>),
+    /// Primary keys to delete.
+    Delete(Table, Vec<Value>),
+}
+
+/// Works out an `INSERT`'s records.
+pub fn plan_insert(statement: &mut Statement<'_>, insert: &ast::Insert) -> Result<Planned> {
+    let refused = [
+        (insert.or.is_some(), "INSERT OR"),
+        (insert.ignore, "INSERT IGNORE"),
+        (insert.overwrite, "INSERT OVERWRITE"),
+        (!insert.assignments.is_empty(), "INSERT … SET"),
+        (insert.partitioned.is_some(), "PARTITION"),
+        (insert.on.is_some(), "ON CONFLICT / ON DUPLICATE KEY"),
+        (insert.returning.is_some(), "RETURNING"),
+        (insert.replace_into, "REPLACE INTO"),
+    ];
+    if let Some((_, what)) = refused.iter().find(|(present, _)| *present) {
+        return Err(SqlError::unsupported(what));
+    }
+    let ast::TableObject::TableName(name) = &insert.table else {
+        return Err(SqlError::unsupported("INSERT into a table function"));
+    };
+    let (table, _) = statement.table(name)?;
+    let columns: Vec<String> = insert.columns.iter().map(|c| c.to_string()).collect();
+    let Some(source) = &insert.source else { return Err(SqlError::invalid("INSERT needs VALUES or a SELECT")) };
+    let rows: Vec<Vec<Value>> = match source.body.as_ref() {
+        ast::SetExpr::Values(values) => values
+            .rows
+            .iter()
+            .map(|row| row.iter().map(|e| statement.constant(e)).collect::<Result<Vec<_>>>())
+            .collect::<Result<_>>()?,
+        _ => statement.query(source)?.rows.into_iter().map(|row| row.into_values().collect()).collect(),
+    };
+    if columns.is_empty() {
+        return Err(SqlError::invalid("INSERT needs its column list: INSERT INTO db.table (a, b) VALUES (…)"));
+    }
+    let records = rows
+        .into_iter()
+        .map(|values| {
+            if values.len() != columns.len() {
+                return Err(SqlError::invalid(format!(
+                    "INSERT names {} columns but a row has {} values",
+                    columns.len(),
+                    values.len()
+                )));
+            }
+            Ok(columns.iter().cloned().zip(values).collect::<Object>())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Planned::Insert(table, records))
+}
+
+/// Works out an `UPDATE`'s changes: each matching record's primary key with the
+/// assigned attributes, computed from the record as the snapshot has it.
+pub fn plan_update(statement: &mut Statement<'_>, update: &ast::Update) -> Result<Planned> {
+    let refused = [
+        (update.from.is_some(), "UPDATE … FROM"),
+        (update.returning.is_some(), "RETURNING"),
+        (update.or.is_some(), "UPDATE OR"),
+        (!update.order_by.is_empty(), "UPDATE … ORDER BY"),
+        (update.limit.is_some(), "UPDATE … LIMIT"),
+        (!update.table.joins.is_empty(), "UPDATE with a join"),
+    ];
+    if let Some((_, what)) = refused.iter().find(|(present, _)| *present) {
+        return Err(SqlError::unsupported(what));
+    }
+    let (name, alias) = single_table(&update.table.relation)?;
+    let (table, _) = statement.table(name)?;
+    let matches = matching(statement, name, alias, update.selection.as_ref())?;
+    let scope = OneTable { alias: alias.unwrap_or(&table.schema().name), table: &table };
+    let mut none = |_: &ast::Query| -> Result<Vec<Value>> { Err(SqlError::unsupported("a subquery in SET")) };
+    let mut compiler = Compiler::new(&scope, &mut none, None);
+    let assignments = update
+        .assignments
+        .iter()
+        .map(|assignment| {
+            let ast::AssignmentTarget::ColumnName(column) = &assignment.target else {
+                return Err(SqlError::unsupported("assigning a tuple"));
+            };
+            let column = column.0.last().map(|part| part.to_string()).unwrap_or_default();
+            if column == table.schema().primary_key {
+                return Err(SqlError::invalid(format!("UPDATE cannot change the primary key '{column}'")));
+            }
+            Ok((column, compiler.compile(&assignment.value)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let key = table.schema().primary_key.clone();
+    let changes = matches
+        .into_iter()
+        .map(|record| {
+            let row = Row { sources: vec![Some(std::sync::Arc::new(record))] };
+            let env = Env { row: &row, aggregates: &[], now: statement.now };
+            let mut change = Object::new();
+            change.insert(key.clone(), row.get(0, &key).clone());
+            for (column, value) in &assignments {
+                change.insert(column.clone(), value.eval(&env)?);
+            }
+            Ok(change)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Planned::Update(table, changes))
+}
+
+/// Works out a `DELETE`'s primary keys.
+pub fn plan_delete(statement: &mut Statement<'_>, delete: &ast::Delete) -> Result<Planned> {
+    let refused = [
+        (!delete.tables.is_empty(), "DELETE of several tables"),
+        (delete.using.is_some(), "DELETE … USING"),
+        (delete.returning.is_some(), "RETURNING"),
+        (!delete.order_by.is_empty(), "DELETE … ORDER BY"),
+        (delete.limit.is_some(), "DELETE … LIMIT"),
+    ];
+    if let Some((_, what)) = refused.iter().find(|(present, _)| *present) {
+        return Err(SqlError::unsupported(what));
+    }
+    let from = match &delete.from {
+        ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from) => from,
+    };
+    let [only] = from.as_slice() else { return Err(SqlError::unsupported("DELETE from several tables")) };
+    if !only.joins.is_empty() {
+        return Err(SqlError::unsupported("DELETE with a join"));
+    }
+    let (name, alias) = single_table(&only.relation)?;
+    let (table, _) = statement.table(name)?;
+    let key = table.schema().primary_key.clone();
+    let ids = matching(statement, name, alias, delete.selection.as_ref())?
+        .into_iter()
+        .map(|mut record| record.swap_remove(&key).unwrap_or(Value::Null))
+        .collect();
+    Ok(Planned::Delete(table, ids))
+}
+
+/// Runs a planned write as one writer job; answers Harper's reply.
+pub async fn apply(ctx: &Context, planned: Planned) -> Result<Written> {
+    Ok(match planned {
+        Planned::Insert(table, records) => {
+            let total = records.len();
+            let summary = table.insert(ctx, records).await?;
+            Written {
+                message: format!("inserted {} of {total} records", summary.written.len()),
+                keys_field: "inserted_hashes",
+                keys: summary.written,
+                skipped: summary.skipped,
+            }
+        }
+        Planned::Update(table, changes) => {
+            let total = changes.len();
+            let summary = table.update(ctx, changes).await?;
+            Written {
+                message: format!("updated {} of {total} records", summary.written.len()),
+                keys_field: "update_hashes",
+                keys: summary.written,
+                skipped: summary.skipped,
+            }
+        }
+        Planned::Delete(table, ids) => {
+            let total = ids.len();
+            let summary = table.delete(ctx, ids).await?;
+            let deleted = summary.deleted.len();
+            let noun = if deleted == 1 && total == 1 { "record" } else { "records" };
+            Written {
+                message: format!("{deleted} of {total} {noun} successfully deleted"),
+                keys_field: "deleted_hashes",
+                keys: summary.deleted,
+                skipped: summary.skipped,
+            }
+        }
+    })
+}
+
+/// The records of table `name` matching `selection`, read as a `SELECT *` would.
+fn matching(
+    statement: &mut Statement<'_>,
+    name: &ast::ObjectName,
+    alias: Option<&str>,
+    selection: Option<&ast::Expr>,
+) -> Result<Vec<Object>> {
+    let alias = alias.map(|a| format!(" AS `{a}`")).unwrap_or_default();
+    let condition = selection.map(|s| format!(" WHERE {s}")).unwrap_or_default();
+    let text = format!("SELECT * FROM {}{alias}{condition}", quoted(name));
+    let query = crate::parse_query(&text)?;
+    Ok(statement.query(&query)?.rows)
+}
+
+/// `name` with each part in backticks.
+fn quoted(name: &ast::ObjectName) -> String {
+    name.0.iter().map(|part| format!("`{}`", part.to_string().trim_matches('`'))).collect::<Vec<_>>().join(".")
+}
+
+/// The table (and its alias) a one-table `UPDATE` or `DELETE` names.
+fn single_table(factor: &ast::TableFactor) -> Result<(&ast::ObjectName, Option<&str>)> {
+    match factor {
+        ast::TableFactor::Table { name, alias, args: None, .. } => Ok((name, alias.as_ref().map(|a| a.name.value.as_str()))),
+        other => Err(SqlError::unsupported(format!("writing to {other}"))),
+    }
+}
+
+/// The one table an `UPDATE`'s assignments read.
+struct OneTable<'t> {
+    alias: &'t str,
+    table: &'t Table,
+}
+
+impl Scope for OneTable<'_> {
+    fn resolve(&self, qualifier: Option<&str>, name: &str) -> Result<ColumnRef> {
+        let schema = self.table.schema();
+        let qualified = format!("{}.{}", schema.database, schema.name);
+        if qualifier.is_some_and(|q| q != self.alias && q != qualified) {
+            return Err(SqlError::invalid(format!("unknown column {}.{name}", qualifier.unwrap_or_default())));
+        }
+        if schema.primary_key != name && !schema.attributes.iter().any(|a| a.name == name) {
+            return Err(SqlError::invalid(format!("unknown column {name}")));
+        }
+        Ok(ColumnRef { source: 0, name: name.to_string() })
+    }
+}
