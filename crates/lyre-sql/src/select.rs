@@ -892,6 +892,9 @@ fn project(sources: &[Source], items: &[Item], env: &Env<'_>) -> Result<Object> 
                     }
                 }
             }
+            // In a join a repeated name is numbered, as Harper numbers it; in one
+            // table it is the same column, answered once.
+            Item::Expr(expr, name) if sources.len() > 1 => insert_unique(&mut object, name, expr.eval(env)?),
             Item::Expr(expr, name) => {
                 object.insert(name.clone(), expr.eval(env)?);
             }

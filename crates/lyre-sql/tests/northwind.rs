@@ -434,6 +434,13 @@ const CORPUS: &[(bool, &str)] = &[
     (true, "SELECT o.OrderID, c.CompanyName FROM northwind.orders o JOIN northwind.customers c ON o.CustomerID = c.CustomerID ORDER BY o.Freight DESC, o.OrderID LIMIT 5"),
     (false, "SELECT p.ProductID, c.CategoryName FROM northwind.products p JOIN northwind.categories c ON p.CategoryID = c.CategoryID WHERE p.UnitPrice > 150 OR c.CategoryName LIKE 'D%'"),
     (false, "SELECT t.TerritoryID, r.RegionDescription FROM northwind.territories t LEFT JOIN northwind.region r ON r.RegionID = t.RegionID AND r.RegionID > 2"),
+    // Joins no index serves: to a derived table (hashed) and on expressions (nested loop).
+    (false, "SELECT c.CategoryID, x.n FROM northwind.categories c LEFT JOIN (SELECT CategoryID, COUNT(*) AS n FROM northwind.products WHERE UnitPrice > 150 GROUP BY CategoryID) x ON x.CategoryID = c.CategoryID"),
+    (false, "SELECT c.CategoryID, x.n FROM northwind.categories c INNER JOIN (SELECT CategoryID, COUNT(*) AS n FROM northwind.products WHERE UnitPrice > 150 GROUP BY CategoryID) x ON x.CategoryID = c.CategoryID"),
+    (false, "SELECT x.CategoryID, c.CategoryName FROM (SELECT CategoryID FROM northwind.products WHERE UnitsInStock < 10) x RIGHT JOIN northwind.categories c ON c.CategoryID = x.CategoryID"),
+    (false, "SELECT c.CustomerID, s.SupplierID FROM northwind.customers c LEFT JOIN northwind.suppliers s ON LOWER(s.City) = LOWER(c.City)"),
+    (false, "SELECT e.EmployeeID, m.EmployeeID FROM northwind.employees e JOIN northwind.employees m ON m.EmployeeID + 1 = e.EmployeeID"),
+    (false, "SELECT o.OrderID, t.TerritoryID FROM northwind.orders o JOIN northwind.territories t ON t.RegionID = o.EmployeeID AND o.Freight > 450"),
     // Subqueries.
     (false, "SELECT ProductName FROM northwind.products WHERE CategoryID IN (SELECT CategoryID FROM northwind.categories WHERE CategoryName LIKE 'C%')"),
     (false, "SELECT ProductName FROM northwind.products WHERE CategoryID NOT IN (SELECT CategoryID FROM northwind.categories WHERE CategoryName LIKE 'C%')"),

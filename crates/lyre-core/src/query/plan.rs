@@ -170,6 +170,22 @@ fn condition_driver(
 ) -> Result<Option<Driver>> {
     match condition {
         Condition::Related { relationship, condition } => related_driver(txn, db, schema, relationship, condition),
+        // A nested OR (SQL's `IN` list, a LIKE prefix in each case spelling) is the
+        // union of its parts' drivers, when each part has one; primary keys merge
+        // into one key list.
+        Condition::Group { operator: Operator::Or, conditions } if !conditions.is_empty() => {
+            let parts: Option<Vec<Driver>> =
+                conditions.iter().map(|c| condition_driver(txn, db, schema, c)).collect::<Result<_>>()?;
+            let Some(parts) = parts else { return Ok(None) };
+            if parts.iter().all(|p| matches!(p, Driver::Keys(_))) {
+                let mut keys: Vec<Vec<u8>> =
+                    parts.into_iter().flat_map(|p| if let Driver::Keys(k) = p { k } else { Vec::new() }).collect();
+                keys.sort();
+                keys.dedup();
+                return Ok(Some(Driver::Keys(keys)));
+            }
+            Ok(Some(Driver::Union(parts)))
+        }
         other => indexed_driver(schema, other),
     }
 }

@@ -48,6 +48,29 @@ pub struct Config {
     /// Harper's analytics.
     #[serde(default)]
     pub analytics: AnalyticsConfig,
+    /// The `sql` operation.
+    #[serde(default)]
+    pub sql: SqlConfig,
+}
+
+/// `sql.*` (Lyre's keys): limits of the `sql` operation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SqlConfig {
+    /// Bytes of intermediate results (joined rows, groups, rows to sort) one
+    /// statement may hold; past it the statement fails with a 400 naming the budget.
+    #[serde(default = "default_sql_memory_budget")]
+    pub memory_budget: usize,
+}
+
+impl Default for SqlConfig {
+    fn default() -> Self {
+        SqlConfig { memory_budget: default_sql_memory_budget() }
+    }
+}
+
+fn default_sql_memory_budget() -> usize {
+    lyre_sql::DEFAULT_MEMORY_BUDGET
 }
 
 /// `analytics.*`: how requests are aggregated into `system.hdb_analytics`.
@@ -441,6 +464,7 @@ impl Default for Config {
             },
             tls: TlsConfig::default(),
             analytics: AnalyticsConfig::default(),
+            sql: SqlConfig::default(),
         }
     }
 }

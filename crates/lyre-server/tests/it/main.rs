@@ -21,6 +21,7 @@ mod ops_search;
 mod rest;
 mod s3;
 mod sessions;
+mod sql;
 mod support;
 mod tls;
 mod users;

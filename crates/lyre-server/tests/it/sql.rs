@@ -1,0 +1,192 @@
+//! The `sql` operation through the real binary: Harper's answers for queries and
+//! writes, indexes used (seen through EXPLAIN), bad input refused with the right
+//! status and nothing written, and permissions applied to every table a statement
+//! touches.
+
+use serde_json::{Value, json};
+
+use crate::support::TestServer;
+
+async fn sql(s: &TestServer, text: &str) -> (u16, Value) {
+    s.op(json!({"operation": "sql", "sql": text})).await
+}
+
+async fn dogs() -> TestServer {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_database", "database": "dev"})).await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "breed", "primary_key": "id"})).await;
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [
+        {"id": 1, "dog_name": "Penny", "owner_name": "Kyle", "breed_id": 154, "age": 7},
+        {"id": 2, "dog_name": "Harper", "owner_name": "Stephen", "breed_id": 346, "age": 5},
+        {"id": 3, "dog_name": "Alby", "owner_name": null, "breed_id": 348, "age": 7},
+        {"id": 4, "dog_name": "Billy", "owner_name": "Kyle", "breed_id": 999, "age": 2},
+    ]}))
+    .await;
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "breed", "records": [
+        {"id": 154, "name": "Labrador"}, {"id": 346, "name": "Husky"}, {"id": 348, "name": "Beagle"},
+    ]}))
+    .await;
+    s
+}
+
+#[tokio::test]
+async fn queries_answer_harpers_rows() {
+    let s = dogs().await;
+    let (status, body) = sql(&s, "SELECT dog_name, age FROM dev.dog WHERE age = 7 ORDER BY dog_name").await;
+    assert_eq!((status, body), (200, json!([{"dog_name": "Alby", "age": 7}, {"dog_name": "Penny", "age": 7}])));
+    let (status, body) = sql(&s, "SELECT COUNT(*), AVG(age) FROM dev.dog").await;
+    assert_eq!((status, body), (200, json!([{"COUNT(*)": 4, "AVG(age)": 5.25}])));
+    let (_, body) = sql(&s, "SELECT d.dog_name, b.name FROM dev.dog d LEFT JOIN dev.breed b ON d.breed_id = b.id ORDER BY d.id").await;
+    assert_eq!(
+        body,
+        json!([
+            {"dog_name": "Penny", "name": "Labrador"},
+            {"dog_name": "Harper", "name": "Husky"},
+            {"dog_name": "Alby", "name": "Beagle"},
+            {"dog_name": "Billy", "name": null},
+        ])
+    );
+    // LIKE ignores case, as Harper's does; `*` leads with the key and the timestamps.
+    let (_, body) = sql(&s, "SELECT * FROM dev.dog WHERE dog_name LIKE 'pen%'").await;
+    let row = body[0].as_object().expect("one row");
+    let keys: Vec<&str> = row.keys().map(String::as_str).collect();
+    assert_eq!(&keys[..3], ["id", "__createdtime__", "__updatedtime__"]);
+    assert_eq!(row["dog_name"], "Penny");
+}
+
+#[tokio::test]
+async fn indexes_serve_conditions_and_joins() {
+    let s = dogs().await;
+    let (status, plan) = sql(&s, "EXPLAIN SELECT * FROM dev.dog d JOIN dev.breed b ON b.id = d.breed_id WHERE d.owner_name = 'Kyle'").await;
+    assert_eq!(status, 200);
+    assert_eq!(plan, json!(["d: index(owner_name)", "b: lookup by id for each row"]));
+    let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog WHERE dog_name LIKE 'Pe%'").await;
+    assert_eq!(plan, json!(["dog: union(4)"]), "each case spelling of the prefix is an index range");
+    let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog WHERE id IN (1, 2)").await;
+    assert_eq!(plan, json!(["dog: keys(2)"]));
+    let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog ORDER BY age DESC LIMIT 2").await;
+    assert_eq!(plan, json!(["dog: sort-index(age)"]), "ORDER BY an indexed attribute with LIMIT reads in index order");
+}
+
+#[tokio::test]
+async fn writes_answer_harpers_bodies_and_are_atomic() {
+    let s = dogs().await;
+    let (status, body) = sql(&s, "INSERT INTO dev.dog (id, dog_name, age) VALUES (10, 'Ten', 1), (1, \"dup\", 1)").await;
+    assert_eq!(status, 200);
+    assert_eq!(body, json!({"message": "inserted 1 of 2 records", "inserted_hashes": [10], "skipped_hashes": [1]}));
+    let (_, body) = sql(&s, "UPDATE dev.dog SET age = age + 1, owner_name = UPPER(owner_name) WHERE owner_name = 'Kyle'").await;
+    assert_eq!(body, json!({"message": "updated 2 of 2 records", "update_hashes": [1, 4], "skipped_hashes": []}));
+    let (_, body) = sql(&s, "SELECT id, age, owner_name FROM dev.dog WHERE id IN (1, 4) ORDER BY id").await;
+    assert_eq!(body, json!([{"id": 1, "age": 8, "owner_name": "KYLE"}, {"id": 4, "age": 3, "owner_name": "KYLE"}]));
+    let (_, body) = sql(&s, "DELETE FROM dev.dog WHERE id = 10").await;
+    assert_eq!(body, json!({"message": "1 of 1 record successfully deleted", "deleted_hashes": [10], "skipped_hashes": []}));
+    let (_, body) = sql(&s, "DELETE FROM dev.dog WHERE age > 100").await;
+    assert_eq!(body, json!({"message": "0 of 0 records successfully deleted", "deleted_hashes": [], "skipped_hashes": []}));
+
+    // A row that fails validation fails the whole statement: nothing is written.
+    let too_long = "k".repeat(2_000);
+    let (status, body) = sql(&s, &format!("INSERT INTO dev.dog (id, dog_name) VALUES (20, 'ok'), ('{too_long}', 'no')")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().is_some_and(|m| m.contains("Primary key size is too large")), "{body}");
+    let (_, body) = sql(&s, "SELECT id FROM dev.dog WHERE id = 20").await;
+    assert_eq!(body, json!([]), "the valid row of a failed INSERT was not written");
+}
+
+#[tokio::test]
+async fn bad_statements_are_refused_with_what_is_wrong() {
+    let s = dogs().await;
+    let (status, body) = sql(&s, "SELECT * FROM dev.dog WHERE").await;
+    assert_eq!(status, 400);
+    let message = body["error"].as_str().expect("an error");
+    assert!(message.starts_with("Invalid SQL at: ") && message.contains("line 1, column 28"), "{message}");
+    let (status, body) = sql(&s, "SELECT *\nFROM dev.dog\nWHERE age = = 3").await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().is_some_and(|m| m.contains("line 3")), "{body}");
+
+    for (text, status, message) in [
+        ("SELECT nope FROM dev.dog", 400, "unknown column nope"),
+        ("SELECT id FROM dev.dog d JOIN dev.breed b ON b.id = d.breed_id", 400, "ambiguous column reference id"),
+        ("SELECT * FROM dev.nope", 404, "Table 'dev.nope' does not exist"),
+        ("SELECT * FROM nodb.dog", 404, "database 'nodb' does not exist"),
+        ("DROP TABLE dev.dog", 400, "is not supported in SQL"),
+        ("SELECT 1 FROM dev.dog; DELETE FROM dev.dog", 400, "send one per request"),
+        ("SELECT * FROM dev.dog WHERE dog_name REGEXP '('", 400, "REGEXP pattern"),
+        ("SELECT UPPER(dog_name, 1) FROM dev.dog", 400, "takes 1 arguments"),
+        ("SELECT COUNT(*) FROM dev.dog WHERE COUNT(*) > 1", 400, "not allowed here"),
+    ] {
+        let (got, body) = sql(&s, text).await;
+        assert_eq!(got, status, "{text}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(message), "{text}: {error}");
+    }
+    for body in [json!({"operation": "sql"}), json!({"operation": "sql", "sql": "  "})] {
+        let (status, answer) = s.op(body).await;
+        assert_eq!((status, answer), (400, json!({"error": "The 'sql' parameter is missing from the request body"})));
+    }
+    let (status, _) = s.op(json!({"operation": "sql", "sql": 42})).await;
+    assert_eq!(status, 400);
+    // Deep nesting is refused by the parser's limit, not by the stack.
+    let deep = format!("SELECT {}1{} FROM dev.dog", "(".repeat(5_000), ")".repeat(5_000));
+    let (status, _) = sql(&s, &deep).await;
+    assert_eq!(status, 400);
+    let (status, _) = sql(&s, "SELECT id FROM dev.dog").await;
+    assert_eq!(status, 200, "the server still answers");
+}
+
+#[tokio::test]
+async fn a_statement_past_its_memory_budget_fails_clearly() {
+    let s = TestServer::start_with(&[("SQL_MEMORYBUDGET", "200000")]).await;
+    s.ok(json!({"operation": "create_database", "database": "dev"})).await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"})).await;
+    let records: Vec<Value> = (0..300).map(|i| json!({"id": i, "pad": "x".repeat(200)})).collect();
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "t", "records": records})).await;
+    let (status, body) = sql(&s, "SELECT a.id, b.id FROM dev.t a CROSS JOIN dev.t b").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().is_some_and(|m| m.contains("memory budget of 200000 bytes")), "{body}");
+    let (status, _) = sql(&s, "SELECT COUNT(*) FROM dev.t").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn permissions_apply_to_every_table_a_statement_touches() {
+    let s = dogs().await;
+    let dog = json!({"read": true, "insert": false, "update": false, "delete": false, "attribute_permissions": [
+        {"attribute_name": "id", "read": true, "insert": false, "update": false},
+        {"attribute_name": "dog_name", "read": true, "insert": false, "update": false},
+        {"attribute_name": "breed_id", "read": true, "insert": false, "update": false},
+    ]});
+    s.ok(json!({"operation": "add_role", "role": "reader", "permission": {"dev": {"tables": {"dog": dog}}}})).await;
+    s.ok(json!({"operation": "add_user", "role": "reader", "username": "reader", "password": "pw-reader", "active": true})).await;
+    let as_reader = |text: &str| {
+        let body = json!({"operation": "sql", "sql": text});
+        let s = &s;
+        async move { s.op_as("reader", "pw-reader", &body).await }
+    };
+    let (status, body) = as_reader("SELECT id, dog_name FROM dev.dog WHERE id = 1").await;
+    assert_eq!((status, body), (200, json!([{"id": 1, "dog_name": "Penny"}])));
+    // `*` leaves out what the role may not read.
+    let (_, body) = as_reader("SELECT * FROM dev.dog WHERE id = 1").await;
+    assert!(body[0].get("owner_name").is_none() && body[0]["dog_name"] == "Penny", "{body}");
+    // Naming a hidden attribute anywhere is refused, as Harper refuses it.
+    for text in [
+        "SELECT owner_name FROM dev.dog",
+        "SELECT id FROM dev.dog WHERE owner_name = 'Kyle'",
+        "SELECT id FROM dev.dog ORDER BY age",
+        "SELECT COUNT(DISTINCT owner_name) FROM dev.dog",
+    ] {
+        let (status, body) = as_reader(text).await;
+        assert_eq!(status, 403, "{text}: {body}");
+        assert!(body["unauthorized_access"].is_array() || body["invalid_schema_items"].is_array(), "{text}: {body}");
+    }
+    // A table the role has no grant on, joined or alone.
+    let (status, _) = as_reader("SELECT d.id, b.name FROM dev.dog d JOIN dev.breed b ON b.id = d.breed_id").await;
+    assert!(status == 403 || status == 404, "{status}");
+    // Writes need write grants.
+    for text in ["INSERT INTO dev.dog (id, dog_name) VALUES (50, 'x')", "UPDATE dev.dog SET dog_name = 'x' WHERE id = 1", "DELETE FROM dev.dog WHERE id = 1"] {
+        let (status, body) = as_reader(text).await;
+        assert_eq!(status, 403, "{text}: {body}");
+    }
+    let (_, body) = sql(&s, "SELECT dog_name FROM dev.dog WHERE id = 1").await;
+    assert_eq!(body, json!([{"dog_name": "Penny"}]), "nothing was written");
+}
