@@ -22,7 +22,9 @@ pub enum SqlError {
     #[error("{0}")]
     Invalid(String),
     /// An intermediate result (joined rows, groups, a sort) grew past the budget.
-    #[error("the statement needs more than its memory budget of {budget} bytes for intermediate results; narrow it with conditions or a LIMIT")]
+    #[error(
+        "the statement needs more than its memory budget of {budget} bytes for intermediate results; narrow it with conditions or a LIMIT"
+    )]
     OverBudget {
         /// The budget, in bytes.
         budget: usize,

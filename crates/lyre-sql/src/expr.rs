@@ -314,7 +314,11 @@ impl Expr {
             Expr::Column(_) | Expr::Literal(_) | Expr::Aggregate(_) => {}
             Expr::Not(e) | Expr::Negate(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.visit(f),
             Expr::Like(e, ..) | Expr::Regexp(e, ..) | Expr::InSet(e, ..) => e.visit(f),
-            Expr::And(a, b) | Expr::Or(a, b) | Expr::Compare(_, a, b) | Expr::Arithmetic(_, a, b) | Expr::Concat(a, b) => {
+            Expr::And(a, b)
+            | Expr::Or(a, b)
+            | Expr::Compare(_, a, b)
+            | Expr::Arithmetic(_, a, b)
+            | Expr::Concat(a, b) => {
                 a.visit(f);
                 b.visit(f);
             }
@@ -352,7 +356,9 @@ fn cast(value: Value, to: CastTo) -> Value {
     match to {
         CastTo::Text => Value::String(ops::text(&value)),
         CastTo::Number => ops::number(&value).map_or(Value::Null, ops::from_f64),
-        CastTo::Integer => ops::number(&value).filter(|n| n.is_finite()).map_or(Value::Null, |n| Value::Int(n.trunc() as i64)),
+        CastTo::Integer => {
+            ops::number(&value).filter(|n| n.is_finite()).map_or(Value::Null, |n| Value::Int(n.trunc() as i64))
+        }
         CastTo::Boolean => ops::truth_value(ops::truth(&value)),
     }
 }
@@ -453,7 +459,9 @@ impl<'a> Compiler<'a> {
             E::BinaryOp { left, op, right } => self.binary(left, op, right)?,
             E::IsNull(e) => Expr::IsNull(Box::new(self.compile(e)?), false),
             E::IsNotNull(e) => Expr::IsNull(Box::new(self.compile(e)?), true),
-            E::IsTrue(e) => Expr::Compare(Cmp::Eq, Box::new(self.compile(e)?), Box::new(Expr::Literal(Value::Bool(true)))),
+            E::IsTrue(e) => {
+                Expr::Compare(Cmp::Eq, Box::new(self.compile(e)?), Box::new(Expr::Literal(Value::Bool(true))))
+            }
             E::IsFalse(e) => {
                 Expr::Compare(Cmp::Eq, Box::new(self.compile(e)?), Box::new(Expr::Literal(Value::Bool(false))))
             }
@@ -463,7 +471,9 @@ impl<'a> Compiler<'a> {
                     ast::InTarget::List(list) => {
                         Expr::InList(subject, list.iter().map(|e| self.compile(e)).collect::<Result<_>>()?, *negated)
                     }
-                    ast::InTarget::Subquery(query) => Expr::InSet(subject, Arc::new((self.subqueries)(query)?), *negated),
+                    ast::InTarget::Subquery(query) => {
+                        Expr::InSet(subject, Arc::new((self.subqueries)(query)?), *negated)
+                    }
                     other => return Err(SqlError::unsupported(format!("IN {other}"))),
                 }
             }
@@ -507,6 +517,10 @@ impl<'a> Compiler<'a> {
             }
             E::Floor { expr, field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime) } => {
                 Expr::Call(Function::Floor, vec![self.compile(expr)?])
+            }
+            E::Extract { field, expr, .. } => {
+                let part = Expr::Literal(Value::String(field.to_string().to_ascii_lowercase()));
+                Expr::Call(Function::Extract, vec![self.compile(expr)?, part])
             }
             E::Substring { expr, substring_from, substring_for, .. } => {
                 let mut args = vec![self.compile(expr)?];
@@ -596,14 +610,23 @@ impl<'a> Compiler<'a> {
         }
         let (args, distinct) = match &function.args {
             ast::FunctionArguments::None => (Vec::new(), false),
-            ast::FunctionArguments::Subquery(_) => return Err(SqlError::unsupported(format!("{name} over a subquery"))),
-            ast::FunctionArguments::List(list) => {
-                (list.args.iter().collect::<Vec<_>>(), matches!(list.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)))
+            ast::FunctionArguments::Subquery(_) => {
+                return Err(SqlError::unsupported(format!("{name} over a subquery")));
             }
+            ast::FunctionArguments::List(list) => (
+                list.args.iter().collect::<Vec<_>>(),
+                matches!(list.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)),
+            ),
         };
-        if let Some(kind) = AggregateKind::named(&name) {
+        // MAX and MIN of several arguments are scalar, as in Harper.
+        let scalar_extreme = matches!(name.as_str(), "MAX" | "MIN") && args.len() > 1;
+        if let Some(kind) = AggregateKind::named(&name).filter(|_| !scalar_extreme) {
             let arg = match args.as_slice() {
-                [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)] if kind == AggregateKind::Count && !distinct => None,
+                [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)]
+                    if kind == AggregateKind::Count && !distinct =>
+                {
+                    None
+                }
                 [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))] => Some(self.compile(e)?),
                 _ => return Err(SqlError::invalid(format!("{name} takes one argument"))),
             };
@@ -616,7 +639,12 @@ impl<'a> Compiler<'a> {
             aggregates.push(Aggregate { kind, arg, distinct });
             return Ok(Expr::Aggregate(aggregates.len() - 1));
         }
-        let Some(callee) = Function::named(&name) else {
+        let callee = match name.as_str() {
+            "MAX" if scalar_extreme => Some(Function::Greatest),
+            "MIN" if scalar_extreme => Some(Function::Least),
+            other => Function::named(other),
+        };
+        let Some(callee) = callee else {
             return Err(SqlError::unsupported(format!("the function {name}")));
         };
         if distinct {
@@ -640,7 +668,9 @@ pub fn literal(value: &ast::Value) -> Result<Value> {
     Ok(match value {
         V::Number(text, _) => match text.parse::<i64>() {
             Ok(i) => Value::Int(i),
-            Err(_) => Value::Float(text.parse::<f64>().map_err(|_| SqlError::invalid(format!("{text} is not a number")))?),
+            Err(_) => {
+                Value::Float(text.parse::<f64>().map_err(|_| SqlError::invalid(format!("{text} is not a number")))?)
+            }
         },
         V::SingleQuotedString(s) | V::DoubleQuotedString(s) | V::EscapedStringLiteral(s) => Value::String(s.clone()),
         V::Boolean(b) => Value::Bool(*b),
@@ -655,9 +685,8 @@ fn cast_type(data_type: &ast::DataType) -> Result<CastTo> {
     let base = name.split('(').next().unwrap_or_default().trim();
     Ok(match base {
         b if b.contains("INT") || b == "SIGNED" || b == "UNSIGNED" => CastTo::Integer,
-        "FLOAT" | "DOUBLE" | "REAL" | "DECIMAL" | "NUMERIC" | "NUMBER" | "DEC" | "DOUBLE PRECISION" | "FLOAT4" | "FLOAT8" => {
-            CastTo::Number
-        }
+        "FLOAT" | "DOUBLE" | "REAL" | "DECIMAL" | "NUMERIC" | "NUMBER" | "DEC" | "DOUBLE PRECISION" | "FLOAT4"
+        | "FLOAT8" => CastTo::Number,
         "CHAR" | "VARCHAR" | "TEXT" | "STRING" | "NVARCHAR" | "CHARACTER" | "CHARACTER VARYING" => CastTo::Text,
         "BOOL" | "BOOLEAN" => CastTo::Boolean,
         _ => return Err(SqlError::unsupported(format!("CAST to {name}"))),

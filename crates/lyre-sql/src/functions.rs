@@ -1,9 +1,11 @@
 //! The scalar functions SQL statements may call: string, math, null handling and
-//! date functions, with Harper's names.
+//! date functions, with Harper's names (the date functions' workings are in
+//! `dates.rs`).
 
-use chrono::{DateTime, Datelike, Timelike, Utc};
+use chrono::{Datelike, Timelike};
 use lyre_core::Value;
 
+use crate::dates::{self, date_of, instant};
 use crate::error::{Result, SqlError};
 use crate::ops::{self, text};
 
@@ -65,6 +67,54 @@ pub enum Function {
     CurrentTime,
     /// `YEAR(d)`, `MONTH(d)`, `DAY(d)`, `HOUR(d)`, `MINUTE(d)`, `SECOND(d)`.
     DatePart(Part),
+    /// `DAYOFWEEK(d)`: 1 (Sunday) to 7.
+    DayOfWeek,
+    /// `DATE_ADD(date, amount, unit)`: ms since the epoch.
+    DateAdd,
+    /// `DATE_SUB(date, amount, unit)`: ms since the epoch.
+    DateSub,
+    /// `DATE_DIFF(a, b[, unit])`: `a - b` in ms or in `unit`.
+    DateDiff,
+    /// `DATE_FORMAT(date, format)`: moment's format tokens.
+    DateFormat,
+    /// `DATE([date])`: `YYYY-MM-DDTHH:mm:ss.SSS+0000`.
+    Date,
+    /// `EXTRACT(date, part)`: the part as zero-padded text.
+    Extract,
+    /// `OFFSET_UTC(date, offset)`: the instant at a UTC offset, as text.
+    OffsetUtc,
+    /// `GET_SERVER_TIME()`: now as `YYYY-MM-DDTHH:mm:ss.SSS+0000`.
+    ServerTime,
+    /// `TRUNC(n)`: the whole part.
+    Trunc,
+    /// `GREATEST(a, b, …)` (and `MAX`/`MIN` with several arguments: scalar, as in
+    /// Harper): the greatest.
+    Greatest,
+    /// `LEAST(a, b, …)`.
+    Least,
+    /// `INSTR(s, find)`: 1-based position, 0 when absent.
+    Instr,
+    /// `IIF(condition, then, else)`.
+    Iif,
+    /// `RANDOM()`: a number in [0, 1).
+    Random,
+    /// `SEARCH_JSON(expression, value)`: a JSONata expression evaluated over the
+    /// value (`NULL` when it matches nothing).
+    SearchJson,
+    /// `geoDistance(p1, p2[, units])`.
+    GeoDistance,
+    /// `geoNear(p1, p2, distance[, units])`.
+    GeoNear,
+    /// `geoLength(line[, units])`.
+    GeoLength,
+    /// `geoArea(geometry)`: square metres.
+    GeoArea,
+    /// `geoContains(a, b)`, `geoEqual(a, b)`, `geoCrosses(a, b)`.
+    GeoRelate(crate::geo::Predicate),
+    /// `geoDifference(a, b)`.
+    GeoDifference,
+    /// `geoConvert(coordinates, type[, properties])`.
+    GeoConvert,
 }
 
 /// A part of a date.
@@ -112,7 +162,32 @@ impl Function {
             "SIGN" => Sign,
             "COALESCE" | "IFNULL" => Coalesce,
             "NULLIF" => NullIf,
-            "NOW" | "GETDATE" | "CURRENT_TIMESTAMP" | "GET_SERVER_TIME" => Now,
+            "NOW" | "GETDATE" | "CURRENT_TIMESTAMP" => Now,
+            "GET_SERVER_TIME" => ServerTime,
+            "DAYOFWEEK" => DayOfWeek,
+            "DATE_ADD" => DateAdd,
+            "DATE_SUB" => DateSub,
+            "DATE_DIFF" => DateDiff,
+            "DATE_FORMAT" => DateFormat,
+            "DATE" => Date,
+            "EXTRACT" => Extract,
+            "OFFSET_UTC" => OffsetUtc,
+            "TRUNC" | "TRUNCATE" => Trunc,
+            "GREATEST" => Greatest,
+            "LEAST" => Least,
+            "INSTR" => Instr,
+            "IIF" => Iif,
+            "RANDOM" | "RAND" => Random,
+            "SEARCH_JSON" => SearchJson,
+            "GEODISTANCE" => GeoDistance,
+            "GEONEAR" => GeoNear,
+            "GEOLENGTH" => GeoLength,
+            "GEOAREA" => GeoArea,
+            "GEOCONTAINS" => GeoRelate(crate::geo::Predicate::Contains),
+            "GEOEQUAL" => GeoRelate(crate::geo::Predicate::Equal),
+            "GEOCROSSES" => GeoRelate(crate::geo::Predicate::Crosses),
+            "GEODIFFERENCE" => GeoDifference,
+            "GEOCONVERT" => GeoConvert,
             "CURRENT_DATE" => CurrentDate,
             "CURRENT_TIME" => CurrentTime,
             "YEAR" => DatePart(Part::Year),
@@ -129,8 +204,22 @@ impl Function {
     pub fn check_arity(self, count: usize) -> Result<()> {
         use Function::*;
         let (min, max) = match self {
-            Length | Upper | Lower | Trim | LTrim | RTrim | Floor | Ceil | Abs | Sqrt | Exp | Ln | Log10 | Sign => (1, 1),
-            DatePart(_) => (1, 1),
+            Length | Upper | Lower | Trim | LTrim | RTrim | Floor | Ceil | Abs | Sqrt | Exp | Ln | Log10 | Sign => {
+                (1, 1)
+            }
+            DatePart(_) | DayOfWeek | Trunc => (1, 1),
+            DateAdd | DateSub | Iif => (3, 3),
+            DateDiff => (2, 3),
+            DateFormat | Extract | OffsetUtc | Instr => (2, 2),
+            Date => (0, 1),
+            Greatest | Least => (1, usize::MAX),
+            ServerTime | Random => (0, 0),
+            GeoDistance | GeoConvert => (2, 3),
+            GeoNear => (3, 4),
+            GeoLength => (1, 2),
+            GeoArea => (1, 1),
+            SearchJson => (2, 2),
+            GeoRelate(_) | GeoDifference => (2, 2),
             Concat | Coalesce => (1, usize::MAX),
             Substring => (2, 3),
             Replace => (3, 3),
@@ -222,7 +311,15 @@ pub fn call(function: Function, args: Vec<Value>, now: f64) -> Result<Value> {
         Exp => math(&f64::exp),
         Ln => math(&f64::ln),
         Log10 => math(&f64::log10),
-        Sign => math(&|n| if n > 0.0 { 1.0 } else if n < 0.0 { -1.0 } else { 0.0 }),
+        Sign => math(&|n| {
+            if n > 0.0 {
+                1.0
+            } else if n < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }),
         Coalesce => args.iter().find(|a| !matches!(a, Value::Null)).cloned().unwrap_or(Value::Null),
         NullIf => {
             if ops::equal(arg(0), arg(1)) == Some(true) {
@@ -234,6 +331,57 @@ pub fn call(function: Function, args: Vec<Value>, now: f64) -> Result<Value> {
         Now => ops::from_f64(now.floor()),
         CurrentDate => Value::String(instant(now).format("%Y-%m-%d").to_string()),
         CurrentTime => Value::String(instant(now).format("%H:%M:%S%.3f").to_string()),
+        DayOfWeek => date_of(arg(0)).map_or(Value::Null, |d| Value::Int(i64::from(d.weekday().number_from_sunday()))),
+        DateAdd => dates::add(arg(0), arg(1), arg(2), 1)?,
+        DateSub => dates::add(arg(0), arg(1), arg(2), -1)?,
+        DateDiff => dates::diff(arg(0), arg(1), args.get(2))?,
+        DateFormat => dates::date_format(arg(0), arg(1)),
+        Date => dates::date(arg(0), now),
+        Extract => dates::extract(arg(0), arg(1))?,
+        OffsetUtc => dates::offset_utc(arg(0), arg(1))?,
+        ServerTime => dates::date(&Value::Null, now),
+        Trunc => math(&f64::trunc),
+        Greatest | Least => {
+            let mut best: Option<&Value> = None;
+            for value in args.iter().filter(|v| !matches!(v, Value::Null)) {
+                let better = best.is_none_or(|b| {
+                    let ordering = ops::compare(value, b);
+                    ordering
+                        == Some(if function == Greatest {
+                            std::cmp::Ordering::Greater
+                        } else {
+                            std::cmp::Ordering::Less
+                        })
+                });
+                if better {
+                    best = Some(value);
+                }
+            }
+            best.cloned().unwrap_or(Value::Null)
+        }
+        Instr => {
+            if null_in {
+                return Ok(Value::Null);
+            }
+            let (haystack, needle) = (text(arg(0)), text(arg(1)));
+            Value::Int(haystack.find(&needle).map_or(0, |at| haystack[..at].chars().count() as i64 + 1))
+        }
+        Iif => {
+            if ops::truth(arg(0)) == Some(true) {
+                arg(1).clone()
+            } else {
+                arg(2).clone()
+            }
+        }
+        Random => Value::Float(rand::random::<f64>()),
+        SearchJson => search_json(arg(0), arg(1))?,
+        GeoDistance => crate::geo::distance(&args)?,
+        GeoNear => crate::geo::near(&args)?,
+        GeoLength => crate::geo::length(&args)?,
+        GeoArea => crate::geo::area(&args)?,
+        GeoRelate(predicate) => crate::geo::relate(predicate, &args)?,
+        GeoDifference => crate::geo::difference(&args)?,
+        GeoConvert => crate::geo::convert(&args)?,
         DatePart(part) => match date_of(arg(0)) {
             None => Value::Null,
             Some(date) => Value::Int(i64::from(match part {
@@ -248,18 +396,30 @@ pub fn call(function: Function, args: Vec<Value>, now: f64) -> Result<Value> {
     })
 }
 
-/// The UTC instant `ms` after the epoch (the epoch itself when out of range).
-fn instant(ms: f64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms as i64).unwrap_or_default()
-}
+/// Longest a `SEARCH_JSON` expression may run on one value, and how deep it may
+/// recurse: a hostile expression fails instead of holding a thread.
+const JSONATA_TIME_LIMIT_MS: usize = 1_000;
+const JSONATA_MAX_DEPTH: usize = 100;
 
-/// A date read from a value: ms since the epoch, or an ISO 8601 string.
-pub fn date_of(value: &Value) -> Option<DateTime<Utc>> {
-    match value {
-        Value::Int(_) | Value::Float(_) => ops::number(value).map(instant),
-        Value::String(s) => lyre_core::parse_iso8601(s).map(instant),
-        _ => None,
+/// `SEARCH_JSON(expression, value)`.
+fn search_json(expression: &Value, value: &Value) -> Result<Value> {
+    let Value::String(expression) = expression else {
+        return Err(SqlError::invalid("SEARCH_JSON's first argument must be a JSONata expression in quotes"));
+    };
+    if matches!(value, Value::Null) {
+        return Ok(Value::Null);
     }
+    let input = serde_json::to_string(value).map_err(|err| SqlError::invalid(format!("SEARCH_JSON: {err}")))?;
+    let arena = bumpalo::Bump::new();
+    let jsonata = jsonata_rs::JsonAta::new(expression, &arena)
+        .map_err(|err| SqlError::invalid(format!("SEARCH_JSON: '{expression}' is not a JSONata expression: {err}")))?;
+    let result = jsonata
+        .evaluate_timeboxed(Some(&input), Some(JSONATA_MAX_DEPTH), Some(JSONATA_TIME_LIMIT_MS))
+        .map_err(|err| SqlError::invalid(format!("SEARCH_JSON '{expression}': {err}")))?;
+    if result.is_undefined() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&result.serialize(false)).map_err(|err| SqlError::invalid(format!("SEARCH_JSON: {err}")))
 }
 
 #[cfg(test)]
@@ -282,6 +442,19 @@ mod tests {
     }
 
     #[test]
+    fn search_json_evaluates_jsonata() {
+        let tags: Value = serde_json::from_str(r#"{"color":"brown","toys":["ball","rope"]}"#).unwrap();
+        let list: Value = serde_json::from_str(r#"["fluffy","calm"]"#).unwrap();
+        assert_eq!(search_json(&s("color"), &tags).unwrap(), s("brown"));
+        assert_eq!(search_json(&s("toys[1]"), &tags).unwrap(), s("rope"));
+        assert_eq!(search_json(&s("$count($)"), &list).unwrap(), Value::Int(2));
+        assert_eq!(search_json(&s("$[0]"), &list).unwrap(), s("fluffy"));
+        assert_eq!(search_json(&s("\"calm\" in $"), &list).unwrap(), Value::Bool(true));
+        assert_eq!(search_json(&s("nothing"), &tags).unwrap(), Value::Null);
+        assert!(search_json(&s("$count("), &tags).is_err());
+    }
+
+    #[test]
     fn math_and_dates() {
         assert_eq!(call(Function::Round, vec![Value::Float(2.5)], 0.0).unwrap(), Value::Int(3));
         assert_eq!(call(Function::Round, vec![Value::Float(1.2345), Value::Int(2)], 0.0).unwrap(), Value::Float(1.23));
@@ -290,6 +463,9 @@ mod tests {
         let noon = 1_700_000_000_000.0; // 2023-11-14T22:13:20Z
         assert_eq!(call(Function::CurrentDate, vec![], noon).unwrap(), s("2023-11-14"));
         assert_eq!(call(Function::DatePart(Part::Hour), vec![Value::Float(noon)], 0.0).unwrap(), Value::Int(22));
-        assert_eq!(call(Function::DatePart(Part::Year), vec![s("2020-02-03T04:05:06Z")], 0.0).unwrap(), Value::Int(2020));
+        assert_eq!(
+            call(Function::DatePart(Part::Year), vec![s("2020-02-03T04:05:06Z")], 0.0).unwrap(),
+            Value::Int(2020)
+        );
     }
 }

@@ -7,9 +7,11 @@
 //! `UPDATE` and `DELETE` into one writer job each. Every read of a statement uses one
 //! snapshot per database. No second copy of the data exists.
 
+mod dates;
 mod error;
 mod expr;
 mod functions;
+mod geo;
 mod ops;
 mod select;
 mod write;

@@ -79,6 +79,9 @@ impl Source {
     }
 }
 
+/// How each source after the first joins the ones before it, with its `ON`.
+type Joins = Vec<(JoinKind, Option<ast::Expr>)>;
+
 /// How a source joins the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum JoinKind {
@@ -213,7 +216,9 @@ impl<'e> Statement<'e> {
             let value = this.constant(e)?;
             match value {
                 Value::Int(n) if n >= 0 => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
-                other => Err(SqlError::invalid(format!("{what} must be a whole number of rows, not {}", ops::text(&other)))),
+                other => {
+                    Err(SqlError::invalid(format!("{what} must be a whole number of rows, not {}", ops::text(&other))))
+                }
             }
         };
         Ok(match clause {
@@ -239,7 +244,12 @@ impl<'e> Statement<'e> {
     }
 
     /// Compiles `expr` against `sources`; subqueries run in this statement.
-    fn compile(&mut self, sources: &[Source], expr: &ast::Expr, aggregates: Option<&mut Vec<Aggregate>>) -> Result<Expr> {
+    fn compile(
+        &mut self,
+        sources: &[Source],
+        expr: &ast::Expr,
+        aggregates: Option<&mut Vec<Aggregate>>,
+    ) -> Result<Expr> {
         let scope = Sources(sources);
         let mut run = |query: &ast::Query| -> Result<Vec<Value>> {
             let rows = self.query(query)?;
@@ -293,11 +303,16 @@ impl<'e> Statement<'e> {
         let streamable = sources.len() == 1 && !grouped && !distinct && having.is_none();
         let pushed = pushdown(&conjuncts, 0);
         let sort_pushed = streamable && sources[0].table().is_some() && pushed.exact && order_pushable(&order);
-        let rows = if sort_pushed {
+        let rows = if sources.is_empty() {
+            // A calculation (`SELECT 1 + 1`): one row that reads no table.
+            vec![Row::default()]
+        } else if sort_pushed {
             let keys = order
                 .iter()
                 .map(|(key, descending)| match key {
-                    OrderKey::Expr(Expr::Column(c)) => Ok(SortKey { attribute: c.name.clone(), descending: *descending }),
+                    OrderKey::Expr(Expr::Column(c)) => {
+                        Ok(SortKey { attribute: c.name.clone(), descending: *descending })
+                    }
                     _ => Err(SqlError::invalid("an ORDER BY key changed while planning")),
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -368,13 +383,11 @@ impl<'e> Statement<'e> {
         Ok(Rows { rows })
     }
 
-    /// Binds `FROM`: its sources in order, and how each after the first joins.
-    fn bind(&mut self, from: &[ast::TableWithJoins]) -> Result<(Vec<Source>, Vec<(JoinKind, Option<ast::Expr>)>)> {
+    /// Binds `FROM`: its sources in order, and how each after the first joins (none
+    /// for a calculation without `FROM`).
+    fn bind(&mut self, from: &[ast::TableWithJoins]) -> Result<(Vec<Source>, Joins)> {
         let mut sources = Vec::new();
         let mut joins = Vec::new();
-        if from.is_empty() {
-            return Err(SqlError::unsupported("SELECT without FROM"));
-        }
         for (at, item) in from.iter().enumerate() {
             sources.push(self.source(&item.relation)?);
             if at > 0 {
@@ -508,7 +521,9 @@ impl<'e> Statement<'e> {
                 };
                 let resolved = match &key.expr {
                     ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::Number(n, _), .. }) => {
-                        let at: usize = n.parse().map_err(|_| SqlError::invalid(format!("ORDER BY {n} is not a column position")))?;
+                        let at: usize = n
+                            .parse()
+                            .map_err(|_| SqlError::invalid(format!("ORDER BY {n} is not a column position")))?;
                         match at.checked_sub(1).and_then(|i| items.get(i)) {
                             Some(Item::Expr(e, _)) => OrderKey::Expr(e.clone()),
                             _ => return Err(SqlError::invalid(format!("ORDER BY {n}: there is no column {n}"))),
@@ -568,7 +583,11 @@ impl<'e> Statement<'e> {
         for (source, names) in sources.iter().zip(named) {
             if let Some(table) = source.table() {
                 let access = table.access(self.ctx, &[lyre_core::access::Action::Read])?;
-                access.require_attributes(names.iter().map(String::as_str), &[lyre_core::access::Action::Read], &table.schema().primary_key)?;
+                access.require_attributes(
+                    names.iter().map(String::as_str),
+                    &[lyre_core::access::Action::Read],
+                    &table.schema().primary_key,
+                )?;
             }
         }
         Ok(())
@@ -586,7 +605,14 @@ impl<'e> Statement<'e> {
         match &source.kind {
             SourceKind::Derived { rows } => Ok(rows.clone()),
             SourceKind::Table { table, snapshot } => {
-                let query = Query { operator: Operator::And, conditions, sort, limit: window, select: Select::All, ..Query::default() };
+                let query = Query {
+                    operator: Operator::And,
+                    conditions,
+                    sort,
+                    limit: window,
+                    select: Select::All,
+                    ..Query::default()
+                };
                 let search = table.search_in(self.ctx, query, snapshot)?;
                 self.plan.push(format!("{}: {}", source.alias, search.explain()));
                 let mut records = Vec::new();
@@ -657,7 +683,11 @@ impl<'e> Statement<'e> {
                     let mut matched = false;
                     if value.as_key().is_some() && !matches!(value, Value::Null) {
                         let mut conditions = inner_conditions.clone();
-                        conditions.push(Condition::Compare { attribute: column.clone(), comparator: Comparator::Equals, value });
+                        conditions.push(Condition::Compare {
+                            attribute: column.clone(),
+                            comparator: Comparator::Equals,
+                            value,
+                        });
                         let query = Query { conditions, select: Select::All, ..Query::default() };
                         let mut found = Vec::new();
                         table.search_in(self.ctx, query, snapshot)?.run(&mut |value| {
@@ -934,7 +964,10 @@ fn written(expr: &ast::Expr) -> String {
     match expr {
         ast::Expr::Identifier(ident) => ident.value.clone(),
         ast::Expr::CompoundIdentifier(parts) => parts.iter().map(|p| p.value.as_str()).collect::<Vec<_>>().join("."),
-        ast::Expr::Value(ast::ValueWithSpan { value: ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s), .. }) => {
+        ast::Expr::Value(ast::ValueWithSpan {
+            value: ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s),
+            ..
+        }) => {
             format!("\"{s}\"")
         }
         ast::Expr::Function(function) => {
@@ -981,8 +1014,9 @@ fn pushdown(conjuncts: &[Expr], at: usize) -> Pushed {
     for conjunct in conjuncts {
         let mut read = Vec::new();
         conjunct.sources(&mut read);
+        // Conditions on other sources are theirs; a constant one (read by no
+        // source) is the same for every row, so it never makes a page short.
         if read != [at] {
-            pushed.exact &= read.is_empty() && false;
             continue;
         }
         match condition(conjunct) {
@@ -1028,10 +1062,9 @@ fn condition(expr: &Expr) -> Option<(Condition, bool)> {
             Some((compare(&column.name, comparator, value), cmp == Cmp::Eq))
         }
         Expr::Between(subject, low, high, false) => match (subject.as_ref(), low.as_ref(), high.as_ref()) {
-            (Expr::Column(c), Expr::Literal(l), Expr::Literal(h)) if scalar(l) && scalar(h) => Some((
-                compare(&c.name, Comparator::Between, &Value::Array(vec![l.clone(), h.clone()])),
-                false,
-            )),
+            (Expr::Column(c), Expr::Literal(l), Expr::Literal(h)) if scalar(l) && scalar(h) => {
+                Some((compare(&c.name, Comparator::Between, &Value::Array(vec![l.clone(), h.clone()])), false))
+            }
             _ => None,
         },
         Expr::InList(subject, list, false) => {

@@ -220,7 +220,9 @@ fn quoted(name: &ast::ObjectName) -> String {
 /// The table (and its alias) a one-table `UPDATE` or `DELETE` names.
 fn single_table(factor: &ast::TableFactor) -> Result<(&ast::ObjectName, Option<&str>)> {
     match factor {
-        ast::TableFactor::Table { name, alias, args: None, .. } => Ok((name, alias.as_ref().map(|a| a.name.value.as_str()))),
+        ast::TableFactor::Table { name, alias, args: None, .. } => {
+            Ok((name, alias.as_ref().map(|a| a.name.value.as_str())))
+        }
         other => Err(SqlError::unsupported(format!("writing to {other}"))),
     }
 }

@@ -37,24 +37,34 @@ const CITIES: [(&str, &str); 8] = [
     ("Lyon", "France"),
     ("Sevilla", "Spain"),
 ];
-const NAMES: [&str; 10] = ["Anders", "Berglund", "Chang", "Davolio", "Fuller", "Leverling", "Peacock", "Suyama", "King", "Callahan"];
+const NAMES: [&str; 10] =
+    ["Anders", "Berglund", "Chang", "Davolio", "Fuller", "Leverling", "Peacock", "Suyama", "King", "Callahan"];
 
 /// Northwind's tables: `(name, primary key, rows)`.
 fn dataset() -> Vec<(&'static str, &'static str, Vec<Object>)> {
     let mut rng = Lcg(42);
     let object = |pairs: Vec<(&str, Value)>| pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<Object>();
     let s = |v: &str| Value::String(v.to_string());
-    let categories: Vec<Object> = ["Beverages", "Condiments", "Confections", "Dairy Products", "Grains/Cereals", "Meat/Poultry", "Produce", "Seafood"]
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            object(vec![
-                ("CategoryID", Value::Int(i as i64 + 1)),
-                ("CategoryName", s(name)),
-                ("Description", s(&format!("{name} of every kind"))),
-            ])
-        })
-        .collect();
+    let categories: Vec<Object> = [
+        "Beverages",
+        "Condiments",
+        "Confections",
+        "Dairy Products",
+        "Grains/Cereals",
+        "Meat/Poultry",
+        "Produce",
+        "Seafood",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, name)| {
+        object(vec![
+            ("CategoryID", Value::Int(i as i64 + 1)),
+            ("CategoryName", s(name)),
+            ("Description", s(&format!("{name} of every kind"))),
+        ])
+    })
+    .collect();
     let suppliers: Vec<Object> = (1..=10)
         .map(|i| {
             let (city, country) = CITIES[(i as usize * 3) % CITIES.len()];
@@ -71,7 +81,14 @@ fn dataset() -> Vec<(&'static str, &'static str, Vec<Object>)> {
         .map(|i| {
             object(vec![
                 ("ProductID", Value::Int(i)),
-                ("ProductName", s(&format!("{} {}", ["Chai", "Chang", "Aniseed", "Tofu", "Pavlova", "Konbu", "Ikura", "Queso"][i as usize % 8], i))),
+                (
+                    "ProductName",
+                    s(&format!(
+                        "{} {}",
+                        ["Chai", "Chang", "Aniseed", "Tofu", "Pavlova", "Konbu", "Ikura", "Queso"][i as usize % 8],
+                        i
+                    )),
+                ),
                 ("SupplierID", Value::Int(1 + (i * 7) % 10)),
                 ("CategoryID", Value::Int(1 + (i * 3) % 8)),
                 ("UnitPrice", Value::Float((rng.next(20_000) as f64) / 100.0 + 1.0)),
@@ -83,7 +100,10 @@ fn dataset() -> Vec<(&'static str, &'static str, Vec<Object>)> {
     let customers: Vec<Object> = (0..30)
         .map(|i| {
             let (city, country) = CITIES[i % CITIES.len()];
-            let id: String = [b'A' + (i % 26) as u8, b'L' + (i % 7) as u8, b'F' + (i / 7) as u8, b'K', b'I'].iter().map(|b| *b as char).collect();
+            let id: String = [b'A' + (i % 26) as u8, b'L' + (i % 7) as u8, b'F' + (i / 7) as u8, b'K', b'I']
+                .iter()
+                .map(|b| *b as char)
+                .collect();
             object(vec![
                 ("CustomerID", s(&id)),
                 ("CompanyName", s(&format!("{} Trading {i}", NAMES[i % NAMES.len()]))),
@@ -94,15 +114,29 @@ fn dataset() -> Vec<(&'static str, &'static str, Vec<Object>)> {
             ])
         })
         .collect();
-    let customer_ids: Vec<String> = customers.iter().map(|c| c["CustomerID"].as_str().unwrap_or_default().to_string()).collect();
+    let customer_ids: Vec<String> =
+        customers.iter().map(|c| c["CustomerID"].as_str().unwrap_or_default().to_string()).collect();
     let employees: Vec<Object> = (1..=9)
         .map(|i| {
             let (city, country) = CITIES[(i as usize * 5) % CITIES.len()];
             object(vec![
                 ("EmployeeID", Value::Int(i)),
                 ("LastName", s(NAMES[i as usize])),
-                ("FirstName", s(["Nancy", "Andrew", "Janet", "Margaret", "Steven", "Michael", "Robert", "Laura", "Anne"][i as usize - 1])),
-                ("Title", s(if i == 2 { "Vice President" } else if i % 3 == 0 { "Sales Manager" } else { "Sales Representative" })),
+                (
+                    "FirstName",
+                    s(["Nancy", "Andrew", "Janet", "Margaret", "Steven", "Michael", "Robert", "Laura", "Anne"]
+                        [i as usize - 1]),
+                ),
+                (
+                    "Title",
+                    s(if i == 2 {
+                        "Vice President"
+                    } else if i % 3 == 0 {
+                        "Sales Manager"
+                    } else {
+                        "Sales Representative"
+                    }),
+                ),
                 ("ReportsTo", if i == 2 { Value::Null } else { Value::Int(2) }),
                 ("HireDate", s(&format!("199{}-0{}-1{}", i % 4, 1 + i % 9, i % 9))),
                 ("City", s(city)),
@@ -334,7 +368,10 @@ const CORPUS: &[(bool, &str)] = &[
     (false, "SELECT CustomerID FROM northwind.customers WHERE Region IS NOT NULL"),
     (false, "SELECT CustomerID FROM northwind.customers WHERE Region = 'R1'"),
     (false, "SELECT CustomerID FROM northwind.customers WHERE Region <> 'R1'"),
-    (false, "SELECT CustomerID FROM northwind.customers WHERE Country = 'USA' AND (City = 'Seattle' OR City = 'Portland')"),
+    (
+        false,
+        "SELECT CustomerID FROM northwind.customers WHERE Country = 'USA' AND (City = 'Seattle' OR City = 'Portland')",
+    ),
     (false, "SELECT CustomerID FROM northwind.customers WHERE CustomerID >= 'C' AND CustomerID < 'M'"),
     (false, "SELECT EmployeeID FROM northwind.employees WHERE ReportsTo = 2"),
     (false, "SELECT EmployeeID FROM northwind.employees WHERE ReportsTo IS NULL OR Title = 'Sales Manager'"),
@@ -374,7 +411,10 @@ const CORPUS: &[(bool, &str)] = &[
     (false, "SELECT COALESCE(Region, 'none') FROM northwind.customers"),
     (false, "SELECT IFNULL(ShipRegion, '-') FROM northwind.orders"),
     (false, "SELECT NULLIF(Country, 'USA') FROM northwind.customers"),
-    (false, "SELECT CASE WHEN UnitPrice > 100 THEN 'high' WHEN UnitPrice > 50 THEN 'mid' ELSE 'low' END FROM northwind.products"),
+    (
+        false,
+        "SELECT CASE WHEN UnitPrice > 100 THEN 'high' WHEN UnitPrice > 50 THEN 'mid' ELSE 'low' END FROM northwind.products",
+    ),
     (false, "SELECT CASE CategoryID WHEN 1 THEN 'one' WHEN 2 THEN 'two' ELSE 'many' END AS c FROM northwind.products"),
     (false, "SELECT CAST(UnitPrice AS INTEGER) FROM northwind.products"),
     (false, "SELECT CAST(ProductID AS TEXT) FROM northwind.products"),
@@ -398,59 +438,167 @@ const CORPUS: &[(bool, &str)] = &[
     (false, "SELECT CustomerID, COUNT(*) AS n FROM northwind.orders GROUP BY CustomerID HAVING COUNT(*) >= 10"),
     (true, "SELECT EmployeeID, COUNT(*) AS n FROM northwind.orders GROUP BY EmployeeID ORDER BY n DESC, EmployeeID"),
     (true, "SELECT ShipCountry, MAX(Freight) AS top FROM northwind.orders GROUP BY ShipCountry ORDER BY top DESC"),
-    (true, "SELECT ShipCountry, COUNT(*) FROM northwind.orders GROUP BY ShipCountry ORDER BY COUNT(*) DESC, ShipCountry"),
+    (
+        true,
+        "SELECT ShipCountry, COUNT(*) FROM northwind.orders GROUP BY ShipCountry ORDER BY COUNT(*) DESC, ShipCountry",
+    ),
     (false, "SELECT ShipRegion, COUNT(*) FROM northwind.orders GROUP BY ShipRegion"),
     (false, "SELECT OrderID, SUM(Quantity * UnitPrice) FROM northwind.order_details GROUP BY OrderID"),
     (false, "SELECT COUNT(*) FROM northwind.products WHERE Discontinued = 1"),
     (false, "SELECT Discontinued, COUNT(*), SUM(UnitsInStock) FROM northwind.products GROUP BY Discontinued"),
     (false, "SELECT CategoryID, COUNT(DISTINCT SupplierID) FROM northwind.products GROUP BY CategoryID"),
     (false, "SELECT COUNT(*) FROM northwind.orders WHERE Freight > 10000"),
-    (false, "SELECT Country, COUNT(*) FROM northwind.customers WHERE Region IS NOT NULL GROUP BY Country HAVING COUNT(*) > 1"),
-    (true, "SELECT SUBSTRING(OrderDate, 1, 7) AS month, COUNT(*) AS n FROM northwind.orders GROUP BY SUBSTRING(OrderDate, 1, 7) ORDER BY month"),
-    (false, "SELECT CASE WHEN Freight > 250 THEN 'heavy' ELSE 'light' END AS kind, COUNT(*) FROM northwind.orders GROUP BY CASE WHEN Freight > 250 THEN 'heavy' ELSE 'light' END"),
+    (
+        false,
+        "SELECT Country, COUNT(*) FROM northwind.customers WHERE Region IS NOT NULL GROUP BY Country HAVING COUNT(*) > 1",
+    ),
+    (
+        true,
+        "SELECT SUBSTRING(OrderDate, 1, 7) AS month, COUNT(*) AS n FROM northwind.orders GROUP BY SUBSTRING(OrderDate, 1, 7) ORDER BY month",
+    ),
+    (
+        false,
+        "SELECT CASE WHEN Freight > 250 THEN 'heavy' ELSE 'light' END AS kind, COUNT(*) FROM northwind.orders GROUP BY CASE WHEN Freight > 250 THEN 'heavy' ELSE 'light' END",
+    ),
     // DISTINCT.
     (false, "SELECT DISTINCT Country FROM northwind.customers"),
     (false, "SELECT DISTINCT Country, City FROM northwind.customers"),
     (true, "SELECT DISTINCT ShipCountry FROM northwind.orders ORDER BY ShipCountry"),
     (false, "SELECT DISTINCT Region FROM northwind.customers"),
     // Joins.
-    (false, "SELECT p.ProductName, c.CategoryName FROM northwind.products p INNER JOIN northwind.categories c ON p.CategoryID = c.CategoryID"),
-    (false, "SELECT p.ProductName, c.CategoryName FROM northwind.products p JOIN northwind.categories c ON c.CategoryID = p.CategoryID WHERE c.CategoryName = 'Seafood'"),
-    (false, "SELECT o.OrderID, c.CompanyName FROM northwind.orders o JOIN northwind.customers c ON o.CustomerID = c.CustomerID WHERE o.Freight > 300"),
-    (false, "SELECT c.CustomerID, o.OrderID FROM northwind.customers c LEFT JOIN northwind.orders o ON o.CustomerID = c.CustomerID"),
-    (false, "SELECT c.CustomerID FROM northwind.customers c LEFT JOIN northwind.orders o ON o.CustomerID = c.CustomerID WHERE o.OrderID IS NULL"),
-    (false, "SELECT o.OrderID, c.CustomerID FROM northwind.customers c RIGHT JOIN northwind.orders o ON o.CustomerID = c.CustomerID"),
-    (false, "SELECT e.LastName, m.LastName AS manager FROM northwind.employees e LEFT JOIN northwind.employees m ON e.ReportsTo = m.EmployeeID"),
-    (false, "SELECT r.RegionDescription, t.TerritoryDescription FROM northwind.region r CROSS JOIN northwind.territories t WHERE t.RegionID = r.RegionID"),
+    (
+        false,
+        "SELECT p.ProductName, c.CategoryName FROM northwind.products p INNER JOIN northwind.categories c ON p.CategoryID = c.CategoryID",
+    ),
+    (
+        false,
+        "SELECT p.ProductName, c.CategoryName FROM northwind.products p JOIN northwind.categories c ON c.CategoryID = p.CategoryID WHERE c.CategoryName = 'Seafood'",
+    ),
+    (
+        false,
+        "SELECT o.OrderID, c.CompanyName FROM northwind.orders o JOIN northwind.customers c ON o.CustomerID = c.CustomerID WHERE o.Freight > 300",
+    ),
+    (
+        false,
+        "SELECT c.CustomerID, o.OrderID FROM northwind.customers c LEFT JOIN northwind.orders o ON o.CustomerID = c.CustomerID",
+    ),
+    (
+        false,
+        "SELECT c.CustomerID FROM northwind.customers c LEFT JOIN northwind.orders o ON o.CustomerID = c.CustomerID WHERE o.OrderID IS NULL",
+    ),
+    (
+        false,
+        "SELECT o.OrderID, c.CustomerID FROM northwind.customers c RIGHT JOIN northwind.orders o ON o.CustomerID = c.CustomerID",
+    ),
+    (
+        false,
+        "SELECT e.LastName, m.LastName AS manager FROM northwind.employees e LEFT JOIN northwind.employees m ON e.ReportsTo = m.EmployeeID",
+    ),
+    (
+        false,
+        "SELECT r.RegionDescription, t.TerritoryDescription FROM northwind.region r CROSS JOIN northwind.territories t WHERE t.RegionID = r.RegionID",
+    ),
     (false, "SELECT COUNT(*) FROM northwind.region r CROSS JOIN northwind.categories c"),
-    (false, "SELECT o.OrderID, d.ProductID, p.ProductName FROM northwind.orders o JOIN northwind.order_details d ON d.OrderID = o.OrderID JOIN northwind.products p ON p.ProductID = d.ProductID WHERE o.OrderID < 10260"),
-    (false, "SELECT c.CategoryName, SUM(d.Quantity) AS units FROM northwind.order_details d JOIN northwind.products p ON p.ProductID = d.ProductID JOIN northwind.categories c ON c.CategoryID = p.CategoryID GROUP BY c.CategoryName"),
-    (true, "SELECT s.CompanyName, COUNT(*) AS n FROM northwind.suppliers s JOIN northwind.products p ON p.SupplierID = s.SupplierID GROUP BY s.CompanyName ORDER BY n DESC, s.CompanyName"),
-    (false, "SELECT e.FirstName, COUNT(o.OrderID) FROM northwind.employees e LEFT JOIN northwind.orders o ON o.EmployeeID = e.EmployeeID GROUP BY e.FirstName"),
-    (false, "SELECT p.ProductName FROM northwind.products p LEFT JOIN northwind.order_details d ON d.ProductID = p.ProductID WHERE d.id IS NULL"),
-    (false, "SELECT o.OrderID FROM northwind.orders o JOIN northwind.customers c ON o.CustomerID = c.CustomerID AND c.Country = o.ShipCountry"),
-    (false, "SELECT o.OrderID, e.LastName FROM northwind.orders o JOIN northwind.employees e ON o.EmployeeID = e.EmployeeID WHERE e.Country = 'USA' AND o.Freight < 20"),
+    (
+        false,
+        "SELECT o.OrderID, d.ProductID, p.ProductName FROM northwind.orders o JOIN northwind.order_details d ON d.OrderID = o.OrderID JOIN northwind.products p ON p.ProductID = d.ProductID WHERE o.OrderID < 10260",
+    ),
+    (
+        false,
+        "SELECT c.CategoryName, SUM(d.Quantity) AS units FROM northwind.order_details d JOIN northwind.products p ON p.ProductID = d.ProductID JOIN northwind.categories c ON c.CategoryID = p.CategoryID GROUP BY c.CategoryName",
+    ),
+    (
+        true,
+        "SELECT s.CompanyName, COUNT(*) AS n FROM northwind.suppliers s JOIN northwind.products p ON p.SupplierID = s.SupplierID GROUP BY s.CompanyName ORDER BY n DESC, s.CompanyName",
+    ),
+    (
+        false,
+        "SELECT e.FirstName, COUNT(o.OrderID) FROM northwind.employees e LEFT JOIN northwind.orders o ON o.EmployeeID = e.EmployeeID GROUP BY e.FirstName",
+    ),
+    (
+        false,
+        "SELECT p.ProductName FROM northwind.products p LEFT JOIN northwind.order_details d ON d.ProductID = p.ProductID WHERE d.id IS NULL",
+    ),
+    (
+        false,
+        "SELECT o.OrderID FROM northwind.orders o JOIN northwind.customers c ON o.CustomerID = c.CustomerID AND c.Country = o.ShipCountry",
+    ),
+    (
+        false,
+        "SELECT o.OrderID, e.LastName FROM northwind.orders o JOIN northwind.employees e ON o.EmployeeID = e.EmployeeID WHERE e.Country = 'USA' AND o.Freight < 20",
+    ),
     (false, "SELECT c.City, s.CompanyName FROM northwind.customers c JOIN northwind.suppliers s ON s.City = c.City"),
-    (true, "SELECT o.OrderID, c.CompanyName FROM northwind.orders o JOIN northwind.customers c ON o.CustomerID = c.CustomerID ORDER BY o.Freight DESC, o.OrderID LIMIT 5"),
-    (false, "SELECT p.ProductID, c.CategoryName FROM northwind.products p JOIN northwind.categories c ON p.CategoryID = c.CategoryID WHERE p.UnitPrice > 150 OR c.CategoryName LIKE 'D%'"),
-    (false, "SELECT t.TerritoryID, r.RegionDescription FROM northwind.territories t LEFT JOIN northwind.region r ON r.RegionID = t.RegionID AND r.RegionID > 2"),
+    (
+        true,
+        "SELECT o.OrderID, c.CompanyName FROM northwind.orders o JOIN northwind.customers c ON o.CustomerID = c.CustomerID ORDER BY o.Freight DESC, o.OrderID LIMIT 5",
+    ),
+    (
+        false,
+        "SELECT p.ProductID, c.CategoryName FROM northwind.products p JOIN northwind.categories c ON p.CategoryID = c.CategoryID WHERE p.UnitPrice > 150 OR c.CategoryName LIKE 'D%'",
+    ),
+    (
+        false,
+        "SELECT t.TerritoryID, r.RegionDescription FROM northwind.territories t LEFT JOIN northwind.region r ON r.RegionID = t.RegionID AND r.RegionID > 2",
+    ),
     // Joins no index serves: to a derived table (hashed) and on expressions (nested loop).
-    (false, "SELECT c.CategoryID, x.n FROM northwind.categories c LEFT JOIN (SELECT CategoryID, COUNT(*) AS n FROM northwind.products WHERE UnitPrice > 150 GROUP BY CategoryID) x ON x.CategoryID = c.CategoryID"),
-    (false, "SELECT c.CategoryID, x.n FROM northwind.categories c INNER JOIN (SELECT CategoryID, COUNT(*) AS n FROM northwind.products WHERE UnitPrice > 150 GROUP BY CategoryID) x ON x.CategoryID = c.CategoryID"),
-    (false, "SELECT x.CategoryID, c.CategoryName FROM (SELECT CategoryID FROM northwind.products WHERE UnitsInStock < 10) x RIGHT JOIN northwind.categories c ON c.CategoryID = x.CategoryID"),
-    (false, "SELECT c.CustomerID, s.SupplierID FROM northwind.customers c LEFT JOIN northwind.suppliers s ON LOWER(s.City) = LOWER(c.City)"),
-    (false, "SELECT e.EmployeeID, m.EmployeeID FROM northwind.employees e JOIN northwind.employees m ON m.EmployeeID + 1 = e.EmployeeID"),
-    (false, "SELECT o.OrderID, t.TerritoryID FROM northwind.orders o JOIN northwind.territories t ON t.RegionID = o.EmployeeID AND o.Freight > 450"),
+    (
+        false,
+        "SELECT c.CategoryID, x.n FROM northwind.categories c LEFT JOIN (SELECT CategoryID, COUNT(*) AS n FROM northwind.products WHERE UnitPrice > 150 GROUP BY CategoryID) x ON x.CategoryID = c.CategoryID",
+    ),
+    (
+        false,
+        "SELECT c.CategoryID, x.n FROM northwind.categories c INNER JOIN (SELECT CategoryID, COUNT(*) AS n FROM northwind.products WHERE UnitPrice > 150 GROUP BY CategoryID) x ON x.CategoryID = c.CategoryID",
+    ),
+    (
+        false,
+        "SELECT x.CategoryID, c.CategoryName FROM (SELECT CategoryID FROM northwind.products WHERE UnitsInStock < 10) x RIGHT JOIN northwind.categories c ON c.CategoryID = x.CategoryID",
+    ),
+    (
+        false,
+        "SELECT c.CustomerID, s.SupplierID FROM northwind.customers c LEFT JOIN northwind.suppliers s ON LOWER(s.City) = LOWER(c.City)",
+    ),
+    (
+        false,
+        "SELECT e.EmployeeID, m.EmployeeID FROM northwind.employees e JOIN northwind.employees m ON m.EmployeeID + 1 = e.EmployeeID",
+    ),
+    (
+        false,
+        "SELECT o.OrderID, t.TerritoryID FROM northwind.orders o JOIN northwind.territories t ON t.RegionID = o.EmployeeID AND o.Freight > 450",
+    ),
     // Subqueries.
-    (false, "SELECT ProductName FROM northwind.products WHERE CategoryID IN (SELECT CategoryID FROM northwind.categories WHERE CategoryName LIKE 'C%')"),
-    (false, "SELECT ProductName FROM northwind.products WHERE CategoryID NOT IN (SELECT CategoryID FROM northwind.categories WHERE CategoryName LIKE 'C%')"),
-    (false, "SELECT CustomerID FROM northwind.customers WHERE CustomerID NOT IN (SELECT CustomerID FROM northwind.orders)"),
+    (
+        false,
+        "SELECT ProductName FROM northwind.products WHERE CategoryID IN (SELECT CategoryID FROM northwind.categories WHERE CategoryName LIKE 'C%')",
+    ),
+    (
+        false,
+        "SELECT ProductName FROM northwind.products WHERE CategoryID NOT IN (SELECT CategoryID FROM northwind.categories WHERE CategoryName LIKE 'C%')",
+    ),
+    (
+        false,
+        "SELECT CustomerID FROM northwind.customers WHERE CustomerID NOT IN (SELECT CustomerID FROM northwind.orders)",
+    ),
     (false, "SELECT OrderID FROM northwind.orders WHERE Freight > (SELECT AVG(Freight) FROM northwind.orders)"),
-    (false, "SELECT CategoryName FROM northwind.categories WHERE EXISTS (SELECT 1 FROM northwind.products WHERE UnitPrice > 190)"),
-    (false, "SELECT CategoryName FROM northwind.categories WHERE NOT EXISTS (SELECT 1 FROM northwind.products WHERE UnitPrice > 100000)"),
-    (false, "SELECT x.CategoryID, x.n FROM (SELECT CategoryID, COUNT(*) AS n FROM northwind.products GROUP BY CategoryID) AS x WHERE x.n > 4"),
-    (true, "SELECT t.CustomerID, t.total FROM (SELECT CustomerID, SUM(Freight) AS total FROM northwind.orders GROUP BY CustomerID) t ORDER BY t.total DESC LIMIT 3"),
-    (false, "SELECT c.CategoryName, x.n FROM northwind.categories c JOIN (SELECT CategoryID, COUNT(*) AS n FROM northwind.products GROUP BY CategoryID) x ON x.CategoryID = c.CategoryID"),
+    (
+        false,
+        "SELECT CategoryName FROM northwind.categories WHERE EXISTS (SELECT 1 FROM northwind.products WHERE UnitPrice > 190)",
+    ),
+    (
+        false,
+        "SELECT CategoryName FROM northwind.categories WHERE NOT EXISTS (SELECT 1 FROM northwind.products WHERE UnitPrice > 100000)",
+    ),
+    (
+        false,
+        "SELECT x.CategoryID, x.n FROM (SELECT CategoryID, COUNT(*) AS n FROM northwind.products GROUP BY CategoryID) AS x WHERE x.n > 4",
+    ),
+    (
+        true,
+        "SELECT t.CustomerID, t.total FROM (SELECT CustomerID, SUM(Freight) AS total FROM northwind.orders GROUP BY CustomerID) t ORDER BY t.total DESC LIMIT 3",
+    ),
+    (
+        false,
+        "SELECT c.CategoryName, x.n FROM northwind.categories c JOIN (SELECT CategoryID, COUNT(*) AS n FROM northwind.products GROUP BY CategoryID) x ON x.CategoryID = c.CategoryID",
+    ),
     (false, "SELECT MAX(n) FROM (SELECT EmployeeID, COUNT(*) AS n FROM northwind.orders GROUP BY EmployeeID) AS per"),
 ];
 
@@ -493,13 +641,20 @@ async fn harper_differences() {
     assert_eq!(keys, ["RegionID", "__createdtime__", "__updatedtime__", "RegionDescription"]);
     // ROUND is JavaScript's: halves round up (SQLite rounds them away from zero), on
     // the binary value scaled (1.005 × 100 is 100.4999…, so 1).
-    let rows = json(&engine, "SELECT ROUND(-2.5) AS a, ROUND(2.5) AS b, ROUND(1.005, 2) AS c FROM northwind.region WHERE RegionID = 1").await;
+    let rows = json(
+        &engine,
+        "SELECT ROUND(-2.5) AS a, ROUND(2.5) AS b, ROUND(1.005, 2) AS c FROM northwind.region WHERE RegionID = 1",
+    )
+    .await;
     assert_eq!(rows, serde_json::json!([{"a": -2, "b": 3, "c": 1}]));
     assert_eq!(sqlite_rows(&conn, "SELECT ROUND(-2.5)"), vec![vec![Cell::Number(-3.0)]]);
     // SUM of no rows is 0 in Harper (NULL in SQL).
     let rows = json(&engine, "SELECT SUM(Freight) AS s FROM northwind.orders WHERE Freight < 0").await;
     assert_eq!(rows, serde_json::json!([{"s": 0}]));
-    assert_eq!(sqlite_rows(&conn, "SELECT SUM(Freight) FROM northwind.orders WHERE Freight < 0"), vec![vec![Cell::Null]]);
+    assert_eq!(
+        sqlite_rows(&conn, "SELECT SUM(Freight) FROM northwind.orders WHERE Freight < 0"),
+        vec![vec![Cell::Null]]
+    );
     // Comparisons are strict about type, as Harper's indexed search is: a numeric
     // string is not the number (SQLite converts it for an INTEGER column).
     let rows = json(&engine, "SELECT OrderID FROM northwind.orders WHERE OrderID = '10300'").await;
@@ -524,7 +679,15 @@ async fn columns_are_named_as_harper_names_them() {
     let keys: Vec<&str> = rows[0].as_object().expect("a row").keys().map(String::as_str).collect();
     assert_eq!(
         keys,
-        ["COUNT(*)", "COUNT(r.RegionID)", "MAX(r.RegionID)", "UPPER(RegionDescription)", "CONCAT(RegionDescription,\" - \",\"x\")", "RegionDescription", "id"]
+        [
+            "COUNT(*)",
+            "COUNT(r.RegionID)",
+            "MAX(r.RegionID)",
+            "UPPER(RegionDescription)",
+            "CONCAT(RegionDescription,\" - \",\"x\")",
+            "RegionDescription",
+            "id"
+        ]
     );
     // A join's `*` numbers the names a later table repeats.
     let rows = json(&engine, "SELECT * FROM northwind.territories t JOIN northwind.region r ON r.RegionID = t.RegionID WHERE t.TerritoryID = '01000'").await;

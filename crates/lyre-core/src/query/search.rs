@@ -50,13 +50,18 @@ pub type Sink<'a> = dyn FnMut(Value) -> ControlFlow<()> + 'a;
 #[derive(Clone)]
 pub struct SharedSnapshot {
     db: Arc<Db>,
-    txn: Arc<ReadTxn>,
+    txn: SharedTxn,
 }
+
+/// A read transaction several searches take turns on. LMDB's read transactions
+/// are not `Sync`, so each search holds the lock while it plans and while it runs;
+/// a statement runs its searches one after another.
+type SharedTxn = Arc<parking_lot::Mutex<ReadTxn>>;
 
 impl SharedSnapshot {
     /// A fresh snapshot of `db`.
     pub(crate) fn of(db: Arc<Db>) -> Result<SharedSnapshot> {
-        let txn = Arc::new(db.snapshot()?);
+        let txn = Arc::new(parking_lot::Mutex::new(db.snapshot()?));
         Ok(SharedSnapshot { db, txn })
     }
 
@@ -78,7 +83,7 @@ pub struct Search {
     schema: Arc<TableSchema>,
     /// Names this search as a holder of its database while it lives.
     _lease: Lease,
-    txn: Arc<ReadTxn>,
+    txn: SharedTxn,
     store: Option<TableStore>,
     driver: Driver,
     order: Order,
@@ -87,6 +92,12 @@ pub struct Search {
     ctx: Context,
     access: TableAccess,
 }
+
+/// `Search` is `Send` (it runs on a blocking thread), shared snapshot or not.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Search>();
+};
 
 impl Search {
     /// Validates `query` against table `schema` of `db` and picks its driver, on
@@ -115,13 +126,15 @@ impl Search {
         query.select.validate(&schema)?;
         let txn = match snapshot {
             Some(shared) => shared.txn.clone(),
-            None => Arc::new(db.snapshot()?),
+            None => Arc::new(parking_lot::Mutex::new(db.snapshot()?)),
         };
-        let store = txn.table(&schema.name)?;
+        let reading = txn.lock();
+        let store = reading.table(&schema.name)?;
         let mut driver = match &store {
-            Some(store) => choose_driver(&txn, &db, store, &schema, &query)?,
+            Some(store) => choose_driver(&reading, &db, store, &schema, &query)?,
             None => Driver::Keys(Vec::new()),
         };
+        drop(reading);
         let order = order_for(&schema, &query, &mut driver);
         Ok(Search { db, schema, _lease: lease, txn, store, driver, order, query, ctx: ctx.clone(), access })
     }
@@ -157,7 +170,8 @@ impl Search {
         };
         let schema = self.schema.clone();
         let live = Live::of(&schema);
-        let related = Related::new(&self.txn, &self.db, &schema).viewed_by(&self.ctx);
+        let txn = self.txn.lock();
+        let related = Related::new(&txn, &self.db, &schema).viewed_by(&self.ctx);
         let (access, key) = (&self.access, schema.primary_key.as_str());
         let related = Some(&related);
         let query = &self.query;
@@ -172,7 +186,7 @@ impl Search {
                 if remaining == 0 {
                     return Ok(());
                 }
-                let _stopped_early = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
+                let _stopped_early = walk(&txn, &store, live, &self.driver, &mut |_, record| {
                     if db.is_closing() {
                         return Err(going_away());
                     }
@@ -195,7 +209,7 @@ impl Search {
                 let keep = query.limit.map(|l| l.saturating_add(query.offset));
                 // Each match with its sort values (a related record's, for `rel.attr`).
                 let mut matched: Vec<(Vec<Option<Value>>, Object)> = Vec::new();
-                let _complete = walk(&self.txn, &store, live, &self.driver, &mut |_, record| {
+                let _complete = walk(&txn, &store, live, &self.driver, &mut |_, record| {
                     if db.is_closing() {
                         return Err(going_away());
                     }

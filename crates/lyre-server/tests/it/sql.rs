@@ -37,7 +37,9 @@ async fn queries_answer_harpers_rows() {
     assert_eq!((status, body), (200, json!([{"dog_name": "Alby", "age": 7}, {"dog_name": "Penny", "age": 7}])));
     let (status, body) = sql(&s, "SELECT COUNT(*), AVG(age) FROM dev.dog").await;
     assert_eq!((status, body), (200, json!([{"COUNT(*)": 4, "AVG(age)": 5.25}])));
-    let (_, body) = sql(&s, "SELECT d.dog_name, b.name FROM dev.dog d LEFT JOIN dev.breed b ON d.breed_id = b.id ORDER BY d.id").await;
+    let (_, body) =
+        sql(&s, "SELECT d.dog_name, b.name FROM dev.dog d LEFT JOIN dev.breed b ON d.breed_id = b.id ORDER BY d.id")
+            .await;
     assert_eq!(
         body,
         json!([
@@ -58,7 +60,9 @@ async fn queries_answer_harpers_rows() {
 #[tokio::test]
 async fn indexes_serve_conditions_and_joins() {
     let s = dogs().await;
-    let (status, plan) = sql(&s, "EXPLAIN SELECT * FROM dev.dog d JOIN dev.breed b ON b.id = d.breed_id WHERE d.owner_name = 'Kyle'").await;
+    let (status, plan) =
+        sql(&s, "EXPLAIN SELECT * FROM dev.dog d JOIN dev.breed b ON b.id = d.breed_id WHERE d.owner_name = 'Kyle'")
+            .await;
     assert_eq!(status, 200);
     assert_eq!(plan, json!(["d: index(owner_name)", "b: lookup by id for each row"]));
     let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog WHERE dog_name LIKE 'Pe%'").await;
@@ -72,21 +76,30 @@ async fn indexes_serve_conditions_and_joins() {
 #[tokio::test]
 async fn writes_answer_harpers_bodies_and_are_atomic() {
     let s = dogs().await;
-    let (status, body) = sql(&s, "INSERT INTO dev.dog (id, dog_name, age) VALUES (10, 'Ten', 1), (1, \"dup\", 1)").await;
+    let (status, body) =
+        sql(&s, "INSERT INTO dev.dog (id, dog_name, age) VALUES (10, 'Ten', 1), (1, \"dup\", 1)").await;
     assert_eq!(status, 200);
     assert_eq!(body, json!({"message": "inserted 1 of 2 records", "inserted_hashes": [10], "skipped_hashes": [1]}));
-    let (_, body) = sql(&s, "UPDATE dev.dog SET age = age + 1, owner_name = UPPER(owner_name) WHERE owner_name = 'Kyle'").await;
+    let (_, body) =
+        sql(&s, "UPDATE dev.dog SET age = age + 1, owner_name = UPPER(owner_name) WHERE owner_name = 'Kyle'").await;
     assert_eq!(body, json!({"message": "updated 2 of 2 records", "update_hashes": [1, 4], "skipped_hashes": []}));
     let (_, body) = sql(&s, "SELECT id, age, owner_name FROM dev.dog WHERE id IN (1, 4) ORDER BY id").await;
     assert_eq!(body, json!([{"id": 1, "age": 8, "owner_name": "KYLE"}, {"id": 4, "age": 3, "owner_name": "KYLE"}]));
     let (_, body) = sql(&s, "DELETE FROM dev.dog WHERE id = 10").await;
-    assert_eq!(body, json!({"message": "1 of 1 record successfully deleted", "deleted_hashes": [10], "skipped_hashes": []}));
+    assert_eq!(
+        body,
+        json!({"message": "1 of 1 record successfully deleted", "deleted_hashes": [10], "skipped_hashes": []})
+    );
     let (_, body) = sql(&s, "DELETE FROM dev.dog WHERE age > 100").await;
-    assert_eq!(body, json!({"message": "0 of 0 records successfully deleted", "deleted_hashes": [], "skipped_hashes": []}));
+    assert_eq!(
+        body,
+        json!({"message": "0 of 0 records successfully deleted", "deleted_hashes": [], "skipped_hashes": []})
+    );
 
     // A row that fails validation fails the whole statement: nothing is written.
     let too_long = "k".repeat(2_000);
-    let (status, body) = sql(&s, &format!("INSERT INTO dev.dog (id, dog_name) VALUES (20, 'ok'), ('{too_long}', 'no')")).await;
+    let (status, body) =
+        sql(&s, &format!("INSERT INTO dev.dog (id, dog_name) VALUES (20, 'ok'), ('{too_long}', 'no')")).await;
     assert_eq!(status, 400, "{body}");
     assert!(body["error"].as_str().is_some_and(|m| m.contains("Primary key size is too large")), "{body}");
     let (_, body) = sql(&s, "SELECT id FROM dev.dog WHERE id = 20").await;
@@ -183,7 +196,11 @@ async fn permissions_apply_to_every_table_a_statement_touches() {
     let (status, _) = as_reader("SELECT d.id, b.name FROM dev.dog d JOIN dev.breed b ON b.id = d.breed_id").await;
     assert!(status == 403 || status == 404, "{status}");
     // Writes need write grants.
-    for text in ["INSERT INTO dev.dog (id, dog_name) VALUES (50, 'x')", "UPDATE dev.dog SET dog_name = 'x' WHERE id = 1", "DELETE FROM dev.dog WHERE id = 1"] {
+    for text in [
+        "INSERT INTO dev.dog (id, dog_name) VALUES (50, 'x')",
+        "UPDATE dev.dog SET dog_name = 'x' WHERE id = 1",
+        "DELETE FROM dev.dog WHERE id = 1",
+    ] {
         let (status, body) = as_reader(text).await;
         assert_eq!(status, 403, "{text}: {body}");
     }
