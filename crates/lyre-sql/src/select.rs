@@ -303,22 +303,59 @@ impl<'e> Statement<'e> {
         let streamable = sources.len() == 1 && !grouped && !distinct && having.is_none();
         let pushed = pushdown(&conjuncts, 0);
         let sort_pushed = streamable && sources[0].table().is_some() && pushed.exact && order_pushable(&order);
-        let rows = if sources.is_empty() {
+        let now = self.now;
+        let passes = |row: &Row| -> Result<bool> {
+            let env = Env { row, aggregates: &[], now };
+            conjuncts.iter().try_fold(true, |all, c| Ok(all && c.holds(&env)?))
+        };
+        let remaining = self.budget.saturating_sub(self.used);
+        let mut grouper = grouped.then(|| Grouper::new(&group_by, &aggregates, now, remaining));
+        let mut kept: Vec<Row> = Vec::new();
+        if sources.is_empty() {
             // A calculation (`SELECT 1 + 1`): one row that reads no table.
-            vec![Row::default()]
-        } else if sort_pushed {
-            let keys = order
-                .iter()
-                .map(|(key, descending)| match key {
-                    OrderKey::Expr(Expr::Column(c)) => {
-                        Ok(SortKey { attribute: c.name.clone(), descending: *descending })
+            let row = Row::default();
+            if passes(&row)? {
+                match grouper.as_mut() {
+                    Some(grouper) => grouper.push(row)?,
+                    None => kept.push(row),
+                }
+            }
+        } else if joins.is_empty() {
+            // One source: rows are filtered (and grouped) as the scan hands them
+            // over, so only the rows kept (or the groups) are held.
+            let (keys, window) = if sort_pushed {
+                let keys = order
+                    .iter()
+                    .map(|(key, descending)| match key {
+                        OrderKey::Expr(Expr::Column(c)) => {
+                            Ok(SortKey { attribute: c.name.clone(), descending: *descending })
+                        }
+                        _ => Err(SqlError::invalid("an ORDER BY key changed while planning")),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                (keys, limit.map(|l| l.saturating_add(offset)))
+            } else {
+                (Vec::new(), None)
+            };
+            let (budget, mut used) = (self.budget, self.used);
+            self.scan_each(&sources[0], pushed.conditions, keys, window, &mut |record| {
+                let row = Row { sources: vec![Some(record)] };
+                if !passes(&row)? {
+                    return Ok(true);
+                }
+                match grouper.as_mut() {
+                    Some(grouper) => grouper.push(row)?,
+                    None => {
+                        used = used.saturating_add(row.sources.iter().flatten().map(|r| weight(r)).sum());
+                        if used > budget {
+                            return Err(SqlError::OverBudget { budget });
+                        }
+                        kept.push(row);
                     }
-                    _ => Err(SqlError::invalid("an ORDER BY key changed while planning")),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let window = limit.map(|l| l.saturating_add(offset));
-            let scanned = self.scan(&sources[0], pushed.conditions, keys, window)?;
-            scanned.into_iter().map(|record| Row { sources: vec![Some(record)] }).collect()
+                }
+                Ok(true)
+            })?;
+            self.used = used;
         } else {
             let mut rows: Vec<Row> = self
                 .scan(&sources[0], pushed.conditions, Vec::new(), None)?
@@ -328,20 +365,21 @@ impl<'e> Statement<'e> {
             for (at, (kind, _)) in joins.iter().enumerate() {
                 rows = self.join(&sources, rows, at + 1, *kind, ons[at].as_ref(), &conjuncts)?;
             }
-            rows
-        };
-        let mut kept = Vec::with_capacity(rows.len());
-        for row in rows {
-            let env = Env { row: &row, aggregates: &[], now: self.now };
-            if conjuncts.iter().try_fold(true, |all, c| Ok::<_, SqlError>(all && c.holds(&env)?))? {
-                kept.push(row);
+            for row in rows {
+                if passes(&row)? {
+                    match grouper.as_mut() {
+                        Some(grouper) => grouper.push(row)?,
+                        None => kept.push(row),
+                    }
+                }
             }
         }
-
-        let groups: Vec<Grouped> = if grouped {
-            self.group(kept, &group_by, &aggregates)?
-        } else {
-            kept.into_iter().map(|row| Grouped { row, aggregates: Vec::new() }).collect()
+        let groups: Vec<Grouped> = match grouper {
+            Some(grouper) => {
+                self.charge(grouper.used)?;
+                grouper.finish()
+            }
+            None => kept.into_iter().map(|row| Grouped { row, aggregates: Vec::new() }).collect(),
         };
 
         let mut out: Vec<(Object, Vec<Value>)> = Vec::with_capacity(groups.len());
@@ -593,17 +631,26 @@ impl<'e> Statement<'e> {
         Ok(())
     }
 
-    /// Reads a source's records matching `conditions` (all of them for a derived
-    /// source), sorted by `sort` when given, at most `window` of them.
-    fn scan(
+    /// Hands each record of a source matching `conditions` (every one of a derived
+    /// source) to `each`, sorted by `sort` when given, at most `window` of them;
+    /// `each` answers whether to go on.
+    fn scan_each(
         &mut self,
         source: &Source,
         conditions: Vec<Condition>,
         sort: Vec<SortKey>,
         window: Option<usize>,
-    ) -> Result<Vec<Arc<Object>>> {
+        each: &mut dyn FnMut(Arc<Object>) -> Result<bool>,
+    ) -> Result<()> {
         match &source.kind {
-            SourceKind::Derived { rows } => Ok(rows.clone()),
+            SourceKind::Derived { rows } => {
+                for row in rows {
+                    if !each(row.clone())? {
+                        break;
+                    }
+                }
+                Ok(())
+            }
             SourceKind::Table { table, snapshot } => {
                 let query = Query {
                     operator: Operator::And,
@@ -615,26 +662,43 @@ impl<'e> Statement<'e> {
                 };
                 let search = table.search_in(self.ctx, query, snapshot)?;
                 self.plan.push(format!("{}: {}", source.alias, search.explain()));
-                let mut records = Vec::new();
-                let (budget, mut used) = (self.budget, self.used);
-                let mut over = false;
+                let mut failed = None;
                 search.run(&mut |value| {
                     let Value::Object(record) = value else { return ControlFlow::Continue(()) };
-                    used = used.saturating_add(weight(&record));
-                    if used > budget {
-                        over = true;
-                        return ControlFlow::Break(());
+                    match each(Arc::new(record)) {
+                        Ok(true) => ControlFlow::Continue(()),
+                        Ok(false) => ControlFlow::Break(()),
+                        Err(err) => {
+                            failed = Some(err);
+                            ControlFlow::Break(())
+                        }
                     }
-                    records.push(Arc::new(record));
-                    ControlFlow::Continue(())
                 })?;
-                if over {
-                    return Err(SqlError::OverBudget { budget });
-                }
-                self.used = used;
-                Ok(records)
+                failed.map_or(Ok(()), Err)
             }
         }
+    }
+
+    /// Every record [`Statement::scan_each`] would hand over, charged to the budget.
+    fn scan(
+        &mut self,
+        source: &Source,
+        conditions: Vec<Condition>,
+        sort: Vec<SortKey>,
+        window: Option<usize>,
+    ) -> Result<Vec<Arc<Object>>> {
+        let mut records = Vec::new();
+        let (budget, mut used) = (self.budget, self.used);
+        self.scan_each(source, conditions, sort, window, &mut |record| {
+            used = used.saturating_add(weight(&record));
+            if used > budget {
+                return Err(SqlError::OverBudget { budget });
+            }
+            records.push(record);
+            Ok(true)
+        })?;
+        self.used = used;
+        Ok(records)
     }
 
     /// Joins source `at` to `rows` (which hold sources `0..at`).
@@ -766,47 +830,76 @@ impl<'e> Statement<'e> {
         }
         Ok(out)
     }
+}
 
-    /// Groups `rows` by `group_by`, computing `aggregates` per group. Without
-    /// `GROUP BY`, every row is one group (one row even when there are none).
-    fn group(&mut self, rows: Vec<Row>, group_by: &[Expr], aggregates: &[Aggregate]) -> Result<Vec<Grouped>> {
-        let now = self.now;
-        let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
-        let mut groups: Vec<(Row, Vec<State>)> = Vec::new();
-        for row in rows {
-            let env = Env { row: &row, aggregates: &[], now };
-            let key = group_by.iter().map(|e| e.eval(&env)).collect::<Result<Vec<_>>>()?;
-            let key = Value::Array(key).to_msgpack();
-            let slot = match index.get(&key) {
-                Some(slot) => *slot,
-                None => {
-                    self.charge(key.len() + 64 * (aggregates.len() + 1))?;
-                    index.insert(key, groups.len());
-                    groups.push((row.clone(), aggregates.iter().map(|_| State::default()).collect()));
-                    groups.len() - 1
-                }
-            };
-            let states = &mut groups[slot].1;
-            for (state, aggregate) in states.iter_mut().zip(aggregates) {
-                let value = match &aggregate.arg {
-                    None => Value::Bool(true),
-                    Some(arg) => arg.eval(&env)?,
-                };
-                if let Some(grown) = state.add(aggregate, value) {
-                    self.charge(grown)?;
-                }
+/// Rows grouped as they arrive: one representative row and the aggregates' states
+/// per group, so a grouped scan holds its groups, not its rows.
+struct Grouper<'g> {
+    group_by: &'g [Expr],
+    aggregates: &'g [Aggregate],
+    now: f64,
+    index: HashMap<Vec<u8>, usize>,
+    groups: Vec<(Row, Vec<State>)>,
+    /// Bytes the groups hold, and the most they may.
+    used: usize,
+    budget: usize,
+}
+
+impl<'g> Grouper<'g> {
+    fn new(group_by: &'g [Expr], aggregates: &'g [Aggregate], now: f64, budget: usize) -> Grouper<'g> {
+        Grouper { group_by, aggregates, now, index: HashMap::new(), groups: Vec::new(), used: 0, budget }
+    }
+
+    fn charge(&mut self, bytes: usize) -> Result<()> {
+        self.used = self.used.saturating_add(bytes);
+        if self.used > self.budget {
+            return Err(SqlError::OverBudget { budget: self.budget });
+        }
+        Ok(())
+    }
+
+    /// Adds a row to its group.
+    fn push(&mut self, row: Row) -> Result<()> {
+        let env = Env { row: &row, aggregates: &[], now: self.now };
+        let key = self.group_by.iter().map(|e| e.eval(&env)).collect::<Result<Vec<_>>>()?;
+        let key = Value::Array(key).to_msgpack();
+        let slot = match self.index.get(&key) {
+            Some(slot) => *slot,
+            None => {
+                let weight = key.len()
+                    + 64 * (self.aggregates.len() + 1)
+                    + row.sources.iter().flatten().map(|r| weight(r)).sum::<usize>();
+                self.charge(weight)?;
+                self.index.insert(key, self.groups.len());
+                self.groups.push((row.clone(), self.aggregates.iter().map(|_| State::default()).collect()));
+                self.groups.len() - 1
             }
+        };
+        let mut grown = 0;
+        for (state, aggregate) in self.groups[slot].1.iter_mut().zip(self.aggregates) {
+            let value = match &aggregate.arg {
+                None => Value::Bool(true),
+                Some(arg) => arg.eval(&env)?,
+            };
+            grown += state.add(aggregate, value).unwrap_or(0);
         }
-        if groups.is_empty() && group_by.is_empty() {
-            groups.push((Row::default(), aggregates.iter().map(|_| State::default()).collect()));
+        self.charge(grown)
+    }
+
+    /// The groups in the order they were first seen; without `GROUP BY`, one group
+    /// even when no row came.
+    fn finish(mut self) -> Vec<Grouped> {
+        if self.groups.is_empty() && self.group_by.is_empty() {
+            self.groups.push((Row::default(), self.aggregates.iter().map(|_| State::default()).collect()));
         }
-        Ok(groups
+        let aggregates = self.aggregates;
+        self.groups
             .into_iter()
             .map(|(row, states)| Grouped {
                 row,
                 aggregates: states.into_iter().zip(aggregates).map(|(s, a)| s.finish(a.kind)).collect(),
             })
-            .collect())
+            .collect()
     }
 }
 

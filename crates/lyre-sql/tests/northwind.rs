@@ -565,6 +565,173 @@ const CORPUS: &[(bool, &str)] = &[
         false,
         "SELECT o.OrderID, t.TerritoryID FROM northwind.orders o JOIN northwind.territories t ON t.RegionID = o.EmployeeID AND o.Freight > 450",
     ),
+    // More of each, over every table.
+    (false, "SELECT SupplierID, CompanyName FROM northwind.suppliers WHERE Country IN ('USA', 'UK')"),
+    (false, "SELECT SupplierID FROM northwind.suppliers WHERE City LIKE 'L%' OR City LIKE '%a'"),
+    (false, "SELECT SupplierID FROM northwind.suppliers WHERE ContactName BETWEEN 'B' AND 'F'"),
+    (true, "SELECT Country, COUNT(*) AS n FROM northwind.suppliers GROUP BY Country ORDER BY n DESC, Country"),
+    (false, "SELECT TerritoryID FROM northwind.territories WHERE RegionID = 2 AND TerritoryDescription LIKE '%1%'"),
+    (true, "SELECT RegionID, COUNT(*) FROM northwind.territories GROUP BY RegionID ORDER BY RegionID"),
+    (false, "SELECT TerritoryID FROM northwind.territories WHERE TerritoryID > '01200'"),
+    (false, "SELECT TerritoryID FROM northwind.territories WHERE TerritoryID LIKE '01_00'"),
+    (false, "SELECT EmployeeID, FirstName FROM northwind.employees WHERE Title LIKE '%Manager'"),
+    (false, "SELECT EmployeeID FROM northwind.employees WHERE HireDate < '1992-01-01'"),
+    (true, "SELECT LastName, HireDate FROM northwind.employees ORDER BY HireDate DESC, LastName"),
+    (false, "SELECT Title, COUNT(*) FROM northwind.employees GROUP BY Title"),
+    (false, "SELECT Country, MIN(HireDate), MAX(HireDate) FROM northwind.employees GROUP BY Country"),
+    (false, "SELECT id FROM northwind.order_details WHERE Discount = 0.25 AND Quantity > 50"),
+    (false, "SELECT id FROM northwind.order_details WHERE Discount IN (0.05, 0.1) AND Quantity BETWEEN 5 AND 6"),
+    (
+        false,
+        "SELECT ProductID, SUM(Quantity) FROM northwind.order_details GROUP BY ProductID HAVING SUM(Quantity) > 200",
+    ),
+    (
+        true,
+        "SELECT ProductID, COUNT(*) AS lines FROM northwind.order_details GROUP BY ProductID ORDER BY lines DESC, ProductID LIMIT 5",
+    ),
+    (false, "SELECT OrderID, MAX(Discount) FROM northwind.order_details GROUP BY OrderID HAVING MAX(Discount) = 0"),
+    (
+        false,
+        "SELECT AVG(Quantity), MIN(UnitPrice), MAX(UnitPrice), COUNT(DISTINCT ProductID) FROM northwind.order_details",
+    ),
+    (false, "SELECT COUNT(*) FROM northwind.order_details WHERE UnitPrice * Quantity > 1000"),
+    (false, "SELECT ROUND(SUM(UnitPrice * Quantity)) FROM northwind.order_details"),
+    (false, "SELECT DISTINCT Discount FROM northwind.order_details"),
+    (false, "SELECT DISTINCT CategoryID, SupplierID FROM northwind.products WHERE UnitPrice < 50"),
+    (false, "SELECT ProductID FROM northwind.products WHERE ProductName IN ('Chai 8', 'Tofu 3', 'Nothing')"),
+    (
+        false,
+        "SELECT ProductID FROM northwind.products WHERE UnitsInStock = 0 OR UnitsInStock > 110 OR Discontinued = 1",
+    ),
+    (
+        false,
+        "SELECT ProductID FROM northwind.products WHERE NOT (CategoryID = 1 OR CategoryID = 2) AND UnitPrice > 100",
+    ),
+    (
+        false,
+        "SELECT ProductID FROM northwind.products WHERE (CategoryID = 1 AND UnitPrice > 50) OR (CategoryID = 2 AND UnitPrice < 50)",
+    ),
+    (false, "SELECT ProductID FROM northwind.products WHERE UnitPrice > 20 AND UnitPrice < 30"),
+    (false, "SELECT ProductID FROM northwind.products WHERE UnitPrice >= 20 AND UnitPrice <= 30 AND CategoryID >= 4"),
+    (false, "SELECT ProductID FROM northwind.products WHERE 50 < UnitPrice"),
+    (false, "SELECT ProductID FROM northwind.products WHERE UnitPrice BETWEEN 100 AND 50"),
+    (false, "SELECT ProductID, CASE WHEN UnitsInStock = 0 THEN 'out' END AS stock FROM northwind.products"),
+    (
+        false,
+        "SELECT CategoryID, SUM(CASE WHEN Discontinued = 1 THEN 1 ELSE 0 END) AS gone FROM northwind.products GROUP BY CategoryID",
+    ),
+    (
+        false,
+        "SELECT CategoryID, AVG(UnitPrice) FROM northwind.products WHERE Discontinued = 0 GROUP BY CategoryID HAVING AVG(UnitPrice) > 90",
+    ),
+    (
+        true,
+        "SELECT CategoryID, MAX(UnitPrice) - MIN(UnitPrice) AS spread FROM northwind.products GROUP BY CategoryID ORDER BY spread DESC",
+    ),
+    (false, "SELECT UPPER(SUBSTRING(ProductName, 1, 1)) || LOWER(SUBSTRING(ProductName, 2)) FROM northwind.products"),
+    (false, "SELECT LENGTH(REPLACE(CompanyName, ' ', '')) FROM northwind.customers"),
+    (false, "SELECT CustomerID FROM northwind.customers WHERE UPPER(City) = 'LONDON'"),
+    (false, "SELECT CustomerID FROM northwind.customers WHERE City LIKE 'l_ndon'"),
+    (false, "SELECT CustomerID, COALESCE(Region, Country) FROM northwind.customers"),
+    (true, "SELECT City, COUNT(*) AS n FROM northwind.customers GROUP BY City ORDER BY n DESC, City LIMIT 3"),
+    (false, "SELECT Country FROM northwind.customers GROUP BY Country HAVING COUNT(DISTINCT City) > 1"),
+    (false, "SELECT CustomerID FROM northwind.orders GROUP BY CustomerID HAVING MIN(Freight) > 50"),
+    (
+        false,
+        "SELECT OrderID FROM northwind.orders WHERE CustomerID IN (SELECT CustomerID FROM northwind.customers WHERE Country = 'USA')",
+    ),
+    (
+        false,
+        "SELECT OrderID FROM northwind.orders WHERE EmployeeID IN (SELECT EmployeeID FROM northwind.employees WHERE Title = 'Sales Manager') AND Freight > 400",
+    ),
+    (false, "SELECT COUNT(*) FROM northwind.orders WHERE OrderDate >= '1997-06-01'"),
+    (false, "SELECT ShipCountry, AVG(Freight) FROM northwind.orders GROUP BY ShipCountry"),
+    (
+        true,
+        "SELECT EmployeeID, SUM(Freight) AS total FROM northwind.orders GROUP BY EmployeeID ORDER BY total DESC LIMIT 3",
+    ),
+    (false, "SELECT o.ShipCountry, COUNT(DISTINCT o.CustomerID) FROM northwind.orders o GROUP BY o.ShipCountry"),
+    (
+        false,
+        "SELECT c.Country, COUNT(o.OrderID) FROM northwind.customers c JOIN northwind.orders o ON o.CustomerID = c.CustomerID GROUP BY c.Country",
+    ),
+    (
+        false,
+        "SELECT c.CompanyName FROM northwind.customers c JOIN northwind.orders o ON o.CustomerID = c.CustomerID WHERE o.Freight > 490",
+    ),
+    (
+        false,
+        "SELECT DISTINCT c.Country FROM northwind.customers c JOIN northwind.orders o ON o.CustomerID = c.CustomerID WHERE o.ShipCountry = c.Country",
+    ),
+    (
+        false,
+        "SELECT p.ProductName, s.CompanyName, c.CategoryName FROM northwind.products p JOIN northwind.suppliers s ON s.SupplierID = p.SupplierID JOIN northwind.categories c ON c.CategoryID = p.CategoryID WHERE p.UnitPrice > 180",
+    ),
+    (
+        false,
+        "SELECT s.Country, AVG(p.UnitPrice) FROM northwind.suppliers s JOIN northwind.products p ON p.SupplierID = s.SupplierID GROUP BY s.Country",
+    ),
+    (
+        false,
+        "SELECT s.SupplierID FROM northwind.suppliers s LEFT JOIN northwind.products p ON p.SupplierID = s.SupplierID AND p.UnitPrice > 190 WHERE p.ProductID IS NULL",
+    ),
+    (
+        false,
+        "SELECT e.EmployeeID, COUNT(DISTINCT o.CustomerID) FROM northwind.employees e JOIN northwind.orders o ON o.EmployeeID = e.EmployeeID GROUP BY e.EmployeeID",
+    ),
+    (
+        false,
+        "SELECT m.LastName, COUNT(*) FROM northwind.employees e JOIN northwind.employees m ON e.ReportsTo = m.EmployeeID GROUP BY m.LastName",
+    ),
+    (
+        false,
+        "SELECT d.OrderID, SUM(d.Quantity) FROM northwind.order_details d JOIN northwind.orders o ON o.OrderID = d.OrderID WHERE o.ShipCountry = 'France' GROUP BY d.OrderID",
+    ),
+    (
+        false,
+        "SELECT c.CategoryName, COUNT(DISTINCT d.OrderID) FROM northwind.categories c JOIN northwind.products p ON p.CategoryID = c.CategoryID JOIN northwind.order_details d ON d.ProductID = p.ProductID GROUP BY c.CategoryName",
+    ),
+    (
+        true,
+        "SELECT o.OrderID, SUM(d.Quantity * d.UnitPrice) AS value FROM northwind.orders o JOIN northwind.order_details d ON d.OrderID = o.OrderID GROUP BY o.OrderID ORDER BY value DESC LIMIT 5",
+    ),
+    (
+        false,
+        "SELECT r.RegionDescription, COUNT(t.TerritoryID) FROM northwind.region r LEFT JOIN northwind.territories t ON t.RegionID = r.RegionID GROUP BY r.RegionDescription",
+    ),
+    (
+        false,
+        "SELECT t.TerritoryID FROM northwind.territories t RIGHT JOIN northwind.region r ON r.RegionID = t.RegionID WHERE r.RegionDescription = 'Eastern'",
+    ),
+    (
+        false,
+        "SELECT r.RegionID, t.TerritoryID FROM northwind.region r CROSS JOIN northwind.territories t WHERE t.RegionID = 1 AND r.RegionID > 3",
+    ),
+    (
+        false,
+        "SELECT COUNT(*) FROM northwind.products p CROSS JOIN northwind.suppliers s WHERE p.SupplierID = s.SupplierID",
+    ),
+    (
+        false,
+        "SELECT a.ProductID, b.ProductID FROM northwind.products a JOIN northwind.products b ON a.CategoryID = b.CategoryID AND a.ProductID < b.ProductID WHERE a.UnitPrice > 150 AND b.UnitPrice > 150",
+    ),
+    (
+        false,
+        "SELECT x.c, COUNT(*) FROM (SELECT CategoryID AS c FROM northwind.products WHERE UnitPrice > 100) x GROUP BY x.c",
+    ),
+    (false, "SELECT y.Country FROM (SELECT DISTINCT Country FROM northwind.customers) AS y WHERE y.Country LIKE '%a%'"),
+    (
+        false,
+        "SELECT ProductID FROM northwind.products WHERE UnitPrice = (SELECT MAX(UnitPrice) FROM northwind.products)",
+    ),
+    (
+        false,
+        "SELECT ProductID FROM northwind.products WHERE SupplierID IN (SELECT SupplierID FROM northwind.suppliers WHERE Country IN (SELECT Country FROM northwind.customers WHERE City = 'Sevilla'))",
+    ),
+    (true, "SELECT ProductID FROM northwind.products WHERE CategoryID = 3 ORDER BY UnitPrice DESC LIMIT 2 OFFSET 1"),
+    (true, "SELECT CustomerID FROM northwind.customers ORDER BY CustomerID DESC LIMIT 4"),
+    (true, "SELECT OrderID, ShipRegion FROM northwind.orders WHERE OrderID < 10270 ORDER BY ShipRegion DESC, OrderID"),
+    (true, "SELECT ProductID FROM northwind.products ORDER BY UnitsInStock, ProductID DESC LIMIT 10"),
     // Subqueries.
     (
         false,
@@ -616,7 +783,7 @@ async fn the_corpus_agrees_with_sqlite() {
             failures.push(format!("{sql}\n  Lyre:   {ours:?}\n  SQLite: {theirs:?}"));
         }
     }
-    assert!(CORPUS.len() >= 120, "the corpus has {} queries", CORPUS.len());
+    assert!(CORPUS.len() >= 200, "the corpus has {} queries", CORPUS.len());
     assert!(failures.is_empty(), "{} of {} queries disagree:\n{}", failures.len(), CORPUS.len(), failures.join("\n"));
 }
 
