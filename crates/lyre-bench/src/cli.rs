@@ -10,6 +10,7 @@ use crate::report;
 use crate::stats::Measurement;
 use crate::target::Target;
 use crate::workload::ops::{self, InsertParams, SearchKind, SearchParams};
+use crate::workload::sql::{self, SqlKind};
 use crate::workload::{counters, ycsb};
 
 /// Load generators and side-by-side benchmarks for Lyre and Harper.
@@ -150,6 +151,26 @@ pub enum Command {
         #[arg(long, default_value = "/tmp/lyre-bench-load.csv")]
         file: PathBuf,
     },
+    /// SQL statements through the `sql` operation over 100,000 orders and 10,000
+    /// customers (loaded untimed).
+    Sql {
+        /// Which query.
+        #[arg(long, value_enum, default_value_t = SqlKind::Point)]
+        kind: SqlKind,
+        /// Requests per round.
+        #[arg(long, default_value_t = 5_000)]
+        requests: u64,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
+    /// The SQL workloads' queries in SQLite in-process over the same rows: the
+    /// floor, in queries per second, one at a time (no server involved).
+    SqlFloor {
+        /// Queries per kind (the join and grouping run at most 200).
+        #[arg(long, default_value_t = 5_000)]
+        requests: u64,
+    },
     /// Searches through the Operations API over a loaded dataset (loaded untimed).
     OpsSearch {
         /// Which search.
@@ -256,6 +277,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
         }
         Command::YcsbSchema => {
             print!("{}", ycsb::SCHEMA);
+            return Ok(Vec::new());
+        }
+        Command::SqlFloor { requests } => {
+            for (kind, rate) in sql::floor(*requests)? {
+                println!("{}\tsqlite\t{rate:.1} queries/s", kind.name());
+            }
             return Ok(Vec::new());
         }
         Command::YcsbPaths { records } => {
@@ -365,8 +392,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
         | Command::YcsbSchema
         | Command::YcsbPaths { .. }
         | Command::DiffSchema
+        | Command::SqlFloor { .. }
         | Command::Diff { .. }
         | Command::Chart { .. } => return Ok(Vec::new()),
+        Command::Sql { kind, requests, concurrency } => {
+            let params = sql::SqlParams { kind, requests, concurrency };
+            for client in &clients {
+                sql::ensure_loaded(client).await?;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(cli.settle)).await;
+            for round in 0..rounds {
+                for (target, client) in targets.iter().zip(&clients) {
+                    measurements.push(sql::run(target, client, params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
         Command::OpsSearch { kind, records, requests, concurrency } => {
             let params = SearchParams { records, requests, concurrency, kind };
             for client in &clients {

@@ -6,6 +6,7 @@ pub mod csv_load;
 mod load;
 pub mod ops;
 pub mod records;
+pub mod sql;
 pub mod ycsb;
 
 pub use load::{LoadSpec, RequestFn, run_load};
