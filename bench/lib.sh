@@ -120,10 +120,10 @@ workload_args() {
     ycsb-*) echo "ycsb ${1#ycsb-} --records $RECORDS --operations 100000 --concurrency 32" ;;
     counters-hot) echo "counters --keys 1 --operations 50000 --concurrency 64" ;;
     sql-point) echo "sql --kind point --requests 5000 --concurrency 16" ;;
-    sql-like) echo "sql --kind like --requests 1000 --concurrency 16" ;;
-    sql-range) echo "sql --kind range --requests 100 --concurrency 4" ;;
-    sql-group) echo "sql --kind group --requests 10 --concurrency 2" ;;
-    sql-join) echo "sql --kind join --requests 5 --concurrency 1" ;;
+    sql-like) echo "sql --kind like --requests 100 --concurrency 4" ;;
+    sql-range) echo "sql --kind range --requests 50 --concurrency 4" ;;
+    sql-group) echo "sql --kind group --requests 5 --concurrency 1" ;;
+    sql-join) echo "sql --kind join --requests 3 --concurrency 1" ;;
     counters-spread) echo "counters --keys 1000 --operations 50000 --concurrency 64" ;;
     *) echo "unknown workload $1" >&2; return 2 ;;
   esac

@@ -1150,13 +1150,15 @@ fn condition(expr: &Expr) -> Option<(Condition, bool)> {
                 Cmp::Gt => Comparator::GreaterThan,
                 Cmp::GtEq => Comparator::GreaterThanEqual,
             };
-            // A range on a number also matches other types in index order (NULL and
-            // booleans below, strings above); the conjunct's check removes them.
-            Some((compare(&column.name, comparator, value), cmp == Cmp::Eq))
+            // Core compares in index order (NULL < booleans < numbers < strings), as
+            // `ops::compare` does, except that its `<` and `<=` also match NULL,
+            // which SQL's do not: those select a superset the check narrows.
+            Some((compare(&column.name, comparator, value), matches!(cmp, Cmp::Eq | Cmp::Gt | Cmp::GtEq)))
         }
         Expr::Between(subject, low, high, false) => match (subject.as_ref(), low.as_ref(), high.as_ref()) {
+            // Exact: a low bound above NULL keeps NULL out on both sides.
             (Expr::Column(c), Expr::Literal(l), Expr::Literal(h)) if scalar(l) && scalar(h) => {
-                Some((compare(&c.name, Comparator::Between, &Value::Array(vec![l.clone(), h.clone()])), false))
+                Some((compare(&c.name, Comparator::Between, &Value::Array(vec![l.clone(), h.clone()])), true))
             }
             _ => None,
         },

@@ -58,6 +58,76 @@ async fn queries_answer_harpers_rows() {
 }
 
 #[tokio::test]
+async fn joins_cross_databases_and_insert_select_copies_rows() {
+    let s = dogs().await;
+    s.ok(json!({"operation": "create_database", "database": "other"})).await;
+    s.ok(json!({"operation": "create_table", "database": "other", "table": "owner", "primary_key": "id"})).await;
+    s.ok(json!({"operation": "insert", "database": "other", "table": "owner", "records": [
+        {"id": 1, "name": "Kyle", "city": "Denver"}, {"id": 2, "name": "Stephen", "city": "Austin"},
+    ]}))
+    .await;
+    let (status, body) = sql(
+        &s,
+        "SELECT d.dog_name, o.city FROM dev.dog d INNER JOIN other.owner o ON o.name = d.owner_name ORDER BY d.id",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!([{"dog_name": "Penny", "city": "Denver"}, {"dog_name": "Harper", "city": "Austin"}, {"dog_name": "Billy", "city": "Denver"}])
+    );
+    let (status, body) = sql(
+        &s,
+        "INSERT INTO other.owner (id, name, city) SELECT id + 100, dog_name, 'kennel' FROM dev.dog WHERE age = 7",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"message": "inserted 2 of 2 records", "inserted_hashes": [101, 103], "skipped_hashes": []})
+    );
+    let (_, body) = sql(&s, "SELECT id, name FROM other.owner WHERE city = 'kennel' ORDER BY id").await;
+    assert_eq!(body, json!([{"id": 101, "name": "Penny"}, {"id": 103, "name": "Alby"}]));
+}
+
+#[tokio::test]
+async fn date_geo_and_json_functions_answer_through_sql() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_database", "database": "dev"})).await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "place", "primary_key": "id"})).await;
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "place", "records": [
+        {"id": 1, "at": {"type": "Point", "coordinates": [0, 0]}, "opened": "2024-03-05T10:20:30.456Z", "tags": {"color": "red", "toys": ["ball", "rope"]}},
+        {"id": 2, "at": {"type": "Point", "coordinates": [1, 0]}, "opened": 1709634030456i64, "tags": ["calm"]},
+    ]}))
+    .await;
+    let (status, body) = sql(
+        &s,
+        "SELECT id, DATE_FORMAT(opened, 'YYYY-MM-DD') AS day, DATE_ADD(opened, 1, 'days') AS next, EXTRACT(opened, 'month') AS month, \
+         SEARCH_JSON('toys[1]', tags) AS toy FROM dev.place ORDER BY id",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!([
+            {"id": 1, "day": "2024-03-05", "next": 1709720430456i64, "month": "03", "toy": "rope"},
+            {"id": 2, "day": "2024-03-05", "next": 1709720430456i64, "month": "03", "toy": null},
+        ])
+    );
+    let (_, body) = sql(
+        &s,
+        "SELECT b.id FROM dev.place a CROSS JOIN dev.place b WHERE a.id = 1 AND geoNear(a.at, b.at, 112) AND b.id <> 1",
+    )
+    .await;
+    assert_eq!(body, json!([{"id": 2}]));
+    let (_, body) = sql(&s, "SELECT id FROM dev.place WHERE SEARCH_JSON('\"calm\" in $', tags)").await;
+    assert_eq!(body, json!([{"id": 2}]));
+    let (status, body) =
+        sql(&s, "SELECT geoDistance(at, '{\"type\":\"Polygon\",\"coordinates\":[]}') FROM dev.place").await;
+    assert_eq!(status, 400, "{body}");
+}
+
+#[tokio::test]
 async fn indexes_serve_conditions_and_joins() {
     let s = dogs().await;
     let (status, plan) =
@@ -71,6 +141,11 @@ async fn indexes_serve_conditions_and_joins() {
     assert_eq!(plan, json!(["dog: keys(2)"]));
     let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog ORDER BY age DESC LIMIT 2").await;
     assert_eq!(plan, json!(["dog: sort-index(age)"]), "ORDER BY an indexed attribute with LIMIT reads in index order");
+    // A range on the sorted attribute reads its index range in order, and stops.
+    let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog WHERE age >= 5 ORDER BY age LIMIT 2").await;
+    assert_eq!(plan, json!(["dog: index(age)"]));
+    let (_, body) = sql(&s, "SELECT id, age FROM dev.dog WHERE age >= 5 ORDER BY age LIMIT 2").await;
+    assert_eq!(body, json!([{"id": 2, "age": 5}, {"id": 1, "age": 7}]));
 }
 
 #[tokio::test]
