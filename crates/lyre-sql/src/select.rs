@@ -22,6 +22,9 @@ use crate::error::{Result, SqlError};
 use crate::expr::{Aggregate, AggregateKind, Cmp, ColumnRef, Compiler, Env, Expr, Row, Scope};
 use crate::ops;
 
+/// Rows of an indexed join whose keys are looked up in one search.
+const LOOKUP_BATCH: usize = 512;
+
 /// The database a table named without one is looked up in (Harper's default).
 pub const DEFAULT_DATABASE: &str = "data";
 
@@ -48,6 +51,9 @@ pub struct Statement<'e> {
 
 /// A source in `FROM`.
 struct Source {
+    /// What of each record the statement reads: every attribute when a `*` covers
+    /// the source, else only the attributes it names (decoding less).
+    read: Select,
     /// The name columns are qualified with: the alias, else the table's name.
     alias: String,
     /// `database.table`, also accepted as a qualifier.
@@ -296,7 +302,21 @@ impl<'e> Statement<'e> {
             Some(ast::Distinct::Distinct) => true,
             Some(ast::Distinct::On(_)) => return Err(SqlError::unsupported("DISTINCT ON")),
         };
-        self.require_reads(&sources, &conjuncts, &ons, &group_by, &items, having.as_ref(), &order, &aggregates)?;
+        let named =
+            self.require_reads(&sources, &conjuncts, &ons, &group_by, &items, having.as_ref(), &order, &aggregates)?;
+        // A table no `*` covers is read for the attributes the statement names (and
+        // its primary key), not decoded whole.
+        let mut sources = sources;
+        for (at, (source, mut names)) in sources.iter_mut().zip(named).enumerate() {
+            let covered = items.iter().any(|item| matches!(item, Item::Wildcard(which) if which.contains(&at)));
+            if let (false, Some(table)) = (covered, source.table()) {
+                let key = table.schema().primary_key.clone();
+                if !names.contains(&key) {
+                    names.push(key);
+                }
+                source.read = Select::Attributes(names);
+            }
+        }
 
         // A single table whose every condition core answers exactly can stream in
         // index order, reading only the rows the page needs.
@@ -474,6 +494,7 @@ impl<'e> Statement<'e> {
                     columns.push(schema.primary_key.clone());
                 }
                 Ok(Source {
+                    read: Select::All,
                     alias: alias.as_ref().map_or_else(|| schema.name.clone(), |a| a.name.value.clone()),
                     qualified: Some(format!("{}.{}", schema.database, schema.name)),
                     columns,
@@ -494,6 +515,7 @@ impl<'e> Statement<'e> {
                     }
                 }
                 Ok(Source {
+                    read: Select::All,
                     alias: alias.name.value.clone(),
                     qualified: None,
                     columns,
@@ -580,7 +602,7 @@ impl<'e> Statement<'e> {
 
     /// Refuses the statement unless the reader may read every attribute it names in
     /// each table (projection, conditions, joins, grouping, ordering); `*` reads
-    /// what the role may see.
+    /// what the role may see. Answers the attributes named, per source.
     #[allow(clippy::too_many_arguments)]
     fn require_reads(
         &self,
@@ -592,7 +614,7 @@ impl<'e> Statement<'e> {
         having: Option<&Expr>,
         order: &[(OrderKey, bool)],
         aggregates: &[Aggregate],
-    ) -> Result<()> {
+    ) -> Result<Vec<Vec<String>>> {
         let mut named: Vec<Vec<String>> = vec![Vec::new(); sources.len()];
         let mut note = |e: &Expr| {
             e.visit(&mut |inner| {
@@ -618,7 +640,7 @@ impl<'e> Statement<'e> {
             }
         }
         aggregates.iter().filter_map(|a| a.arg.as_ref()).for_each(&mut note);
-        for (source, names) in sources.iter().zip(named) {
+        for (source, names) in sources.iter().zip(&named) {
             if let Some(table) = source.table() {
                 let access = table.access(self.ctx, &[lyre_core::access::Action::Read])?;
                 access.require_attributes(
@@ -628,7 +650,7 @@ impl<'e> Statement<'e> {
                 )?;
             }
         }
-        Ok(())
+        Ok(named)
     }
 
     /// Hands each record of a source matching `conditions` (every one of a derived
@@ -657,7 +679,7 @@ impl<'e> Statement<'e> {
                     conditions,
                     sort,
                     limit: window,
-                    select: Select::All,
+                    select: source.read.clone(),
                     ..Query::default()
                 };
                 let search = table.search_in(self.ctx, query, snapshot)?;
@@ -742,36 +764,73 @@ impl<'e> Statement<'e> {
                     return Err(SqlError::invalid("an indexed join needs a table"));
                 };
                 self.plan.push(format!("{}: lookup by {column} for each row", source.alias));
-                for row in &rows {
-                    let value = outer.eval(&Env { row, aggregates: &[], now })?;
-                    let mut matched = false;
-                    if value.as_key().is_some() && !matches!(value, Value::Null) {
-                        let mut conditions = inner_conditions.clone();
-                        conditions.push(Condition::Compare {
+                // The keys of up to LOOKUP_BATCH rows are looked up in one search (a
+                // union of index ranges), then matched to their rows by hash.
+                for chunk in rows.chunks(LOOKUP_BATCH) {
+                    let keys = chunk
+                        .iter()
+                        .map(|row| {
+                            let value = outer.eval(&Env { row, aggregates: &[], now })?;
+                            Ok((value.as_key().is_some() && !matches!(value, Value::Null)).then_some(value))
+                        })
+                        .collect::<Result<Vec<Option<Value>>>>()?;
+                    let mut distinct: HashMap<Vec<u8>, Value> = HashMap::new();
+                    for key in keys.iter().flatten() {
+                        distinct.entry(hash_key(key)).or_insert_with(|| key.clone());
+                    }
+                    let mut found: HashMap<Vec<u8>, Vec<Arc<Object>>> = HashMap::new();
+                    if !distinct.is_empty() {
+                        let equals = |value: Value| Condition::Compare {
                             attribute: column.clone(),
                             comparator: Comparator::Equals,
                             value,
+                        };
+                        let mut conditions = inner_conditions.clone();
+                        let mut values: Vec<Value> = distinct.into_values().collect();
+                        conditions.push(match values.len() {
+                            1 => equals(values.remove(0)),
+                            _ => Condition::Group {
+                                operator: Operator::Or,
+                                conditions: values.into_iter().map(equals).collect(),
+                            },
                         });
-                        let query = Query { conditions, select: Select::All, ..Query::default() };
-                        let mut found = Vec::new();
+                        let query = Query { conditions, select: source.read.clone(), ..Query::default() };
+                        let mut records = Vec::new();
                         table.search_in(self.ctx, query, snapshot)?.run(&mut |value| {
                             if let Value::Object(record) = value {
-                                found.push(Arc::new(record));
+                                records.push(Arc::new(record));
                             }
                             ControlFlow::Continue(())
                         })?;
-                        for record in found {
-                            let joined = extend(row, Some(record));
+                        for record in records {
+                            // A list value matches each of its elements, as the index does.
+                            match record.get(column.as_str()) {
+                                Some(Value::Array(items)) => {
+                                    for item in items {
+                                        found.entry(hash_key(item)).or_default().push(record.clone());
+                                    }
+                                }
+                                Some(value) => found.entry(hash_key(value)).or_default().push(record.clone()),
+                                None => {}
+                            }
+                        }
+                    }
+                    for (row, key) in chunk.iter().zip(&keys) {
+                        let mut matched = false;
+                        let candidates =
+                            key.as_ref().and_then(|k| found.get(&hash_key(k))).map_or(&[][..], Vec::as_slice);
+                        for record in candidates {
+                            let joined = extend(row, Some(record.clone()));
                             if holds(on, &joined)? {
                                 self.charge(row_weight)?;
                                 out.push(joined);
                                 matched = true;
                             }
                         }
-                    }
-                    if !matched && kind == JoinKind::Left {
-                        self.charge(row_weight)?;
-                        out.push(extend(row, None));
+                        if !matched && kind == JoinKind::Left {
+                            self.charge(row_weight)?;
+                            out.push(extend(row, None));
+                        }
                     }
                 }
             }

@@ -732,6 +732,15 @@ const CORPUS: &[(bool, &str)] = &[
     (true, "SELECT CustomerID FROM northwind.customers ORDER BY CustomerID DESC LIMIT 4"),
     (true, "SELECT OrderID, ShipRegion FROM northwind.orders WHERE OrderID < 10270 ORDER BY ShipRegion DESC, OrderID"),
     (true, "SELECT ProductID FROM northwind.products ORDER BY UnitsInStock, ProductID DESC LIMIT 10"),
+    // Indexed joins whose outer side spans several lookup batches.
+    (
+        false,
+        "SELECT COUNT(*), SUM(p.UnitPrice) FROM northwind.region r CROSS JOIN northwind.order_details d JOIN northwind.products p ON p.ProductID = d.ProductID",
+    ),
+    (
+        false,
+        "SELECT r.RegionID, d.id, o.ShipRegion FROM northwind.region r CROSS JOIN northwind.order_details d LEFT JOIN northwind.orders o ON o.OrderID = d.OrderID AND o.ShipRegion = 'R1'",
+    ),
     // Subqueries.
     (
         false,

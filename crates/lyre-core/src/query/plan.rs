@@ -83,6 +83,11 @@ pub(crate) fn choose_driver(
             conditions.iter().map(|c| condition_driver(txn, db, schema, c)).collect::<Result<_>>()?;
         return Ok(parts.map_or(Driver::Scan { descending: false }, Driver::Union));
     }
+    // One condition: its driver, if any, without counting what it yields (counting
+    // a wide range would cost as much as reading it).
+    if let [only] = conditions.as_slice() {
+        return Ok(condition_driver(txn, db, schema, only)?.unwrap_or_else(|| walk_first_attribute(schema, conditions)));
+    }
     let mut best: Option<(u64, Driver)> = None;
     for condition in conditions {
         let Some(candidate) = condition_driver(txn, db, schema, condition)? else {
