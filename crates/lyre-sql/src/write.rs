@@ -208,7 +208,7 @@ fn matching(
     let alias = alias.map(|a| format!(" AS `{a}`")).unwrap_or_default();
     let condition = selection.map(|s| format!(" WHERE {s}")).unwrap_or_default();
     let text = format!("SELECT * FROM {}{alias}{condition}", quoted(name));
-    let query = crate::parse_query(&text)?;
+    let query = crate::parse::query(&text)?;
     Ok(statement.query(&query)?.rows)
 }
 

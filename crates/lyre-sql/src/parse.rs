@@ -1,0 +1,65 @@
+//! Reading SQL text: exactly one statement, parsed by `sqlparser` with MySQL's
+//! dialect (backticks quote names, double quotes make strings, as in Harper), with
+//! Harper's syntax-error message and the line and column.
+
+use sqlparser::ast;
+use sqlparser::dialect::MySqlDialect;
+use sqlparser::parser::{Parser, ParserError};
+
+use crate::error::{Result, SqlError};
+
+/// Parses exactly one statement.
+pub(crate) fn statement(sql: &str) -> Result<ast::Statement> {
+    let mut statements = Parser::new(&MySqlDialect {})
+        .with_recursion_limit(64)
+        .try_with_sql(sql)
+        .and_then(|mut parser| parser.parse_statements())
+        .map_err(|err| syntax_error(sql, err))?;
+    match statements.len() {
+        0 => Err(SqlError::invalid("the SQL holds no statement")),
+        1 => Ok(statements.remove(0)),
+        n => Err(SqlError::invalid(format!("the SQL holds {n} statements; send one per request"))),
+    }
+}
+
+/// Parses a query Lyre wrote itself (the reads of `UPDATE` and `DELETE`).
+pub(crate) fn query(sql: &str) -> Result<ast::Query> {
+    match statement(sql)? {
+        ast::Statement::Query(query) => Ok(*query),
+        _ => Err(SqlError::invalid("not a query")),
+    }
+}
+
+/// Harper's syntax-error message, with the line and column the parser stopped at.
+fn syntax_error(sql: &str, err: ParserError) -> SqlError {
+    let detail = match err {
+        ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
+        ParserError::RecursionLimitExceeded => "the statement nests too deeply".to_string(),
+    };
+    // sqlparser ends its messages with " at Line: L, Column: C".
+    let position = detail.rsplit_once(" at Line: ").and_then(|(_, at)| {
+        let (line, column) = at.split_once(", Column: ")?;
+        Some((line.trim().parse::<usize>().ok()?, column.trim().parse::<usize>().ok()?))
+    });
+    // A statement cut short ends at its last character.
+    let position = position.or_else(|| {
+        let lines: Vec<&str> = sql.split('\n').collect();
+        Some((lines.len(), lines.last().map_or(0, |l| l.chars().count()) + 1))
+    });
+    let context = position.map(|(line, column)| near(sql, line, column)).unwrap_or_default();
+    let at = position.map(|(l, c)| format!(" (line {l}, column {c})")).unwrap_or_default();
+    SqlError::Syntax(format!(
+        "Invalid SQL at: {context}{at}. Please ensure your SQL is valid. Try adding backticks to reserved words and schema table references. {detail}"
+    ))
+}
+
+/// Up to 20 characters either side of `line`:`column` (1-based), on one line.
+fn near(sql: &str, line: usize, column: usize) -> String {
+    let offset: usize = sql.split('\n').take(line.saturating_sub(1)).map(|l| l.chars().count() + 1).sum::<usize>()
+        + column.saturating_sub(1);
+    let chars: Vec<char> = sql.chars().map(|c| if c == '\n' || c == '\r' { ' ' } else { c }).collect();
+    let start = offset.saturating_sub(20).min(chars.len());
+    let end = offset.saturating_add(20).min(chars.len());
+    let prefix = if start > 0 { "..." } else { "" };
+    format!("{prefix}{}", chars[start..end].iter().collect::<String>())
+}
