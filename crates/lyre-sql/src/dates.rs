@@ -107,7 +107,7 @@ pub fn add(date: &Value, amount: &Value, unit: &Value, sign: i64) -> Result<Valu
         }
         fixed => {
             let ms = amount * fixed.fixed_ms().unwrap_or(1.0);
-            date.checked_add_signed(Duration::milliseconds(ms.round() as i64))
+            Duration::try_milliseconds(ms.round() as i64).and_then(|delta| date.checked_add_signed(delta))
         }
     };
     Ok(moved.map_or(Value::Null, ms_of))
@@ -332,6 +332,9 @@ mod tests {
         );
         assert_eq!(add(&Value::Float(T), &Value::Int(1), &s("hours"), -1).unwrap(), Value::Int(1_709_630_430_456));
         assert!(add(&Value::Float(T), &Value::Int(1), &s("fortnights"), 1).is_err());
+        // Out of range is NULL, not a panic.
+        assert_eq!(add(&Value::Int(0), &Value::Float(-1e300), &s("ms"), 1).unwrap(), Value::Null);
+        assert_eq!(add(&Value::Int(0), &Value::Float(1e300), &s("years"), 1).unwrap(), Value::Null);
         let later = s("2024-03-07T22:20:30.456Z");
         assert_eq!(diff(&later, &Value::Float(T), Some(&s("days"))).unwrap(), Value::Float(2.5));
         assert_eq!(diff(&Value::Float(T), &later, Some(&s("hours"))).unwrap(), Value::Int(-60));

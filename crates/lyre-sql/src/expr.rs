@@ -207,13 +207,21 @@ impl Expr {
                 })
             }
             Expr::Compare(cmp, a, b) => ops::truth_value(cmp.holds(&a.eval(env)?, &b.eval(env)?)),
-            Expr::Arithmetic(op, a, b) => ops::arithmetic(*op, &a.eval(env)?, &b.eval(env)?),
+            Expr::Arithmetic(op, a, b) => {
+                let (a, b) = (a.eval(env)?, b.eval(env)?);
+                if *op == Arith::Add && (matches!(a, Value::String(_)) || matches!(b, Value::String(_))) {
+                    ops::check_text_size(ops::text(&a).len() + ops::text(&b).len())?;
+                }
+                ops::arithmetic(*op, &a, &b)
+            }
             Expr::Concat(a, b) => {
                 let (a, b) = (a.eval(env)?, b.eval(env)?);
                 if matches!(a, Value::Null) || matches!(b, Value::Null) {
                     Value::Null
                 } else {
-                    Value::String(ops::text(&a) + &ops::text(&b))
+                    let (a, b) = (ops::text(&a), ops::text(&b));
+                    ops::check_text_size(a.len() + b.len())?;
+                    Value::String(a + &b)
                 }
             }
             Expr::IsNull(e, negated) => Value::Bool(matches!(e.eval(env)?, Value::Null) != *negated),
@@ -403,6 +411,9 @@ pub struct Aggregate {
     pub distinct: bool,
 }
 
+/// The deepest an expression may nest.
+pub const MAX_DEPTH: usize = 1_000;
+
 /// How a compiler resolves a column name to a source.
 pub trait Scope {
     /// The source and attribute that `qualifier.name` (or `name` alone) names.
@@ -414,6 +425,8 @@ pub type Subqueries<'a> = dyn FnMut(&ast::Query) -> Result<Vec<Value>> + 'a;
 
 /// Compiles parsed expressions against a scope.
 pub struct Compiler<'a> {
+    /// How deep the expression being compiled nests here.
+    depth: usize,
     scope: &'a dyn Scope,
     subqueries: &'a mut Subqueries<'a>,
     /// Where aggregate calls go; `None` where aggregates are not allowed (`WHERE`,
@@ -429,11 +442,24 @@ impl<'a> Compiler<'a> {
         subqueries: &'a mut Subqueries<'a>,
         aggregates: Option<&'a mut Vec<Aggregate>>,
     ) -> Compiler<'a> {
-        Compiler { scope, subqueries, aggregates }
+        Compiler { depth: 0, scope, subqueries, aggregates }
     }
 
-    /// Compiles `expr`.
+    /// Compiles `expr`; refuses one nesting deeper than [`MAX_DEPTH`] (evaluation
+    /// recurses once per level).
     pub fn compile(&mut self, expr: &ast::Expr) -> Result<Expr> {
+        if self.depth >= MAX_DEPTH {
+            return Err(SqlError::invalid(format!(
+                "an expression nests more than {MAX_DEPTH} levels deep (a long chain of AND, OR or operators counts a level each)"
+            )));
+        }
+        self.depth += 1;
+        let compiled = self.compile_nested(expr);
+        self.depth -= 1;
+        compiled
+    }
+
+    fn compile_nested(&mut self, expr: &ast::Expr) -> Result<Expr> {
         use ast::Expr as E;
         Ok(match expr {
             E::Identifier(ident) => Expr::Column(self.scope.resolve(None, &ident.value)?),

@@ -257,7 +257,11 @@ pub fn call(function: Function, args: Vec<Value>, now: f64) -> Result<Value> {
         },
         Upper => string(&|s| s.to_uppercase()),
         Lower => string(&|s| s.to_lowercase()),
-        Concat => Value::String(args.iter().map(text).collect()),
+        Concat => {
+            let parts: Vec<String> = args.iter().map(text).collect();
+            ops::check_text_size(parts.iter().map(String::len).sum())?;
+            Value::String(parts.concat())
+        }
         Substring => {
             if null_in {
                 return Ok(Value::Null);
@@ -279,8 +283,17 @@ pub fn call(function: Function, args: Vec<Value>, now: f64) -> Result<Value> {
             if null_in {
                 return Ok(Value::Null);
             }
-            let (from, to) = (text(arg(1)), text(arg(2)));
-            if from.is_empty() { arg(0).clone() } else { Value::String(text(arg(0)).replace(&from, &to)) }
+            let (subject, from, to) = (text(arg(0)), text(arg(1)), text(arg(2)));
+            if from.is_empty() {
+                arg(0).clone()
+            } else {
+                // Sized before it is built: nested REPLACEs multiply.
+                let hits = subject.matches(&from).count();
+                ops::check_text_size(
+                    (subject.len() - hits * from.len()).saturating_add(hits.saturating_mul(to.len())),
+                )?;
+                Value::String(subject.replace(&from, &to))
+            }
         }
         Left | Right => {
             if null_in {

@@ -42,36 +42,62 @@ pub enum Outcome {
 }
 
 /// Runs one SQL statement as `ctx`, holding at most `budget` bytes of intermediate
-/// results. Reads run on the blocking pool; a write's reads too, then its writer
-/// job.
+/// results. Its parsing and reads (a write's too) run on a thread of their own, then
+/// a write's writer job.
 pub async fn execute(engine: Arc<Engine>, ctx: Context, sql: &str, budget: usize) -> Result<Outcome> {
-    let statement = parse::statement(sql)?;
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(SqlError::invalid(format!(
+            "the SQL is {} bytes; a statement may be at most {MAX_SQL_BYTES}",
+            sql.len()
+        )));
+    }
     let now = lyre_core::now_ms();
-    let blocking_ctx = ctx.clone();
-    let planned = tokio::task::spawn_blocking(move || -> Result<Step> {
-        let mut run = select::Statement::new(&engine, &blocking_ctx, budget, now);
-        Ok(match &statement {
-            ast::Statement::Query(query) => Step::Done(Outcome::Rows(run.query(query)?.rows)),
-            ast::Statement::Explain { statement, .. } => match statement.as_ref() {
-                ast::Statement::Query(query) => {
-                    run.query(query)?;
-                    Step::Done(Outcome::Plan(run.plan))
-                }
-                other => return Err(SqlError::unsupported(format!("EXPLAIN of {}", kind(other)))),
-            },
-            ast::Statement::Insert(insert) => Step::Write(write::plan_insert(&mut run, insert)?),
-            ast::Statement::Update(update) => Step::Write(write::plan_update(&mut run, update)?),
-            ast::Statement::Delete(delete) => Step::Write(write::plan_delete(&mut run, delete)?),
-            other => return Err(SqlError::unsupported(kind(other))),
+    let (sql, blocking_ctx) = (sql.to_string(), ctx.clone());
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    // Parsing, compiling and dropping a statement recurse once per level of its
+    // expressions (sqlparser builds a long AND or OR chain as a deep tree), so a
+    // statement runs on a thread whose stack holds the deepest one MAX_SQL_BYTES
+    // can spell; the stack is reserved, and only what is used is touched.
+    std::thread::Builder::new()
+        .name("lyre-sql".into())
+        .stack_size(STATEMENT_STACK_BYTES)
+        .spawn(move || {
+            let planned = (|| -> Result<Step> {
+                let statement = parse::statement(&sql)?;
+                let mut run = select::Statement::new(&engine, &blocking_ctx, budget, now);
+                Ok(match &statement {
+                    ast::Statement::Query(query) => Step::Done(Outcome::Rows(run.query(query)?.rows)),
+                    ast::Statement::Explain { statement, .. } => match statement.as_ref() {
+                        ast::Statement::Query(query) => {
+                            run.query(query)?;
+                            Step::Done(Outcome::Plan(run.plan))
+                        }
+                        other => return Err(SqlError::unsupported(format!("EXPLAIN of {}", kind(other)))),
+                    },
+                    ast::Statement::Insert(insert) => Step::Write(write::plan_insert(&mut run, insert)?),
+                    ast::Statement::Update(update) => Step::Write(write::plan_update(&mut run, update)?),
+                    ast::Statement::Delete(delete) => Step::Write(write::plan_delete(&mut run, delete)?),
+                    other => return Err(SqlError::unsupported(kind(other))),
+                })
+            })();
+            // The caller may have gone; the answer is then dropped with it.
+            let _ = answer.send(planned);
         })
-    })
-    .await
-    .map_err(|err| SqlError::Core(lyre_core::Error::Stopped(err.to_string())))??;
+        .map_err(|err| SqlError::Core(lyre_core::Error::Stopped(format!("starting a SQL thread: {err}"))))?;
+    let planned =
+        answered.await.map_err(|_| SqlError::Core(lyre_core::Error::Stopped("the SQL thread stopped".into())))??;
     match planned {
         Step::Done(outcome) => Ok(outcome),
         Step::Write(planned) => Ok(Outcome::Written(write::apply(&ctx, planned).await?)),
     }
 }
+
+/// The longest SQL text a statement may have.
+pub const MAX_SQL_BYTES: usize = 1 << 20;
+
+/// The stack of a statement's thread: room for the deepest tree [`MAX_SQL_BYTES`]
+/// can spell (two bytes a level, as `1+1+…`).
+const STATEMENT_STACK_BYTES: usize = 512 << 20;
 
 /// A statement after its reads: answered, or a write for the writer.
 enum Step {

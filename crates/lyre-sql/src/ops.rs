@@ -100,6 +100,20 @@ pub fn text(value: &Value) -> String {
     }
 }
 
+/// The longest text an expression may make (16 MiB): `REPLACE`, `CONCAT` and
+/// concatenation check it before they build, so nested ones cannot exhaust memory.
+pub const MAX_TEXT: usize = 16 << 20;
+
+/// Refuses text of `len` bytes past [`MAX_TEXT`].
+pub fn check_text_size(len: usize) -> crate::error::Result<()> {
+    if len > MAX_TEXT {
+        return Err(crate::error::SqlError::invalid(format!(
+            "an expression would make text of {len} bytes, more than the {MAX_TEXT} allowed"
+        )));
+    }
+    Ok(())
+}
+
 /// A float as JavaScript prints it: integral values without a fraction.
 fn float_text(f: f64) -> String {
     if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e21 { format!("{f:.0}") } else { f.to_string() }

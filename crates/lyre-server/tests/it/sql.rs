@@ -214,10 +214,25 @@ async fn bad_statements_are_refused_with_what_is_wrong() {
     }
     let (status, _) = s.op(json!({"operation": "sql", "sql": 42})).await;
     assert_eq!(status, 400);
-    // Deep nesting is refused by the parser's limit, not by the stack.
-    let deep = format!("SELECT {}1{} FROM dev.dog", "(".repeat(5_000), ")".repeat(5_000));
-    let (status, _) = sql(&s, &deep).await;
-    assert_eq!(status, 400);
+    // Deep nesting is refused by a limit, not by the stack: parentheses, and long
+    // chains of operators (which sqlparser builds as deep trees without recursing).
+    let parentheses = format!("SELECT {}1{} FROM dev.dog", "(".repeat(5_000), ")".repeat(5_000));
+    let chain = format!("SELECT 1{} FROM dev.dog", "+1".repeat(500_000));
+    let ors = format!("SELECT id FROM dev.dog WHERE {}id = 0", "id = 1 OR ".repeat(100_000));
+    for deep in [parentheses, chain, ors] {
+        let (status, body) = sql(&s, &deep).await;
+        assert_eq!(status, 400, "{body}");
+    }
+    let (status, body) = sql(&s, &format!("SELECT 1 FROM dev.dog WHERE id = {}", "1".repeat(2 << 20))).await;
+    assert_eq!(status, 400, "{body}");
+    // Text that would grow past 16 MiB is refused before it is built.
+    let big = "a".repeat(1_000);
+    let replace = format!(
+        "SELECT REPLACE(REPLACE(REPLACE('{big}', 'a', '{big}'), 'a', '{big}'), 'a', '{big}') AS x FROM dev.dog"
+    );
+    let (status, body) = sql(&s, &replace).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().is_some_and(|m| m.contains("more than the 16777216 allowed")), "{body}");
     let (status, _) = sql(&s, "SELECT id FROM dev.dog").await;
     assert_eq!(status, 200, "the server still answers");
 }
