@@ -229,7 +229,8 @@ impl Expr {
                 let value = e.eval(env)?;
                 let mut found = Some(false);
                 for item in list {
-                    match ops::equal(&value, &item.eval(env)?) {
+                    // Any element of a list value, as `=` and the index match.
+                    match Cmp::Eq.holds(&value, &item.eval(env)?) {
                         Some(true) => {
                             found = Some(true);
                             break;
@@ -245,23 +246,32 @@ impl Expr {
                 if matches!(value, Value::Null) {
                     return Ok(Value::Null);
                 }
-                let found = set.iter().any(|item| ops::equal(&value, item) == Some(true));
+                let found = set.iter().any(|item| Cmp::Eq.holds(&value, item) == Some(true));
                 Value::Bool(found != *negated)
             }
             Expr::Between(e, low, high, negated) => {
-                let value = e.eval(env)?;
-                let above = Cmp::GtEq.holds(&value, &low.eval(env)?);
-                let below = Cmp::LtEq.holds(&value, &high.eval(env)?);
-                let inside = match (above, below) {
+                let (value, low, high) = (e.eval(env)?, low.eval(env)?, high.eval(env)?);
+                let between = |v: &Value| match (Cmp::GtEq.holds(v, &low), Cmp::LtEq.holds(v, &high)) {
                     (Some(false), _) | (_, Some(false)) => Some(false),
                     (Some(true), Some(true)) => Some(true),
                     _ => None,
                 };
+                // A list value is between when one element is, as the index matches.
+                let inside = match &value {
+                    Value::Array(items) => Some(items.iter().any(|i| between(i) == Some(true))),
+                    scalar => between(scalar),
+                };
                 ops::truth_value(inside.map(|i| i != *negated))
             }
+            // LIKE matches text only (as the index ranges core serves it from do).
             Expr::Like(e, pattern, negated) => match e.eval(env)? {
                 Value::Null => Value::Null,
-                value => Value::Bool(pattern.matches(&ops::text(&value)) != *negated),
+                Value::String(text) => Value::Bool(pattern.matches(&text) != *negated),
+                Value::Array(items) => {
+                    let any = items.iter().any(|i| matches!(i, Value::String(t) if pattern.matches(t)));
+                    Value::Bool(any != *negated)
+                }
+                _ => Value::Bool(*negated),
             },
             Expr::Regexp(e, regex, negated) => match e.eval(env)? {
                 Value::Null => Value::Null,
@@ -306,6 +316,13 @@ impl Expr {
                 out.push(c.source);
             }
         });
+    }
+
+    /// Whether the expression may answer differently each time (`RANDOM()`).
+    pub fn is_volatile(&self) -> bool {
+        let mut found = false;
+        self.visit(&mut |e| found |= matches!(e, Expr::Call(Function::Random, _)));
+        found
     }
 
     /// Whether the expression reads an aggregate's result.

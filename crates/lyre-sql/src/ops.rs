@@ -208,20 +208,20 @@ impl LikePattern {
 
     /// Prefixes every match starts with one of (for index ranges): the pattern's
     /// leading literal text, and when case is ignored each spelling of it in upper
-    /// and lower case. A prefix is cut before a letter whose case is not ASCII's and
-    /// after the sixth ASCII letter (at most 64 spellings); a shorter prefix still
-    /// covers every match. `None` when the pattern starts with a wildcard.
+    /// and lower case (case is ASCII's). A prefix is cut after the sixth ASCII letter
+    /// (at most 64 spellings); a shorter prefix still covers every match. `None` when
+    /// the pattern starts with a wildcard.
     pub fn prefixes(&self) -> Option<Vec<String>> {
         const MAX_LETTERS: usize = 6;
         let mut spellings = vec![String::new()];
         let mut letters = 0;
         for part in &self.parts {
             let LikePart::Literal(c) = part else { break };
-            if !self.case_insensitive || !c.is_alphabetic() {
+            if !self.case_insensitive || !c.is_ascii_alphabetic() {
                 spellings.iter_mut().for_each(|s| s.push(*c));
                 continue;
             }
-            if !c.is_ascii_alphabetic() || letters == MAX_LETTERS {
+            if letters == MAX_LETTERS {
                 break;
             }
             letters += 1;
@@ -235,14 +235,10 @@ impl LikePattern {
 
     /// Whether `text` matches, the whole of it.
     pub fn matches(&self, text: &str) -> bool {
-        let text: Vec<char> = if self.case_insensitive {
-            text.chars().flat_map(char::to_lowercase).collect()
-        } else {
-            text.chars().collect()
-        };
-        let same = |p: char, t: char| {
-            if self.case_insensitive { p.to_lowercase().eq(std::iter::once(t)) } else { p == t }
-        };
+        let text: Vec<char> = text.chars().collect();
+        // Case is ignored for ASCII letters only, so the index ranges of
+        // `prefixes` cover every match.
+        let same = |p: char, t: char| if self.case_insensitive { p.eq_ignore_ascii_case(&t) } else { p == t };
         // Greedy matching with backtracking to the last `%` (linear in practice,
         // never exponential).
         let (mut p, mut t) = (0, 0);
@@ -302,6 +298,9 @@ mod tests {
             assert_eq!(like.matches(text), expected, "{pattern} LIKE {text}");
         }
         assert!(LikePattern::new("AB%", None, true).matches("abc"));
+        // Only ASCII letters fold: the Kelvin sign is not `k`.
+        assert!(!LikePattern::new("k%", None, true).matches("\u{212A}elvin"));
+        assert!(LikePattern::new("é%", None, true).matches("école"));
         assert!(!LikePattern::new("AB%", None, false).matches("abc"));
         assert_eq!(LikePattern::new("ab%c", None, false).prefixes(), Some(vec!["ab".to_string()]));
         assert_eq!(LikePattern::new("%ab", None, false).prefixes(), None);

@@ -187,6 +187,11 @@ impl<'e> Statement<'e> {
         Ok((table, snapshot))
     }
 
+    /// Who runs the statement.
+    pub fn ctx(&self) -> &'e Context {
+        self.ctx
+    }
+
     /// Charges `bytes` of intermediate results against the budget.
     fn charge(&mut self, bytes: usize) -> Result<()> {
         self.used = self.used.saturating_add(bytes);
@@ -1172,6 +1177,8 @@ fn pushdown(conjuncts: &[Expr], at: usize) -> Pushed {
         // Conditions on other sources are theirs; a constant one (read by no
         // source) is the same for every row, so it never makes a page short.
         if read != [at] {
+            // …unless it is volatile (`RANDOM()`), which differs row by row.
+            pushed.exact &= !(read.is_empty() && conjunct.is_volatile());
             continue;
         }
         match condition(conjunct) {

@@ -114,6 +114,21 @@ pub fn plan_update(statement: &mut Statement<'_>, update: &ast::Update) -> Resul
             Ok((column, compiler.compile(&assignment.value)?))
         })
         .collect::<Result<Vec<_>>>()?;
+    // What the assignments read must be readable by the role, like any other use.
+    let mut read = Vec::new();
+    for (_, value) in &assignments {
+        value.visit(&mut |e| {
+            if let crate::expr::Expr::Column(c) = e {
+                read.push(c.name.clone());
+            }
+        });
+    }
+    let access = table.access(statement.ctx(), &[lyre_core::access::Action::Read])?;
+    access.require_attributes(
+        read.iter().map(String::as_str),
+        &[lyre_core::access::Action::Read],
+        &table.schema().primary_key,
+    )?;
     let key = table.schema().primary_key.clone();
     let changes = matches
         .into_iter()
@@ -205,16 +220,28 @@ fn matching(
     alias: Option<&str>,
     selection: Option<&ast::Expr>,
 ) -> Result<Vec<Object>> {
-    let alias = alias.map(|a| format!(" AS `{a}`")).unwrap_or_default();
-    let condition = selection.map(|s| format!(" WHERE {s}")).unwrap_or_default();
-    let text = format!("SELECT * FROM {}{alias}{condition}", quoted(name));
-    let query = crate::parse::query(&text)?;
+    let alias = alias.map(|a| format!(" AS `{}`", a.replace('`', "``"))).unwrap_or_default();
+    // Lyre writes the query's frame itself (names only) and sets the statement's
+    // own parsed WHERE into it: printing the WHERE and reading it back would unescape
+    // its literals a second time.
+    let mut query = crate::parse::query(&format!("SELECT * FROM {}{alias}", quoted(name)))?;
+    match query.body.as_mut() {
+        ast::SetExpr::Select(select) => select.selection = selection.cloned(),
+        _ => return Err(SqlError::invalid("the rows to write could not be selected")),
+    }
     Ok(statement.query(&query)?.rows)
 }
 
 /// `name` with each part in backticks.
 fn quoted(name: &ast::ObjectName) -> String {
-    name.0.iter().map(|part| format!("`{}`", part.to_string().trim_matches('`'))).collect::<Vec<_>>().join(".")
+    name.0
+        .iter()
+        .map(|part| match part {
+            ast::ObjectNamePart::Identifier(ident) => format!("`{}`", ident.value.replace('`', "``")),
+            other => other.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// The table (and its alias) a one-table `UPDATE` or `DELETE` names.

@@ -171,6 +171,16 @@ async fn writes_answer_harpers_bodies_and_are_atomic() {
         json!({"message": "0 of 0 records successfully deleted", "deleted_hashes": [], "skipped_hashes": []})
     );
 
+    // A WHERE's literals keep their escapes when UPDATE and DELETE select rows.
+    let (_, body) = sql(&s, "INSERT INTO dev.dog (id, dog_name) VALUES (30, 'C:\\\\temp')").await;
+    assert_eq!(body["inserted_hashes"], json!([30]));
+    let (_, body) = sql(&s, "SELECT dog_name FROM dev.dog WHERE id = 30").await;
+    assert_eq!(body, json!([{"dog_name": "C:\\temp"}]));
+    let (_, body) = sql(&s, "UPDATE dev.dog SET age = 1 WHERE dog_name = 'C:\\\\temp'").await;
+    assert_eq!(body["update_hashes"], json!([30]), "{body}");
+    let (_, body) = sql(&s, "DELETE FROM dev.dog WHERE dog_name = 'C:\\\\temp'").await;
+    assert_eq!(body["deleted_hashes"], json!([30]), "{body}");
+
     // A row that fails validation fails the whole statement: nothing is written.
     let too_long = "k".repeat(2_000);
     let (status, body) =
