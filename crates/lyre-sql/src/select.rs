@@ -426,12 +426,22 @@ impl<'e> Statement<'e> {
                     OrderKey::Output(name) => Ok(object.get(name).cloned().unwrap_or(Value::Null)),
                 })
                 .collect::<Result<Vec<_>>>()?;
+            // The answer's rows are held until they are sorted and paged.
+            self.charge(weight(&object))?;
             out.push((object, keys));
         }
         drop(groups);
         if distinct {
             let mut seen = HashSet::new();
-            out.retain(|(object, _)| seen.insert(Value::Object(object.clone()).to_msgpack()));
+            let mut kept = Vec::with_capacity(out.len());
+            for (object, keys) in out {
+                let key = Value::Object(object.clone()).to_msgpack();
+                self.charge(key.len() + 32)?;
+                if seen.insert(key) {
+                    kept.push((object, keys));
+                }
+            }
+            out = kept;
         }
         if !order.is_empty() && !sort_pushed {
             out.sort_by(|(_, a), (_, b)| {
@@ -804,12 +814,15 @@ impl<'e> Statement<'e> {
                         });
                         let query = Query { conditions, select: source.read.clone(), ..Query::default() };
                         let mut records = Vec::new();
+                        let mut fetched = 0usize;
                         table.search_in(self.ctx, query, snapshot)?.run(&mut |value| {
                             if let Value::Object(record) = value {
+                                fetched = fetched.saturating_add(weight(&record));
                                 records.push(Arc::new(record));
                             }
                             ControlFlow::Continue(())
                         })?;
+                        self.charge(fetched)?;
                         for record in records {
                             // A list value matches each of its elements, as the index does.
                             match record.get(column.as_str()) {
