@@ -69,11 +69,18 @@ async fn a_body_without_a_declared_length_is_held_to_the_limit_as_it_arrives() {
         .header("content-type", "application/json")
         .body(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)))
         .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 413);
-    let message = response.text().await.unwrap();
-    assert!(message.contains("http.maxRequestMemory"), "{message}");
+        .await;
+    match response {
+        Ok(response) => {
+            assert_eq!(response.status().as_u16(), 413);
+            let message = response.text().await.unwrap();
+            assert!(message.contains("http.maxRequestMemory"), "{message}");
+        }
+        // The server refuses at 2 MiB and closes; a client still writing the rest
+        // can see the closed connection before it reads the 413 (a race on a busy
+        // machine). What matters is checked below: nothing was written.
+        Err(err) => assert!(err.is_request(), "{err}"),
+    }
     assert_eq!(count(&s).await, 0);
 }
 
