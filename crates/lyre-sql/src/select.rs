@@ -44,8 +44,7 @@ pub struct Statement<'e> {
     engine: &'e Engine,
     ctx: &'e Context,
     snapshots: HashMap<String, SharedSnapshot>,
-    budget: usize,
-    used: usize,
+    budget: Budget,
     /// The statement's time (ms): every `NOW()` in it agrees.
     pub now: f64,
     /// How each table was read, for `EXPLAIN`.
@@ -155,7 +154,14 @@ impl<'e> Statement<'e> {
     /// A statement read by `ctx` over `engine`, with `budget` bytes for intermediate
     /// results, at time `now` (ms).
     pub fn new(engine: &'e Engine, ctx: &'e Context, budget: usize, now: f64) -> Statement<'e> {
-        Statement { engine, ctx, snapshots: HashMap::new(), budget, used: 0, now, plan: Vec::new() }
+        Statement {
+            engine,
+            ctx,
+            snapshots: HashMap::new(),
+            budget: Budget { limit: budget, used: 0 },
+            now,
+            plan: Vec::new(),
+        }
     }
 
     /// The table `name` names (`db.table`, or `table` in the default database),
@@ -194,11 +200,7 @@ impl<'e> Statement<'e> {
 
     /// Charges `bytes` of intermediate results against the budget.
     fn charge(&mut self, bytes: usize) -> Result<()> {
-        self.used = self.used.saturating_add(bytes);
-        if self.used > self.budget {
-            return Err(SqlError::OverBudget { budget: self.budget });
-        }
-        Ok(())
+        self.budget.charge(bytes)
     }
 
     /// Runs a query (a `SELECT`, possibly parenthesized, with its `ORDER BY` and
@@ -336,8 +338,7 @@ impl<'e> Statement<'e> {
             let env = Env { row, aggregates: &[], now };
             conjuncts.iter().try_fold(true, |all, c| Ok(all && c.holds(&env)?))
         };
-        let remaining = self.budget.saturating_sub(self.used);
-        let mut grouper = grouped.then(|| Grouper::new(&group_by, &aggregates, now, remaining));
+        let mut grouper = grouped.then(|| Grouper::new(&group_by, &aggregates, now, self.budget));
         let mut kept: Vec<Row> = Vec::new();
         if sources.is_empty() {
             // A calculation (`SELECT 1 + 1`): one row that reads no table.
@@ -365,7 +366,7 @@ impl<'e> Statement<'e> {
             } else {
                 (Vec::new(), None)
             };
-            let (budget, mut used) = (self.budget, self.used);
+            let mut budget = self.budget;
             self.scan_each(&sources[0], pushed.conditions, keys, window, &mut |record| {
                 let row = Row { sources: vec![Some(record)] };
                 if !passes(&row)? {
@@ -374,16 +375,13 @@ impl<'e> Statement<'e> {
                 match grouper.as_mut() {
                     Some(grouper) => grouper.push(row)?,
                     None => {
-                        used = used.saturating_add(row.sources.iter().flatten().map(|r| weight(r)).sum());
-                        if used > budget {
-                            return Err(SqlError::OverBudget { budget });
-                        }
+                        budget.charge(row.sources.iter().flatten().map(|r| weight(r)).sum())?;
                         kept.push(row);
                     }
                 }
                 Ok(true)
             })?;
-            self.used = used;
+            self.budget = budget;
         } else {
             let mut rows: Vec<Row> = self
                 .scan(&sources[0], pushed.conditions, Vec::new(), None)?
@@ -392,6 +390,10 @@ impl<'e> Statement<'e> {
                 .collect();
             for (at, (kind, _)) in joins.iter().enumerate() {
                 rows = self.join(&sources, rows, at + 1, *kind, ons[at].as_ref(), &conjuncts)?;
+            }
+            // The joins charged the statement's budget since the grouper copied it.
+            if let Some(grouper) = grouper.as_mut() {
+                grouper.budget = self.budget;
             }
             for row in rows {
                 if passes(&row)? {
@@ -404,7 +406,8 @@ impl<'e> Statement<'e> {
         }
         let groups: Vec<Grouped> = match grouper {
             Some(grouper) => {
-                self.charge(grouper.used)?;
+                // The groups were charged from the statement's budget as it stood.
+                self.budget = grouper.budget;
                 grouper.finish()
             }
             None => kept.into_iter().map(|row| Grouped { row, aggregates: Vec::new() }).collect(),
@@ -728,16 +731,13 @@ impl<'e> Statement<'e> {
         window: Option<usize>,
     ) -> Result<Vec<Arc<Object>>> {
         let mut records = Vec::new();
-        let (budget, mut used) = (self.budget, self.used);
+        let mut budget = self.budget;
         self.scan_each(source, conditions, sort, window, &mut |record| {
-            used = used.saturating_add(weight(&record));
-            if used > budget {
-                return Err(SqlError::OverBudget { budget });
-            }
+            budget.charge(weight(&record))?;
             records.push(record);
             Ok(true)
         })?;
-        self.used = used;
+        self.budget = budget;
         Ok(records)
     }
 
@@ -920,22 +920,13 @@ struct Grouper<'g> {
     now: f64,
     index: HashMap<Vec<u8>, usize>,
     groups: Vec<(Row, Vec<State>)>,
-    /// Bytes the groups hold, and the most they may.
-    used: usize,
-    budget: usize,
+    /// The statement's budget, charged for the groups.
+    budget: Budget,
 }
 
 impl<'g> Grouper<'g> {
-    fn new(group_by: &'g [Expr], aggregates: &'g [Aggregate], now: f64, budget: usize) -> Grouper<'g> {
-        Grouper { group_by, aggregates, now, index: HashMap::new(), groups: Vec::new(), used: 0, budget }
-    }
-
-    fn charge(&mut self, bytes: usize) -> Result<()> {
-        self.used = self.used.saturating_add(bytes);
-        if self.used > self.budget {
-            return Err(SqlError::OverBudget { budget: self.budget });
-        }
-        Ok(())
+    fn new(group_by: &'g [Expr], aggregates: &'g [Aggregate], now: f64, budget: Budget) -> Grouper<'g> {
+        Grouper { group_by, aggregates, now, index: HashMap::new(), groups: Vec::new(), budget }
     }
 
     /// Adds a row to its group.
@@ -949,7 +940,7 @@ impl<'g> Grouper<'g> {
                 let weight = key.len()
                     + 64 * (self.aggregates.len() + 1)
                     + row.sources.iter().flatten().map(|r| weight(r)).sum::<usize>();
-                self.charge(weight)?;
+                self.budget.charge(weight)?;
                 self.index.insert(key, self.groups.len());
                 self.groups.push((row.clone(), self.aggregates.iter().map(|_| State::default()).collect()));
                 self.groups.len() - 1
@@ -963,7 +954,7 @@ impl<'g> Grouper<'g> {
             };
             grown += state.add(aggregate, value).unwrap_or(0);
         }
-        self.charge(grown)
+        self.budget.charge(grown)
     }
 
     /// The groups in the order they were first seen; without `GROUP BY`, one group
@@ -980,6 +971,25 @@ impl<'g> Grouper<'g> {
                 aggregates: states.into_iter().zip(aggregates).map(|(s, a)| s.finish(a.kind)).collect(),
             })
             .collect()
+    }
+}
+
+/// Bytes of intermediate results a statement may hold, and holds. Copied into a
+/// scan's callback and back when it ends.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    limit: usize,
+    used: usize,
+}
+
+impl Budget {
+    /// Charges `bytes`; fails once the total passes the limit.
+    fn charge(&mut self, bytes: usize) -> Result<()> {
+        self.used = self.used.saturating_add(bytes);
+        if self.used > self.limit {
+            return Err(SqlError::OverBudget { budget: self.limit });
+        }
+        Ok(())
     }
 }
 

@@ -180,23 +180,11 @@ pub async fn apply(ctx: &Context, planned: Planned) -> Result<Written> {
     Ok(match planned {
         Planned::Insert(table, records) => {
             let total = records.len();
-            let summary = table.insert(ctx, records).await?;
-            Written {
-                message: format!("inserted {} of {total} records", summary.written.len()),
-                keys_field: "inserted_hashes",
-                keys: summary.written,
-                skipped: summary.skipped,
-            }
+            written("inserted", "inserted_hashes", total, table.insert(ctx, records).await?)
         }
         Planned::Update(table, changes) => {
             let total = changes.len();
-            let summary = table.update(ctx, changes).await?;
-            Written {
-                message: format!("updated {} of {total} records", summary.written.len()),
-                keys_field: "update_hashes",
-                keys: summary.written,
-                skipped: summary.skipped,
-            }
+            written("updated", "update_hashes", total, table.update(ctx, changes).await?)
         }
         Planned::Delete(table, ids) => {
             let total = ids.len();
@@ -211,6 +199,16 @@ pub async fn apply(ctx: &Context, planned: Planned) -> Result<Written> {
             }
         }
     })
+}
+
+/// Harper's answer to an insert or update of `total` records.
+fn written(verb: &str, keys_field: &'static str, total: usize, summary: lyre_core::WriteSummary) -> Written {
+    Written {
+        message: format!("{verb} {} of {total} records", summary.written.len()),
+        keys_field,
+        keys: summary.written,
+        skipped: summary.skipped,
+    }
 }
 
 /// The records of table `name` matching `selection`, read as a `SELECT *` would.
