@@ -28,7 +28,11 @@ use crate::tokens::Tokens;
 pub fn run(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     let pid_file = crate::control::pid_file(config.root());
     let exit = run_once(config, dev_app);
-    let _ = std::fs::remove_file(&pid_file);
+    // A restart keeps the process (and its id): the pid file stays, so `lyre stop`
+    // finds the server while it execs itself.
+    if !matches!(exit, Ok(Exit::Restart)) {
+        let _ = std::fs::remove_file(&pid_file);
+    }
     let exit = exit?;
     if exit == Exit::Restart {
         use std::os::unix::process::CommandExt as _;
@@ -216,8 +220,11 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
     if let Err(err) = std::fs::write(&pid_file, std::process::id().to_string()) {
         tracing::warn!(file = %pid_file.display(), error = %err, "the pid file could not be written");
     }
+    // Registered before serving ends, so a SIGTERM that arrives while a restart
+    // shuts down is kept (below) rather than lost with the old image.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let exit = tokio::select! {
-        () = shutdown_signal() => Exit::Stop,
+        () = shutdown_signal(terminate.as_mut()) => Exit::Stop,
         exit = state.control.exit_requested() => exit,
     };
     match exit {
@@ -233,6 +240,16 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
     }
     services.shutdown().await;
     engine.shutdown().await;
+    // A stop asked for while a restart shut down wins: the new image would not
+    // hear it.
+    let stop_during_restart = exit == Exit::Restart
+        && terminate.as_mut().is_some_and(|signal| futures_util::FutureExt::now_or_never(signal.recv()).is_some());
+    let exit = if stop_during_restart {
+        tracing::info!("a stop arrived during the restart: stopping instead");
+        Exit::Stop
+    } else {
+        exit
+    };
     tracing::info!("stopped");
     Ok(exit)
 }
@@ -257,18 +274,18 @@ fn connection_limits(config: &Config) -> http::serve::ConnectionLimits {
     }
 }
 
-async fn shutdown_signal() {
+async fn shutdown_signal(terminate: Option<&mut tokio::signal::unix::Signal>) {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
     };
     let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
+        match terminate {
+            Some(signal) => {
                 signal.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
     };
     tokio::select! {

@@ -44,9 +44,6 @@ pub fn status(root: &Path) -> String {
     }
 }
 
-/// How often `lyre stop` repeats its signal while the server still runs.
-const RESIGNAL_EVERY: Duration = Duration::from_secs(2);
-
 /// `lyre stop`: asks the server on `root` to stop (SIGTERM: in-flight requests
 /// finish, queued writes commit) and waits until it has.
 pub fn stop(root: &Path) -> anyhow::Result<()> {
@@ -55,18 +52,10 @@ pub fn stop(root: &Path) -> anyhow::Result<()> {
     println!("Stopping Lyre.");
     rustix::process::kill_process(process, rustix::process::Signal::TERM)
         .with_context(|| format!("signalling process {pid}"))?;
-    let started = Instant::now();
-    let mut signalled = started;
+    let deadline = Instant::now() + STOP_WAIT;
     while alive(pid) {
-        if started.elapsed() >= STOP_WAIT {
+        if Instant::now() >= deadline {
             bail!("the server (pid {pid}) has not stopped after {} s", STOP_WAIT.as_secs());
-        }
-        // A server in the middle of a restart takes the signal in its old image,
-        // which is already on its way out to exec the new one: ask again, so the
-        // new image stops too.
-        if signalled.elapsed() >= RESIGNAL_EVERY {
-            let _ = rustix::process::kill_process(process, rustix::process::Signal::TERM);
-            signalled = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));
     }
