@@ -369,7 +369,7 @@ impl Denial {
 
     /// The two lists, as the properties of Harper's 403 body beside `error`.
     pub fn into_body(self) -> Object {
-        let mut body = Object::new();
+        let mut body = Object::default();
         body.insert("unauthorized_access".into(), Value::Array(self.unauthorized_access));
         let items = self.invalid_schema_items.into_iter().map(Value::String).collect();
         body.insert("invalid_schema_items".into(), Value::Array(items));
@@ -382,14 +382,14 @@ impl Denial {
     }
 
     pub(crate) fn table(database: &str, table: &str, actions: Vec<&str>, attributes: Vec<(String, Vec<&str>)>) -> Self {
-        let mut entry = Object::new();
+        let mut entry = Object::default();
         entry.insert("schema".into(), database.into());
         entry.insert("table".into(), table.into());
         entry.insert("required_table_permissions".into(), strings(actions));
         let attributes = attributes
             .into_iter()
             .map(|(name, needed)| {
-                let mut a = Object::new();
+                let mut a = Object::default();
                 a.insert("attribute_name".into(), name.into());
                 a.insert("required_permissions".into(), strings(needed));
                 Value::Object(a)
@@ -422,7 +422,7 @@ impl PermissionErrors {
     /// Harper's 400 body properties beside `error`: `main_permissions` and
     /// `schema_permissions`.
     pub fn into_body(self) -> Object {
-        let mut body = Object::new();
+        let mut body = Object::default();
         body.insert("main_permissions".into(), Value::Array(self.main.into_iter().map(Value::String).collect()));
         let tables = self
             .tables

@@ -61,4 +61,4 @@ pub use lyre_store::{BATCH_BUCKETS, WriterCounts};
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{DeleteSummary, Expect, RecordBody, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
 pub use time::{now_ms, parse_iso8601};
-pub use value::{Object, Value};
+pub use value::{Object, Value, object_with_capacity};

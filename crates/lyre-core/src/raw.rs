@@ -8,6 +8,9 @@
 //! way; `crates/lyre-core/tests/raw_value.rs` checks that over arbitrary values in
 //! each format. Decoding and re-encoding a 1 KB record cost about as much as the
 //! B-tree lookup that found it; walking it costs a fraction of that.
+//!
+//! The same reader decodes stored records into `Value`s ([`decode_value`]), and
+//! decodes only the attributes a search reads ([`decode_object_only`]).
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -16,7 +19,7 @@ use rmp::Marker;
 use serde::ser::{Error as _, SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
-use crate::value::serialize_float;
+use crate::value::{Object, Value, object_with_capacity, serialize_float};
 
 /// Nesting deeper than this is refused as corrupt, so a damaged record cannot
 /// exhaust the stack. No stored value is deeper: MessagePack bodies, the deepest a
@@ -154,6 +157,59 @@ impl<'a> Reader<'a> {
             Scalar::Bin(b) => Cow::Borrowed(std::str::from_utf8(b).map_err(|_| "map key is not UTF-8")?),
             _ => return Err("stored map key is not a string"),
         })
+    }
+
+    /// The next value, decoded.
+    fn value(&mut self, depth: usize) -> Result<Value, &'static str> {
+        if depth > MAX_DEPTH {
+            return Err("stored value nests too deeply");
+        }
+        let marker = self.marker()?;
+        Ok(match self.scalar(marker)? {
+            Scalar::Nil => Value::Null,
+            Scalar::Bool(b) => Value::Bool(b),
+            Scalar::Int(i) => Value::Int(i),
+            Scalar::Float(f) => Value::Float(f),
+            Scalar::Str(s) => Value::String(s.to_owned()),
+            Scalar::Bin(b) => Value::Bytes(b.to_vec()),
+            Scalar::Array(len) => {
+                // Every element takes at least a byte: a corrupt length cannot
+                // reserve more than the input could hold.
+                let mut items = Vec::with_capacity(len.min(self.0.len()));
+                for _ in 0..len {
+                    items.push(self.value(depth + 1)?);
+                }
+                Value::Array(items)
+            }
+            Scalar::Map(len) => Value::Object(self.object(len, len, depth, &|_| true)?),
+        })
+    }
+
+    /// The `len` entries of a map whose header was just read, those `wanted` keeps
+    /// (at most `kept` of them).
+    fn object(
+        &mut self,
+        kept: usize,
+        len: usize,
+        depth: usize,
+        wanted: &dyn Fn(&str) -> bool,
+    ) -> Result<Object, &'static str> {
+        // Every entry takes at least two bytes: a corrupt length cannot reserve
+        // more than the input could hold.
+        let mut object = object_with_capacity(kept.min(self.0.len() / 2));
+        for _ in 0..len {
+            let key = self.key()?;
+            if wanted(&key) {
+                let value = self.value(depth + 1)?;
+                object.insert(key.into_owned(), value);
+            } else {
+                let skipped = value_len(self.0, depth + 1).ok_or("stored value is truncated")?;
+                self.take(skipped)?;
+            }
+        }
+        // Exact capacities keep a decoded record's size what `footprint.rs` estimates.
+        object.shrink_to_fit();
+        Ok(object)
     }
 
     fn scalar(&mut self, marker: Marker) -> Result<Scalar<'a>, &'static str> {
@@ -327,6 +383,25 @@ fn needs_escape(word: u64) -> bool {
     (below_space | zero_in(word ^ (ONES * u64::from(b'"'))) | zero_in(word ^ (ONES * u64::from(b'\\')))) != 0
 }
 
+/// Decodes the MessagePack value at the start of `bytes` into the [`Value`] that
+/// `Value::from_msgpack` answers for it (the tests hold it to that), without serde's
+/// visitor in between: how every stored record is read.
+pub(crate) fn decode_value(bytes: &[u8]) -> Result<Value, &'static str> {
+    Reader(bytes).value(0)
+}
+
+/// Decodes the MessagePack map `bytes` holds, keeping only the entries whose key
+/// is one of `names` and stepping over the others' values undecoded: a search that
+/// reads three attributes of a wide record builds three values, not all of them.
+pub(crate) fn decode_object_only(bytes: &[u8], names: &[String]) -> Result<Object, &'static str> {
+    let mut reader = Reader(bytes);
+    let marker = reader.marker()?;
+    match reader.scalar(marker)? {
+        Scalar::Map(len) => reader.object(len.min(names.len()), len, 0, &|key| names.iter().any(|n| n == key)),
+        _ => Err("stored record is not a map"),
+    }
+}
+
 /// The bytes of the first element of the two-element MessagePack array `bytes`
 /// starts with (a record stored with property versions is `[record, clock]`).
 pub(crate) fn first_of_pair(bytes: &[u8]) -> Option<&[u8]> {
@@ -390,6 +465,26 @@ mod tests {
         }
 
         #[test]
+        fn decodes_as_serde_decodes(v in value()) {
+            let bytes = v.to_msgpack();
+            let decoded = decode_value(&bytes).unwrap();
+            prop_assert_eq!(&decoded, &Value::from_msgpack(&bytes).unwrap());
+            prop_assert_eq!(decoded, v);
+        }
+
+        #[test]
+        fn decodes_only_the_named_attributes(r in record(), pick in proptest::collection::vec(any::<bool>(), 0..8)) {
+            let names: Vec<String> =
+                r.keys().zip(pick.iter().chain(std::iter::repeat(&false))).filter(|(_, p)| **p).map(|(k, _)| k.clone()).collect();
+            let mut wanted = names.clone();
+            wanted.push("no such attribute".to_string());
+            let only = decode_object_only(&Value::Object(r.clone()).to_msgpack(), &wanted).unwrap();
+            let expected: Object = r.into_iter().filter(|(k, _)| names.contains(k)).collect();
+            prop_assert_eq!(only.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
+            prop_assert_eq!(only, expected);
+        }
+
+        #[test]
         fn damaged_bytes_are_an_error_not_a_panic(v in value(), cut in 0usize..64, flip in any::<u8>()) {
             let mut bytes = v.to_msgpack();
             let at = cut % bytes.len();
@@ -399,6 +494,8 @@ mod tests {
             let _ = serde_json::to_vec(&RawValue(&bytes));
             let _ = write_json(&bytes, &mut Vec::new());
             let _ = first_of_pair(&bytes);
+            let _ = decode_value(&bytes);
+            let _ = decode_object_only(&bytes, &["a".to_string()]);
         }
     }
 
@@ -412,6 +509,14 @@ mod tests {
         let mut json = Vec::new();
         write_json(&bytes, &mut json).unwrap();
         assert_eq!(json, br#"{"1":"a","true":"b"}"#);
+        assert_eq!(decode_value(&bytes).unwrap(), decoded);
+    }
+
+    #[test]
+    fn a_corrupt_length_reserves_nothing_it_cannot_fill() {
+        // An array and a map that claim 2^32 - 1 elements in a few bytes.
+        assert!(decode_value(&[0xdd, 0xff, 0xff, 0xff, 0xff, 0x01]).is_err());
+        assert!(decode_value(&[0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, b'a', 0x01]).is_err());
     }
 
     #[test]

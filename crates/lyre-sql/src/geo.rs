@@ -154,7 +154,7 @@ pub fn difference(args: &[Value]) -> Result<Value> {
         1 => geojson::Geometry::from(&left.0[0]),
         _ => geojson::Geometry::from(&left),
     };
-    feature(serde_json::to_value(geometry).unwrap_or_default(), Value::Object(Object::new()))
+    feature(serde_json::to_value(geometry).unwrap_or_default(), Value::Object(Object::default()))
 }
 
 /// `geoConvert(coordinates, type[, properties])`: a GeoJSON feature of that type.
@@ -181,7 +181,7 @@ pub fn convert(args: &[Value]) -> Result<Value> {
     // Check the shape by reading it back.
     geometry_of_json(geometry.clone())?;
     let properties = match args.get(2) {
-        None | Some(Value::Null) => Value::Object(Object::new()),
+        None | Some(Value::Null) => Value::Object(Object::default()),
         // Properties given as JSON text are read (Harper keeps the text as it is).
         Some(Value::String(text)) => {
             serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.clone()))
@@ -199,7 +199,7 @@ fn geometry_of_json(json: serde_json::Value) -> Result<()> {
 }
 
 fn feature(geometry: serde_json::Value, properties: Value) -> Result<Value> {
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("type".into(), Value::String("Feature".into()));
     out.insert("properties".into(), properties);
     let geometry: Value = serde_json::from_value(geometry).map_err(|err| SqlError::invalid(err.to_string()))?;

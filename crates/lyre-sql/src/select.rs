@@ -314,16 +314,12 @@ impl<'e> Statement<'e> {
         };
         let named =
             self.require_reads(&sources, &conjuncts, &ons, &group_by, &items, having.as_ref(), &order, &aggregates)?;
-        // A table no `*` covers is read for the attributes the statement names (and
-        // its primary key), not decoded whole.
+        // A table no `*` covers is read for the attributes the statement names, not
+        // decoded whole (core reads a lone indexed join key from its index alone).
         let mut sources = sources;
-        for (at, (source, mut names)) in sources.iter_mut().zip(named).enumerate() {
+        for (at, (source, names)) in sources.iter_mut().zip(named).enumerate() {
             let covered = items.iter().any(|item| matches!(item, Item::Wildcard(which) if which.contains(&at)));
-            if let (false, Some(table)) = (covered, source.table()) {
-                let key = table.schema().primary_key.clone();
-                if !names.contains(&key) {
-                    names.push(key);
-                }
+            if !covered && source.table().is_some() {
                 source.read = Select::Attributes(names);
             }
         }
@@ -338,14 +334,14 @@ impl<'e> Statement<'e> {
             let env = Env { row, aggregates: &[], now };
             conjuncts.iter().try_fold(true, |all, c| Ok(all && c.holds(&env)?))
         };
-        let mut grouper = grouped.then(|| Grouper::new(&group_by, &aggregates, now, self.budget));
+        let mut grouper = grouped.then(|| Grouper::new(&group_by, &aggregates, now));
         let mut kept: Vec<Row> = Vec::new();
         if sources.is_empty() {
             // A calculation (`SELECT 1 + 1`): one row that reads no table.
             let row = Row::default();
             if passes(&row)? {
                 match grouper.as_mut() {
-                    Some(grouper) => grouper.push(row)?,
+                    Some(grouper) => grouper.push(row, &mut self.budget)?,
                     None => kept.push(row),
                 }
             }
@@ -373,7 +369,7 @@ impl<'e> Statement<'e> {
                     return Ok(true);
                 }
                 match grouper.as_mut() {
-                    Some(grouper) => grouper.push(row)?,
+                    Some(grouper) => grouper.push(row, &mut budget)?,
                     None => {
                         budget.charge(row.sources.iter().flatten().map(|r| weight(r)).sum())?;
                         kept.push(row);
@@ -388,28 +384,40 @@ impl<'e> Statement<'e> {
                 .into_iter()
                 .map(|record| Row { sources: vec![Some(record)] })
                 .collect();
+            // Every join but the last hands its rows to the next; the last hands
+            // each row straight to the filter and the grouper, so a grouped join
+            // holds its groups, not its rows.
+            let last = joins.len();
             for (at, (kind, _)) in joins.iter().enumerate() {
-                rows = self.join(&sources, rows, at + 1, *kind, ons[at].as_ref(), &conjuncts)?;
-            }
-            // The joins charged the statement's budget since the grouper copied it.
-            if let Some(grouper) = grouper.as_mut() {
-                grouper.budget = self.budget;
-            }
-            for row in rows {
-                if passes(&row)? {
-                    match grouper.as_mut() {
-                        Some(grouper) => grouper.push(row)?,
-                        None => kept.push(row),
-                    }
+                let at = at + 1;
+                let on = ons[at - 1].as_ref();
+                if at < last {
+                    let row_weight = (at + 1) * std::mem::size_of::<Option<Arc<Object>>>() + std::mem::size_of::<Row>();
+                    let mut next = Vec::new();
+                    self.join(&sources, rows, at, *kind, on, &conjuncts, &mut |row, budget| {
+                        budget.charge(row_weight)?;
+                        next.push(row);
+                        Ok(())
+                    })?;
+                    rows = next;
+                } else {
+                    self.join(&sources, std::mem::take(&mut rows), at, *kind, on, &conjuncts, &mut |row, budget| {
+                        if passes(&row)? {
+                            match grouper.as_mut() {
+                                Some(grouper) => grouper.push(row, budget)?,
+                                None => {
+                                    budget.charge(row.sources.iter().flatten().map(|r| weight(r)).sum())?;
+                                    kept.push(row);
+                                }
+                            }
+                        }
+                        Ok(())
+                    })?;
                 }
             }
         }
         let groups: Vec<Grouped> = match grouper {
-            Some(grouper) => {
-                // The groups were charged from the statement's budget as it stood.
-                self.budget = grouper.budget;
-                grouper.finish()
-            }
+            Some(grouper) => grouper.finish(),
             None => kept.into_iter().map(|row| Grouped { row, aggregates: Vec::new() }).collect(),
         };
 
@@ -741,7 +749,9 @@ impl<'e> Statement<'e> {
         Ok(records)
     }
 
-    /// Joins source `at` to `rows` (which hold sources `0..at`).
+    /// Joins source `at` to `rows` (which hold sources `0..at`), handing each joined
+    /// row to `emit` with the statement's budget (to charge what it keeps).
+    #[allow(clippy::too_many_arguments)]
     fn join(
         &mut self,
         sources: &[Source],
@@ -750,7 +760,8 @@ impl<'e> Statement<'e> {
         kind: JoinKind,
         on: Option<&Expr>,
         conjuncts: &[Expr],
-    ) -> Result<Vec<Row>> {
+        emit: &mut dyn FnMut(Row, &mut Budget) -> Result<()>,
+    ) -> Result<()> {
         let source = &sources[at];
         let on_parts = on.map(|on| split_and(on.clone())).unwrap_or_default();
         // WHERE's conditions on this source alone narrow its scan (they reject
@@ -773,8 +784,6 @@ impl<'e> Statement<'e> {
             sources.push(record);
             Row { sources }
         };
-        let row_weight = (at + 1) * std::mem::size_of::<Option<Arc<Object>>>() + std::mem::size_of::<Row>();
-        let mut out = Vec::new();
         match (&key, kind) {
             // Look each outer key up in an index of this table.
             (Some((outer, column)), JoinKind::Inner | JoinKind::Left) if source.indexes(column) => {
@@ -843,14 +852,12 @@ impl<'e> Statement<'e> {
                         for record in candidates {
                             let joined = extend(row, Some(record.clone()));
                             if holds(on, &joined)? {
-                                self.charge(row_weight)?;
-                                out.push(joined);
+                                emit(joined, &mut self.budget)?;
                                 matched = true;
                             }
                         }
                         if !matched && kind == JoinKind::Left {
-                            self.charge(row_weight)?;
-                            out.push(extend(row, None));
+                            emit(extend(row, None), &mut self.budget)?;
                         }
                     }
                 }
@@ -885,30 +892,27 @@ impl<'e> Statement<'e> {
                     for &i in candidates {
                         let joined = extend(row, Some(records[i].clone()));
                         if holds(on, &joined)? {
-                            self.charge(row_weight)?;
-                            out.push(joined);
+                            emit(joined, &mut self.budget)?;
                             matched = true;
                             matched_inner[i] = true;
                         }
                     }
                     if !matched && kind == JoinKind::Left {
-                        self.charge(row_weight)?;
-                        out.push(extend(row, None));
+                        emit(extend(row, None), &mut self.budget)?;
                     }
                 }
                 if kind == JoinKind::Right {
                     for (i, record) in records.iter().enumerate() {
                         if !matched_inner[i] {
-                            self.charge(row_weight)?;
                             let mut sources = vec![None; at];
                             sources.push(Some(record.clone()));
-                            out.push(Row { sources });
+                            emit(Row { sources }, &mut self.budget)?;
                         }
                     }
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -920,17 +924,16 @@ struct Grouper<'g> {
     now: f64,
     index: HashMap<Vec<u8>, usize>,
     groups: Vec<(Row, Vec<State>)>,
-    /// The statement's budget, charged for the groups.
-    budget: Budget,
 }
 
 impl<'g> Grouper<'g> {
-    fn new(group_by: &'g [Expr], aggregates: &'g [Aggregate], now: f64, budget: Budget) -> Grouper<'g> {
-        Grouper { group_by, aggregates, now, index: HashMap::new(), groups: Vec::new(), budget }
+    fn new(group_by: &'g [Expr], aggregates: &'g [Aggregate], now: f64) -> Grouper<'g> {
+        Grouper { group_by, aggregates, now, index: HashMap::default(), groups: Vec::new() }
     }
 
-    /// Adds a row to its group.
-    fn push(&mut self, row: Row) -> Result<()> {
+    /// Adds a row to its group, charging a new group and an aggregate's growth to
+    /// the statement's `budget`.
+    fn push(&mut self, row: Row, budget: &mut Budget) -> Result<()> {
         let env = Env { row: &row, aggregates: &[], now: self.now };
         let key = self.group_by.iter().map(|e| e.eval(&env)).collect::<Result<Vec<_>>>()?;
         let key = Value::Array(key).to_msgpack();
@@ -940,7 +943,7 @@ impl<'g> Grouper<'g> {
                 let weight = key.len()
                     + 64 * (self.aggregates.len() + 1)
                     + row.sources.iter().flatten().map(|r| weight(r)).sum::<usize>();
-                self.budget.charge(weight)?;
+                budget.charge(weight)?;
                 self.index.insert(key, self.groups.len());
                 self.groups.push((row.clone(), self.aggregates.iter().map(|_| State::default()).collect()));
                 self.groups.len() - 1
@@ -954,7 +957,7 @@ impl<'g> Grouper<'g> {
             };
             grown += state.add(aggregate, value).unwrap_or(0);
         }
-        self.budget.charge(grown)
+        budget.charge(grown)
     }
 
     /// The groups in the order they were first seen; without `GROUP BY`, one group
@@ -975,7 +978,7 @@ impl<'g> Grouper<'g> {
 }
 
 /// Bytes of intermediate results a statement may hold, and holds. Copied into a
-/// scan's callback and back when it ends.
+/// scan's callback and back when it ends; lent to a join's.
 #[derive(Debug, Clone, Copy)]
 struct Budget {
     limit: usize,
@@ -1086,7 +1089,7 @@ impl State {
 
 /// The projected object of one (grouped) row.
 fn project(sources: &[Source], items: &[Item], env: &Env<'_>) -> Result<Object> {
-    let mut object = Object::new();
+    let mut object = Object::default();
     for item in items {
         match item {
             Item::Wildcard(which) => {

@@ -135,7 +135,7 @@ pub fn plan_update(statement: &mut Statement<'_>, update: &ast::Update) -> Resul
         .map(|record| {
             let row = Row { sources: vec![Some(std::sync::Arc::new(record))] };
             let env = Env { row: &row, aggregates: &[], now: statement.now };
-            let mut change = Object::new();
+            let mut change = Object::default();
             change.insert(key.clone(), row.get(0, &key).clone());
             for (column, value) in &assignments {
                 change.insert(column.clone(), value.eval(&env)?);

@@ -883,3 +883,68 @@ async fn columns_are_named_as_harper_names_them() {
         ]
     );
 }
+
+/// A join that needs only the inner table's join key reads it from the index
+/// (core builds those records from index entries), but only where the index key
+/// holds the value exactly: a string longer than a key keeps and a zero (maybe a
+/// negative one) are read from their records, so the joined values are the stored
+/// ones, integers past 2^53 included.
+#[tokio::test]
+async fn an_index_only_join_answers_the_stored_values() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let engine = lyre(dir.path(), &[]).await;
+    let db = engine.database("northwind").expect("database");
+    let ctx = Context::system();
+    let long = "x".repeat(400);
+    let keys = serde_json::json!([
+        long.clone(),
+        format!("{long}y"),
+        9_007_199_254_740_993_i64,
+        9_007_199_254_740_992_i64,
+        -0.0,
+        0,
+        1.5,
+        7,
+        "short",
+        true,
+        null
+    ]);
+    let records = |offset: usize| -> Vec<Object> {
+        keys.as_array()
+            .expect("keys")
+            .iter()
+            .enumerate()
+            .map(|(i, k)| serde_json::from_value(serde_json::json!({"id": i + offset, "k": k})).expect("record"))
+            .collect()
+    };
+    for (name, rows) in [("outer_keys", records(0)), ("inner_keys", records(100))] {
+        db.create_table(&ctx, TableSpec::dynamic(name, "id")).await.expect("table");
+        db.table(name).expect("table").insert(&ctx, rows).await.expect("rows");
+    }
+    let sorted = |rows: serde_json::Value| {
+        let mut texts: Vec<String> = rows.as_array().expect("rows").iter().map(|r| r["k"].to_string()).collect();
+        texts.sort();
+        texts
+    };
+    let joined =
+        json(&engine, "SELECT i.k AS k FROM northwind.outer_keys o INNER JOIN northwind.inner_keys i ON i.k = o.k")
+            .await;
+    // Each outer key finds its own record (and 0 and -0, one key, find each other).
+    let stored = json(
+        &engine,
+        "SELECT i.k AS k FROM northwind.outer_keys o INNER JOIN northwind.inner_keys i ON i.id = o.id + 100",
+    )
+    .await;
+    let zeros = json(&engine, "SELECT k FROM northwind.inner_keys WHERE id IN (104, 105)").await;
+    let mut expected = sorted(stored);
+    expected.extend(sorted(zeros));
+    expected.retain(|k| k != "null");
+    expected.sort();
+    assert_eq!(sorted(joined), expected);
+    let explain = "EXPLAIN SELECT i.k FROM northwind.outer_keys o INNER JOIN northwind.inner_keys i ON i.k = o.k";
+    let plan = lyre_sql::execute(engine.clone(), Context::system(), explain, lyre_sql::DEFAULT_MEMORY_BUDGET).await;
+    assert!(
+        matches!(&plan, Ok(Outcome::Plan(steps)) if steps.iter().any(|s| s == "i: lookup by k for each row")),
+        "{plan:?}"
+    );
+}

@@ -44,7 +44,7 @@ impl User {
     /// The server's own identity, used for bootstrap work, and the identity of a
     /// credential-less loopback request under `authorizeLocal`: a super user.
     pub fn system() -> Self {
-        let mut permission = crate::value::Object::new();
+        let mut permission = crate::value::Object::default();
         permission.insert("super_user".into(), Value::Bool(true));
         User {
             username: "lyre".to_string(),

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::ops::{Bound, ControlFlow};
 
-use lyre_store::{ReadTxn, TableStore, index_entry_primary_key};
+use lyre_store::{OwnedKey, ReadTxn, TableStore, decode_key, index_entry_primary_key};
 
 use crate::error::Result;
 use crate::index::attribute_prefix;
@@ -13,7 +13,7 @@ use crate::query::driver::Driver;
 use crate::query::filter::cmp_sort_values;
 use crate::query::related::Related;
 use crate::record::expiry::Live;
-use crate::value::{Object, Value};
+use crate::value::{Object, Value, object_with_capacity};
 
 /// The value `record` sorts by for `path`: an attribute, or `rel.attr` (through one
 /// or more relationships) the first related record's.
@@ -73,7 +73,8 @@ pub(crate) fn walk(
             Ok(ControlFlow::Continue(()))
         }
         Driver::Index { attribute, range, descending } => {
-            index_walk(txn, store, live, range.as_ref(), *descending, attribute.multi_valued, visit)
+            let covering = live.covered_by(attribute).then_some(attribute.name.as_str());
+            index_walk(txn, store, live, range.as_ref(), *descending, attribute.multi_valued, covering, visit)
         }
         Driver::SortIndex { attribute, descending } => {
             let prefix = attribute_prefix(attribute);
@@ -92,6 +93,7 @@ pub(crate) fn walk(
                 range,
                 *descending,
                 attribute.multi_valued,
+                None,
                 &mut lacking_or_all(name, false, visit),
             )?
             .is_break()
@@ -147,6 +149,11 @@ fn scan(
     Ok(ControlFlow::Continue(()))
 }
 
+/// Walks an index range, handing over each entry's record. With `covering` (the
+/// indexed attribute, when [`Live::covered_by`] allows), a record is built from the
+/// entry's value alone wherever the index key holds that value exactly, without
+/// reading the record: a join that needs only its key reads no records.
+#[allow(clippy::too_many_arguments)]
 fn index_walk(
     txn: &ReadTxn,
     store: &TableStore,
@@ -154,14 +161,26 @@ fn index_walk(
     range: (Bound<&[u8]>, Bound<&[u8]>),
     descending: bool,
     dedupe: bool,
+    covering: Option<&str>,
     visit: &mut Visit<'_>,
 ) -> Result<ControlFlow<()>> {
     let mut seen = HashSet::new();
     for entry in txn.index_entries(store, range, descending)? {
         let entry = entry?;
-        let pk = index_entry_primary_key(entry.get(4..).unwrap_or_default())?;
+        let entry = entry.get(4..).unwrap_or_default();
+        let pk = index_entry_primary_key(entry)?;
         // One record has several entries when its value is an array.
         if dedupe && !seen.insert(pk.to_vec()) {
+            continue;
+        }
+        if let Some(name) = covering
+            && let Some(value) = exact_key_value(entry)?
+        {
+            let mut record = object_with_capacity(1);
+            record.insert(name.to_string(), value);
+            if visit(pk, record)?.is_break() {
+                return Ok(ControlFlow::Break(()));
+            }
             continue;
         }
         // An entry without its record would be a bug in index maintenance; the
@@ -175,4 +194,17 @@ fn index_walk(
         }
     }
     Ok(ControlFlow::Continue(()))
+}
+
+/// The value an index entry (`value ++ primary key`) was written for, when its key
+/// holds it exactly: not a truncated string, and not a zero (the key drops a
+/// negative zero's sign). Integers are exact (a key keeps a large one's residual);
+/// an integral float comes back as the integer, which every format writes the same
+/// way.
+fn exact_key_value(entry: &[u8]) -> Result<Option<Value>> {
+    Ok(match decode_key(entry)?.0 {
+        OwnedKey::Str { truncated: true, .. } | OwnedKey::Array(_) => None,
+        OwnedKey::Int(0) => None,
+        key => Some(Value::from(key)),
+    })
 }

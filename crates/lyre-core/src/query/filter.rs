@@ -25,8 +25,24 @@ pub(crate) fn matches_all(
     record: &Object,
     related: Option<&Related<'_>>,
 ) -> Result<bool> {
+    // Consecutive conditions on one attribute (an OR of equalities, as a SQL join
+    // batches its keys) look it up once.
+    let mut last: Option<(&str, Option<&Value>)> = None;
     for condition in conditions {
-        let hit = matches(condition, record, related)?;
+        let hit = match condition {
+            Condition::Compare { attribute, comparator, value } => {
+                let found = match last {
+                    Some((name, found)) if name == attribute => found,
+                    _ => {
+                        let found = record.get(attribute);
+                        last = Some((attribute, found));
+                        found
+                    }
+                };
+                compare_found(found, *comparator, value)
+            }
+            _ => matches(condition, record, related)?,
+        };
         match operator {
             Operator::And if !hit => return Ok(false),
             Operator::Or if hit => return Ok(true),
@@ -56,14 +72,17 @@ pub(crate) fn matches(condition: &Condition, record: &Object, related: Option<&R
             }
             hit
         }
-        Condition::Compare { attribute, comparator, value } => {
-            let Some(found) = record.get(attribute) else { return Ok(false) };
-            match (comparator, found) {
-                (Comparator::NotEqual, Value::Array(items)) => items.iter().any(|x| !equal(x, value)),
-                _ => any_element(found, |x| compare(x, *comparator, value)),
-            }
-        }
+        Condition::Compare { attribute, comparator, value } => compare_found(record.get(attribute), *comparator, value),
     })
+}
+
+/// Whether an attribute's value (`None`: the record lacks it) compares as asked.
+fn compare_found(found: Option<&Value>, comparator: Comparator, value: &Value) -> bool {
+    let Some(found) = found else { return false };
+    match (comparator, found) {
+        (Comparator::NotEqual, Value::Array(items)) => items.iter().any(|x| !equal(x, value)),
+        _ => any_element(found, |x| compare(x, comparator, value)),
+    }
 }
 
 fn any_element(value: &Value, test: impl Fn(&Value) -> bool) -> bool {

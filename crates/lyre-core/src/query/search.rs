@@ -16,6 +16,7 @@ use crate::query::exec::{sort_records, sort_value, walk};
 use crate::query::filter::matches_all;
 use crate::query::plan::{choose_driver, order_for, validate_condition, validate_sort_path};
 use crate::query::related::{Related, target_table};
+use crate::query::select::Select;
 use crate::record::expiry::Live;
 use crate::value::{Object, Value};
 
@@ -38,6 +39,48 @@ fn require_related_reads(ctx: &Context, db: &Arc<Db>, schema: &TableSchema, cond
             require_related_reads(ctx, db, &target, condition)
         }
     }
+}
+
+/// The attributes a search must decode from each record when its projection names
+/// them: those its conditions, sort and projection read, and the `@expiresAt`
+/// attribute. `None` (decode everything) when it returns whole records
+/// or follows a relationship, whose foreign keys are not named.
+fn attributes_decoded(schema: &TableSchema, query: &Query) -> Option<Vec<String>> {
+    fn related(condition: &Condition) -> bool {
+        match condition {
+            Condition::Compare { .. } => false,
+            Condition::Related { .. } => true,
+            Condition::Group { conditions, .. } => conditions.iter().any(related),
+        }
+    }
+    let projected = match &query.select {
+        Select::Raw | Select::All => return None,
+        Select::Attributes(names) => names.iter().map(String::as_str).collect::<Vec<_>>(),
+        Select::Fields { fields, .. } => {
+            if fields.iter().any(|f| schema.relationships.iter().any(|r| r.name == f.name)) {
+                return None;
+            }
+            let mut named = query.select.attributes_named();
+            if fields.iter().any(|f| f.name == "$id") {
+                named.push(&schema.primary_key);
+            }
+            named
+        }
+    };
+    if query.conditions.iter().any(related) || query.sort.iter().any(|key| key.attribute.contains('.')) {
+        return None;
+    }
+    let mut names: Vec<String> = Vec::new();
+    let mut conditions = Vec::new();
+    query.conditions.iter().for_each(|c| c.attributes_read(&mut conditions));
+    let sorted = query.sort.iter().map(|key| key.attribute.as_str());
+    let always = schema.expires_at.as_deref();
+    for name in projected.into_iter().chain(conditions).chain(sorted).chain(always) {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    Some(names)
 }
 
 /// Receives each result (an object, or a bare value or array for `select(a)` and
@@ -91,6 +134,8 @@ pub struct Search {
     /// Who searches: what it may read here, and (for related records) elsewhere.
     ctx: Context,
     access: TableAccess,
+    /// The attributes each record is decoded with (`None`: all of them).
+    decoded: Option<Vec<String>>,
 }
 
 /// `Search` is `Send` (it runs on a blocking thread), shared snapshot or not.
@@ -136,7 +181,8 @@ impl Search {
         };
         drop(reading);
         let order = order_for(&schema, &query, &mut driver);
-        Ok(Search { db, schema, _lease: lease, txn, store, driver, order, query, ctx: ctx.clone(), access })
+        let decoded = attributes_decoded(&schema, &query);
+        Ok(Search { db, schema, _lease: lease, txn, store, driver, order, query, ctx: ctx.clone(), access, decoded })
     }
 
     /// The database searched: a long-running consumer checks
@@ -169,7 +215,7 @@ impl Search {
             return Ok(());
         };
         let schema = self.schema.clone();
-        let live = Live::of(&schema);
+        let live = Live::of(&schema).decoding_only(self.decoded.as_deref());
         let txn = self.txn.lock();
         let related = Related::new(&txn, &self.db, &schema).viewed_by(&self.ctx);
         let (access, key) = (&self.access, schema.primary_key.as_str());

@@ -3,7 +3,7 @@
 use crate::catalog::TableSchema;
 use crate::error::{Error, Result};
 use crate::query::related::Related;
-use crate::value::{Object, Value};
+use crate::value::{Object, Value, object_with_capacity};
 
 /// Which attributes to return.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -103,7 +103,7 @@ impl Select {
             Select::Raw => record,
             Select::All if table.schema_defined => record,
             Select::All => {
-                let mut out = Object::with_capacity(table.attributes.len());
+                let mut out = object_with_capacity(table.attributes.len());
                 for attribute in &table.attributes {
                     let value = record.shift_remove(&attribute.name).unwrap_or(Value::Null);
                     out.insert(attribute.name.clone(), value);
@@ -111,11 +111,17 @@ impl Select {
                 out.extend(record);
                 out
             }
+            // A record decoded with exactly these attributes is its own projection.
+            Select::Attributes(names) if record.keys().eq(names.iter()) => record,
             Select::Attributes(names) => {
-                let mut out = Object::with_capacity(names.len());
+                // The record's own names and values move over, nothing is copied.
+                let mut out = object_with_capacity(names.len());
                 for name in names {
-                    let value = record.get(name).cloned().unwrap_or(Value::Null);
-                    out.insert(name.clone(), value);
+                    match record.swap_remove_entry(name) {
+                        Some((name, value)) => out.insert(name, value),
+                        None if out.contains_key(name) => continue,
+                        None => out.insert(name.clone(), Value::Null),
+                    };
                 }
                 out
             }
@@ -135,7 +141,7 @@ fn project_fields(
     related: Option<&Related<'_>>,
     keep_missing: bool,
 ) -> Result<Object> {
-    let mut out = Object::with_capacity(fields.len());
+    let mut out = object_with_capacity(fields.len());
     for field in fields {
         let relationship = table.relationships.iter().find(|r| r.name == field.name);
         let value = match (relationship, related) {

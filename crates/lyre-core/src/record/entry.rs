@@ -80,9 +80,9 @@ pub(crate) fn decode_entry(stored: &[u8]) -> Result<Entry> {
     let (header, body) = decode_record(stored)?;
     let version = Version { time: header.version, node: header.node };
     if !header.flags.contains(Flags::PROPERTY_VERSIONS) {
-        return Ok(Entry { record: object(Value::from_msgpack(body)?)?, header, clock: Clock::uniform(version) });
+        return Ok(Entry { record: object(decode_stored(body)?)?, header, clock: Clock::uniform(version) });
     }
-    let Value::Array(mut parts) = Value::from_msgpack(body)? else {
+    let Value::Array(mut parts) = decode_stored(body)? else {
         return Err(Error::Corrupt("a record with property versions is not a pair".into()));
     };
     if parts.len() != 2 {
@@ -107,17 +107,20 @@ pub(crate) fn stored_record(stored: &[u8]) -> Result<(RecordHeader, &[u8])> {
 
 /// Decodes only the record (what reads need).
 pub(crate) fn decode_object(stored: &[u8]) -> Result<Object> {
-    let (header, body) = decode_record(stored)?;
-    if !header.flags.contains(Flags::PROPERTY_VERSIONS) {
-        return object(Value::from_msgpack(body)?);
-    }
-    match Value::from_msgpack(body)? {
-        Value::Array(mut parts) if parts.len() == 2 => {
-            parts.truncate(1);
-            object(parts.pop().unwrap_or_default())
-        }
-        _ => Err(Error::Corrupt("a record with property versions is not a pair".into())),
-    }
+    let (_, body) = stored_record(stored)?;
+    object(decode_stored(body)?)
+}
+
+/// Decodes only the record's attributes among `names` (what a search that reads a
+/// few attributes needs).
+pub(crate) fn decode_object_only(stored: &[u8], names: &[String]) -> Result<Object> {
+    let (_, body) = stored_record(stored)?;
+    crate::raw::decode_object_only(body, names).map_err(|e| Error::Corrupt(e.into()))
+}
+
+/// A stored MessagePack value, decoded.
+fn decode_stored(body: &[u8]) -> Result<Value> {
+    crate::raw::decode_value(body).map_err(|e| Error::Corrupt(e.into()))
 }
 
 /// Encodes a record for storage.

@@ -15,7 +15,7 @@ use lyre_store::decode_record;
 
 use crate::catalog::{Attribute, TableSchema};
 use crate::error::Result;
-use crate::record::entry::decode_object;
+use crate::record::entry::{decode_object, decode_object_only};
 use crate::time::now_ms;
 use crate::value::{Object, Value};
 
@@ -49,6 +49,8 @@ pub(crate) fn removable_from(table: &TableSchema, version: f64, record: &Object)
 pub(crate) struct Live<'a> {
     table: &'a TableSchema,
     now: f64,
+    /// The attributes a read decodes (`None`: all of them).
+    only: Option<&'a [String]>,
 }
 
 impl<'a> Live<'a> {
@@ -59,7 +61,13 @@ impl<'a> Live<'a> {
 
     /// What a read of `table` at `now` (ms) may see.
     pub(crate) fn at(table: &'a TableSchema, now: f64) -> Self {
-        Live { table, now }
+        Live { table, now, only: None }
+    }
+
+    /// The same, decoding only the attributes `names` (which must hold the
+    /// `@expiresAt` attribute, if the table has one).
+    pub(crate) fn decoding_only(self, names: Option<&'a [String]>) -> Self {
+        Live { only: names, ..self }
     }
 
     /// Whether a record last written at `version` (ms) is visible.
@@ -78,18 +86,31 @@ impl<'a> Live<'a> {
         }
     }
 
+    /// Whether a read of just `attribute` may take its values from that attribute's
+    /// index instead of the records: it decodes only that attribute, no record can
+    /// expire, and no record holds a list there (one entry, one record).
+    pub(crate) fn covered_by(&self, attribute: &Attribute) -> bool {
+        self.only.is_some_and(|only| only.len() == 1 && only[0] == attribute.name)
+            && !expires(self.table)
+            && !attribute.multi_valued
+    }
+
     /// The stored record, decoded, unless it has expired.
     pub(crate) fn decode(&self, stored: &[u8]) -> Result<Option<Object>> {
+        let decode = |stored: &[u8]| match self.only {
+            None => decode_object(stored),
+            Some(names) => decode_object_only(stored, names),
+        };
         match (&self.table.expiration, &self.table.expires_at) {
-            (None, None) => decode_object(stored).map(Some),
+            (None, None) => decode(stored).map(Some),
             // Expiry by age alone: the header says, without decoding the record.
             (Some(expiration), None) => {
                 let version = decode_record(stored)?.0.version;
-                if expiration.is_expired(version, self.now) { Ok(None) } else { decode_object(stored).map(Some) }
+                if expiration.is_expired(version, self.now) { Ok(None) } else { decode(stored).map(Some) }
             }
             (_, Some(_)) => {
                 let version = decode_record(stored)?.0.version;
-                let record = decode_object(stored)?;
+                let record = decode(stored)?;
                 Ok(self.sees(version, &record).then_some(record))
             }
         }

@@ -16,7 +16,7 @@ use lyre_store::{Flags, Version};
 use crate::catalog::TableSchema;
 use crate::error::{Error, Result};
 use crate::record::entry::{Clock, Entry};
-use crate::value::{Object, Value};
+use crate::value::{Object, Value, object_with_capacity};
 
 /// How a write treats existing and missing records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +132,7 @@ pub(crate) fn merge(
 ) -> Result<Merged> {
     let pk = &table.primary_key;
     let Some(entry) = entry else {
-        let mut record = Object::with_capacity(body.len() + 1);
+        let mut record = object_with_capacity(body.len() + 1);
         record.insert(pk.clone(), id.clone());
         for (k, v) in body {
             let value = match crdt_op(&k, &v)? {
@@ -146,7 +146,7 @@ pub(crate) fn merge(
     let stored_version = entry.version();
     let in_order = not_older(version, stored_version);
     let replace = matches!(mode, WriteMode::Insert | WriteMode::Replace);
-    let mut record = Object::with_capacity(entry.record.len() + body.len());
+    let mut record = object_with_capacity(entry.record.len() + body.len());
     record.insert(pk.clone(), id.clone());
     let mut clock = entry.clock.clone();
     if replace && in_order {

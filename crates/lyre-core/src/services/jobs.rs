@@ -131,7 +131,7 @@ impl Jobs {
     {
         let id = Uuid::new_v4().to_string();
         let now = Value::Int(now_ms());
-        let mut job = Object::new();
+        let mut job = Object::default();
         job.insert("id".into(), id.clone().into());
         job.insert("status".into(), IN_PROGRESS.into());
         job.insert("message".into(), Value::Null);
@@ -149,7 +149,7 @@ impl Jobs {
         let jobs = Arc::clone(self);
         let job_id = id.clone();
         self.tasks.spawn(async move {
-            let mut end = Object::new();
+            let mut end = Object::default();
             let (status, message) = match work.await.map(Into::into) {
                 Ok(JobEnd::Message(message)) => ("COMPLETE", message),
                 Ok(JobEnd::Result(result)) => {
@@ -300,7 +300,7 @@ impl Progress {
             return;
         }
         self.last = Some(std::time::Instant::now());
-        let mut update = Object::new();
+        let mut update = Object::default();
         update.insert("id".into(), self.id.clone().into());
         update.insert("message".into(), message.into().into());
         let written = match self.jobs.table() {

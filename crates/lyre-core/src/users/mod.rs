@@ -145,16 +145,16 @@ impl Users {
 
     async fn create_super_user(&self, ctx: &Context, username: &str, password: &str) -> Result<()> {
         let roles = self.system.table(ROLE_TABLE)?;
-        let mut permission = Object::new();
+        let mut permission = Object::default();
         permission.insert("super_user".into(), Value::Bool(true));
-        let mut role = Object::new();
+        let mut role = Object::default();
         role.insert("id".into(), SUPER_USER_ROLE.into());
         role.insert("role".into(), SUPER_USER_ROLE.into());
         role.insert("permission".into(), Value::Object(permission));
         roles.upsert(ctx, vec![role]).await?;
 
         let hash = hash_password(password)?;
-        let mut user = Object::new();
+        let mut user = Object::default();
         user.insert("username".into(), username.into());
         user.insert("password".into(), hash.into());
         user.insert("role".into(), SUPER_USER_ROLE.into());

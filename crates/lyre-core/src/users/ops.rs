@@ -85,7 +85,7 @@ impl Users {
         let _serial = self.changing.lock().await;
         let role =
             self.role_by_name(&user.role)?.ok_or_else(|| Error::Missing(format!("{} role not found", user.role)))?;
-        let mut record = Object::new();
+        let mut record = Object::default();
         record.insert("username".into(), user.username.clone().into());
         record.insert("password".into(), hash.into());
         record.insert("role".into(), role_id(&role).into());
@@ -119,7 +119,7 @@ impl Users {
             None => None,
         };
         let _serial = self.changing.lock().await;
-        let mut record = Object::new();
+        let mut record = Object::default();
         record.insert("username".into(), change.username.clone().into());
         if let Some(name) = &change.role {
             let role = self
@@ -175,7 +175,7 @@ impl Users {
             Some(record) => record,
             // The server's own identity (a local request under authorizeLocal).
             None => {
-                let mut own = Object::new();
+                let mut own = Object::default();
                 own.insert("username".into(), ctx.username().into());
                 own.insert("active".into(), Value::Bool(true));
                 own.insert("role".into(), ctx.user.role.name.clone().into());
@@ -197,7 +197,7 @@ impl Users {
         if self.role_by_name(&role.role)?.is_some() {
             return Err(Error::Conflict(format!("A role with name '{}' already exists", role.role)));
         }
-        let mut record = Object::new();
+        let mut record = Object::default();
         record.insert("role".into(), role.role.clone().into());
         record.insert("permission".into(), role.permission);
         record.insert("id".into(), id.clone().into());
@@ -223,7 +223,7 @@ impl Users {
         {
             return Err(Error::Conflict(format!("A role with name '{name}' already exists")));
         }
-        let mut record = Object::new();
+        let mut record = Object::default();
         record.insert("id".into(), change.id.clone().into());
         if let Some(name) = &change.role {
             record.insert("role".into(), name.clone().into());

@@ -34,7 +34,7 @@ impl Users {
     /// Starts a session for `user` lasting `ttl_ms`; returns its id.
     pub async fn start_session(&self, user: &User, ttl_ms: f64) -> Result<String> {
         let id = uuid::Uuid::new_v4().to_string();
-        let mut record = Object::new();
+        let mut record = Object::default();
         record.insert("id".into(), id.clone().into());
         record.insert("user".into(), user.username.clone().into());
         record.insert(EXPIRES.into(), Value::Float(now_ms() + ttl_ms));
@@ -125,7 +125,7 @@ impl Users {
 
     /// Keeps `token` as `username`'s one valid refresh token.
     pub async fn keep_refresh_token(&self, username: &str, token: &str) -> Result<()> {
-        let mut record = Object::new();
+        let mut record = Object::default();
         record.insert("username".into(), username.into());
         record.insert("refresh_token".into(), digest(token).into());
         let summary = self.system.table(USER_TABLE)?.update(&Context::system(), vec![record]).await?;

@@ -2,7 +2,7 @@
 
 use std::io::Read;
 
-use lyre_core::Object;
+use lyre_core::{Object, object_with_capacity};
 
 use super::lines;
 use super::{BATCH_BYTES, BATCH_ROWS, Batch, LoadError, cast};
@@ -105,7 +105,7 @@ fn record(header: &[Column], row: &csv::ByteRecord) -> Result<Option<Object>, St
     if row.len() != header.len() {
         return Err(format!("{} fields where the header names {}", row.len(), header.len()));
     }
-    let mut record = Object::with_capacity(header.len());
+    let mut record = object_with_capacity(header.len());
     for (column, field) in header.iter().zip(row.iter()) {
         let name = &column.name;
         let text = std::str::from_utf8(field).map_err(|_| format!("the value of '{name}' is not UTF-8 text"))?;

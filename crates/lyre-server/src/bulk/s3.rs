@@ -205,7 +205,7 @@ mod tests {
             assert!(!valid_bucket(bucket), "{bucket}");
         }
         let param = |region: &str| {
-            let mut fields = lyre_core::Object::new();
+            let mut fields = lyre_core::Object::default();
             for (key, value) in [
                 ("aws_access_key_id", "k"),
                 ("aws_secret_access_key", "s"),

@@ -99,7 +99,7 @@ fn project_name(name: &str) -> Result<(), ApiError> {
 }
 
 fn message(text: String) -> Value {
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("message".into(), Value::String(text));
     Value::Object(out)
 }
@@ -245,7 +245,7 @@ pub async fn package(components: &Arc<Components>, project: &str, skip_node_modu
         gz.finish().map_err(|e| file_error("packing", e))
     })
     .await?;
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("project".into(), project.into());
     out.insert("payload".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
     Ok(Value::Object(out))
@@ -290,7 +290,7 @@ fn list_now(components: &Components) -> Value {
                 continue;
             }
             let mut entry = tree(&dir, &name);
-            let mut state = Object::new();
+            let mut state = Object::default();
             match status.get(&name) {
                 Some(Status::Loaded(_)) => {
                     state.insert("status".into(), "healthy".into());
@@ -308,7 +308,7 @@ fn list_now(components: &Components) -> Value {
             entries.push(Value::Object(entry));
         }
     }
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("name".into(), "components".into());
     out.insert("entries".into(), Value::Array(entries));
     Value::Object(out)
@@ -316,7 +316,7 @@ fn list_now(components: &Components) -> Value {
 
 /// A directory's files and subdirectories (symbolic links are not followed).
 fn tree(path: &Path, name: &str) -> Object {
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("name".into(), name.into());
     let Ok(meta) = std::fs::symlink_metadata(path) else { return out };
     if meta.is_dir() {
@@ -363,7 +363,7 @@ pub async fn get_file(
         Encoding::Utf8 => String::from_utf8_lossy(&bytes).into_owned(),
         Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&bytes),
     };
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("message".into(), Value::String(text));
     out.insert("size".into(), Value::Int(bytes.len() as i64));
     Ok(Value::Object(out))

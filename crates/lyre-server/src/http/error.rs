@@ -29,7 +29,7 @@ impl ApiError {
         Self {
             code,
             message: message.into(),
-            details: lyre_core::Object::new(),
+            details: lyre_core::Object::default(),
             missing_item: false,
             unknown_operation: false,
         }
@@ -74,7 +74,7 @@ impl ApiError {
     pub fn render(&self, format: Format) -> Response {
         let format = format.for_errors();
         let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut body = lyre_core::Object::new();
+        let mut body = lyre_core::Object::default();
         body.insert("error".into(), self.message.clone().into());
         body.extend(self.details.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut response = match format.encode(&lyre_core::Value::Object(body)) {

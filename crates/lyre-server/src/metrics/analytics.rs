@@ -51,7 +51,7 @@ fn request_records(
     let mut records = Vec::new();
     for (path, interface, method, aggregate) in aggregates {
         let base = |metric: &str| {
-            let mut record = Object::new();
+            let mut record = Object::default();
             record.insert("id".into(), uuid::Uuid::new_v4().to_string().into());
             record.insert("metric".into(), metric.into());
             record.insert("path".into(), path.clone().into());
@@ -99,7 +99,7 @@ pub async fn analytics_table(engine: &Engine, retention: Duration) -> lyre_core:
 fn storage_records(engine: &Engine, now: f64) -> Vec<Object> {
     let mut records = Vec::new();
     let record = |metric: &str| {
-        let mut record = Object::new();
+        let mut record = Object::default();
         record.insert("id".into(), uuid::Uuid::new_v4().to_string().into());
         record.insert("metric".into(), metric.into());
         record.insert("time".into(), Value::Float(now));
@@ -128,7 +128,7 @@ fn storage_records(engine: &Engine, now: f64) -> Vec<Object> {
 
 /// `resource-usage`: the process's CPU time so far (ms) and resident memory.
 fn resource_usage(now: f64) -> Object {
-    let mut record = Object::new();
+    let mut record = Object::default();
     record.insert("id".into(), uuid::Uuid::new_v4().to_string().into());
     record.insert("metric".into(), "resource-usage".into());
     record.insert("time".into(), Value::Float(now));

@@ -65,7 +65,7 @@ pub async fn set_configuration(state: &Arc<AppState>, params: Params, format: Fo
         state.control.config_changed();
         tracing::info!(changed = ?updated.changed, backup = ?updated.backup, "the configuration file changed");
     }
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert(
         "message".into(),
         "Configuration successfully set. You must restart Lyre for new config settings to take effect.".into(),
@@ -111,11 +111,11 @@ pub async fn set_status(state: &Arc<AppState>, mut params: Params, format: Forma
     if id == "availability" && !["Available", "Unavailable"].contains(&status.as_str()) {
         return Err(ApiError::bad_request("Status \"availability\" only accepts these values: Available, Unavailable"));
     }
-    let mut record = Object::new();
+    let mut record = Object::default();
     record.insert("id".into(), id.into());
     record.insert("status".into(), status.into());
     status_table(state).await?.upsert(&Context::system(), vec![record]).await?;
-    reply(format, &Value::Object(Object::new()))
+    reply(format, &Value::Object(Object::default()))
 }
 
 /// `get_status`: one status record by `id` (`{}` when unset); without an `id`,
@@ -126,12 +126,12 @@ pub async fn get_status(state: &Arc<AppState>, mut params: Params, format: Forma
     let ctx = Context::system();
     if let Some(id) = status_id(&mut params)? {
         let found = table.get_many(&ctx, &[Value::from(id)], &lyre_core::query::Select::Raw)?;
-        return reply(format, &found.into_iter().next().map_or(Value::Object(Object::new()), Value::Object));
+        return reply(format, &found.into_iter().next().map_or(Value::Object(Object::default()), Value::Object));
     }
     let ids: Vec<Value> = STATUS_IDS.iter().map(|id| Value::from(*id)).collect();
     let system = table.get_many(&ctx, &ids, &lyre_core::query::Select::Raw)?;
     let components = state.components.status().into_iter().map(|(name, status)| {
-        let mut entry = Object::new();
+        let mut entry = Object::default();
         entry.insert("name".into(), name.into());
         match status {
             Status::Loaded(_) => entry.insert("status".into(), "healthy".into()),
@@ -142,7 +142,7 @@ pub async fn get_status(state: &Arc<AppState>, mut params: Params, format: Forma
         };
         Value::Object(entry)
     });
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("systemStatus".into(), Value::Array(system.into_iter().map(Value::Object).collect()));
     out.insert("componentStatus".into(), Value::Array(components.collect()));
     out.insert("restartRequired".into(), state.control.restart_required().into());

@@ -104,7 +104,7 @@ pub async fn describe_metric(state: &Arc<AppState>, mut params: Params, format: 
         ..Query::default()
     };
     let newest = collect(table(state).await?, query, Some(1)).await?.into_iter().next();
-    let Some(record) = newest else { return reply(format, &Value::Object(Object::new())) };
+    let Some(record) = newest else { return reply(format, &Value::Object(Object::default())) };
     let attributes = record.into_iter().map(|(name, value)| {
         let kind = match value {
             Value::String(_) => "string",
@@ -112,12 +112,12 @@ pub async fn describe_metric(state: &Arc<AppState>, mut params: Params, format: 
             Value::Int(_) | Value::Float(_) => "number",
             Value::Null | Value::Array(_) | Value::Object(_) | Value::Bytes(_) => "object",
         };
-        let mut attribute = Object::new();
+        let mut attribute = Object::default();
         attribute.insert("name".into(), name.into());
         attribute.insert("type".into(), kind.into());
         Value::Object(attribute)
     });
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("attributes".into(), Value::Array(attributes.collect()));
     reply(format, &Value::Object(out))
 }

@@ -99,7 +99,7 @@ pub async fn delete_logs_before(
     let before =
         timestamp(&mut params, "timestamp")?.ok_or_else(|| ApiError::bad_request("'timestamp' is required"))?;
     lyre_core::access::require_super_user(ctx)?;
-    let mut body = Object::new();
+    let mut body = Object::default();
     body.insert("operation".into(), operation.into());
     body.insert("database".into(), database.into());
     body.insert("table".into(), table_name.into());
@@ -141,7 +141,7 @@ pub async fn check_consistency(
             problems
                 .iter()
                 .map(|(attribute, id)| {
-                    let mut o = Object::new();
+                    let mut o = Object::default();
                     o.insert("attribute".into(), attribute.clone().into());
                     o.insert("id".into(), id.clone());
                     Value::Object(o)
@@ -149,10 +149,10 @@ pub async fn check_consistency(
                 .collect(),
         )
     };
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("consistent".into(), Value::Bool(reports.iter().all(|r| r.is_consistent())));
     let tables = reports.iter().map(|r| {
-        let mut o = Object::new();
+        let mut o = Object::default();
         o.insert("table".into(), r.table.clone().into());
         o.insert("consistent".into(), Value::Bool(r.is_consistent()));
         o.insert("records".into(), Value::Int(r.records as i64));
@@ -177,7 +177,7 @@ fn timestamp(params: &mut Params, name: &str) -> Result<Option<f64>, ApiError> {
 
 /// Harper's shape of one entry.
 fn entry_value(entry: &AuditEntry) -> Value {
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("operation".into(), entry.operation.clone().into());
     out.insert("user_name".into(), entry.user.clone().into());
     out.insert("timestamp".into(), Value::Float(entry.timestamp));
@@ -193,7 +193,7 @@ fn grouped(
     entries: &[AuditEntry],
     matches: impl Fn(&Value, &AuditEntry) -> bool,
 ) -> Value {
-    let mut out = Object::new();
+    let mut out = Object::default();
     for key in keys {
         let list = entries.iter().filter(|e| matches(&key, e)).map(entry_value).collect();
         let name = match &key {

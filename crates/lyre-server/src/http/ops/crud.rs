@@ -76,7 +76,7 @@ fn if_match(params: &mut Params, count: usize, aligned_with: &str) -> Result<Vec
 
 /// Harper's write response: message, new attributes, txn time, keys.
 pub(super) fn written(message: String, summary: WriteSummary, keys_field: &str, with_skipped: bool) -> Value {
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("message".into(), message.into());
     out.insert("new_attributes".into(), Value::Array(summary.new_attributes.into_iter().map(Value::String).collect()));
     out.insert("txn_time".into(), Value::Float(summary.txn_time));
@@ -99,7 +99,7 @@ pub async fn delete(
     let options = WriteOptions { expect: if_match(&mut params, total, "ids")?, at: None };
     let summary = table.delete_with(ctx, ids, options).await?;
     let noun = if total == 1 { "record" } else { "records" };
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("message".into(), format!("{} of {total} {noun} successfully deleted", summary.deleted.len()).into());
     out.insert("deleted_hashes".into(), Value::Array(summary.deleted));
     out.insert("skipped_hashes".into(), Value::Array(summary.skipped));

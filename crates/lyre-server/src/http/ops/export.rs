@@ -63,7 +63,7 @@ pub async fn export_local(
     let search = search_body(&mut params)?;
     let kind = search.0.clone();
     let results = run_search(state, ctx, search, wire).await?;
-    let mut job = Object::new();
+    let mut job = Object::default();
     job.insert("operation".into(), "export_local".into());
     job.insert("format".into(), name.into());
     job.insert("path".into(), target.display().to_string().into());
@@ -73,7 +73,7 @@ pub async fn export_local(
         .jobs()
         .start(ctx.username(), "export_local", Value::Object(job), async move {
             write_file(results, target.clone()).await?;
-            let mut result = Object::new();
+            let mut result = Object::default();
             result.insert("message".into(), format!("Successfully exported {} locally.", name.to_uppercase()).into());
             result.insert("path".into(), target.display().to_string().into());
             Ok::<_, String>(lyre_core::services::JobEnd::Result(Value::Object(result)))
@@ -97,7 +97,7 @@ pub async fn export_to_s3(
     let search = search_body(&mut params)?;
     let kind = search.0.clone();
     let results = run_search(state, ctx, search, wire).await?;
-    let mut job = Object::new();
+    let mut job = Object::default();
     job.insert("operation".into(), "export_to_s3".into());
     job.insert("format".into(), name.into());
     job.insert("key".into(), object.key.clone().into());
@@ -107,7 +107,7 @@ pub async fn export_to_s3(
         .jobs()
         .start(ctx.username(), "export_to_s3", Value::Object(job), async move {
             let uploaded = upload(results, &object).await?;
-            let mut result = Object::new();
+            let mut result = Object::default();
             result.insert("message".into(), format!("Successfully exported {} to S3.", name.to_uppercase()).into());
             result.insert("Key".into(), object.key.clone().into());
             result.insert("ETag".into(), uploaded.e_tag.map_or(Value::Null, Value::from));

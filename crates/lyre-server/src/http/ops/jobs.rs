@@ -15,7 +15,7 @@ use crate::http::ops::{Params, reply};
 /// Harper's answer to an operation that started job `id`:
 /// `{message: "Starting job with id <id>", job_id}`.
 pub fn started(format: Format, id: String) -> Result<Response, ApiError> {
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("message".into(), format!("Starting job with id {id}").into());
     out.insert("job_id".into(), id.into());
     reply(format, &Value::Object(out))
@@ -101,7 +101,7 @@ pub async fn delete_records_before(
         .ok_or_else(|| ApiError::bad_request("'date' must be in ISO 8601 date format"))?;
     // An unknown table is told now rather than through a failed job.
     state.engine.database(&database)?.table(&table_name)?;
-    let mut body = Object::new();
+    let mut body = Object::default();
     body.insert("operation".into(), operation.into());
     body.insert("database".into(), database.clone().into());
     body.insert("table".into(), table_name.clone().into());

@@ -118,16 +118,16 @@ pub(super) async fn detached<T: Send + 'static>(
 /// named leases (what a drop waits for), and the databases start-up refused to load.
 pub async fn get_lifecycle_status(state: &Arc<AppState>, ctx: &Context, format: Format) -> Result<Response, ApiError> {
     lyre_core::access::require_super_user(ctx)?;
-    let mut databases = Object::new();
+    let mut databases = Object::default();
     for (name, handles, leases) in state.engine.handles() {
-        let mut entry = Object::new();
+        let mut entry = Object::default();
         entry.insert("open_handles".into(), Value::Int(handles as i64));
         entry.insert("leases".into(), Value::Array(leases.into_iter().map(Value::String).collect()));
         databases.insert(name, Value::Object(entry));
     }
     let blocked =
         state.engine.blocked_databases().into_iter().map(|(name, reason)| (name, Value::String(reason))).collect();
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("databases".into(), Value::Object(databases));
     out.insert("blocked".into(), Value::Object(blocked));
     reply(format, &Value::Object(out))

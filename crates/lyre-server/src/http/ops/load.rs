@@ -143,7 +143,7 @@ async fn start(
     };
     // Refused before a job exists, as Harper does (the writes check again).
     table.access(ctx, actions)?;
-    let mut body = Object::new();
+    let mut body = Object::default();
     body.insert("operation".into(), operation.into());
     body.insert("database".into(), database.clone().into());
     body.insert("table".into(), table_name.clone().into());

@@ -351,7 +351,7 @@ pub fn reply(format: Format, value: &impl serde::Serialize) -> Result<Response, 
 
 /// `{"message": text}`.
 pub fn message(format: Format, text: impl Into<String>) -> Result<Response, ApiError> {
-    let mut body = Object::new();
+    let mut body = Object::default();
     body.insert("message".into(), Value::String(text.into()));
     reply(format, &Value::Object(body))
 }

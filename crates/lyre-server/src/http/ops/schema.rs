@@ -150,7 +150,7 @@ pub async fn describe_all(
     _params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let mut all = Object::new();
+    let mut all = Object::default();
     for db in engine.databases() {
         // Others than super users see only the databases their role grants on.
         if !ctx.user.role.permissions.describes_database(db.name()) {
@@ -186,7 +186,7 @@ pub async fn describe_table(
 }
 
 fn describe_tables(ctx: &Context, db: &Arc<lyre_core::Db>) -> Result<Object, ApiError> {
-    let mut tables = Object::new();
+    let mut tables = Object::default();
     for name in db.schema().tables.keys() {
         // Tables the user may not read are left out, as Harper filters by role.
         let Ok(stats) = db.table(name).and_then(|t| t.stats(ctx)) else {
@@ -204,7 +204,7 @@ fn describe(stats: &TableStats) -> Object {
         .attributes
         .iter()
         .map(|a| {
-            let mut attribute = Object::new();
+            let mut attribute = Object::default();
             attribute.insert("attribute".into(), a.name.clone().into());
             if let Some(t) = &a.type_name {
                 attribute.insert("type".into(), t.clone().into());
@@ -217,7 +217,7 @@ fn describe(stats: &TableStats) -> Object {
             Value::Object(attribute)
         })
         .collect::<Vec<_>>();
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("schema".into(), table.database.clone().into());
     out.insert("name".into(), table.name.clone().into());
     out.insert("hash_attribute".into(), table.primary_key.clone().into());

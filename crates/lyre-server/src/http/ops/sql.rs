@@ -30,7 +30,7 @@ pub async fn sql(
         Ok(Outcome::Rows(rows)) => reply(format, &rows),
         Ok(Outcome::Plan(lines)) => reply(format, &lines),
         Ok(Outcome::Written(written)) => {
-            let mut body = Object::new();
+            let mut body = Object::default();
             body.insert("message".into(), Value::String(written.message));
             body.insert(written.keys_field.into(), Value::Array(written.keys));
             body.insert("skipped_hashes".into(), Value::Array(written.skipped));

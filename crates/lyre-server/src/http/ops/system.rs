@@ -95,7 +95,7 @@ pub async fn system_information(
     let parts: Vec<&'static str> = PARTS.into_iter().filter(|part| wanted(part)).collect();
     let state = state.clone();
     let out = blocking("reading the system's information", move || {
-        let mut out = Object::new();
+        let mut out = Object::default();
         let mut machine = None;
         for part in parts {
             let value = match part {
@@ -136,7 +136,7 @@ impl Machine {
     }
 
     fn part(&self, part: &str) -> Value {
-        let mut out = Object::new();
+        let mut out = Object::default();
         let mut put = |key: &str, value: Value| _ = out.insert(key.to_string(), value);
         match part {
             "system" => {
@@ -157,10 +157,10 @@ impl Machine {
                 put("cores", Value::Int(cpus.len() as i64));
                 put("physicalCores", System::physical_core_count().map_or(Value::Null, |n| Value::Int(n as i64)));
                 let load = self.system.as_ref().map_or(0.0, System::global_cpu_usage);
-                let mut current = Object::new();
+                let mut current = Object::default();
                 current.insert("currentLoad".into(), Value::Float(f64::from(load)));
                 let per_cpu = cpus.iter().map(|cpu| {
-                    let mut one = Object::new();
+                    let mut one = Object::default();
                     one.insert("load".into(), Value::Float(f64::from(cpu.usage())));
                     Value::Object(one)
                 });
@@ -189,7 +189,7 @@ impl Machine {
                     disks
                         .iter()
                         .map(|disk| {
-                            let mut one = Object::new();
+                            let mut one = Object::default();
                             one.insert("fs".into(), disk.name().to_string_lossy().into_owned().into());
                             one.insert("type".into(), disk.file_system().to_string_lossy().into_owned().into());
                             one.insert("size".into(), Value::Int(disk.total_space() as i64));
@@ -208,7 +208,7 @@ impl Machine {
                     networks
                         .iter()
                         .map(|(name, data)| {
-                            let mut one = Object::new();
+                            let mut one = Object::default();
                             one.insert("iface".into(), name.to_string_lossy().into_owned().into());
                             one.insert("mac".into(), data.mac_address().to_string().into());
                             one.insert("rx_bytes".into(), Value::Int(data.total_received() as i64));
@@ -222,7 +222,7 @@ impl Machine {
             "harperdb_processes" => {
                 let pid = std::process::id();
                 let this = self.system.as_ref().and_then(|system| system.process(Pid::from_u32(pid))).map(|process| {
-                    let mut one = Object::new();
+                    let mut one = Object::default();
                     one.insert("pid".into(), Value::Int(i64::from(pid)));
                     one.insert("name".into(), process.name().to_string_lossy().into_owned().into());
                     one.insert("cpu".into(), Value::Float(f64::from(process.cpu_usage())));
@@ -241,7 +241,7 @@ impl Machine {
 
 /// `time`: now, the machine's uptime and the process's, the time zone.
 fn time(state: &AppState) -> Value {
-    let mut out = Object::new();
+    let mut out = Object::default();
     let now = std::time::SystemTime::now();
     out.insert("current".into(), Value::Int(lyre_core::now_ms() as i64));
     out.insert("uptime".into(), System::uptime().map_or(Value::Null, |s| Value::Int(s as i64)));
@@ -256,7 +256,7 @@ fn table_sizes(state: &AppState) -> Value {
     let mut out = Vec::new();
     for db in state.engine.databases() {
         for stats in db.all_table_stats() {
-            let mut one = Object::new();
+            let mut one = Object::default();
             one.insert("schema".into(), db.name().into());
             one.insert("table".into(), stats.schema.name.clone().into());
             one.insert("table_size".into(), Value::Int(stats.table_size as i64));
@@ -271,18 +271,18 @@ fn table_sizes(state: &AppState) -> Value {
 /// `metrics`: per database, its file's size and its log's, and per table its
 /// records and bytes.
 fn database_metrics(state: &AppState) -> Value {
-    let mut out = Object::new();
+    let mut out = Object::default();
     for db in state.engine.databases() {
-        let mut tables = Object::new();
+        let mut tables = Object::default();
         let (mut size, mut audit) = (0, 0);
         for stats in db.all_table_stats() {
             (size, audit) = (stats.db_size, stats.db_audit_size);
-            let mut one = Object::new();
+            let mut one = Object::default();
             one.insert("entryCount".into(), Value::Int(stats.record_count as i64));
             one.insert("size".into(), Value::Int(stats.table_size as i64));
             tables.insert(stats.schema.name.clone(), Value::Object(one));
         }
-        let mut one = Object::new();
+        let mut one = Object::default();
         one.insert("size".into(), Value::Int(size as i64));
         one.insert("audit".into(), Value::Int(audit as i64));
         one.insert("tables".into(), Value::Object(tables));
@@ -297,7 +297,7 @@ fn threads() -> Value {
     let threads = tasks.filter_map(Result::ok).map(|task| {
         let id: i64 = task.file_name().to_string_lossy().parse().unwrap_or(0);
         let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        let mut one = Object::new();
+        let mut one = Object::default();
         one.insert("threadId".into(), Value::Int(id));
         one.insert("name".into(), name.trim().into());
         Value::Object(one)

@@ -58,7 +58,7 @@ pub async fn create_authentication_tokens(
     let operation = issue(TokenKind::Operation).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
     let refresh = issue(TokenKind::Refresh).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
     state.engine.users().keep_refresh_token(&user.username, &refresh).await?;
-    let mut body = Object::new();
+    let mut body = Object::default();
     body.insert("operation_token".into(), operation.into());
     body.insert("refresh_token".into(), refresh.into());
     reply(format, &Value::Object(body))
@@ -91,7 +91,7 @@ pub async fn refresh_operation_token(
     };
     let operation =
         state.tokens.issue(&user, TokenKind::Operation).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
-    let mut body = Object::new();
+    let mut body = Object::default();
     body.insert("operation_token".into(), operation.into());
     reply(format, &Value::Object(body))
 }

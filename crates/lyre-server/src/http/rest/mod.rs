@@ -482,7 +482,7 @@ impl RestRequest<'_> {
 /// Harper's table description at `/T`.
 fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Result<Value, ApiError> {
     let stats = table.stats(ctx)?;
-    let mut out = Object::new();
+    let mut out = Object::default();
     out.insert("records".into(), "./".into());
     out.insert("name".into(), schema.name.clone().into());
     out.insert("database".into(), schema.database.clone().into());
@@ -491,7 +491,7 @@ fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Result<Value,
         .attributes
         .iter()
         .map(|a| {
-            let mut attribute = Object::new();
+            let mut attribute = Object::default();
             if let Some(t) = &a.type_name {
                 attribute.insert("type".into(), t.clone().into());
             }
@@ -499,7 +499,7 @@ fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Result<Value,
             if a.is_primary_key {
                 attribute.insert("isPrimaryKey".into(), true.into());
             } else if a.indexed {
-                attribute.insert("indexed".into(), Value::Object(Object::new()));
+                attribute.insert("indexed".into(), Value::Object(Object::default()));
             }
             attribute.insert("attribute".into(), a.name.clone().into());
             Value::Object(attribute)

@@ -27,7 +27,7 @@ fn schema_type(type_name: Option<&str>) -> Value {
 }
 
 fn table_schema(table: &TableSchema) -> Value {
-    let mut properties = Object::new();
+    let mut properties = Object::default();
     for attribute in &table.attributes {
         let mut ty = schema_type(attribute.type_name.as_deref());
         if attribute.shape.list {
@@ -58,8 +58,8 @@ fn operation(summary: String, tag: &str, responses: Vec<(&str, &str)>) -> Value 
 
 /// The document for every export that resolves to a table.
 pub fn document(engine: &Engine, exports: &Exports, host: &str) -> Value {
-    let mut paths = Object::new();
-    let mut schemas = Object::new();
+    let mut paths = Object::default();
+    let mut schemas = Object::default();
     for export in exports.iter() {
         let Ok(table) = engine.database(&export.database).and_then(|db| db.table(&export.table)) else { continue };
         let schema = table.schema();
