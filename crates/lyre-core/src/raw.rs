@@ -175,10 +175,12 @@ impl<'a> Reader<'a> {
             Scalar::Array(len) => {
                 // Every element takes at least a byte: a corrupt length cannot
                 // reserve more than the input could hold.
-                let mut items = Vec::with_capacity(len.min(self.0.len()));
+                // (and nested claims cannot add up past 4,096 each, as serde's).
+                let mut items = Vec::with_capacity(len.min(self.0.len()).min(4096));
                 for _ in 0..len {
                     items.push(self.value(depth + 1)?);
                 }
+                items.shrink_to_fit();
                 Value::Array(items)
             }
             Scalar::Map(len) => Value::Object(self.object(len, len, depth, &|_| true)?),
@@ -195,8 +197,8 @@ impl<'a> Reader<'a> {
         wanted: &dyn Fn(&str) -> bool,
     ) -> Result<Object, &'static str> {
         // Every entry takes at least two bytes: a corrupt length cannot reserve
-        // more than the input could hold.
-        let mut object = object_with_capacity(kept.min(self.0.len() / 2));
+        // more than the input could hold (nor, nested, more than 4,096 a level).
+        let mut object = object_with_capacity(kept.min(self.0.len() / 2).min(4096));
         for _ in 0..len {
             let key = self.key()?;
             if wanted(&key) {
@@ -207,7 +209,6 @@ impl<'a> Reader<'a> {
                 self.take(skipped)?;
             }
         }
-        // Exact capacities keep a decoded record's size what `footprint.rs` estimates.
         object.shrink_to_fit();
         Ok(object)
     }
@@ -384,8 +385,10 @@ fn needs_escape(word: u64) -> bool {
 }
 
 /// Decodes the MessagePack value at the start of `bytes` into the [`Value`] that
-/// `Value::from_msgpack` answers for it (the tests hold it to that), without serde's
-/// visitor in between: how every stored record is read.
+/// `Value::from_msgpack` answers for it, for everything Lyre stores (the tests hold
+/// it to that), without serde's visitor in between: how every stored record is
+/// read. Stricter on what Lyre never writes: text that is not UTF-8 and map keys
+/// that are not text, `i64` integers or booleans are refused as corrupt.
 pub(crate) fn decode_value(bytes: &[u8]) -> Result<Value, &'static str> {
     Reader(bytes).value(0)
 }

@@ -28,6 +28,10 @@ use crate::ops;
 /// row 0.33 s, 32 0.23 s (lyre-bench sql --kind join, release build).
 const LOOKUP_BATCH: usize = 32;
 
+/// The largest `LIMIT` + `OFFSET` whose sort a single-table query leaves to core
+/// (larger pages, or none, are sorted here, charged to the statement's budget).
+const CORE_SORT_WINDOW: usize = 10_000;
+
 /// The database a table named without one is looked up in (Harper's default).
 pub const DEFAULT_DATABASE: &str = "data";
 
@@ -328,7 +332,11 @@ impl<'e> Statement<'e> {
         // index order, reading only the rows the page needs.
         let streamable = sources.len() == 1 && !grouped && !distinct && having.is_none();
         let pushed = pushdown(&conjuncts, 0);
-        let sort_pushed = streamable && sources[0].table().is_some() && pushed.exact && order_pushable(&order);
+        // Core sorts what no index orders by holding up to twice its window, outside
+        // the statement's budget: it gets the sort only with a LIMIT that bounds that.
+        let window_bounded = limit.is_some_and(|l| l.saturating_add(offset) <= CORE_SORT_WINDOW);
+        let sort_pushed =
+            streamable && window_bounded && sources[0].table().is_some() && pushed.exact && order_pushable(&order);
         let now = self.now;
         let passes = |row: &Row| -> Result<bool> {
             let env = Env { row, aggregates: &[], now };
@@ -401,12 +409,14 @@ impl<'e> Statement<'e> {
                     })?;
                     rows = next;
                 } else {
+                    // A kept row shares its records, charged when they were read.
+                    let row_weight = (at + 1) * std::mem::size_of::<Option<Arc<Object>>>() + std::mem::size_of::<Row>();
                     self.join(&sources, std::mem::take(&mut rows), at, *kind, on, &conjuncts, &mut |row, budget| {
                         if passes(&row)? {
                             match grouper.as_mut() {
                                 Some(grouper) => grouper.push(row, budget)?,
                                 None => {
-                                    budget.charge(row.sources.iter().flatten().map(|r| weight(r)).sum())?;
+                                    budget.charge(row_weight)?;
                                     kept.push(row);
                                 }
                             }

@@ -886,9 +886,9 @@ async fn columns_are_named_as_harper_names_them() {
 
 /// A join that needs only the inner table's join key reads it from the index
 /// (core builds those records from index entries), but only where the index key
-/// holds the value exactly: a string longer than a key keeps and a zero (maybe a
-/// negative one) are read from their records, so the joined values are the stored
-/// ones, integers past 2^53 included.
+/// holds the value exactly: a string longer than a key keeps, a zero (maybe a
+/// negative one) and an integer past 2^53 (maybe a float: `1e17` is written as
+/// one) are read from their records, so the joined values are the stored ones.
 #[tokio::test]
 async fn an_index_only_join_answers_the_stored_values() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -903,6 +903,7 @@ async fn an_index_only_join_answers_the_stored_values() {
         9_007_199_254_740_992_i64,
         -0.0,
         0,
+        1e17,
         1.5,
         7,
         "short",

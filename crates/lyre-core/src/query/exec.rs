@@ -152,7 +152,9 @@ fn scan(
 /// Walks an index range, handing over each entry's record. With `covering` (the
 /// indexed attribute, when [`Live::covered_by`] allows), a record is built from the
 /// entry's value alone wherever the index key holds that value exactly, without
-/// reading the record: a join that needs only its key reads no records.
+/// reading the record: a join that needs only its key reads no records. (An entry
+/// whose record is missing, which only a bug in index maintenance leaves and the
+/// consistency checker reports, then answers its value instead of being skipped.)
 #[allow(clippy::too_many_arguments)]
 fn index_walk(
     txn: &ReadTxn,
@@ -197,14 +199,16 @@ fn index_walk(
 }
 
 /// The value an index entry (`value ++ primary key`) was written for, when its key
-/// holds it exactly: not a truncated string, and not a zero (the key drops a
-/// negative zero's sign). Integers are exact (a key keeps a large one's residual);
-/// an integral float comes back as the integer, which every format writes the same
-/// way.
+/// holds it exactly: not a truncated string, not a zero (the key drops a negative
+/// zero's sign), and not an integer of 2^53 or more, which may have been a float
+/// (a key writes both alike, and a float that large is written as a float). Below
+/// that an integral float comes back as the integer, which every format writes the
+/// same way.
 fn exact_key_value(entry: &[u8]) -> Result<Option<Value>> {
+    const FLOAT_INTEGERS: u64 = 1 << 53;
     Ok(match decode_key(entry)?.0 {
         OwnedKey::Str { truncated: true, .. } | OwnedKey::Array(_) => None,
-        OwnedKey::Int(0) => None,
+        OwnedKey::Int(i) if i == 0 || i.unsigned_abs() >= FLOAT_INTEGERS => None,
         key => Some(Value::from(key)),
     })
 }

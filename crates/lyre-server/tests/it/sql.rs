@@ -141,6 +141,12 @@ async fn indexes_serve_conditions_and_joins() {
     assert_eq!(plan, json!(["dog: keys(2)"]));
     let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog ORDER BY age DESC LIMIT 2").await;
     assert_eq!(plan, json!(["dog: sort-index(age)"]), "ORDER BY an indexed attribute with LIMIT reads in index order");
+    // Without a LIMIT (or with a page past core's window) the statement sorts, under
+    // its memory budget, instead of core holding every match outside it.
+    let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog WHERE id IN (1, 2) ORDER BY age").await;
+    assert_eq!(plan, json!(["dog: keys(2)"]));
+    let (_, body) = sql(&s, "SELECT id FROM dev.dog WHERE age >= 5 ORDER BY age DESC LIMIT 1 OFFSET 20000").await;
+    assert_eq!(body, json!([]));
     // A range on the sorted attribute reads its index range in order, and stops.
     let (_, plan) = sql(&s, "EXPLAIN SELECT id FROM dev.dog WHERE age >= 5 ORDER BY age LIMIT 2").await;
     assert_eq!(plan, json!(["dog: index(age)"]));
