@@ -399,8 +399,9 @@ impl<'e> Statement<'e> {
             for (at, (kind, _)) in joins.iter().enumerate() {
                 let at = at + 1;
                 let on = ons[at - 1].as_ref();
+                // A held row is charged its slots: its records were charged when read.
+                let row_weight = (at + 1) * std::mem::size_of::<Option<Arc<Object>>>() + std::mem::size_of::<Row>();
                 if at < last {
-                    let row_weight = (at + 1) * std::mem::size_of::<Option<Arc<Object>>>() + std::mem::size_of::<Row>();
                     let mut next = Vec::new();
                     self.join(&sources, rows, at, *kind, on, &conjuncts, &mut |row, budget| {
                         budget.charge(row_weight)?;
@@ -409,8 +410,6 @@ impl<'e> Statement<'e> {
                     })?;
                     rows = next;
                 } else {
-                    // A kept row shares its records, charged when they were read.
-                    let row_weight = (at + 1) * std::mem::size_of::<Option<Arc<Object>>>() + std::mem::size_of::<Row>();
                     self.join(&sources, std::mem::take(&mut rows), at, *kind, on, &conjuncts, &mut |row, budget| {
                         if passes(&row)? {
                             match grouper.as_mut() {
