@@ -173,9 +173,9 @@ impl<'a> Reader<'a> {
             Scalar::Str(s) => Value::String(s.to_owned()),
             Scalar::Bin(b) => Value::Bytes(b.to_vec()),
             Scalar::Array(len) => {
-                // Every element takes at least a byte: a corrupt length cannot
-                // reserve more than the input could hold.
-                // (and nested claims cannot add up past 4,096 each, as serde's).
+                // Every element takes at least a byte, and a level reserves at most
+                // 4,096 (as serde does): corrupt lengths, nested or not, cannot
+                // reserve more than the input could fill.
                 let mut items = Vec::with_capacity(len.min(self.0.len()).min(4096));
                 for _ in 0..len {
                     items.push(self.value(depth + 1)?);

@@ -15,7 +15,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// Hashed with foldhash (a random seed per process and per map): every read looks
 /// attribute names up (decoding, filtering, projecting), and SipHash cost about a
 /// fifth of a large join's time. foldhash resists hash flooding less than SipHash;
-/// an object's keys are bounded by the request body's size limit. Build one with `Object::default()` or [`object_with_capacity`].
+/// an object's keys are bounded by the request body's size limit. Build one with
+/// `Object::default()` or [`object_with_capacity`].
 pub type Object = IndexMap<String, Value, foldhash::fast::RandomState>;
 
 /// An empty object with room for `capacity` attributes.
