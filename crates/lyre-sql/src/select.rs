@@ -403,25 +403,35 @@ impl<'e> Statement<'e> {
                 let row_weight = (at + 1) * std::mem::size_of::<Option<Arc<Object>>>() + std::mem::size_of::<Row>();
                 if at < last {
                     let mut next = Vec::new();
-                    self.join(&sources, rows, at, *kind, on, &conjuncts, &mut |row, budget| {
+                    self.join(&sources, rows, at, *kind, on, &conjuncts, true, &mut |row, budget| {
                         budget.charge(row_weight)?;
                         next.push(row);
                         Ok(())
                     })?;
                     rows = next;
                 } else {
-                    self.join(&sources, std::mem::take(&mut rows), at, *kind, on, &conjuncts, &mut |row, budget| {
-                        if passes(&row)? {
-                            match grouper.as_mut() {
-                                Some(grouper) => grouper.push(row, budget)?,
-                                None => {
-                                    budget.charge(row_weight)?;
-                                    kept.push(row);
+                    let keeps_rows = grouper.is_none();
+                    self.join(
+                        &sources,
+                        std::mem::take(&mut rows),
+                        at,
+                        *kind,
+                        on,
+                        &conjuncts,
+                        keeps_rows,
+                        &mut |row, budget| {
+                            if passes(&row)? {
+                                match grouper.as_mut() {
+                                    Some(grouper) => grouper.push(row, budget)?,
+                                    None => {
+                                        budget.charge(row_weight)?;
+                                        kept.push(row);
+                                    }
                                 }
                             }
-                        }
-                        Ok(())
-                    })?;
+                            Ok(())
+                        },
+                    )?;
                 }
             }
         }
@@ -759,7 +769,9 @@ impl<'e> Statement<'e> {
     }
 
     /// Joins source `at` to `rows` (which hold sources `0..at`), handing each joined
-    /// row to `emit` with the statement's budget (to charge what it keeps).
+    /// row to `emit` with the statement's budget (to charge what it keeps). Unless
+    /// `emit` `keeps_rows`, the records a lookup batch fetched are freed, and given
+    /// back to the budget, once the batch is joined.
     #[allow(clippy::too_many_arguments)]
     fn join(
         &mut self,
@@ -769,6 +781,7 @@ impl<'e> Statement<'e> {
         kind: JoinKind,
         on: Option<&Expr>,
         conjuncts: &[Expr],
+        keeps_rows: bool,
         emit: &mut dyn FnMut(Row, &mut Budget) -> Result<()>,
     ) -> Result<()> {
         let source = &sources[at];
@@ -815,6 +828,7 @@ impl<'e> Statement<'e> {
                         distinct.entry(hash_key(key)).or_insert_with(|| key.clone());
                     }
                     let mut found: HashMap<Vec<u8>, Vec<Arc<Object>>> = HashMap::new();
+                    let mut fetched = 0usize;
                     if !distinct.is_empty() {
                         let equals = |value: Value| Condition::Compare {
                             attribute: column.clone(),
@@ -832,7 +846,6 @@ impl<'e> Statement<'e> {
                         });
                         let query = Query { conditions, select: source.read.clone(), ..Query::default() };
                         let mut records = Vec::new();
-                        let mut fetched = 0usize;
                         table.search_in(self.ctx, query, snapshot)?.run(&mut |value| {
                             if let Value::Object(record) = value {
                                 fetched = fetched.saturating_add(weight(&record));
@@ -868,6 +881,9 @@ impl<'e> Statement<'e> {
                         if !matched && kind == JoinKind::Left {
                             emit(extend(row, None), &mut self.budget)?;
                         }
+                    }
+                    if !keeps_rows {
+                        self.budget.release(fetched);
                     }
                 }
             }
@@ -1002,6 +1018,11 @@ impl Budget {
             return Err(SqlError::OverBudget { budget: self.limit });
         }
         Ok(())
+    }
+
+    /// Gives back `bytes` charged for something no longer held.
+    fn release(&mut self, bytes: usize) {
+        self.used = self.used.saturating_sub(bytes);
     }
 }
 

@@ -269,6 +269,13 @@ async fn a_statement_past_its_memory_budget_fails_clearly() {
     // group within the budget they would pass if held.
     let (status, body) = sql(&s, "SELECT id % 3 AS g, COUNT(*) AS n FROM dev.t GROUP BY id % 3 ORDER BY g").await;
     assert_eq!((status, body), (200, json!([{"g": 0, "n": 334}, {"g": 1, "n": 333}, {"g": 2, "n": 333}])));
+    // So does a grouped join: each lookup batch's records are freed once joined.
+    let (status, body) = sql(
+        &s,
+        "SELECT a.id % 3 AS g, COUNT(b.pad) AS n FROM dev.t a INNER JOIN dev.t b ON b.id = a.id GROUP BY a.id % 3 ORDER BY g",
+    )
+    .await;
+    assert_eq!((status, body), (200, json!([{"g": 0, "n": 334}, {"g": 1, "n": 333}, {"g": 2, "n": 333}])));
 }
 
 #[tokio::test]
