@@ -24,6 +24,10 @@ pub enum ChangeKind {
     /// The table's definition changed (created, an attribute added or dropped, an
     /// index built); `record` holds the caller's description of the change.
     Catalog,
+    /// A message was published to the record `key` names, leaving the record as it
+    /// was: `record` holds the message as the caller encoded it (no record header).
+    /// Subscribers receive it; it changes no data.
+    Message,
 }
 
 impl ChangeKind {

@@ -216,6 +216,16 @@ impl ReadTxn {
         }))
     }
 
+    /// Transaction-log entries with sequence number below `before`, newest first,
+    /// with the size of each as stored.
+    pub fn log_sized_before(&self, before: u64) -> Result<impl Iterator<Item = Result<(LogEntry, usize)>> + '_> {
+        let iter = self.db.inner.txlog.rev_range(&self.txn, &(..before))?;
+        Ok(iter.map(|item| {
+            let (_, bytes) = item?;
+            Ok((LogEntry::decode(bytes)?, bytes.len()))
+        }))
+    }
+
     /// Transaction-log entries with sequence number `from` or later, in order.
     pub fn log_from(&self, from: u64) -> Result<impl Iterator<Item = Result<LogEntry>> + '_> {
         let iter = self.db.inner.txlog.range(&self.txn, &(from..))?;
@@ -358,6 +368,12 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// is opaque to the store), in this transaction's entry.
     pub fn log_catalog(&mut self, table: &TableStore, description: Vec<u8>) -> Result<()> {
         self.log(table, ChangeKind::Catalog, Vec::new(), Some(description))
+    }
+
+    /// Logs a message published to the record under `key` (which need not exist),
+    /// in this transaction's entry; `message` is opaque to the store.
+    pub fn log_message(&mut self, table: &TableStore, key: Vec<u8>, message: Vec<u8>) -> Result<()> {
+        self.log(table, ChangeKind::Message, key, Some(message))
     }
 
     /// Adds a change of `table` to this transaction's entry, naming the table's

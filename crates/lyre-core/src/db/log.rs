@@ -162,6 +162,24 @@ impl Db {
         Ok(batch)
     }
 
+    /// Up to `max_entries` entries before the one `before` names (`before.seq`
+    /// itself excluded), newest first, about `max_bytes` of them at most (at least
+    /// one when one exists): for reading history backwards. Super users only.
+    pub fn read_log_back(&self, ctx: &Context, before: Cursor, max_entries: usize, max_bytes: usize) -> Result<Vec<LogEntry>> {
+        require_super_user(ctx)?;
+        let txn = self.snapshot()?;
+        let (mut entries, mut bytes) = (Vec::new(), 0);
+        for item in txn.log_sized_before(before.seq)? {
+            if entries.len() >= max_entries.max(1) || (bytes >= max_bytes && !entries.is_empty()) {
+                break;
+            }
+            let (entry, size) = item?;
+            bytes += size;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
     /// The durable cursor named `name`, if it exists.
     pub fn cursor(&self, name: &str) -> Result<Option<Cursor>> {
         let txn = self.snapshot()?;

@@ -113,6 +113,16 @@ impl SharedSnapshot {
         self.db.name()
     }
 
+    /// The log position this snapshot reflects: every entry up to it, none after.
+    pub fn log_position(&self) -> Result<crate::db::log::Cursor> {
+        Ok(crate::db::log::Cursor::after(self.txn.lock().last_log_seq()?))
+    }
+
+    /// Runs `read` on the snapshot's transaction (held locked meanwhile).
+    pub(crate) fn with_txn<T>(&self, read: impl FnOnce(&ReadTxn) -> Result<T>) -> Result<T> {
+        read(&self.txn.lock())
+    }
+
     /// Whether it reads `db` (the same open database, not one of the same name that
     /// was dropped and created again since).
     pub(crate) fn reads(&self, db: &Arc<Db>) -> bool {

@@ -7,6 +7,8 @@
 //! * `expiry.rs`: the sweeper that evicts expired records.
 //! * `consistency.rs`: the checker that walks indexes against records.
 //! * `jobs.rs`: operations answered with a job id, run as tasks of the services.
+//! * `feed/`: the change feed: every committed record change delivered to its
+//!   subscribers, each bounded in memory however far behind it falls.
 //! * `log.rs`: the [`Consumer`] trait and the runner that feeds a consumer the log
 //!   from its durable cursor: the place the change feed, derived-index runners and
 //!   replication plug in.
@@ -20,6 +22,7 @@
 mod audit;
 mod consistency;
 mod expiry;
+mod feed;
 mod jobs;
 mod log;
 mod retention;
@@ -34,6 +37,9 @@ use tokio::task::JoinSet;
 
 pub use audit::{AuditEntry, AuditSearch, read_audit_log};
 pub use consistency::{ConsistencyReport, check_consistency};
+pub use feed::{
+    Event, EventKind, EventValue, Feed, FeedEnd, FeedOptions, Matcher, Position, Start, SubscribeRequest, Subscription,
+};
 pub use jobs::{JobCounts, JobEnd, Jobs, Progress};
 pub use log::{Consumer, RunnerOptions};
 
@@ -51,6 +57,8 @@ pub struct ServiceOptions {
     pub consumer_timeout: Duration,
     /// How long [`Services::shutdown`] lets tasks finish before stopping them.
     pub shutdown_grace: Duration,
+    /// The change feed's bounds.
+    pub feed: FeedOptions,
 }
 
 impl Default for ServiceOptions {
@@ -59,6 +67,7 @@ impl Default for ServiceOptions {
             audit_retention: None,
             consumer_timeout: Duration::from_secs(7 * 86_400),
             shutdown_grace: Duration::from_secs(5),
+            feed: FeedOptions::default(),
         }
     }
 }
@@ -149,6 +158,7 @@ pub struct Services {
     engine: Arc<Engine>,
     tasks: Arc<Tasks>,
     jobs: Arc<Jobs>,
+    feed: Feed,
     options: ServiceOptions,
 }
 
@@ -164,12 +174,18 @@ impl Services {
             let limits = retention::Limits { retention, consumer_timeout: options.consumer_timeout };
             tasks.spawn(retention::keep_within(Arc::downgrade(engine), limits, tasks.stopping()));
         }
-        Ok(Arc::new(Services { engine: engine.clone(), tasks, jobs, options }))
+        let feed = Feed::new(Arc::downgrade(engine), tasks.clone(), options.feed);
+        Ok(Arc::new(Services { engine: engine.clone(), tasks, jobs, feed, options }))
     }
 
     /// The jobs (`get_job`, and operations answered with a job id).
     pub fn jobs(&self) -> &Arc<Jobs> {
         &self.jobs
+    }
+
+    /// The change feed: subscriptions to records' changes.
+    pub fn feed(&self) -> &Feed {
+        &self.feed
     }
 
     /// Runs `step` every `period` as a task of the services until they shut down

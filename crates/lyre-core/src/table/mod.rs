@@ -6,6 +6,7 @@
 
 #[cfg(test)]
 mod tests;
+mod current;
 mod write;
 
 use std::ops::Bound;
@@ -21,6 +22,8 @@ use crate::query::{Comparator, Condition, Query, Search, Select, SharedSnapshot}
 use crate::record::expiry::{self, Live};
 use crate::record::validate::{self, is_primary_key_value};
 use crate::record::{decode_entry, stored_record};
+
+pub use current::{CurrentPage, CurrentRecord, KeyScope};
 use crate::value::{Object, Value};
 
 pub use crate::record::WriteMode;
@@ -147,6 +150,16 @@ impl Table {
         write::apply(self, ctx, mode, prepared, options.at, access).await
     }
 
+    /// Publishes `message` to the record with primary key `id` without changing any
+    /// data (MQTT's non-retained publish, a WebSocket message): it is logged, and
+    /// every subscriber of the record receives it. Needs insert permission, as
+    /// Harper's `publish` does. Returns the message's version.
+    pub async fn publish(&self, ctx: &Context, id: &Value, message: &Value) -> Result<f64> {
+        self.access(ctx, &[Action::Insert])?;
+        let key = validate::encode_primary_key(id)?;
+        write::publish(self, ctx, key, message.to_msgpack()).await
+    }
+
     /// Checks `record` as a write in `mode` would before queuing it (attribute names,
     /// declared types, the primary key), without writing: a bulk load finds the rows
     /// a batch would fail on and rejects them alone. Permissions are checked by the
@@ -169,19 +182,24 @@ impl Table {
     pub fn get_body(&self, ctx: &Context, id: &Value) -> Result<Option<(RecordBody, RecordVersion)>> {
         let access = self.access(ctx, &[Action::Read])?;
         let live = Live::of(&self.schema);
-        self.lookup(id, |stored| {
-            if !access.restricts_attributes() {
-                let (header, record) = stored_record(stored)?;
-                match live.sees_version(header.version) {
-                    Some(false) => return Ok(None),
-                    Some(true) => {
-                        return Ok(Some((RecordBody::Stored(record.to_vec()), RecordVersion::from_header(&header))));
-                    }
-                    None => {}
+        self.lookup(id, |stored| self.body_of(&access, &live, stored))
+    }
+
+    /// A stored record as `access` may read it, unless it has expired for `live`:
+    /// its stored bytes untouched when the role reads every attribute and the
+    /// header alone settles expiry, else decoded and stripped.
+    fn body_of(&self, access: &TableAccess, live: &Live<'_>, stored: &[u8]) -> Result<Option<(RecordBody, RecordVersion)>> {
+        if !access.restricts_attributes() {
+            let (header, record) = stored_record(stored)?;
+            match live.sees_version(header.version) {
+                Some(false) => return Ok(None),
+                Some(true) => {
+                    return Ok(Some((RecordBody::Stored(record.to_vec()), RecordVersion::from_header(&header))));
                 }
+                None => {}
             }
-            Ok(self.visible(&access, stored)?.map(|(record, version)| (RecordBody::Decoded(record), version)))
-        })
+        }
+        Ok(self.visible(access, stored)?.map(|(record, version)| (RecordBody::Decoded(record), version)))
     }
 
     /// Runs `read` on the stored bytes of the record with primary key `id`, in a

@@ -241,6 +241,24 @@ pub(crate) async fn delete(
         .await
 }
 
+/// Logs `message` as published to the record `key` names (which need not exist),
+/// as one transaction that changes no data; returns its version. Subscribers of the
+/// record receive it from the log.
+pub(crate) async fn publish(table: &Table, ctx: &Context, key: Vec<u8>, message: Vec<u8>) -> Result<f64> {
+    let name = table.schema().name.clone();
+    let database = table.database().to_string();
+    table
+        .db()
+        .write(ctx, "publish", move |txn, _| {
+            let store = txn
+                .table(&name)?
+                .ok_or_else(|| Error::TableNotFound { database: database.clone(), table: name.clone() })?;
+            txn.log_message(&store, key, message)?;
+            Ok(txn.version().time)
+        })
+        .await
+}
+
 /// Removes the records with these keys that are due for eviction at `now` (checked
 /// again inside the job: one may have been written since the sweep found it), with
 /// their index entries, as one logged transaction.
