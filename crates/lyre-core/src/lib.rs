@@ -59,6 +59,9 @@ pub use lyre_store::WriterOptions;
 /// What a writer has done, and the batch-size buckets it counts in; see `lyre_store`.
 pub use lyre_store::{BATCH_BUCKETS, WriterCounts};
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
-pub use table::{CurrentPage, CurrentRecord, DeleteSummary, Expect, KeyScope, RecordBody, RecordVersion, Table, WriteMode, WriteOptions, WriteSummary};
+pub use table::{
+    CurrentPage, CurrentRecord, DeleteSummary, Expect, KeyScope, RecordBody, RecordVersion, Table, WriteMode,
+    WriteOptions, WriteSummary,
+};
 pub use time::{now_ms, parse_iso8601};
 pub use value::{Object, Value, object_with_capacity};

@@ -70,8 +70,12 @@ async fn silent(sub: &mut Subscription) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_subscription_gets_the_current_record_then_its_changes_only() {
     let f = fixture(FeedOptions::default()).await;
-    f.table.insert(&f.ctx, vec![record(r#"{"id":1,"name":"Penny"}"#), record(r#"{"id":2,"name":"Rex"}"#)]).await.unwrap();
-    let mut sub = f.services.feed().subscribe(&f.ctx, request(KeyScope::Record(Value::Int(1)), Start::Now)).await.unwrap();
+    f.table
+        .insert(&f.ctx, vec![record(r#"{"id":1,"name":"Penny"}"#), record(r#"{"id":2,"name":"Rex"}"#)])
+        .await
+        .unwrap();
+    let mut sub =
+        f.services.feed().subscribe(&f.ctx, request(KeyScope::Record(Value::Int(1)), Start::Now)).await.unwrap();
     let first = next(&mut sub).await.unwrap();
     assert!(first.current, "the current record comes first, marked as such");
     assert_eq!(summary(&first), (EventKind::Put, Value::Int(1), text("Penny")));
@@ -89,7 +93,10 @@ async fn a_record_subscription_gets_the_current_record_then_its_changes_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_and_prefix_subscriptions_cover_their_records() {
     let f = fixture(FeedOptions::default()).await;
-    f.table.insert(&f.ctx, vec![record(r#"{"id":"a/1","name":"one"}"#), record(r#"{"id":"b/1","name":"two"}"#)]).await.unwrap();
+    f.table
+        .insert(&f.ctx, vec![record(r#"{"id":"a/1","name":"one"}"#), record(r#"{"id":"b/1","name":"two"}"#)])
+        .await
+        .unwrap();
     let feed = f.services.feed();
     let mut whole = feed.subscribe(&f.ctx, request(KeyScope::Table, Start::Now)).await.unwrap();
     let mut prefix = feed.subscribe(&f.ctx, request(KeyScope::Prefix("a/".into()), Start::Now)).await.unwrap();
@@ -101,7 +108,10 @@ async fn table_and_prefix_subscriptions_cover_their_records() {
     assert_eq!(summary(&next(&mut whole).await.unwrap()).1, Value::String("b/1".into()));
     assert_eq!(summary(&next(&mut prefix).await.unwrap()).1, Value::String("a/1".into()));
 
-    f.table.insert(&f.ctx, vec![record(r#"{"id":"b/2","name":"three"}"#), record(r#"{"id":"a/b/2","name":"four"}"#)]).await.unwrap();
+    f.table
+        .insert(&f.ctx, vec![record(r#"{"id":"b/2","name":"three"}"#), record(r#"{"id":"a/b/2","name":"four"}"#)])
+        .await
+        .unwrap();
     for sub in [&mut whole, &mut live_only] {
         let first = next(sub).await.unwrap();
         let second = next(sub).await.unwrap();
@@ -144,7 +154,8 @@ async fn history_from_a_time_or_the_last_changes_comes_from_the_log() {
         f.table.upsert(&f.ctx, vec![record(&format!(r#"{{"id":2,"name":"w{i}"}}"#))]).await.unwrap();
     }
     let feed = f.services.feed();
-    let mut last_two = feed.subscribe(&f.ctx, request(KeyScope::Record(Value::Int(1)), Start::Previous(2))).await.unwrap();
+    let mut last_two =
+        feed.subscribe(&f.ctx, request(KeyScope::Record(Value::Int(1)), Start::Previous(2))).await.unwrap();
     assert_eq!(summary(&next(&mut last_two).await.unwrap()).2, text("v3"));
     assert_eq!(summary(&next(&mut last_two).await.unwrap()).2, text("v4"));
     silent(&mut last_two).await;

@@ -49,6 +49,10 @@ pub struct AppState {
     pub control: Arc<crate::control::Control>,
     /// Request metrics (Prometheus and Harper's analytics).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Turns `true` when the server starts shutting down: long-lived connections
+    /// (WebSocket and event-stream subscriptions) end then, instead of holding the
+    /// shutdown up.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// CSV loads that run at once; more wait their turn (their job says so).

@@ -152,6 +152,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         config.authentication.refresh_token_timeout.0,
     )
     .context("opening the token keys")?;
+    let (stop_tx, stop_rx) = watch::channel(false);
     let state = Arc::new(AppState {
         tokens,
         sessions: config.authentication.enable_sessions.then_some(config.authentication.session_timeout.0),
@@ -173,10 +174,10 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         loads: Arc::new(tokio::sync::Semaphore::new(crate::app::MAX_LOADS)),
         control: Arc::new(Control::new(config.clone())),
         metrics: metrics.clone(),
+        stopping: stop_rx.clone(),
     });
 
     let tls = crate::tls::acceptor(&config).context("setting up TLS")?;
-    let (stop_tx, stop_rx) = watch::channel(false);
     let ops_addr = SocketAddr::from(([0, 0, 0, 0], config.operations_api.network.port));
     let ops_listener =
         TcpListener::bind(ops_addr).await.with_context(|| format!("binding the Operations API to {ops_addr}"))?;

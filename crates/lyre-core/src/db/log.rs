@@ -165,7 +165,13 @@ impl Db {
     /// Up to `max_entries` entries before the one `before` names (`before.seq`
     /// itself excluded), newest first, about `max_bytes` of them at most (at least
     /// one when one exists): for reading history backwards. Super users only.
-    pub fn read_log_back(&self, ctx: &Context, before: Cursor, max_entries: usize, max_bytes: usize) -> Result<Vec<LogEntry>> {
+    pub fn read_log_back(
+        &self,
+        ctx: &Context,
+        before: Cursor,
+        max_entries: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<LogEntry>> {
         require_super_user(ctx)?;
         let txn = self.snapshot()?;
         let (mut entries, mut bytes) = (Vec::new(), 0);

@@ -4,9 +4,9 @@
 //! anything. Writes become logical transactions on the database's writer
 //! ([`write`]); reads use a snapshot.
 
+mod current;
 #[cfg(test)]
 mod tests;
-mod current;
 mod write;
 
 use std::ops::Bound;
@@ -23,8 +23,8 @@ use crate::record::expiry::{self, Live};
 use crate::record::validate::{self, is_primary_key_value};
 use crate::record::{decode_entry, stored_record};
 
-pub use current::{CurrentPage, CurrentRecord, KeyScope};
 use crate::value::{Object, Value};
+pub use current::{CurrentPage, CurrentRecord, KeyScope};
 
 pub use crate::record::WriteMode;
 pub use write::{DeleteSummary, Expect, WriteOptions, WriteSummary};
@@ -188,7 +188,12 @@ impl Table {
     /// A stored record as `access` may read it, unless it has expired for `live`:
     /// its stored bytes untouched when the role reads every attribute and the
     /// header alone settles expiry, else decoded and stripped.
-    fn body_of(&self, access: &TableAccess, live: &Live<'_>, stored: &[u8]) -> Result<Option<(RecordBody, RecordVersion)>> {
+    fn body_of(
+        &self,
+        access: &TableAccess,
+        live: &Live<'_>,
+        stored: &[u8],
+    ) -> Result<Option<(RecordBody, RecordVersion)>> {
         if !access.restricts_attributes() {
             let (header, record) = stored_record(stored)?;
             match live.sees_version(header.version) {

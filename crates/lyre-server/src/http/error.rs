@@ -50,6 +50,11 @@ impl ApiError {
         self.code
     }
 
+    /// The client-facing message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// For a user who is not a super user, a missing database or table answers as a
     /// forbidden one does (Harper's hidden-item 403), so existence tells nothing.
     pub fn hidden_from(self, ctx: &lyre_core::Context) -> Self {
@@ -114,13 +119,7 @@ impl ApiError {
             return self.render(format);
         }
         let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let kind = match self.code {
-            Code::MustLogin | Code::Forbidden => "AccessViolation",
-            Code::NotFound => "HdbError",
-            code if code.status() >= 500 => "ServerError",
-            _ => "ClientError",
-        };
-        let body = lyre_core::Value::String(format!("{kind}: {}", self.message));
+        let body = lyre_core::Value::String(self.rest_text());
         let format = format.for_errors();
         let mut response = match format.encode(&body) {
             Ok(bytes) => (status, [(header::CONTENT_TYPE, format.content_type())], bytes).into_response(),
@@ -137,6 +136,20 @@ impl ApiError {
         }
         close_if_unread(self.code, &mut response);
         response
+    }
+}
+
+impl ApiError {
+    /// The error as REST states it: `<kind>: <message>` (`AccessViolation: Must
+    /// login`), also the reason a WebSocket subscription is closed with.
+    pub fn rest_text(&self) -> String {
+        let kind = match self.code {
+            Code::MustLogin | Code::Forbidden => "AccessViolation",
+            Code::NotFound => "HdbError",
+            code if code.status() >= 500 => "ServerError",
+            _ => "ClientError",
+        };
+        format!("{kind}: {}", self.message)
     }
 }
 

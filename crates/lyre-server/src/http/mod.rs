@@ -11,6 +11,7 @@ mod format;
 mod framing;
 mod negotiate;
 mod ops;
+mod realtime;
 pub mod rest;
 pub mod serve;
 mod stream;

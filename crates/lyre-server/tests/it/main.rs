@@ -18,6 +18,7 @@ mod metrics;
 mod ops_crud;
 mod ops_schema;
 mod ops_search;
+mod realtime;
 mod rest;
 mod s3;
 mod sessions;

@@ -25,6 +25,20 @@ impl Position {
     pub fn start_of(seq: u64) -> Self {
         Self { seq, index: 0 }
     }
+
+    /// After every change of entry `seq`: where the events of a snapshot that
+    /// reflects the log through `seq` stand.
+    pub fn end_of(seq: u64) -> Self {
+        Self { seq, index: u32::MAX }
+    }
+
+    /// The first position after this one.
+    pub fn next(self) -> Self {
+        match self.index.checked_add(1) {
+            Some(index) => Self { seq: self.seq, index },
+            None => Self::start_of(self.seq.saturating_add(1)),
+        }
+    }
 }
 
 /// What happened to the record.
@@ -109,20 +123,22 @@ impl Event {
             }
             _ => return Ok(None),
         };
-        Ok(Some(Event {
-            table,
-            id: change_key(change)?,
-            key: change.key.clone(),
-            kind,
-            value,
-            version,
-            local_time: entry.version,
-            position: Position { seq: entry.seq, index: index as u32 },
-            begin_txn: index == 0,
-            current: false,
-            weight: message_bytes,
-        }
-        .weighed()))
+        Ok(Some(
+            Event {
+                table,
+                id: change_key(change)?,
+                key: change.key.clone(),
+                kind,
+                value,
+                version,
+                local_time: entry.version,
+                position: Position { seq: entry.seq, index: index as u32 },
+                begin_txn: index == 0,
+                current: false,
+                weight: message_bytes,
+            }
+            .weighed(),
+        ))
     }
 
     /// The event that sends `record`, read from a snapshot at `position`.

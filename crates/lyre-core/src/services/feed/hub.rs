@@ -282,7 +282,8 @@ fn append_prefix_subscribers(table: &TableIndex, key: &[u8], ids: &mut Vec<u64>)
 /// Ends the subscriptions to `table` (it was dropped).
 fn end_table(state: &mut HubState, table: &str) {
     let Some(index) = state.tables.remove(table) else { return };
-    let ids = index.whole.into_iter().chain(index.keys.into_values().flatten()).chain(index.prefixes.into_values().flatten());
+    let ids =
+        index.whole.into_iter().chain(index.keys.into_values().flatten()).chain(index.prefixes.into_values().flatten());
     for id in ids {
         if let Some(registered) = state.subscribers.get(&id) {
             registered.slot.end(FeedEnd::TableDropped { table: table.to_string() });

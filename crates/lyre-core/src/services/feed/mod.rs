@@ -111,6 +111,9 @@ pub enum Start {
     /// With the last this many changes it covers, from the log (Harper's
     /// `previousCount`).
     Previous(usize),
+    /// With the changes after this position, from the log: a client resuming
+    /// where it left off (SSE's `Last-Event-ID`).
+    After(Position),
 }
 
 /// A filter beyond the key scope, called for each change of a covered table with
@@ -215,7 +218,8 @@ impl Feed {
     /// Subscribes `ctx`'s user to `request`: fails at once for an unknown database
     /// or table, or a role that may not read the table.
     pub async fn subscribe(&self, ctx: &Context, request: SubscribeRequest) -> Result<Subscription> {
-        let engine = self.engine.upgrade().ok_or_else(|| crate::error::Error::Stopped("the server is stopping".into()))?;
+        let engine =
+            self.engine.upgrade().ok_or_else(|| crate::error::Error::Stopped("the server is stopping".into()))?;
         let db = engine.database(&request.database)?;
         let access: Option<TableAccess> = match &request.table {
             Some(table) => {
@@ -228,10 +232,20 @@ impl Feed {
         let hub = self.hub(&db)?;
         let registration = match hub.register(target.clone()) {
             Ok(registration) => registration,
-            Err(_) => self.hub(&db)?.register(target.clone()).map_err(|end| crate::error::Error::Conflict(end.to_string()))?,
+            Err(_) => {
+                self.hub(&db)?.register(target.clone()).map_err(|end| crate::error::Error::Conflict(end.to_string()))?
+            }
         };
         Subscription::start(
-            subscription::Setup { engine: self.engine.clone(), db, hub, registration, target, access, ctx: ctx.clone() },
+            subscription::Setup {
+                engine: self.engine.clone(),
+                db,
+                hub,
+                registration,
+                target,
+                access,
+                ctx: ctx.clone(),
+            },
             &request,
             self.options,
         )

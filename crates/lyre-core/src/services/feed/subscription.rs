@@ -119,6 +119,9 @@ impl Subscription {
                     subscription.phase = Phase::Current { table, snapshot, after: None, _lease: lease };
                 }
             }
+            Start::After(position) => {
+                subscription.fall_behind(position.next(), dispatched, None);
+            }
             Start::Since(time) => {
                 subscription.fall_behind(Position::start_of(1), dispatched, Some(time));
             }
@@ -134,7 +137,8 @@ impl Subscription {
     }
 
     /// The next event, waiting for one; an error once the feed has ended for this
-    /// subscriber (the reason is to be told to the client).
+    /// subscriber (the reason is to be told to the client). Cancel-safe: a call
+    /// dropped before it answers loses no event.
     pub async fn next(&mut self) -> std::result::Result<Arc<Event>, FeedEnd> {
         loop {
             if let Some(event) = self.pending.pop_front() {
@@ -199,16 +203,17 @@ impl Subscription {
         if table.db().is_closing() {
             return Err(FeedEnd::DatabaseGone { database: self.database.clone() });
         }
-        let page = table.current_page(
-            &self.ctx,
-            snapshot,
-            &self.target.scope,
-            after.as_deref(),
-            self.options.page_records,
-            self.options.read_bytes,
-        )
-        .map_err(failed)?;
-        let position = Position::start_of(self.skip_through);
+        let page = table
+            .current_page(
+                &self.ctx,
+                snapshot,
+                &self.target.scope,
+                after.as_deref(),
+                self.options.page_records,
+                self.options.read_bytes,
+            )
+            .map_err(failed)?;
+        let position = Position::end_of(self.skip_through);
         let name: Arc<str> = Arc::from(table.schema().name.as_str());
         for record in page.records {
             let key = crate::record::validate::encode_primary_key(&record.id).map_err(failed)?;

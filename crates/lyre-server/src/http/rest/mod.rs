@@ -7,7 +7,7 @@
 
 mod openapi;
 pub mod query;
-mod url;
+pub(crate) mod url;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -101,6 +101,14 @@ async fn route(
         }
         let client = parts.extensions.get::<crate::tls::ClientCertificate>();
         return Box::pin(openapi_response(&state, &parts.headers, peer, client)).await;
+    }
+    // Subscriptions authenticate and resolve the path themselves: a WebSocket is
+    // upgraded before either, as Harper does, and reports failures as close codes.
+    if crate::http::realtime::is_websocket(&parts.headers) {
+        return crate::http::realtime::ws::upgrade(&state, peer, parts);
+    }
+    if parts.method == Method::GET && crate::http::realtime::is_event_stream(&parts.headers) {
+        return crate::http::realtime::sse::stream(&state, peer, parts).await;
     }
     // Credentials first: a client that is not logged in learns nothing, not even
     // which tables exist.

@@ -1,0 +1,200 @@
+//! WebSocket subscriptions: `ws://host:9926/T/<id>` and `/T/`.
+//!
+//! As Harper, every well-formed upgrade is accepted (101, echoing the first
+//! subprotocol offered) before anything is checked; what then fails closes the
+//! socket with Harper's codes: 3000 for a missing or failed login, 3003 for a role
+//! that may not read the table, 1011 for anything else (an unknown path: "No
+//! resource was found to handle <path>"). Each event is one frame: text for JSON,
+//! binary for CBOR and MessagePack. Messages from the client are read (so pings,
+//! pongs and closes are answered) and otherwise ignored, as Harper's tables do.
+//!
+//! Beyond Harper: the server pings every [`PING_EVERY`] and closes a socket that
+//! has sent nothing for [`SILENT_LIMIT`] (1001), or that has not taken a frame for
+//! [`SEND_LIMIT`] (1008): a client that stops reading costs its bounded feed queue,
+//! nothing more, and is gone after the limit. A frame over [`MAX_MESSAGE`] from the
+//! client closes with 1009; one that does not decode with 1002. A feed that ends
+//! (the table dropped, the subscriber too far behind) closes with 1011 and the
+//! reason; a server shutting down with 1001.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use lyre_core::Code;
+use tokio::time::{Instant, timeout};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::http::format::Format;
+use crate::http::realtime::{Opened, open, stopped};
+
+/// How often the server pings an open socket.
+const PING_EVERY: Duration = Duration::from_secs(30);
+/// How long a socket may send nothing (not even a pong) before it is closed.
+const SILENT_LIMIT: Duration = Duration::from_secs(75);
+/// How long one frame may wait for the client to take it.
+const SEND_LIMIT: Duration = Duration::from_secs(30);
+/// The largest message (and frame) accepted from a client.
+const MAX_MESSAGE: usize = 1 << 20;
+/// How long a closing socket waits for the client's close in answer.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// Close reasons are cut to this many bytes (a close frame's payload is at most 125).
+const MAX_REASON: usize = 120;
+
+/// Answers an upgrade request: 101 and the subscription run on its own task, or 400
+/// when the request is not a WebSocket handshake this server can take.
+pub(crate) fn upgrade(state: &Arc<AppState>, peer: SocketAddr, mut parts: axum::http::request::Parts) -> Response {
+    let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).map(|k| k.as_bytes().to_vec());
+    let version_ok = parts.headers.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|v| v.as_bytes() == b"13");
+    let (Some(key), true) = (key, version_ok) else {
+        return ApiError::bad_request("a WebSocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13")
+            .render_rest(Format::Json);
+    };
+    let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
+        return ApiError::bad_request("this connection cannot be upgraded to a WebSocket (HTTP/1.1 is needed)")
+            .render_rest(Format::Json);
+    };
+    let protocol = parts
+        .headers
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|p| p.to_str().ok())
+        .and_then(|p| p.split(',').next())
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty());
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(accept) = HeaderValue::from_str(&derive_accept_key(&key)) {
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    if let Some(protocol) = protocol.as_deref().and_then(|p| HeaderValue::from_str(p).ok()) {
+        headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocol);
+    }
+    let state = state.clone();
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(upgraded) => upgraded,
+            Err(err) => return tracing::debug!(%peer, error = %err, "a WebSocket upgrade did not complete"),
+        };
+        let config = WebSocketConfig::default().max_message_size(Some(MAX_MESSAGE)).max_frame_size(Some(MAX_MESSAGE));
+        let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+        serve(state, peer, parts, protocol, socket).await;
+    });
+    response
+}
+
+type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Runs one upgraded socket to its end.
+async fn serve(
+    state: Arc<AppState>,
+    peer: SocketAddr,
+    parts: axum::http::request::Parts,
+    protocol: Option<String>,
+    mut socket: Socket,
+) {
+    if protocol.as_deref() == Some("mqtt") {
+        let reason = "MQTT over WebSocket is not served yet".to_string();
+        return close(&mut socket, CloseCode::Error, reason).await;
+    }
+    let opened = match open(&state, peer, &parts, None).await {
+        Ok(opened) => opened,
+        Err(err) => {
+            let code = match err.code() {
+                Code::MustLogin | Code::LoginFailed => CloseCode::Library(3000),
+                Code::Forbidden => CloseCode::Library(3003),
+                _ => CloseCode::Error,
+            };
+            let reason = if err.code() == Code::NotFound { err.message().to_string() } else { err.rest_text() };
+            return close(&mut socket, code, reason).await;
+        }
+    };
+    let (code, reason) = relay(&state, opened, &mut socket).await;
+    close(&mut socket, code, reason).await;
+}
+
+/// Sends the subscription's events until it ends, the client goes or the server
+/// stops; answers the close code and reason to end with.
+async fn relay(state: &AppState, mut opened: Opened, socket: &mut Socket) -> (CloseCode, String) {
+    let mut stopping = state.stopping.clone();
+    let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
+    let mut heard = Instant::now();
+    loop {
+        tokio::select! {
+            event = opened.subscription.next() => {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(end) => return (CloseCode::Error, end.to_string()),
+                };
+                let frame = match opened.encode(&event) {
+                    Ok(bytes) if opened.format == Format::Json => Message::text(String::from_utf8_lossy(&bytes).into_owned()),
+                    Ok(bytes) => Message::binary(bytes),
+                    Err(err) => return (CloseCode::Error, err.rest_text()),
+                };
+                match timeout(SEND_LIMIT, socket.send(frame)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return (CloseCode::Away, String::new()),
+                    Err(_) => return (CloseCode::Policy, format!("the client took no frame for {} s", SEND_LIMIT.as_secs())),
+                }
+            }
+            incoming = socket.next() => {
+                heard = Instant::now();
+                match incoming {
+                    None | Some(Ok(Message::Close(_))) => return (CloseCode::Normal, String::new()),
+                    // Pings are answered by the socket itself; messages are ignored, as Harper's tables do.
+                    Some(Ok(_)) => {}
+                    Some(Err(err)) => return refused(&err),
+                }
+            }
+            _ = ping.tick() => {
+                if heard.elapsed() > SILENT_LIMIT {
+                    return (CloseCode::Away, format!("nothing heard from the client for {} s", SILENT_LIMIT.as_secs()));
+                }
+                if timeout(SEND_LIMIT, socket.send(Message::Ping(Vec::new().into()))).await.is_err() {
+                    return (CloseCode::Policy, format!("the client took no frame for {} s", SEND_LIMIT.as_secs()));
+                }
+            }
+            () = stopped(&mut stopping) => return (CloseCode::Away, "the server is shutting down".into()),
+        }
+    }
+}
+
+/// The close for a frame from the client that could not be read.
+fn refused(err: &tokio_tungstenite::tungstenite::Error) -> (CloseCode, String) {
+    use tokio_tungstenite::tungstenite::Error;
+    match err {
+        Error::Capacity(err) => (CloseCode::Size, format!("{err}; the limit is {MAX_MESSAGE} bytes")),
+        Error::Protocol(err) => (CloseCode::Protocol, err.to_string()),
+        Error::Utf8(_) => (CloseCode::Invalid, "a text frame was not UTF-8".into()),
+        other => (CloseCode::Away, other.to_string()),
+    }
+}
+
+/// Closes the socket with `code` and `reason` (cut to fit a close frame), waiting
+/// briefly for the client's close in answer.
+async fn close(socket: &mut Socket, code: CloseCode, mut reason: String) {
+    if reason.len() > MAX_REASON {
+        let mut cut = MAX_REASON;
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reason.truncate(cut);
+    }
+    let frame = CloseFrame { code, reason: reason.into() };
+    let _ = timeout(CLOSE_WAIT, async {
+        socket.close(Some(frame)).await?;
+        while socket.next().await.is_some() {}
+        Ok::<_, tokio_tungstenite::tungstenite::Error>(())
+    })
+    .await;
+}
