@@ -34,7 +34,7 @@ source "$ROOT/bench/lib.sh"
 
 run_workload() {
   local name=$1 app=""; shift
-  case $name in ycsb-* | counters-*) app=ycsb ;; esac
+  case $name in ycsb-* | counters-* | ws-*) app=ycsb ;; esac
   start_harper "$name" $app
   start_lyre "$name" $app
   # Harper runs under npm: measure the node process that serves (the newest match).

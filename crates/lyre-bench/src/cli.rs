@@ -85,6 +85,20 @@ pub enum Command {
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
     },
+    /// WebSocket fan-out: subscribers of one YCSB record receive every `PUT` of it
+    /// (needs the same application as `ycsb`); deliveries per second, end-to-end
+    /// latency, server CPU per delivery.
+    Ws {
+        /// WebSocket subscribers.
+        #[arg(long, default_value_t = 100)]
+        subscribers: usize,
+        /// `PUT`s per round.
+        #[arg(long, default_value_t = 2_000)]
+        writes: u64,
+        /// `PUT`s in flight.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+    },
     /// Serve a fixed record to every GET (and 204 to every write) with bare hyper: the
     /// ceiling for REST requests.
     Ceiling {
@@ -384,6 +398,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             for round in 0..rounds {
                 for (target, client) in targets.iter().zip(&clients) {
                     measurements.push(crate::workload::csv_load::run(target, client, &params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
+        Command::Ws { subscribers, writes, concurrency } => {
+            let params = crate::workload::fanout::FanoutParams { subscribers, writes, concurrency };
+            for round in 0..rounds {
+                for (target, client) in targets.iter().zip(&clients) {
+                    measurements.push(crate::workload::fanout::run(target, client, params, round).await?);
                 }
             }
             serde_json::to_value(params)?

@@ -3,6 +3,7 @@
 
 pub mod counters;
 pub mod csv_load;
+pub mod fanout;
 mod load;
 pub mod ops;
 pub mod records;
