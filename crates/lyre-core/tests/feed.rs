@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lyre_core::catalog::TableSpec;
-use lyre_core::services::{Event, EventKind, EventValue, FeedEnd, FeedOptions, Start, SubscribeRequest, Subscription};
+use lyre_core::services::{
+    Event, EventKind, EventValue, FeedEnd, FeedOptions, Position, Start, SubscribeRequest, Subscription,
+};
 use lyre_core::{Context, Engine, KeyScope, ServiceOptions, Services, Table, Value};
 
 mod common;
@@ -197,7 +199,9 @@ async fn dropping_the_table_ends_its_subscriptions_with_the_reason() {
 async fn a_subscriber_behind_for_too_long_is_told_why_it_is_cut_off() {
     let feed_options = FeedOptions { queue_events: 2, max_behind: Duration::ZERO, ..FeedOptions::default() };
     let f = fixture(feed_options).await;
-    let mut sub = f.services.feed().subscribe(&f.ctx, request(KeyScope::Table, Start::Now)).await.unwrap();
+    let mut live_only = request(KeyScope::Table, Start::Now);
+    live_only.omit_current = true; // sending the current state counts as behind too
+    let mut sub = f.services.feed().subscribe(&f.ctx, live_only).await.unwrap();
     for i in 0..10 {
         f.table.upsert(&f.ctx, vec![record(&format!(r#"{{"id":{i}}}"#))]).await.unwrap();
     }
@@ -208,4 +212,76 @@ async fn a_subscriber_behind_for_too_long_is_told_why_it_is_cut_off() {
     let end = next(&mut sub).await.unwrap_err();
     assert!(matches!(end, FeedEnd::TooSlow { .. }), "{end:?}");
     assert!(end.to_string().contains("fell behind"), "{end}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_leaves_out_an_earlier_table_of_the_same_name() {
+    let f = fixture(FeedOptions::default()).await;
+    f.table.insert(&f.ctx, vec![record(r#"{"id":1,"name":"old"}"#)]).await.unwrap();
+    let db = f.engine.database("dev").unwrap();
+    db.drop_table(&f.ctx, "dog").await.unwrap();
+    db.create_table(&f.ctx, TableSpec::dynamic("dog", "id")).await.unwrap();
+    let table = db.table("dog").unwrap();
+    table.insert(&f.ctx, vec![record(r#"{"id":1,"name":"new"}"#)]).await.unwrap();
+    let mut sub = f
+        .services
+        .feed()
+        .subscribe(&f.ctx, request(KeyScope::Record(Value::Int(1)), Start::Previous(5)))
+        .await
+        .unwrap();
+    assert_eq!(summary(&next(&mut sub).await.unwrap()).2, text("new"), "the dropped table's record is not history");
+    silent(&mut sub).await; // and its drop does not end the new table's feed
+    let mut since =
+        f.services.feed().subscribe(&f.ctx, request(KeyScope::Record(Value::Int(1)), Start::Since(0.0))).await.unwrap();
+    assert_eq!(summary(&next(&mut since).await.unwrap()).2, text("new"), "from the start of the log, too");
+    table.upsert(&f.ctx, vec![record(r#"{"id":1,"name":"newer"}"#)]).await.unwrap();
+    assert_eq!(summary(&next(&mut sub).await.unwrap()).2, text("newer"));
+    assert_eq!(summary(&next(&mut since).await.unwrap()).2, text("newer"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_from_a_pruned_position_is_refused_not_resumed_with_a_gap() {
+    let f = fixture(FeedOptions::default()).await;
+    for i in 0..5 {
+        f.table.upsert(&f.ctx, vec![record(&format!(r#"{{"id":{i}}}"#))]).await.unwrap();
+    }
+    let first = Position { seq: 1, index: 0 };
+    f.table.delete_audit_log_before(&f.ctx, lyre_core::now_ms() + 1.0).await.unwrap();
+    let refused = f
+        .services
+        .feed()
+        .subscribe(&f.ctx, request(KeyScope::Table, Start::After(first)))
+        .await
+        .err()
+        .expect("refused");
+    assert!(refused.to_string().contains("no longer holds entry 1,"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_while_the_current_state_is_sent_come_once_after_it() {
+    let feed_options = FeedOptions { queue_events: 4, page_records: 16, ..FeedOptions::default() };
+    let f = fixture(feed_options).await;
+    let records: Vec<_> = (0..100).map(|i| record(&format!(r#"{{"id":{i},"name":"v0"}}"#))).collect();
+    f.table.insert(&f.ctx, records).await.unwrap();
+    let mut sub = f.services.feed().subscribe(&f.ctx, request(KeyScope::Table, Start::Now)).await.unwrap();
+    let mut seen = 0;
+    for round in 1..=20 {
+        // Changes land while the current state is being read: the queue overflows.
+        f.table.upsert(&f.ctx, vec![record(&format!(r#"{{"id":{},"name":"v{round}"}}"#, round % 3))]).await.unwrap();
+        if seen < 100 {
+            let event = next(&mut sub).await.unwrap();
+            assert!(event.current, "event {seen} of the current state");
+            seen += 1;
+        }
+    }
+    while seen < 100 {
+        assert!(next(&mut sub).await.unwrap().current);
+        seen += 1;
+    }
+    for round in 1..=20 {
+        let event = next(&mut sub).await.unwrap();
+        assert!(!event.current);
+        assert_eq!(summary(&event), (EventKind::Put, Value::Int(round % 3), text(&format!("v{round}"))));
+    }
+    silent(&mut sub).await;
 }

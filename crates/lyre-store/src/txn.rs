@@ -201,6 +201,12 @@ impl ReadTxn {
         Ok(self.db.inner.meta.get(&self.txn, crate::names::LOG_EPOCH)?.and_then(stored_u64).unwrap_or(0))
     }
 
+    /// `table`'s incarnation in this snapshot (0 when it has none): what the log's
+    /// changes to this table, and no earlier table of the name, carry.
+    pub fn incarnation(&self, table: &str) -> Result<u64> {
+        incarnation_in(&self.txn, &self.db, table)
+    }
+
     /// The sequence number of the newest log entry in this snapshot (0 when none).
     pub fn last_log_seq(&self) -> Result<u64> {
         Ok(self.db.inner.txlog.last(&self.txn)?.map_or(0, |(seq, _)| seq))

@@ -142,6 +142,18 @@ impl Db {
         Ok(Cursor::after(self.snapshot()?.last_log_seq()?))
     }
 
+    /// The incarnation of `table` now (0 when there is no such table): the number
+    /// its changes in the log carry (see [`Change::incarnation`]).
+    pub fn table_incarnation(&self, table: &str) -> Result<u64> {
+        Ok(self.snapshot()?.incarnation(table)?)
+    }
+
+    /// The sequence number of the oldest entry the log still holds (`None` when it
+    /// is empty): history before it was pruned.
+    pub fn log_head(&self) -> Result<Option<u64>> {
+        Ok(self.snapshot()?.log_sized_from(0)?.next().transpose()?.map(|(entry, _)| entry.seq))
+    }
+
     /// Up to `max_entries` entries after `after`, and about `max_bytes` of them at
     /// most (at least one entry is returned when one exists), from one snapshot.
     /// The log holds every table's records: super users only.

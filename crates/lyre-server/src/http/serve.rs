@@ -60,6 +60,10 @@ impl ConnectionLimits {
     }
 }
 
+/// How long a stopping server waits for a request still in flight on a connection
+/// (a response its client has stopped reading) before dropping the connection.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(30);
+
 /// Counts open connections, overall and per address; shared by both ports.
 pub struct Gate {
     limits: ConnectionLimits,
@@ -71,6 +75,13 @@ pub struct Ticket {
     gate: Arc<Gate>,
     peer: IpAddr,
 }
+
+/// A connection's place (its [`Ticket`]) and its part in the shutdown's wait, shared
+/// by the connection and what outlives its HTTP exchange: every request carries one,
+/// so an upgraded WebSocket keeps its connection counted (against the limits, and
+/// by a shutdown waiting for connections to close) until the socket ends.
+#[derive(Clone)]
+pub struct ConnectionGuard(#[allow(dead_code)] Arc<(Ticket, mpsc::Sender<()>)>);
 
 impl Gate {
     /// A gate enforcing `limits`.
@@ -186,11 +197,10 @@ pub async fn serve<R: Service>(
             stop: connection_stop.clone(),
             idle: gate.limits.header_timeout,
             peer,
-            _open: open.clone(),
+            guard: ConnectionGuard(Arc::new((ticket, open.clone()))),
         };
         let (first_byte, tls) = (gate.limits.header_timeout, tls.clone());
         tokio::spawn(async move {
-            let _ticket = ticket;
             // hyper's header deadline starts once it reads, and telling HTTP/1 from
             // HTTP/2 (or a TLS handshake) waits for the first bytes without one: a
             // connection that sends nothing is closed here.
@@ -227,8 +237,9 @@ struct Served<R> {
     /// How long the connection may go without a request in flight.
     idle: Duration,
     peer: SocketAddr,
-    /// Held while the connection is open (see [`serve`]'s wait for them).
-    _open: mpsc::Sender<()>,
+    /// Held while the connection (or a socket upgraded from it) is open: its place
+    /// under the limits, and [`serve`]'s wait for open connections.
+    guard: ConnectionGuard,
 }
 
 impl<R: Service> Served<R> {
@@ -238,11 +249,12 @@ impl<R: Service> Served<R> {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Served { router, builder, mut stop, idle, peer, _open } = self;
+        let Served { router, builder, mut stop, idle, peer, guard } = self;
         let activity = Arc::new(Activity::new());
         let requests = activity.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+            request.extensions_mut().insert(guard.clone());
             if secure {
                 request.extensions_mut().insert(OverTls);
             }
@@ -265,6 +277,9 @@ impl<R: Service> Served<R> {
         // shutdown waits for a request whose headers are still arriving, and one that
         // never finishes them must hold neither the connection nor the server's exit.
         let mut cut_off: Option<Instant> = None;
+        // When the server began stopping: past SHUTDOWN_LIMIT even a request in
+        // flight (a stream whose client stopped reading) no longer holds the exit.
+        let mut stopping_since: Option<Instant> = None;
         loop {
             let wake = activity.idle_deadline(idle);
             tokio::select! {
@@ -274,9 +289,12 @@ impl<R: Service> Served<R> {
                     }
                     return;
                 }
-                _ = stop.wait_for(|stop| *stop), if !closing => {
-                    connection.as_mut().graceful_shutdown();
+                _ = stop.wait_for(|stop| *stop), if stopping_since.is_none() => {
+                    if !closing {
+                        connection.as_mut().graceful_shutdown();
+                    }
                     closing = true;
+                    stopping_since = Some(Instant::now());
                     cut_off = Some(Instant::now() + idle);
                 }
                 () = tokio::time::sleep_until(wake), if !closing => {
@@ -288,8 +306,9 @@ impl<R: Service> Served<R> {
                     }
                 }
                 () = tokio::time::sleep_until(cut_off.unwrap_or(wake)), if cut_off.is_some() => {
-                    // A request that started meanwhile finishes first.
-                    if activity.busy() {
+                    // A request that started meanwhile finishes first, unless the
+                    // server has been stopping for too long.
+                    if activity.busy() && stopping_since.is_none_or(|since| since.elapsed() < SHUTDOWN_LIMIT) {
                         cut_off = Some(Instant::now() + idle);
                         continue;
                     }

@@ -197,7 +197,7 @@ async fn a_socket_that_reads_nothing_for_a_while_still_gets_every_event_in_order
     let s = dogs().await;
     let mut socket = connect_admin(&s, "/Dog/").await;
     // 4,000 changes of 4 KB while the client reads nothing: 16 MB, more than the
-    // sockets' buffers and the feed's queue for one subscriber (1,024 events, 4 MiB)
+    // sockets' buffers and the feed's queue for one subscriber (1,024 events, 1 MiB)
     // hold, so the rest is read back from the log.
     let (batches, per_batch) = (20, 200);
     let filler = "x".repeat(4_000);
@@ -314,4 +314,57 @@ async fn history_can_be_asked_for_in_the_url_and_event_stream_errors_are_events(
         .unwrap();
     assert_eq!(response.status(), 400);
     assert!(response.text().await.unwrap().contains("previousCount must be a whole number"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_socket_counts_against_the_connection_limit_until_it_closes() {
+    let s = TestServer::start_app(
+        &[("components/dev/config.yaml", CONFIG), ("components/dev/schema.graphql", SCHEMA)],
+        &[("HTTP_MAXCONNECTIONSPERADDRESS", "5")],
+    )
+    .await;
+    let request = || {
+        let mut request = format!("ws://127.0.0.1:{}/Dog/", s.http_port).into_client_request().unwrap();
+        request.headers_mut().insert("authorization", basic(USER, PASSWORD).parse().unwrap());
+        request
+    };
+    let mut open = Vec::new();
+    loop {
+        match tokio_tungstenite::connect_async(request()).await {
+            Ok((socket, _)) => open.push(socket),
+            Err(_) => break,
+        }
+        assert!(open.len() <= 5, "more sockets than the limit of 5 per address were accepted");
+    }
+    assert!(!open.is_empty(), "not one socket was accepted");
+    let mut first = open.remove(0);
+    first.close(None).await.unwrap();
+    while first.next().await.is_some() {}
+    // Its place is free once it has closed.
+    let mut accepted = None;
+    for _ in 0..50 {
+        if let Ok((socket, _)) = tokio_tungstenite::connect_async(request()).await {
+            accepted = Some(socket);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(accepted.is_some(), "a closed socket's place was not freed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_subscriptions_do_not_hold_up_a_shutdown() {
+    let mut s = dogs().await;
+    let mut socket = connect_admin(&s, "/Dog/").await;
+    let _stream = EventStream::open(&s, "/Dog/", None).await;
+    let started = std::time::Instant::now();
+    let stopping = tokio::task::spawn_blocking(move || {
+        let clean = s.stop("-TERM");
+        (clean, s)
+    });
+    let (code, reason) = closed_with(&mut socket).await;
+    assert_eq!((code, reason.as_str()), (1001, "the server is shutting down"));
+    let (clean, _s) = stopping.await.unwrap();
+    assert!(clean, "the server did not exit cleanly");
+    assert!(started.elapsed() < Duration::from_secs(20), "the shutdown took {:?}", started.elapsed());
 }

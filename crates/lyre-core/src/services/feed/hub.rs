@@ -66,6 +66,12 @@ impl Slot {
         self.wake.notify_one();
     }
 
+    /// Whether events are queued to it now (it has not overflowed or ended).
+    fn takes_events(&self) -> bool {
+        let state = self.state.lock();
+        state.ended.is_none() && state.missed_from.is_none()
+    }
+
     /// Ends the feed for this subscriber with `reason` (the first reason stays).
     pub(super) fn end(&self, reason: FeedEnd) {
         self.state.lock().ended.get_or_insert(reason);
@@ -114,12 +120,16 @@ struct HubState {
 
 /// One database's hub.
 pub(super) struct Hub {
+    /// The open database it reads (a database dropped and created again under the
+    /// name is another, with a hub of its own).
+    db: Weak<Db>,
     state: Mutex<HubState>,
     options: FeedOptions,
 }
 
-/// Where a subscription stands when it registers or rejoins.
+/// A subscriber's place in a hub; dropping it unregisters the subscriber.
 pub(super) struct Registration {
+    pub(super) hub: Arc<Hub>,
     pub(super) id: u64,
     pub(super) slot: Arc<Slot>,
     /// Every entry after this one is queued to the slot; those up to it are read
@@ -127,19 +137,25 @@ pub(super) struct Registration {
     pub(super) dispatched: u64,
 }
 
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.hub.unregister(self.id);
+    }
+}
+
 impl Hub {
-    /// A hub whose dispatching starts after log entry `tail`.
-    pub(super) fn new(tail: u64, options: FeedOptions) -> Self {
-        Hub { state: Mutex::new(HubState { dispatched: tail, ..HubState::default() }), options }
+    /// A hub for `db` whose dispatching starts after log entry `tail`.
+    pub(super) fn new(db: &Arc<Db>, tail: u64, options: FeedOptions) -> Self {
+        Hub { db: Arc::downgrade(db), state: Mutex::new(HubState { dispatched: tail, ..HubState::default() }), options }
     }
 
-    /// Whether the hub has stopped.
-    pub(super) fn has_ended(&self) -> bool {
-        self.state.lock().ended.is_some()
+    /// Whether the hub is running for `db` (the same open database).
+    pub(super) fn serves(&self, db: &Arc<Db>) -> bool {
+        std::ptr::eq(self.db.as_ptr(), Arc::as_ptr(db)) && self.state.lock().ended.is_none()
     }
 
     /// Registers a subscriber of `target`.
-    pub(super) fn register(&self, target: Arc<Target>) -> Result<Registration, FeedEnd> {
+    pub(super) fn register(self: &Arc<Self>, target: Arc<Target>) -> Result<Registration, FeedEnd> {
         let mut state = self.state.lock();
         if let Some(ended) = &state.ended {
             return Err(ended.clone());
@@ -161,7 +177,7 @@ impl Hub {
         }
         let slot = Arc::new(Slot::default());
         state.subscribers.insert(id, Registered { slot: slot.clone(), target });
-        Ok(Registration { id, slot, dispatched: state.dispatched })
+        Ok(Registration { hub: self.clone(), id, slot, dispatched: state.dispatched })
     }
 
     /// Lets subscriber `id`, whose queue overflowed and who has read it empty,
@@ -178,7 +194,7 @@ impl Hub {
     }
 
     /// Removes subscriber `id`.
-    pub(super) fn unregister(&self, id: u64) {
+    fn unregister(&self, id: u64) {
         let mut state = self.state.lock();
         let Some(registered) = state.subscribers.remove(&id) else { return };
         let target = registered.target;
@@ -200,13 +216,14 @@ impl Hub {
     }
 
     /// Hands `entry`'s record changes to the subscribers they concern, and ends the
-    /// subscriptions to a table the entry drops.
+    /// subscriptions to a table the entry drops. A change is decoded only when a
+    /// subscriber still taking events covers it.
     fn dispatch(&self, entry: &LogEntry) {
         let mut state = self.state.lock();
         let state = &mut *state;
         for (index, change) in entry.changes.iter().enumerate() {
             if change.kind == ChangeKind::Released {
-                end_table(state, &change.table);
+                end_table(state, change);
                 continue;
             }
             if !matches!(change.kind, ChangeKind::Put | ChangeKind::Delete | ChangeKind::Message) {
@@ -220,6 +237,9 @@ impl Hub {
                     append_prefix_subscribers(table, &change.key, &mut ids);
                 }
             }
+            ids.retain(|id| {
+                state.subscribers.get(id).is_some_and(|r| r.target.may_cover(change) && r.slot.takes_events())
+            });
             if ids.is_empty() {
                 continue;
             }
@@ -227,7 +247,7 @@ impl Hub {
                 Ok(Some(event)) => Arc::new(event),
                 Ok(None) => continue,
                 Err(err) => {
-                    tracing::error!(seq = entry.seq, table = %change.table, error = %err, "a logged change could not be read for its subscribers");
+                    tracing::error!(seq = entry.seq, table = %change.table, error = %err, "a logged change could not be read for its subscribers; it is not delivered");
                     continue;
                 }
             };
@@ -279,14 +299,15 @@ fn append_prefix_subscribers(table: &TableIndex, key: &[u8], ids: &mut Vec<u64>)
     }
 }
 
-/// Ends the subscriptions to `table` (it was dropped).
-fn end_table(state: &mut HubState, table: &str) {
-    let Some(index) = state.tables.remove(table) else { return };
-    let ids =
-        index.whole.into_iter().chain(index.keys.into_values().flatten()).chain(index.prefixes.into_values().flatten());
+/// Ends the subscriptions to the table `released` releases (it was dropped).
+fn end_table(state: &mut HubState, released: &crate::db::log::Change) {
+    let Some(index) = state.tables.get(&released.table) else { return };
+    let ids = index.whole.iter().chain(index.keys.values().flatten()).chain(index.prefixes.values().flatten());
     for id in ids {
-        if let Some(registered) = state.subscribers.get(&id) {
-            registered.slot.end(FeedEnd::TableDropped { table: table.to_string() });
+        if let Some(registered) = state.subscribers.get(id)
+            && registered.target.owns(released)
+        {
+            registered.slot.end(FeedEnd::TableDropped { table: released.table.clone() });
         }
     }
 }
@@ -299,7 +320,7 @@ pub(super) async fn run(hub: Arc<Hub>, db: Weak<Db>, mut stop: watch::Receiver<b
     hub.end(reason);
 }
 
-async fn dispatch_until_ended(hub: &Hub, db: &Weak<Db>, stop: &mut watch::Receiver<bool>) -> FeedEnd {
+async fn dispatch_until_ended(hub: &Arc<Hub>, db: &Weak<Db>, stop: &mut watch::Receiver<bool>) -> FeedEnd {
     let Some((mut committed, mut closing, name)) =
         db.upgrade().map(|db| (db.committed(), db.closing_signal(), db.name().to_string()))
     else {
@@ -327,17 +348,20 @@ async fn dispatch_until_ended(hub: &Hub, db: &Weak<Db>, stop: &mut watch::Receiv
                 break;
             }
             let Some(reader) = db.upgrade() else { return gone() };
-            let (reading, options) = (ctx.clone(), hub.options);
-            let read = blocking(move || {
-                reader.read_log(&reading, Cursor::after(from), options.read_entries, options.read_bytes)
+            let (reading, options, dispatching) = (ctx.clone(), hub.options, hub.clone());
+            // Read and dispatched off the async workers: decoding a bulk entry
+            // holds the hub's lock, which unsubscribing (on any worker) also takes.
+            let step = blocking(move || {
+                let batch = reader.read_log(&reading, Cursor::after(from), options.read_entries, options.read_bytes)?;
+                if batch.entries.is_empty() {
+                    dispatching.state.lock().dispatched = last; // what was between was pruned
+                }
+                batch.entries.iter().for_each(|entry| dispatching.dispatch(entry));
+                Ok(())
             })
             .await;
-            match read {
-                Ok(batch) if batch.entries.is_empty() => {
-                    hub.state.lock().dispatched = last; // what was between was pruned
-                }
-                Ok(batch) => batch.entries.iter().for_each(|entry| hub.dispatch(entry)),
-                Err(err) => return FeedEnd::Failed(err.to_string()),
+            if let Err(err) = step {
+                return FeedEnd::Failed(err.to_string());
             }
         }
         tokio::select! {

@@ -27,9 +27,11 @@ use parking_lot::Mutex;
 pub use event::{Event, EventKind, EventValue, Position};
 pub use subscription::Subscription;
 
-use crate::access::{Action, Context, TableAccess, check_table};
+use crate::access::{Action, Context, check_table};
+use crate::db::Db;
+use crate::db::log::Change;
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::record::validate::encode_primary_key;
 use crate::services::Tasks;
 use crate::table::KeyScope;
@@ -58,10 +60,10 @@ impl Default for FeedOptions {
     fn default() -> Self {
         FeedOptions {
             queue_events: 1_024,
-            queue_bytes: 4 << 20,
+            queue_bytes: 1 << 20,
             max_behind: Duration::from_secs(300),
             read_entries: 256,
-            read_bytes: 1 << 20,
+            read_bytes: 512 << 10,
             page_records: 256,
         }
     }
@@ -94,6 +96,17 @@ pub enum FeedEnd {
         limit_s: u64,
         /// The log entry it had reached.
         at: u64,
+    },
+    /// The log no longer holds changes the subscriber has not received (retention
+    /// or `delete_audit_logs_before` pruned them).
+    #[error(
+        "the log no longer holds entry {needed}, the first the subscriber needs (it begins at entry {head}); subscribe again"
+    )]
+    HistoryGone {
+        /// The first entry the subscriber needs.
+        needed: u64,
+        /// The oldest entry the log holds.
+        head: u64,
     },
     /// Reading the log failed.
     #[error("the change feed failed: {0}")]
@@ -155,6 +168,9 @@ impl std::fmt::Debug for SubscribeRequest {
 /// What a registered subscriber covers, as the hub matches it.
 pub(crate) struct Target {
     table: Option<Arc<str>>,
+    /// The incarnation of the table when it was subscribed to: changes to an
+    /// earlier table of the name (in history) are not its own.
+    incarnation: u64,
     scope: KeyScope,
     /// The encoded key of a one-record scope.
     record_key: Option<Vec<u8>>,
@@ -162,13 +178,14 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    fn new(request: &SubscribeRequest) -> Result<Self> {
+    fn new(request: &SubscribeRequest, incarnation: u64) -> Result<Self> {
         let record_key = match &request.scope {
             KeyScope::Record(id) => Some(encode_primary_key(id)?),
             _ => None,
         };
         Ok(Target {
             table: request.table.as_deref().map(Arc::from),
+            incarnation,
             scope: request.scope.clone(),
             record_key,
             matcher: request.matcher.clone(),
@@ -182,6 +199,23 @@ impl Target {
             (KeyScope::Prefix(prefix), _) if prefix.ends_with('/') => IndexKey::Prefix(prefix.clone()),
             _ => IndexKey::Whole,
         }
+    }
+
+    /// Whether `change` is to its table (the same incarnation), before looking at
+    /// the record.
+    fn owns(&self, change: &Change) -> bool {
+        match &self.table {
+            None => true,
+            Some(table) => {
+                **table == *change.table && (change.incarnation == 0 || change.incarnation == self.incarnation)
+            }
+        }
+    }
+
+    /// Whether a record change with encoded key `key` may be covered (a one-record
+    /// scope is settled by the key alone, before anything is decoded).
+    fn may_cover(&self, change: &Change) -> bool {
+        self.owns(change) && self.record_key.as_ref().is_none_or(|key| *key == change.key)
     }
 
     /// Whether the change to record `id` (encoded `key`) of `table` is covered.
@@ -218,52 +252,40 @@ impl Feed {
     /// Subscribes `ctx`'s user to `request`: fails at once for an unknown database
     /// or table, or a role that may not read the table.
     pub async fn subscribe(&self, ctx: &Context, request: SubscribeRequest) -> Result<Subscription> {
-        let engine =
-            self.engine.upgrade().ok_or_else(|| crate::error::Error::Stopped("the server is stopping".into()))?;
+        let engine = self.engine.upgrade().ok_or_else(|| Error::Stopped("the server is shutting down".into()))?;
         let db = engine.database(&request.database)?;
-        let access: Option<TableAccess> = match &request.table {
+        let (access, incarnation) = match &request.table {
             Some(table) => {
-                db.table(table)?;
-                Some(check_table(ctx, &request.database, table, &[Action::Read])?)
+                let primary_key = db.table(table)?.schema().primary_key.clone();
+                let access = check_table(ctx, &request.database, table, &[Action::Read])?;
+                (Some((access, primary_key)), db.table_incarnation(table)?)
             }
-            None => None,
+            None => (None, 0),
         };
-        let target = Arc::new(Target::new(&request)?);
-        let hub = self.hub(&db)?;
-        let registration = match hub.register(target.clone()) {
-            Ok(registration) => registration,
-            Err(_) => {
-                self.hub(&db)?.register(target.clone()).map_err(|end| crate::error::Error::Conflict(end.to_string()))?
-            }
-        };
+        let target = Arc::new(Target::new(&request, incarnation)?);
+        // Fails when the hub ended between finding and joining it (its database closed).
+        let registration = self.hub(&db)?.register(target.clone()).map_err(|end| Error::Conflict(end.to_string()))?;
         Subscription::start(
-            subscription::Setup {
-                engine: self.engine.clone(),
-                db,
-                hub,
-                registration,
-                target,
-                access,
-                ctx: ctx.clone(),
-            },
+            subscription::Setup { engine: self.engine.clone(), db, registration, target, access, ctx: ctx.clone() },
             &request,
             self.options,
         )
         .await
     }
 
-    /// The running hub of `db`, started when there is none (or the last one ended).
-    fn hub(&self, db: &Arc<crate::db::Db>) -> Result<Arc<Hub>> {
+    /// The running hub of `db` (this open database, not an earlier one of the
+    /// name), started when there is none or the last one ended.
+    fn hub(&self, db: &Arc<Db>) -> Result<Arc<Hub>> {
         let mut hubs = self.hubs.lock();
         if let Some(hub) = hubs.get(db.name())
-            && !hub.has_ended()
+            && hub.serves(db)
         {
             return Ok(hub.clone());
         }
         if *self.tasks.stopping().borrow() {
-            return Err(crate::error::Error::Stopped("the server is shutting down".into()));
+            return Err(Error::Stopped("the server is shutting down".into()));
         }
-        let hub = Arc::new(Hub::new(db.log_tail()?.seq, self.options));
+        let hub = Arc::new(Hub::new(db, db.log_tail()?.seq, self.options));
         hubs.insert(db.name().to_string(), hub.clone());
         self.tasks.spawn(hub::run(hub.clone(), Arc::downgrade(db), self.tasks.stopping()));
         Ok(hub)

@@ -150,8 +150,8 @@ async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stopping.wait_for(|stop| *stop).await;
 }
 
-/// The name of an event for `Last-Event-ID`: `<seq>.<index>`, or `<seq>` for the
-/// current records read from a snapshot through entry `<seq>`.
+/// The name of a change for `Last-Event-ID`: `<seq>.<index>` (`<seq>` alone
+/// stands for the end of entry `<seq>`).
 pub(crate) fn event_id(position: Position) -> String {
     if position.index == u32::MAX { position.seq.to_string() } else { format!("{}.{}", position.seq, position.index) }
 }

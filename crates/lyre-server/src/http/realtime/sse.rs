@@ -1,9 +1,11 @@
 //! Server-Sent Events: `GET /T/<id>` (or `/T/`) with `Accept: text/event-stream`.
 //!
 //! Each event is `data: <Harper's message as JSON>` as Harper writes it, and,
-//! beyond Harper, `id: <position>` so a client that reconnects with
-//! `Last-Event-ID` resumes from the log right after the last event it received
-//! (missing nothing, seeing nothing twice). A comment line (`: keep-alive`) goes
+//! beyond Harper, each change carries `id: <position>` so a client that reconnects
+//! with `Last-Event-ID` resumes from the log right after the last change it
+//! received (missing nothing, seeing nothing twice). The current records sent first
+//! carry no id: a client cut off among them starts over. A position the log no
+//! longer holds (pruned) is refused with 409 rather than resumed with a gap. A comment line (`: keep-alive`) goes
 //! out every [`HEARTBEAT`], so proxies keep an idle stream open and a client that
 //! has gone away is noticed; a client that takes nothing for [`SEND_LIMIT`] is cut
 //! off. When the feed ends (the table dropped, the subscriber too far behind, the
@@ -71,7 +73,10 @@ async fn relay(
             event = opened.subscription.next() => match event {
                 Ok(event) => match opened.encode(&event) {
                     Ok(json) => {
-                        let mut chunk = format!("id: {}\ndata: ", event_id(event.position)).into_bytes();
+                        // The current state carries no id: a client cut off inside it
+                        // has not seen all of it, and starts over when it reconnects.
+                        let id = if event.current { String::new() } else { format!("id: {}\n", event_id(event.position)) };
+                        let mut chunk = format!("{id}data: ").into_bytes();
                         chunk.extend_from_slice(&json);
                         chunk.extend_from_slice(b"\n\n");
                         chunk

@@ -81,7 +81,10 @@ pub(crate) fn upgrade(state: &Arc<AppState>, peer: SocketAddr, mut parts: axum::
         headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocol);
     }
     let state = state.clone();
+    // The socket keeps its connection's place under the limits until it ends.
+    let guard = parts.extensions.remove::<crate::http::serve::ConnectionGuard>();
     tokio::spawn(async move {
+        let _guard = guard;
         let upgraded = match on_upgrade.await {
             Ok(upgraded) => upgraded,
             Err(err) => return tracing::debug!(%peer, error = %err, "a WebSocket upgrade did not complete"),
