@@ -125,7 +125,7 @@ workload_args() {
     sql-group) echo "sql --kind group --requests 5 --concurrency 1" ;;
     sql-join) echo "sql --kind join --requests 3 --concurrency 1" ;;
     counters-spread) echo "counters --keys 1000 --operations 50000 --concurrency 64" ;;
-    ws-fanout) echo "ws --subscribers ${SUBSCRIBERS:-100} --writes 2000 --concurrency 1" ;;
+    ws-fanout) echo "ws --subscribers ${SUBSCRIBERS:-100} --writes 2000 --concurrency ${WS_WRITERS:-1}" ;;
     *) echo "unknown workload $1" >&2; return 2 ;;
   esac
 }
