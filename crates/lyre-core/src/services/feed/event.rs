@@ -10,6 +10,12 @@ use crate::record::stored_record;
 use crate::table::{CurrentRecord, RecordBody};
 use crate::value::Value;
 
+/// About the memory an event of `table` and `key` takes, with a value of
+/// `value_weight` bytes.
+fn weight(table: &str, key: &[u8], value_weight: usize) -> usize {
+    160 + key.len() + table.len() + value_weight
+}
+
 /// A place in the change feed: a log entry and a change inside it. Events are
 /// delivered in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
@@ -108,42 +114,41 @@ impl Event {
     /// The event for `entry`'s change number `index`, when it is a change to one
     /// record (put, delete, message); `None` for changes to a table as a whole.
     pub(crate) fn of_change(entry: &LogEntry, index: usize, change: &Change, table: Arc<str>) -> Result<Option<Self>> {
-        let mut message_bytes = 0;
-        let (kind, value, version) = match (change.kind, &change.record) {
+        // The value, and about what it takes decoded (a message's encoded size,
+        // doubled, stands for its decoded one).
+        let (kind, value_weight, value, version) = match (change.kind, &change.record) {
             (ChangeKind::Put, Some(stored)) => {
                 let (header, body) = stored_record(stored)?;
-                (EventKind::Put, EventValue::Record(RecordBody::Stored(body.to_vec())), header.version)
+                let body = RecordBody::Stored(body.to_vec());
+                (EventKind::Put, body.size_hint(), EventValue::Record(body), header.version)
             }
-            (ChangeKind::Delete, _) => (EventKind::Delete, EventValue::None, entry.version),
+            (ChangeKind::Delete, _) => (EventKind::Delete, 0, EventValue::None, entry.version),
             (ChangeKind::Message, Some(message)) => {
-                message_bytes = message.len();
-                let message = Value::from_msgpack(message)
+                let decoded = Value::from_msgpack(message)
                     .map_err(|e| Error::Corrupt(format!("a logged message does not decode: {e}")))?;
-                (EventKind::Message, EventValue::Message(message), entry.version)
+                (EventKind::Message, message.len() * 2, EventValue::Message(decoded), entry.version)
             }
             _ => return Ok(None),
         };
-        Ok(Some(
-            Event {
-                table,
-                id: change_key(change)?,
-                key: change.key.clone(),
-                kind,
-                value,
-                version,
-                local_time: entry.version,
-                position: Position { seq: entry.seq, index: index as u32 },
-                begin_txn: index == 0,
-                current: false,
-                weight: message_bytes,
-            }
-            .weighed(),
-        ))
+        Ok(Some(Event {
+            weight: weight(&table, &change.key, value_weight),
+            table,
+            id: change_key(change)?,
+            key: change.key.clone(),
+            kind,
+            value,
+            version,
+            local_time: entry.version,
+            position: Position { seq: entry.seq, index: index as u32 },
+            begin_txn: index == 0,
+            current: false,
+        }))
     }
 
     /// The event that sends `record`, read from a snapshot at `position`.
     pub(crate) fn of_current(table: Arc<str>, key: Vec<u8>, record: CurrentRecord, position: Position) -> Self {
         Event {
+            weight: weight(&table, &key, record.body.size_hint()),
             table,
             id: record.id,
             key,
@@ -154,21 +159,7 @@ impl Event {
             position,
             begin_txn: true,
             current: true,
-            weight: 0,
         }
-        .weighed()
-    }
-
-    /// Sets `weight` from what the event holds (`weight` holds a message's encoded
-    /// size, which stands for its decoded one).
-    fn weighed(mut self) -> Self {
-        let value = match &self.value {
-            EventValue::None => 0,
-            EventValue::Record(body) => body.size_hint(),
-            EventValue::Message(_) => self.weight * 2,
-        };
-        self.weight = 160 + self.key.len() + self.table.len() + value;
-        self
     }
 
     /// About the memory it takes, for the bounds on queued events.

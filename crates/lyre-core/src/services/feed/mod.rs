@@ -244,11 +244,6 @@ impl Feed {
         Feed { engine, tasks, hubs: Mutex::new(HashMap::new()), options }
     }
 
-    /// The bounds it was started with.
-    pub fn options(&self) -> FeedOptions {
-        self.options
-    }
-
     /// Subscribes `ctx`'s user to `request`: fails at once for an unknown database
     /// or table, or a role that may not read the table.
     pub async fn subscribe(&self, ctx: &Context, request: SubscribeRequest) -> Result<Subscription> {
