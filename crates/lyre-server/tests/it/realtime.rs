@@ -167,10 +167,13 @@ async fn refused_sockets_close_with_harpers_codes_and_reasons() {
     let mut nowhere = connect_admin(&s, "/Nope/1?x=1").await;
     assert_eq!(closed_with(&mut nowhere).await, (1011, "No resource was found to handle /Nope/1".into()));
 
-    // A frame over the limit closes that socket (1009); the server serves on.
+    // A frame over the limit closes that socket (1009), or resets it while the
+    // client is still sending the rest (the server stops reading at the frame's
+    // header); either way the server serves on.
     let mut big = connect_admin(&s, "/Dog/1").await;
-    big.send(Message::binary(vec![b'x'; 2 << 20])).await.unwrap();
-    assert_eq!(closed_with(&mut big).await.0, 1009);
+    if big.send(Message::binary(vec![b'x'; 2 << 20])).await.is_ok() {
+        assert_eq!(closed_with(&mut big).await.0, 1009);
+    }
     let (status, _, _) = s.rest_send(Method::GET, "/Dog/", None, &[]).await;
     assert_eq!(status, 200);
 }
