@@ -53,6 +53,9 @@ pub struct AppState {
     /// (WebSocket and event-stream subscriptions) end then, instead of holding the
     /// shutdown up.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// The MQTT broker, for MQTT over WebSocket (set once it is open; weak, as
+    /// the broker holds this state).
+    pub mqtt: std::sync::OnceLock<std::sync::Weak<crate::mqtt::Broker>>,
 }
 
 /// CSV loads that run at once; more wait their turn (their job says so).

@@ -15,6 +15,7 @@ mod files;
 mod http;
 mod listen;
 mod metrics;
+mod mqtt;
 mod process;
 mod telemetry;
 mod tls;

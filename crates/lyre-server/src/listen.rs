@@ -175,6 +175,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         control: Arc::new(Control::new(config.clone())),
         metrics: metrics.clone(),
         stopping: stop_rx.clone(),
+        mqtt: std::sync::OnceLock::new(),
     });
 
     let tls = crate::tls::acceptor(&config).context("setting up TLS")?;
@@ -189,7 +190,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
     let gate = http::serve::Gate::new(connection_limits(&config));
     let ops = http::operations_router(state.clone());
     let mut listeners = vec![(rest_listener, Port::Rest, None), (ops_listener, Port::Operations, None)];
-    if let Some(acceptor) = tls {
+    if let Some(acceptor) = tls.clone() {
         let secure =
             [(config.http.secure_port, Port::Rest), (config.operations_api.network.secure_port, Port::Operations)];
         for (port, serves) in secure {
@@ -198,6 +199,32 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
             let listener = TcpListener::bind(addr).await.with_context(|| format!("binding the secure port {addr}"))?;
             listeners.push((listener, serves, Some(acceptor.clone())));
         }
+    }
+    let broker = crate::mqtt::Broker::open(state.clone(), crate::mqtt::BrokerOptions::default())
+        .await
+        .context("opening the MQTT broker")?;
+    let _ = state.mqtt.set(Arc::downgrade(&broker));
+    let sweeping = broker.clone();
+    services.every(Duration::from_secs(1), move || {
+        let broker = sweeping.clone();
+        async move { broker.expire_sessions().await }
+    });
+    let mqtt_limit = u64::try_from(connection_limits(&config).total).unwrap_or(u64::MAX);
+    let mut mqtt_ports = vec![(config.mqtt.network.port, None)];
+    if let (Some(port), Some(acceptor)) = (config.mqtt.network.secure_port, tls.clone()) {
+        mqtt_ports.push((port, Some(acceptor)));
+    }
+    let mut mqtt_servers = Vec::new();
+    for (port, secure) in mqtt_ports {
+        let addr = SocketAddr::from(([0, 0, 0, 0], port));
+        let listener = TcpListener::bind(addr).await.with_context(|| format!("binding MQTT to {addr}"))?;
+        mqtt_servers.push(tokio::spawn(crate::mqtt::serve(
+            broker.clone(),
+            listener,
+            secure,
+            mqtt_limit,
+            stop_rx.clone(),
+        )));
     }
     let servers: Vec<_> = listeners
         .into_iter()
@@ -208,9 +235,11 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
                 Port::Operations => tokio::spawn(http::serve::serve(listener, ops.clone(), gate, tls, stop)),
             }
         })
+        .chain(mqtt_servers)
         .collect();
     tracing::info!(
         operations_api = %ops_addr,
+        mqtt = config.mqtt.network.port,
         rest = %rest_addr,
         root = %config.root().display(),
         ready_in_ms = started.elapsed().as_millis() as u64,

@@ -93,7 +93,10 @@ pub struct Secure {
 
 /// The secure ports' set-up, or `None` when no secure port is configured.
 pub fn acceptor(config: &Config) -> Result<Option<Secure>, TlsError> {
-    if config.http.secure_port.is_none() && config.operations_api.network.secure_port.is_none() {
+    if config.http.secure_port.is_none()
+        && config.operations_api.network.secure_port.is_none()
+        && config.mqtt.network.secure_port.is_none()
+    {
         return Ok(None);
     }
     let (certificate, key) = match (&config.tls.certificate, &config.tls.private_key) {

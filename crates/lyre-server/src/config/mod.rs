@@ -292,6 +292,9 @@ pub struct MqttConfig {
 pub struct MqttNetworkConfig {
     /// TCP port.
     pub port: u16,
+    /// TLS port (with the `tls` certificate), if any.
+    #[serde(default)]
+    pub secure_port: Option<u16>,
 }
 
 /// `logging.*`.
@@ -439,7 +442,7 @@ impl Default for Config {
                     cors: true,
                 },
             },
-            mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883 } },
+            mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883, secure_port: None } },
             logging: LoggingConfig {
                 level: "info".into(),
                 audit_retention: default_audit_retention(),

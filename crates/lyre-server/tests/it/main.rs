@@ -15,6 +15,7 @@ mod jobs;
 mod lifecycle;
 mod memory;
 mod metrics;
+mod mqtt;
 mod ops_crud;
 mod ops_schema;
 mod ops_search;

@@ -5,14 +5,13 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
 use futures_util::{SinkExt, StreamExt};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::support::{PASSWORD, TestServer, USER};
+use crate::support::{PASSWORD, TestServer, USER, basic};
 
 const SCHEMA: &str =
     r#"type Dog @table(database: "dev") @export { id: ID @primaryKey name: String age: Int secret: String }"#;
@@ -23,10 +22,6 @@ type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStre
 async fn dogs() -> TestServer {
     TestServer::start_app(&[("components/dev/config.yaml", CONFIG), ("components/dev/schema.graphql", SCHEMA)], &[])
         .await
-}
-
-fn basic(user: &str, password: &str) -> String {
-    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
 }
 
 /// A WebSocket to `path` on the REST port with `headers`.

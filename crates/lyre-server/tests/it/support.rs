@@ -18,6 +18,8 @@ pub struct TestServer {
     _dir: Option<tempfile::TempDir>,
     pub ops_port: u16,
     pub http_port: u16,
+    /// The MQTT port.
+    pub mqtt_port: u16,
     pub client: reqwest::Client,
     extra_env: Vec<(String, String)>,
     dev_app: Option<PathBuf>,
@@ -103,6 +105,7 @@ impl TestServer {
             _dir: Some(dir),
             ops_port: free_port(),
             http_port: free_port(),
+            mqtt_port: free_port(),
             client: reqwest::Client::new(),
             extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             dev_app: None,
@@ -133,6 +136,7 @@ impl TestServer {
             .arg(&self.root)
             .env("OPERATIONSAPI_NETWORK_PORT", self.ops_port.to_string())
             .env("HTTP_PORT", self.http_port.to_string())
+            .env("MQTT_NETWORK_PORT", self.mqtt_port.to_string())
             .env("HDB_ADMIN_USERNAME", USER)
             .env("HDB_ADMIN_PASSWORD", PASSWORD)
             .env("LOGGING_LEVEL", "warn")
@@ -337,4 +341,10 @@ pub async fn run_job(s: &TestServer, request: Value) -> Value {
     let id = started["job_id"].as_str().expect("a job id").to_string();
     assert_eq!(message, format!("Starting job with id {id}"));
     finished_job(s, &id).await
+}
+
+/// An HTTP Basic `Authorization` value for `user` and `password`.
+pub fn basic(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
 }

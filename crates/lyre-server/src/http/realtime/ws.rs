@@ -107,8 +107,10 @@ async fn serve(
     mut socket: Socket,
 ) {
     if protocol.as_deref() == Some("mqtt") {
-        let reason = "MQTT over WebSocket is not served yet".to_string();
-        return close(&mut socket, CloseCode::Error, reason).await;
+        return match state.mqtt.get().and_then(std::sync::Weak::upgrade) {
+            Some(broker) => crate::mqtt::serve_websocket(broker, socket, peer, state.stopping.clone()).await,
+            None => close(&mut socket, CloseCode::Again, "the MQTT broker is not running".into()).await,
+        };
     }
     let opened = match open(&state, peer, &parts, None).await {
         Ok(opened) => opened,

@@ -95,7 +95,7 @@ pub fn target(rest: Option<&str>, table: &TableSchema) -> Result<Target, ApiErro
 
 /// [`key`], refusing (400, as Harper) an id that is not a number where the primary
 /// key is declared numeric: no record could have it.
-fn typed_key(table: &TableSchema, text: &str) -> Result<Value, ApiError> {
+pub(crate) fn typed_key(table: &TableSchema, text: &str) -> Result<Value, ApiError> {
     let id = key(table, text);
     let declared = table.primary_key_attribute().and_then(|a| a.type_name.as_deref());
     match (declared, &id) {

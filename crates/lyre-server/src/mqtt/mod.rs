@@ -1,0 +1,336 @@
+//! The MQTT broker (3.1.1 and 5): on its own port (1883), and over WebSocket on
+//! the REST port with the subprotocol `mqtt`.
+//!
+//! * `wire.rs`: packets on the wire (the `mqtt5-protocol` codec; the size limit).
+//! * `connection.rs`: one client connection: CONNECT, the QoS flows, keep-alive,
+//!   flow control, topic aliases, what is sent and acknowledged.
+//! * `session.rs`: what a client id's session keeps across connections.
+//! * `router.rs`: plain topics: subscriptions by topic level, retained messages.
+//! * `records.rs`: topics bound to records of exported tables, through the change
+//!   feed (a retained publish is a write, a subscription follows the feed).
+//! * `store.rs`: durable sessions and retained messages across restarts.
+//! * `topic.rs`: topic names and filters.
+//! * `websocket.rs`: MQTT over WebSocket, bridged into the same connection code.
+//! * `message.rs`: a message, and its delivery to one session.
+//!
+//! This module holds the broker: the sessions by client id (with a new connection
+//! taking over a live one), publishing, wills, and session expiry.
+
+mod connection;
+mod message;
+mod records;
+mod router;
+mod session;
+mod store;
+mod topic;
+mod websocket;
+mod wire;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lyre_core::Context;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{OwnedMutexGuard, oneshot, watch};
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::tls::Secure;
+pub(crate) use connection::serve_connection;
+use message::Message;
+use router::Router;
+use session::Session;
+use store::Store;
+pub(crate) use websocket::serve_websocket;
+
+/// Bounds the broker holds clients to, and offers them.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerOptions {
+    /// Largest packet accepted (announced to MQTT 5 clients).
+    pub max_packet: usize,
+    /// Most QoS 1 and 2 publishes a client may have unacknowledged at once.
+    pub receive_maximum: u16,
+    /// Most topic aliases a client may set.
+    pub topic_alias_maximum: u16,
+    /// Most messages queued for one session (more are dropped and counted).
+    pub mailbox: usize,
+    /// How long a connection may take to send its CONNECT.
+    pub connect_timeout: Duration,
+    /// The longest keep-alive an MQTT 5 client may ask for (one asking for none
+    /// or more is told this, as the server keep-alive), seconds.
+    pub max_keep_alive: u16,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        BrokerOptions {
+            max_packet: 1 << 20,
+            receive_maximum: 1_024,
+            topic_alias_maximum: 64,
+            mailbox: 10_000,
+            connect_timeout: Duration::from_secs(10),
+            max_keep_alive: 3_600,
+        }
+    }
+}
+
+/// Why a publish was not taken.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    /// The MQTT 5 reason code.
+    pub(crate) reason: mqtt5_protocol::ReasonCode,
+    /// What went wrong, for the reason string and the log.
+    pub(crate) text: String,
+}
+
+impl From<ApiError> for Refusal {
+    fn from(err: ApiError) -> Self {
+        use mqtt5_protocol::ReasonCode;
+        let reason = match err.code() {
+            lyre_core::Code::Forbidden | lyre_core::Code::MustLogin | lyre_core::Code::LoginFailed => {
+                ReasonCode::NotAuthorized
+            }
+            lyre_core::Code::BadRequest => ReasonCode::PayloadFormatInvalid,
+            lyre_core::Code::NotFound => ReasonCode::TopicNameInvalid,
+            lyre_core::Code::Overloaded | lyre_core::Code::TooManyRequests => ReasonCode::ServerBusy,
+            _ => ReasonCode::UnspecifiedError,
+        };
+        Refusal { reason, text: err.message().to_string() }
+    }
+}
+
+/// One client id's place in the broker.
+pub(crate) struct Slot {
+    /// The session, held by the connection using it (a second connection with
+    /// the id waits for it after telling the first to go).
+    session: Arc<tokio::sync::Mutex<Option<Session>>>,
+    /// Tells the connection holding the session that another takes over.
+    kick: Mutex<Option<oneshot::Sender<()>>>,
+    /// Counts the connections made with the id: a will or expiry decided for one
+    /// does not act once another has connected.
+    generation: AtomicU64,
+    /// When the session, no longer connected, expires (`None` while connected, or
+    /// never).
+    expires_at: Mutex<Option<Instant>>,
+}
+
+/// The broker.
+pub struct Broker {
+    state: Arc<AppState>,
+    router: Router,
+    slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
+    store: Store,
+    options: BrokerOptions,
+    /// Connections open now.
+    connections: AtomicU64,
+}
+
+impl Broker {
+    /// The broker, with the sessions and retained messages kept by the last run.
+    pub async fn open(state: Arc<AppState>, options: BrokerOptions) -> lyre_core::Result<Arc<Broker>> {
+        let store = Store::open(&state.engine).await?;
+        let broker = Arc::new(Broker {
+            state,
+            router: Router::default(),
+            slots: Mutex::new(HashMap::new()),
+            store,
+            options,
+            connections: AtomicU64::new(0),
+        });
+        for message in broker.store.retained()? {
+            broker.router.retain(Arc::new(message));
+        }
+        for loaded in broker.store.sessions()? {
+            let client: Arc<str> = Arc::from(loaded.client_id.as_str());
+            let session = Session::restore(client.clone(), &loaded.stored, options.mailbox);
+            for sub in session.subscriptions.values() {
+                broker.router.subscribe(&client, &session.mailbox, &sub.filter, sub.options);
+            }
+            let slot = Slot::new(Some(session));
+            *slot.expires_at.lock() = loaded.expires_at;
+            broker.slots.lock().insert(client, slot);
+        }
+        Ok(broker)
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Publishes `message` as `ctx`'s user: a record topic is written through its
+    /// table (its subscribers hear of it from the change feed); a plain one is
+    /// routed, and kept first when retained.
+    pub(crate) async fn publish(&self, ctx: &Context, message: Message) -> Result<(), Refusal> {
+        if let Some(target) = records::record_topic(&self.state, &message.topic)? {
+            records::publish(&self.state, ctx, target, &message.payload, message.retain).await?;
+            return Ok(());
+        }
+        let message = Arc::new(message);
+        if message.retain {
+            self.store.save_retained(&message).await.map_err(ApiError::from)?;
+            self.router.retain(message.clone());
+        }
+        self.router.route(&message);
+        Ok(())
+    }
+
+    /// Takes the session slot of `client`, telling a connection that holds it to
+    /// go, and waits (up to 10 s) until it has.
+    async fn attach(
+        &self,
+        client: &Arc<str>,
+    ) -> Option<(Arc<Slot>, OwnedMutexGuard<Option<Session>>, oneshot::Receiver<()>)> {
+        let slot = self.slots.lock().entry(client.clone()).or_insert_with(|| Slot::new(None)).clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let guard = loop {
+            if let Some(kick) = slot.kick.lock().take() {
+                let _ = kick.send(());
+            }
+            match tokio::time::timeout(Duration::from_millis(100), slot.session.clone().lock_owned()).await {
+                Ok(guard) => break guard,
+                Err(_) if Instant::now() < deadline => continue,
+                Err(_) => return None,
+            }
+        };
+        let (kick, kicked) = oneshot::channel();
+        *slot.kick.lock() = Some(kick);
+        slot.generation.fetch_add(1, Ordering::SeqCst);
+        *slot.expires_at.lock() = None;
+        Some((slot, guard, kicked))
+    }
+
+    /// Ends `session`: its subscriptions leave the router and its stored copy goes.
+    async fn end_session(&self, session: Session) {
+        for sub in session.subscriptions.values() {
+            self.router.unsubscribe(&session.client_id, &sub.filter);
+        }
+        if let Err(err) = self.store.remove_session(&session.client_id).await {
+            tracing::warn!(client = %session.client_id, error = %err, "a finished MQTT session could not be removed from storage");
+        }
+    }
+
+    /// Forgets `slot` of `client` when nobody else holds it.
+    fn release_slot(&self, client: &Arc<str>, slot: &Arc<Slot>) {
+        let mut slots = self.slots.lock();
+        // The map's reference and the caller's: no connection is waiting for it.
+        if Arc::strong_count(slot) == 2 && slots.get(client).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            slots.remove(client);
+        }
+    }
+
+    /// Publishes `will` of the connection numbered `generation` of `slot` after
+    /// `delay`, unless the client connected again meanwhile.
+    fn schedule_will(self: &Arc<Self>, ctx: Context, slot: Arc<Slot>, generation: u64, will: Message, delay: Duration) {
+        let broker = self.clone();
+        tokio::spawn(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if slot.generation.load(Ordering::SeqCst) != generation {
+                return;
+            }
+            let topic = will.topic.clone();
+            if let Err(refusal) = broker.publish(&ctx, will).await {
+                tracing::warn!(topic = %topic, reason = %refusal.text, "a will message could not be published");
+            }
+        });
+    }
+
+    /// Ends the sessions whose expiry interval has passed since they disconnected.
+    pub async fn expire_sessions(&self) {
+        let now = Instant::now();
+        let due: Vec<(Arc<str>, Arc<Slot>)> = self
+            .slots
+            .lock()
+            .iter()
+            .filter(|(_, slot)| slot.expires_at.lock().is_some_and(|at| at <= now))
+            .map(|(client, slot)| (client.clone(), slot.clone()))
+            .collect();
+        for (client, slot) in due {
+            let Ok(mut guard) = slot.session.clone().try_lock_owned() else { continue };
+            if !slot.expires_at.lock().is_some_and(|at| at <= now) {
+                continue; // it connected meanwhile
+            }
+            if let Some(session) = guard.take() {
+                self.end_session(session).await;
+            }
+            drop(guard);
+            self.release_slot(&client, &slot);
+        }
+    }
+}
+
+impl Slot {
+    fn new(session: Option<Session>) -> Arc<Slot> {
+        Arc::new(Slot {
+            session: Arc::new(tokio::sync::Mutex::new(session)),
+            kick: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            expires_at: Mutex::new(None),
+        })
+    }
+}
+
+/// Accepts MQTT connections on `listener` (over TLS when `tls` is given) until
+/// the server stops; each is served on its own task. Past `max_connections` open
+/// at once, a new connection is closed at once.
+pub async fn serve(
+    broker: Arc<Broker>,
+    listener: TcpListener,
+    tls: Option<Secure>,
+    max_connections: u64,
+    stopping: watch::Receiver<bool>,
+) {
+    let mut stop = stopping.clone();
+    loop {
+        let (socket, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of file descriptors, most likely: wait rather than spin.
+                    tracing::warn!(error = %err, "accepting an MQTT connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stopped(&mut stop) => return,
+        };
+        if broker.connections() >= max_connections {
+            tracing::warn!(%peer, limit = max_connections, "an MQTT connection was refused: too many are open");
+            continue;
+        }
+        let _ = socket.set_nodelay(true);
+        let (broker, stopping, tls) = (broker.clone(), stopping.clone(), tls.clone());
+        tokio::spawn(async move {
+            let Some(secure) = tls else {
+                return serve_connection(broker, socket, peer, None, stopping).await;
+            };
+            let handshake = secure.acceptor.accept(socket);
+            let Ok(Ok(secured)) = tokio::time::timeout(broker.options.connect_timeout, handshake).await else {
+                tracing::debug!(%peer, "an MQTT TLS handshake failed or took too long");
+                return;
+            };
+            let certificate = secure.login.user(secured.get_ref().1.peer_certificates().and_then(|c| c.first()));
+            serve_connection(broker, secured, peer, certificate.map(|c| c.0), stopping).await;
+        });
+    }
+}
+
+/// Waits until the server starts shutting down.
+async fn stopped(stopping: &mut watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
+/// Serves an MQTT connection over any byte stream (TCP, TLS, a WebSocket's
+/// binary frames).
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
+/// The address a connection came from, for logs and `authorizeLocal`.
+pub(crate) type Peer = SocketAddr;

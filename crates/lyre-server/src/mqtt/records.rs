@@ -1,0 +1,239 @@
+//! Topics bound to records: `<export>/<id>` names the record `<id>` of an exported
+//! table, in the same namespace as REST. A retained publish writes the record (an
+//! empty one deletes it), a publish without retain is a message to it (logged,
+//! the record unchanged); a subscription whose filter can match such topics
+//! follows the tables' change feeds, the current record first as a retained
+//! message.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lyre_core::access::Action;
+use lyre_core::services::{Event, EventKind, EventValue, FeedEnd, Matcher, Position, Start, SubscribeRequest};
+use lyre_core::{Context, KeyScope, Value, WriteOptions};
+use mqtt5_protocol::QoS;
+use tokio::sync::mpsc;
+
+use super::message::{Delivery, Message, Origin, min_qos};
+use super::router::SubOptions;
+use super::topic::{has_wildcard, matches};
+use crate::app::AppState;
+use crate::components::Export;
+use crate::http::error::ApiError;
+use crate::http::rest::url;
+
+/// A topic name that names a record.
+pub(crate) struct RecordTopic {
+    /// The table's database.
+    pub(crate) database: String,
+    /// The table.
+    pub(crate) table: String,
+    /// The record's primary key.
+    pub(crate) id: Value,
+}
+
+/// The record `topic` names, if its first level is an exported table (`Err` for
+/// an id the table's key cannot be).
+pub(crate) fn record_topic(state: &AppState, topic: &str) -> Result<Option<RecordTopic>, ApiError> {
+    let Some((first, id)) = topic.split_once('/') else { return Ok(None) };
+    let exports = state.components.exports();
+    let Some(export) = exports.get(first) else { return Ok(None) };
+    if id.is_empty() {
+        return Err(ApiError::bad_request(format!("the topic '{topic}' names table '{first}' but no record id")));
+    }
+    let db = state.engine.database(&export.database)?;
+    let table = db.table(&export.table)?;
+    let id = url::typed_key(table.schema(), id)?;
+    Ok(Some(RecordTopic { database: export.database.clone(), table: export.table.clone(), id }))
+}
+
+/// Writes a publish to a record: a retained payload replaces the record (it must
+/// be a JSON object), an empty retained one deletes it, one without retain is a
+/// message to it.
+pub(crate) async fn publish(
+    state: &AppState,
+    ctx: &Context,
+    target: RecordTopic,
+    payload: &Bytes,
+    retain: bool,
+) -> Result<(), ApiError> {
+    let table = state.engine.database(&target.database)?.table(&target.table)?;
+    match (retain, payload.is_empty()) {
+        (true, true) => {
+            table.delete(ctx, vec![target.id]).await?;
+        }
+        (true, false) => {
+            let Value::Object(record) = parse_json(payload)? else {
+                return Err(ApiError::bad_request("a retained publish to a record must carry a JSON object"));
+            };
+            table.put(ctx, target.id, record, WriteOptions::default()).await?;
+        }
+        (false, _) => {
+            let message = match payload.first() {
+                Some(b'{' | b'[') => parse_json(payload)?,
+                _ => Value::Bytes(payload.to_vec()),
+            };
+            table.publish(ctx, &target.id, &message).await?;
+        }
+    }
+    Ok(())
+}
+
+fn parse_json(payload: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(payload).map_err(|e| ApiError::bad_request(format!("the payload is not valid JSON: {e}")))
+}
+
+/// One change feed a subscription follows: one table's, with what to ask it.
+pub(crate) struct FeedPlan {
+    /// Names the feed among a subscription's: `<database>/<table>`.
+    pub(crate) feed: String,
+    /// The request (without its start, which the session decides).
+    pub(crate) request: SubscribeRequest,
+    /// The export name of the table (the first level of its topics).
+    pub(crate) names: Arc<HashMap<String, String>>,
+}
+
+/// The database of feed `feed` (see [`FeedPlan::feed`]).
+pub(crate) fn feed_database(feed: &str) -> &str {
+    feed.split_once('/').map_or(feed, |(database, _)| database)
+}
+
+/// The change feeds `filter` needs, as `ctx`'s user: none when it can match no
+/// record topic. A filter with a wildcard first level follows every exported
+/// table the user may read.
+pub(crate) fn plan(state: &AppState, ctx: &Context, filter: &str) -> Result<Vec<FeedPlan>, ApiError> {
+    let exports = state.components.exports();
+    let (first, rest) = filter.split_once('/').unwrap_or((filter, ""));
+    let feed = |export: &Export, scope, matcher| FeedPlan {
+        feed: format!("{}/{}", export.database, export.table),
+        request: SubscribeRequest {
+            database: export.database.clone(),
+            table: Some(export.table.clone()),
+            scope,
+            matcher,
+            start: Start::Now,
+            omit_current: false,
+        },
+        names: Arc::new(HashMap::from([(export.table.clone(), export.name.clone())])),
+    };
+    if first != "+" && first != "#" {
+        let Some(export) = exports.get(first) else { return Ok(Vec::new()) };
+        if rest.is_empty() && !filter.ends_with('/') {
+            return Ok(Vec::new()); // the table's name alone is no record's topic
+        }
+        let plan = match (has_wildcard(rest), rest) {
+            (false, id) => {
+                let table = state.engine.database(&export.database)?.table(&export.table)?;
+                feed(export, KeyScope::Record(url::typed_key(table.schema(), id)?), None)
+            }
+            (true, "#") => feed(export, KeyScope::Table, None),
+            (true, _) => {
+                let names = Arc::new(HashMap::from([(export.table.clone(), export.name.clone())]));
+                feed(export, KeyScope::Table, Some(topic_matcher(filter, names)))
+            }
+        };
+        return Ok(vec![plan]);
+    }
+    let mut plans = Vec::new();
+    for export in exports.iter() {
+        let Ok(table) = state.engine.database(&export.database).and_then(|db| db.table(&export.table)) else {
+            continue;
+        };
+        if table.access(ctx, &[Action::Read]).is_err() {
+            continue; // a wildcard covers what the user may read
+        }
+        let names = Arc::new(HashMap::from([(export.table.clone(), export.name.clone())]));
+        let matcher = (filter != "#").then(|| topic_matcher(filter, names));
+        plans.push(feed(export, KeyScope::Table, matcher));
+    }
+    Ok(plans)
+}
+
+/// Matches a change by the topic it is published on.
+fn topic_matcher(filter: &str, names: Arc<HashMap<String, String>>) -> Matcher {
+    let filter = filter.to_string();
+    Arc::new(move |table: &str, id: &Value| {
+        names.get(table).is_some_and(|name| matches(&filter, &format!("{name}/{}", id_text(id))))
+    })
+}
+
+/// A primary key as it stands in a topic.
+pub(crate) fn id_text(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+/// What a record subscription's forwarder hands its connection.
+pub(crate) enum FeedItem {
+    /// A change, as a delivery.
+    Delivery(Delivery),
+    /// The feed ended.
+    Ended(FeedEnd),
+}
+
+/// Takes `subscription`'s events, as deliveries for the subscription with
+/// `options`, to the connection behind `out` (bounded: a connection that does not
+/// keep up leaves the feed to fall behind and read from the log).
+pub(crate) async fn forward(
+    mut subscription: lyre_core::services::Subscription,
+    names: Arc<HashMap<String, String>>,
+    options: SubOptions,
+    cursor: u64,
+    out: mpsc::Sender<FeedItem>,
+) {
+    loop {
+        let item = match subscription.next().await {
+            Ok(event) => match delivery(&event, &names, options, cursor) {
+                Some(delivery) => FeedItem::Delivery(delivery),
+                None => continue,
+            },
+            Err(end) => FeedItem::Ended(end),
+        };
+        let ended = matches!(item, FeedItem::Ended(_));
+        if out.send(item).await.is_err() || ended {
+            return;
+        }
+    }
+}
+
+/// `event` as a delivery: the record as JSON (a delete empty, a message as its
+/// publisher sent it), the current state retained.
+fn delivery(event: &Event, names: &HashMap<String, String>, options: SubOptions, cursor: u64) -> Option<Delivery> {
+    let name = names.get(&*event.table)?;
+    let payload = match &event.value {
+        EventValue::None => Bytes::new(),
+        EventValue::Record(body) => Bytes::from(serde_json::to_vec(body).ok()?),
+        EventValue::Message(Value::Bytes(bytes)) => Bytes::from(bytes.clone()),
+        EventValue::Message(value) => Bytes::from(serde_json::to_vec(value).ok()?),
+    };
+    let retained_state = event.kind != EventKind::Message;
+    let message = Message {
+        topic: format!("{name}/{}", id_text(&event.id)).into(),
+        payload,
+        qos: QoS::ExactlyOnce,
+        retain: retained_state,
+        properties: Default::default(),
+        expires_at: None,
+        publisher: None,
+    };
+    Some(Delivery {
+        qos: min_qos(message.qos, options.qos),
+        retain: event.current || (options.retain_as_published && retained_state),
+        message: Arc::new(message),
+        subscription_ids: options.id.into_iter().collect(),
+        origin: Origin::Record { subscription: cursor, position: event.position },
+    })
+}
+
+/// Where a feed of `database` stands now: a subscription resuming after it sees
+/// what commits from now on.
+pub(crate) fn position_now(state: &AppState, database: &str) -> Option<Position> {
+    let db = state.engine.database(database).ok()?;
+    db.log_tail().ok().map(|cursor| Position::end_of(cursor.seq))
+}

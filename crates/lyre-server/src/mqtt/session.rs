@@ -1,0 +1,319 @@
+//! A session: what the broker keeps for one client id across its connections —
+//! its subscriptions, the QoS 1 and 2 messages sent and not yet acknowledged, the
+//! QoS 2 packet ids received and not yet released, the messages queued for it
+//! (its mailbox, bounded), and for each record subscription the feed position a
+//! durable session resumes after.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use indexmap::IndexMap;
+use lyre_core::services::Position;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use super::message::Delivery;
+use super::router::SubOptions;
+use super::topic::Filter;
+
+/// The messages waiting for one session, bounded: past the limit a message is
+/// dropped (and counted) rather than memory growing with a client that does not
+/// read or stays away.
+pub(crate) struct Mailbox {
+    queue: Mutex<VecDeque<Delivery>>,
+    notify: Notify,
+    limit: usize,
+    dropped: AtomicU64,
+}
+
+impl Mailbox {
+    /// An empty mailbox holding at most `limit` messages.
+    pub(crate) fn new(limit: usize) -> Arc<Mailbox> {
+        Arc::new(Mailbox {
+            queue: Mutex::new(VecDeque::new()),
+            notify: Notify::new(),
+            limit,
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Queues `delivery`, or drops it when the mailbox is full.
+    pub(crate) fn push(&self, delivery: Delivery) {
+        {
+            let mut queue = self.queue.lock();
+            if queue.len() >= self.limit {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            queue.push_back(delivery);
+        }
+        self.notify.notify_one();
+    }
+
+    /// The next queued message.
+    pub(crate) fn pop(&self) -> Option<Delivery> {
+        self.queue.lock().pop_front()
+    }
+
+    /// Waits until something may have been queued since the last wait.
+    pub(crate) async fn ready(&self) {
+        self.notify.notified().await;
+    }
+
+    /// How many messages were dropped because the mailbox was full.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Where a record subscription stands in its feed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RecordCursor {
+    /// The session-unique number its deliveries carry.
+    pub(crate) id: u64,
+    /// The feed it follows (`<database>/<table>`).
+    pub(crate) feed: String,
+    /// The last change sent (a reconnect within this process resumes after it;
+    /// what was sent and not acknowledged is sent again from `inflight`).
+    pub(crate) sent: Option<Position>,
+    /// The last change acknowledged with every change before it (what a session
+    /// restored after a restart resumes after).
+    pub(crate) acked: Option<Position>,
+    /// Changes sent and not yet acknowledged, in order, each with whether it is.
+    pending: VecDeque<(Position, bool)>,
+}
+
+impl RecordCursor {
+    /// Notes `position` as sent, acknowledged at once when `done` (QoS 0).
+    pub(crate) fn sent(&mut self, position: Position, done: bool) {
+        self.sent = Some(position);
+        self.pending.push_back((position, done));
+        self.advance();
+    }
+
+    /// Notes `position` as acknowledged.
+    pub(crate) fn acked(&mut self, position: Position) {
+        if let Some(entry) = self.pending.iter_mut().find(|(p, _)| *p == position) {
+            entry.1 = true;
+        }
+        self.advance();
+    }
+
+    fn advance(&mut self) {
+        while let Some(&(position, true)) = self.pending.front() {
+            self.acked = Some(position);
+            self.pending.pop_front();
+        }
+    }
+}
+
+/// One subscription of a session.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionSub {
+    /// Its filter.
+    pub(crate) filter: Filter,
+    /// What it asked for.
+    pub(crate) options: SubOptions,
+    /// Its place in each change feed it follows (one per database whose records
+    /// its filter can match).
+    pub(crate) records: Vec<RecordCursor>,
+}
+
+/// A message sent with QoS 1 or 2 and not yet acknowledged.
+#[derive(Debug, Clone)]
+pub(crate) enum Inflight {
+    /// PUBLISH sent; waiting for PUBACK (QoS 1) or PUBREC (QoS 2).
+    Published(Delivery),
+    /// PUBREL sent; waiting for PUBCOMP.
+    Released(Delivery),
+}
+
+/// The state of one client id's session.
+pub(crate) struct Session {
+    /// The client id.
+    pub(crate) client_id: Arc<str>,
+    /// Its queued messages.
+    pub(crate) mailbox: Arc<Mailbox>,
+    /// Its subscriptions, by the filter as subscribed (`$share/…` included).
+    pub(crate) subscriptions: BTreeMap<String, SessionSub>,
+    /// Messages sent with QoS > 0 and not yet acknowledged, in the order sent.
+    pub(crate) inflight: IndexMap<u16, Inflight>,
+    /// QoS 2 packet ids received and not yet released (the message is not
+    /// delivered again when its PUBLISH is resent).
+    pub(crate) incoming_qos2: HashSet<u16>,
+    /// The session expiry interval in seconds (`u32::MAX`: never).
+    pub(crate) expiry: u32,
+    next_packet_id: u16,
+    next_record_id: u64,
+}
+
+impl Session {
+    /// A new, empty session.
+    pub(crate) fn new(client_id: Arc<str>, mailbox_limit: usize) -> Session {
+        Session {
+            client_id,
+            mailbox: Mailbox::new(mailbox_limit),
+            subscriptions: BTreeMap::new(),
+            inflight: IndexMap::new(),
+            incoming_qos2: HashSet::new(),
+            expiry: 0,
+            next_packet_id: 1,
+            next_record_id: 1,
+        }
+    }
+
+    /// A free packet id for a message sent with QoS > 0, `None` when all 65,535
+    /// are in flight.
+    pub(crate) fn packet_id(&mut self) -> Option<u16> {
+        for _ in 0..u16::MAX {
+            let id = self.next_packet_id;
+            self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
+            if !self.inflight.contains_key(&id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// A new record cursor's number.
+    pub(crate) fn record_id(&mut self) -> u64 {
+        let id = self.next_record_id;
+        self.next_record_id += 1;
+        id
+    }
+
+    /// The record cursor numbered `id`.
+    pub(crate) fn cursor(&mut self, id: u64) -> Option<&mut RecordCursor> {
+        self.subscriptions.values_mut().flat_map(|s| s.records.iter_mut()).find(|c| c.id == id)
+    }
+
+    /// What is kept of it across a restart.
+    pub(crate) fn stored(&self) -> StoredSession {
+        StoredSession {
+            expiry: self.expiry,
+            subscriptions: self
+                .subscriptions
+                .iter()
+                .map(|(text, sub)| StoredSub {
+                    filter: text.clone(),
+                    qos: sub.options.qos as u8,
+                    no_local: sub.options.no_local,
+                    retain_as_published: sub.options.retain_as_published,
+                    id: sub.options.id,
+                    acked: sub
+                        .records
+                        .iter()
+                        .filter_map(|c| c.acked.map(|p| (c.feed.clone(), p.seq, p.index)))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// A session restored from what [`Session::stored`] kept.
+    pub(crate) fn restore(client_id: Arc<str>, stored: &StoredSession, mailbox_limit: usize) -> Session {
+        let mut session = Session::new(client_id, mailbox_limit);
+        session.expiry = stored.expiry;
+        for sub in &stored.subscriptions {
+            let Ok(filter) = Filter::parse(&sub.filter) else { continue };
+            let options = SubOptions {
+                qos: sub.qos.into(),
+                no_local: sub.no_local,
+                retain_as_published: sub.retain_as_published,
+                id: sub.id,
+            };
+            let records = sub
+                .acked
+                .iter()
+                .map(|(feed, seq, index)| {
+                    let position = Position { seq: *seq, index: *index };
+                    RecordCursor {
+                        id: session.record_id(),
+                        feed: feed.clone(),
+                        sent: Some(position),
+                        acked: Some(position),
+                        pending: VecDeque::new(),
+                    }
+                })
+                .collect();
+            session.subscriptions.insert(sub.filter.clone(), SessionSub { filter, options, records });
+        }
+        session
+    }
+}
+
+/// A durable session as stored in `system.hdb_mqtt_session`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct StoredSession {
+    /// Session expiry interval, seconds.
+    pub(crate) expiry: u32,
+    /// Its subscriptions.
+    pub(crate) subscriptions: Vec<StoredSub>,
+}
+
+/// One subscription of a stored session.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct StoredSub {
+    /// The filter as subscribed.
+    pub(crate) filter: String,
+    /// Its QoS.
+    pub(crate) qos: u8,
+    /// No local.
+    pub(crate) no_local: bool,
+    /// Retain as published.
+    pub(crate) retain_as_published: bool,
+    /// Its subscription identifier.
+    pub(crate) id: Option<u32>,
+    /// For a record subscription, the position acknowledged through in each feed
+    /// it follows.
+    pub(crate) acked: Vec<(String, u64, u32)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_is_acknowledged_only_through_an_unbroken_run() {
+        let p = |seq| Position { seq, index: 0 };
+        let mut cursor = RecordCursor::default();
+        cursor.sent(p(1), false);
+        cursor.sent(p(2), false);
+        cursor.sent(p(3), true);
+        cursor.acked(p(2));
+        assert_eq!(cursor.acked, None, "1 is still out");
+        cursor.acked(p(1));
+        assert_eq!(cursor.acked, Some(p(3)));
+        assert_eq!(cursor.sent, Some(p(3)));
+    }
+
+    #[test]
+    fn packet_ids_skip_those_in_flight_and_wrap() {
+        let mut session = Session::new("c".into(), 10);
+        session.next_packet_id = u16::MAX;
+        assert_eq!(session.packet_id(), Some(u16::MAX));
+        session.inflight.insert(1, Inflight::Released(test_delivery()));
+        assert_eq!(session.packet_id(), Some(2), "0 is never used and 1 is taken");
+    }
+
+    fn test_delivery() -> Delivery {
+        use super::super::message::{Message, Origin};
+        Delivery {
+            message: Arc::new(Message {
+                topic: "t".into(),
+                payload: bytes::Bytes::new(),
+                qos: mqtt5_protocol::QoS::AtLeastOnce,
+                retain: false,
+                properties: Default::default(),
+                expires_at: None,
+                publisher: None,
+            }),
+            qos: mqtt5_protocol::QoS::AtLeastOnce,
+            retain: false,
+            subscription_ids: vec![],
+            origin: Origin::Plain,
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Topics bound to records: REST writes reach MQTT subscribers, MQTT retained
+//! publishes are records readable over REST, messages reach WebSocket
+//! subscribers, and permissions decide who may publish and subscribe.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use mqtt5_protocol::QoS;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use super::client::{Raw, V5, V311};
+use super::dogs;
+use crate::support::PASSWORD;
+
+fn json_of(payload: &[u8]) -> Value {
+    serde_json::from_slice(payload).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(payload)))
+}
+
+/// A subscription to `Dog/1` receives the current record as a retained message,
+/// then a REST write (RETAIN 0), then a delete as an empty payload.
+#[tokio::test]
+async fn a_rest_write_arrives_on_mqtt() {
+    let s = dogs().await;
+    s.rest_send(Method::PUT, "/Dog/1", Some(&json!({"name": "Rex", "age": 3})), &[]).await;
+    for version in [V311, V5] {
+        let (mut sub, _) = Raw::connect(&s, version, "dog-watcher", true).await;
+        assert_eq!(sub.subscribe(1, "Dog/1", QoS::AtLeastOnce).await, vec![1]);
+        let current = sub.next_acked().await;
+        assert_eq!(current.topic_name, "Dog/1");
+        assert!(current.retain, "the current record comes as a retained message");
+        assert_eq!(json_of(&current.payload)["name"], "Rex");
+        let (status, _, _) = s.rest_send(Method::PUT, "/Dog/1", Some(&json!({"name": "Rex", "age": 4})), &[]).await;
+        assert_eq!(status, 204);
+        let change = sub.next_acked().await;
+        assert_eq!((change.topic_name.as_str(), change.retain, change.qos), ("Dog/1", false, QoS::AtLeastOnce));
+        assert_eq!(json_of(&change.payload)["age"], 4);
+        sub.disconnect().await;
+    }
+    let (mut sub, _) = Raw::connect(&s, V311, "dog-watcher-2", true).await;
+    sub.subscribe(1, "Dog/#", QoS::AtMostOnce).await;
+    assert_eq!(sub.next_publish().await.topic_name, "Dog/1");
+    s.rest_send(Method::DELETE, "/Dog/1", None, &[]).await;
+    let deleted = sub.next_publish().await;
+    assert_eq!((deleted.topic_name.as_str(), deleted.payload.len()), ("Dog/1", 0), "a delete is an empty payload");
+}
+
+/// A retained publish to `Dog/<id>` is a put readable over REST; an empty one
+/// deletes the record; a publish without retain is a message to the record
+/// (a WebSocket subscriber hears it; the record is unchanged).
+#[tokio::test]
+async fn mqtt_publishes_are_writes_and_messages() {
+    let s = dogs().await;
+    let (mut publisher, _) = Raw::connect(&s, V5, "dog-writer", true).await;
+    let code = publisher.publish("Dog/7", br#"{"name":"Fido","age":2}"#, QoS::AtLeastOnce, true, 1).await;
+    assert_eq!(code, 0);
+    let (status, _, body) = s.rest_send(Method::GET, "/Dog/7", None, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!((body["id"].clone(), body["name"].clone()), (json!("7"), json!("Fido")));
+
+    let mut request = format!("ws://127.0.0.1:{}/Dog/7", s.http_port).into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", crate::support::basic(crate::support::USER, PASSWORD).parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let current = ws_json(&mut socket).await;
+    assert_eq!(current["type"], "put");
+    publisher.publish("Dog/7", br#"{"bark":true}"#, QoS::AtLeastOnce, false, 2).await;
+    let message = ws_json(&mut socket).await;
+    assert_eq!((message["type"].clone(), message["value"].clone()), (json!("message"), json!({"bark": true})));
+    let (_, _, body) = s.rest_send(Method::GET, "/Dog/7", None, &[]).await;
+    assert_eq!(body["name"], "Fido", "a message leaves the record as it was");
+
+    assert_eq!(publisher.publish("Dog/7", b"", QoS::AtLeastOnce, true, 3).await, 0);
+    let (status, _, _) = s.rest_send(Method::GET, "/Dog/7", None, &[]).await;
+    assert_eq!(status, 404, "an empty retained publish deletes the record");
+    // A retained payload that is not a JSON object is refused with 0x99.
+    assert_eq!(publisher.publish("Dog/8", b"not json", QoS::AtLeastOnce, true, 4).await, 0x99);
+    let (status, _, _) = s.rest_send(Method::GET, "/Dog/8", None, &[]).await;
+    assert_eq!(status, 404, "nothing was written");
+}
+
+async fn ws_json(
+    socket: &mut (impl StreamExt<Item = Result<WsMessage, tokio_tungstenite::tungstenite::Error>> + Unpin),
+) -> Value {
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(10), socket.next()).await.unwrap().unwrap().unwrap();
+        if let WsMessage::Text(text) = frame {
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+}
+
+/// A wildcard at the first level covers tables and plain topics alike.
+#[tokio::test]
+async fn first_level_wildcards_cover_records_and_plain_topics() {
+    let s = dogs().await;
+    s.rest_send(Method::PUT, "/Dog/a", Some(&json!({"name": "A"})), &[]).await;
+    let (mut sub, _) = Raw::connect(&s, V5, "everything", true).await;
+    sub.subscribe(1, "+/a", QoS::AtMostOnce).await;
+    let current = sub.next_publish().await;
+    assert_eq!((current.topic_name.as_str(), current.retain), ("Dog/a", true));
+    let (mut publisher, _) = Raw::connect(&s, V5, "everything-pub", true).await;
+    publisher.publish("plain/a", b"p", QoS::AtLeastOnce, false, 1).await;
+    assert_eq!(sub.next_publish().await.topic_name, "plain/a");
+    s.rest_send(Method::PUT, "/Dog/b", Some(&json!({"name": "B"})), &[]).await;
+    s.rest_send(Method::PUT, "/Dog/a", Some(&json!({"name": "A2"})), &[]).await;
+    let change = sub.next_publish().await;
+    assert_eq!(change.topic_name, "Dog/a", "Dog/b does not match '+/a'");
+    assert_eq!(json_of(&change.payload)["name"], "A2");
+}
+
+/// A role that may not write the table gets PUBACK 0x87 (MQTT 5) and nothing is
+/// written; one that may not read it gets SUBACK 0x87 (0x80 in 3.1.1).
+#[tokio::test]
+async fn permissions_decide_publish_and_subscribe() {
+    let s = dogs().await;
+    s.ok(json!({"operation": "add_role", "role": "reader", "permission": {"dev": {"tables": {"Dog": {"read": true, "insert": false, "update": false, "delete": false}}}}})).await;
+    s.ok(
+        json!({"operation": "add_user", "username": "reader", "password": PASSWORD, "role": "reader", "active": true}),
+    )
+    .await;
+    s.ok(json!({"operation": "add_role", "role": "none", "permission": {"dev": {"tables": {"Dog": {"read": false, "insert": false, "update": false, "delete": false}}}}})).await;
+    s.ok(json!({"operation": "add_user", "username": "none", "password": PASSWORD, "role": "none", "active": true}))
+        .await;
+
+    let as_user =
+        |user: &'static str| move |o: &mut mqtt5_protocol::types::ConnectOptions| o.username = Some(user.to_string());
+    let (mut reader, ack) = Raw::connect_with(&s, V5, "reader", true, as_user("reader")).await;
+    assert_eq!(u8::from(ack.reason_code), 0);
+    assert_eq!(reader.publish("Dog/9", br#"{"name":"x"}"#, QoS::AtLeastOnce, true, 1).await, 0x87);
+    assert_eq!(reader.subscribe(2, "Dog/9", QoS::AtMostOnce).await, vec![0]);
+    let (status, _, _) = s.rest_send(Method::GET, "/Dog/9", None, &[]).await;
+    assert_eq!(status, 404);
+
+    let (mut none, _) = Raw::connect_with(&s, V5, "none", true, as_user("none")).await;
+    assert_eq!(none.subscribe(1, "Dog/#", QoS::AtMostOnce).await, vec![0x87]);
+    let (mut none3, _) = Raw::connect_with(&s, V311, "none3", true, as_user("none")).await;
+    assert_eq!(none3.subscribe(1, "Dog/1", QoS::AtMostOnce).await, vec![0x80]);
+}
