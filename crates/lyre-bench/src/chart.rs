@@ -44,12 +44,17 @@ pub fn read(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<Row>> {
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 const COLORS: [RGBColor; 3] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44)];
 
-/// Draws the chart into `out` (PNG).
-pub fn draw(rows: &[Row], out: &Path) -> anyhow::Result<()> {
+/// Makes the font the charts write with available to plotters.
+fn register() -> anyhow::Result<()> {
     let font =
         std::fs::read(FONT).map_err(|e| anyhow::anyhow!("the chart needs the DejaVu Sans font at {FONT}: {e}"))?;
     register_font("sans-serif", FontStyle::Normal, Box::leak(font.into_boxed_slice()))
-        .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
+        .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))
+}
+
+/// Draws the chart into `out` (PNG).
+pub fn draw(rows: &[Row], out: &Path) -> anyhow::Result<()> {
+    register()?;
     let root = BitMapBackend::new(out, (1200, 900)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(450);
@@ -160,5 +165,54 @@ fn panel(
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()?;
+    Ok(())
+}
+
+/// Draws throughput against the client count of each result file (its
+/// `params.clients`: subscribers, say), one line per server, into `out` (PNG).
+pub fn draw_sweep(files: &[std::path::PathBuf], out: &Path) -> anyhow::Result<()> {
+    let rows = read(files)?;
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for (file, row) in files.iter().zip(&rows) {
+        let document: serde_json::Value = serde_json::from_slice(&std::fs::read(file)?)?;
+        let clients = document["params"]["clients"]
+            .as_f64()
+            .ok_or_else(|| anyhow::anyhow!("{} has no params.clients", file.display()))?;
+        for (server, throughput, _) in &row.servers {
+            match series.iter_mut().find(|(name, _)| name == server) {
+                Some((_, points)) => points.push((clients, *throughput)),
+                None => series.push((server.clone(), vec![(clients, *throughput)])),
+            }
+        }
+    }
+    let max_x = series.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x)).fold(1.0f64, f64::max);
+    let max_y = series.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y)).fold(1.0f64, f64::max);
+    register()?;
+    let root = BitMapBackend::new(out, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("deliveries/s (median) against subscribers", ("sans-serif", 22))
+        .margin(20)
+        .x_label_area_size(40)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0f64..max_x * 1.05, 0f64..max_y * 1.15)?;
+    chart.configure_mesh().x_desc("subscribers").label_style(("sans-serif", 14)).draw()?;
+    for (i, (name, points)) in series.iter_mut().enumerate() {
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(3)))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
+        chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 14))
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
+    root.present()?;
     Ok(())
 }

@@ -99,6 +99,26 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         concurrency: usize,
     },
+    /// MQTT delivery (fan-out, fan-in) or idle connections' memory, over the
+    /// targets' MQTT brokers (`--mqtt`, `--compare-mqtt`; a bare broker such as
+    /// mosquitto can be the reference: its other URLs are not used).
+    Mqtt {
+        /// The traffic.
+        #[arg(long, value_enum, default_value = "fan-out")]
+        pattern: crate::workload::mqtt::Pattern,
+        /// QoS of publishes and subscriptions.
+        #[arg(long, default_value_t = 0)]
+        qos: u8,
+        /// Subscribers (fan-out), publishers (fan-in) or connections (idle).
+        #[arg(long, default_value_t = 100)]
+        clients: usize,
+        /// Messages each publisher sends.
+        #[arg(long, default_value_t = 2_000)]
+        messages: u64,
+        /// The topic (default `usertable/mqtt-<round>`, a YCSB record).
+        #[arg(long)]
+        topic: Option<String>,
+    },
     /// Serve a fixed record to every GET (and 204 to every write) with bare hyper: the
     /// ceiling for REST requests.
     Ceiling {
@@ -153,6 +173,15 @@ pub enum Command {
         #[arg(long)]
         out: PathBuf,
         /// Result files written with `--json`, one per workload.
+        inputs: Vec<PathBuf>,
+    },
+    /// A PNG of throughput against the client count: one result file per count
+    /// (`mqtt` runs at several `--clients`), one line per server.
+    ChartSweep {
+        /// Where to write the PNG.
+        #[arg(long)]
+        out: PathBuf,
+        /// Result files written with `--json`.
         inputs: Vec<PathBuf>,
     },
     /// `csv_file_load` of a generated CSV file into a fresh dynamic table, timed to
@@ -226,6 +255,9 @@ pub struct TargetArgs {
     /// Its process id (for CPU time per operation and peak memory).
     #[arg(long, global = true)]
     pub pid: Option<u32>,
+    /// Its MQTT broker, `host:port`.
+    #[arg(long, default_value = "127.0.0.1:1883", global = true)]
+    pub mqtt: String,
 }
 
 /// The reference server, when comparing.
@@ -252,6 +284,9 @@ pub struct CompareArgs {
     /// Its process id.
     #[arg(id = "compare_pid", long = "compare-pid", global = true)]
     pub pid: Option<u32>,
+    /// Its MQTT broker, `host:port`.
+    #[arg(id = "compare_mqtt", long = "compare-mqtt", default_value = "127.0.0.1:1883", global = true)]
+    pub mqtt: String,
 }
 
 impl Cli {
@@ -265,6 +300,7 @@ impl Cli {
             password: t.password.clone(),
             auth_header: t.auth_header.clone(),
             pid: t.pid,
+            mqtt: host_port(&t.mqtt),
         }];
         if let Some(url) = &self.compare.url {
             let c = &self.compare;
@@ -276,10 +312,17 @@ impl Cli {
                 password: c.password.clone(),
                 auth_header: c.auth_header.clone(),
                 pid: c.pid,
+                mqtt: host_port(&c.mqtt),
             });
         }
         targets
     }
+}
+
+/// `host:port` split, when it is one.
+fn host_port(address: &str) -> Option<(String, u16)> {
+    let (host, port) = address.rsplit_once(':')?;
+    Some((host.to_string(), port.parse().ok()?))
 }
 
 /// Runs the chosen workload and reports it.
@@ -349,13 +392,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             println!("wrote {}", out.display());
             return Ok(Vec::new());
         }
+        Command::ChartSweep { out, inputs } => {
+            crate::chart::draw_sweep(inputs, out)?;
+            println!("wrote {}", out.display());
+            return Ok(Vec::new());
+        }
         _ => {}
     }
     let targets = cli.targets();
     let rounds = if targets.len() > 1 { cli.rounds.max(3) } else { cli.rounds.max(1) };
     let clients = targets.iter().map(HttpClient::new).collect::<anyhow::Result<Vec<_>>>()?;
-    for client in &clients {
-        client.wait_ready().await?;
+    // An MQTT run may compare with a bare broker, which has no HTTP side.
+    if !matches!(cli.command, Command::Mqtt { .. }) {
+        for client in &clients {
+            client.wait_ready().await?;
+        }
     }
     let mut measurements = Vec::new();
     let params = match cli.command {
@@ -402,6 +453,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             }
             serde_json::to_value(params)?
         }
+        Command::Mqtt { pattern, qos, clients: count, messages, ref topic } => {
+            let params =
+                crate::workload::mqtt::MqttParams { pattern, qos, clients: count, messages, topic: topic.clone() };
+            for round in 0..rounds {
+                for target in &targets {
+                    measurements.push(crate::workload::mqtt::run(target, &params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
         Command::Ws { subscribers, writes, concurrency } => {
             let params = crate::workload::fanout::FanoutParams { subscribers, writes, concurrency };
             for round in 0..rounds {
@@ -417,7 +478,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
         | Command::DiffSchema
         | Command::SqlFloor { .. }
         | Command::Diff { .. }
-        | Command::Chart { .. } => return Ok(Vec::new()),
+        | Command::Chart { .. }
+        | Command::ChartSweep { .. } => return Ok(Vec::new()),
         Command::Sql { kind, requests, concurrency } => {
             let params = sql::SqlParams { kind, requests, concurrency };
             for client in &clients {

@@ -20,6 +20,8 @@ pub struct Target {
     pub auth_header: Option<String>,
     /// The server's process id, for CPU time and memory figures.
     pub pid: Option<u32>,
+    /// Its MQTT broker's host and port.
+    pub mqtt: Option<(String, u16)>,
 }
 
 /// Resource use of the server process, read from `/proc`.

@@ -5,6 +5,7 @@ pub mod counters;
 pub mod csv_load;
 pub mod fanout;
 mod load;
+pub mod mqtt;
 pub mod ops;
 pub mod records;
 pub mod sql;

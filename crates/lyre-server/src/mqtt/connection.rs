@@ -51,6 +51,8 @@ const SAVE_EVERY: Duration = Duration::from_secs(5);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A read buffer larger than this is let go once empty (idle connections stay small).
 const KEEP_BUFFER: usize = 4 << 10;
+/// How long a closing connection may take to write its last bytes.
+const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 /// Session expiry of an MQTT 3.1.1 session that is not clean: never.
 const NEVER: u32 = u32::MAX;
 
@@ -72,6 +74,34 @@ enum End {
 impl End {
     fn protocol(text: impl Into<String>) -> End {
         End::Refused(ReasonCode::ProtocolError, text.into())
+    }
+}
+
+/// A connection's last will, published when it ends other than by DISCONNECT.
+struct Will {
+    /// The message (its expiry set when it is published).
+    message: Message,
+    /// The will delay interval.
+    delay: Duration,
+    /// The message expiry interval, counted from publication.
+    expiry: Option<Duration>,
+}
+
+/// What a CONNECT presents to say who the client is: a user name and password
+/// (a password shaped like a JWT, three dot-separated parts starting `eyJ`, is an
+/// operation token, whatever the user name), else the verified client
+/// certificate's user.
+fn credentials(connect: &ConnectPacket, certificate: Option<String>) -> Credentials {
+    let password = match connect.password.clone().map(String::from_utf8) {
+        None => None,
+        Some(Ok(password)) => Some(password),
+        Some(Err(_)) => return Credentials::Malformed,
+    };
+    match (connect.username.clone(), password) {
+        (_, Some(token)) if token.starts_with("eyJ") && token.split('.').count() == 3 => Credentials::Token(token),
+        (Some(username), password) => Credentials::Password { username, password: password.unwrap_or_default() },
+        (None, Some(_)) => Credentials::Malformed,
+        (None, None) => certificate.map_or(Credentials::None, Credentials::Certificate),
     }
 }
 
@@ -187,7 +217,7 @@ struct Conn<S> {
     feeds: HashMap<String, Vec<Forwarder>>,
     feed_tx: mpsc::Sender<FeedItem>,
     feed_rx: mpsc::Receiver<FeedItem>,
-    will: Option<(Message, Duration)>,
+    will: Option<Will>,
     /// The session's stored copy is older than its acknowledgements.
     dirty: bool,
 }
@@ -233,19 +263,16 @@ impl<S: Stream> Conn<S> {
             let _ = io.flush().await;
             return None;
         }
-        // The user, from the name and password (or a token as the password).
-        let credentials = match (connect.username.clone(), connect.password.clone()) {
-            (None, None) => certificate.map_or(Credentials::None, Credentials::Certificate),
-            (Some(username), password) => match String::from_utf8(password.unwrap_or_default()) {
-                Ok(password) => Credentials::Password { username, password },
-                Err(_) => Credentials::Malformed,
-            },
-            (None, Some(token)) => match String::from_utf8(token) {
-                Ok(token) => Credentials::Token(token),
-                Err(_) => Credentials::Malformed,
-            },
-        };
-        let user = match broker.state.user(credentials, peer.ip()).await {
+        // A will whose topic is no topic name refuses the CONNECT before anything
+        // about the session changes.
+        if let Some(will) = &connect.will
+            && let Err(err) = check_name(&will.topic)
+        {
+            refuse(&mut io, ReasonCode::TopicNameInvalid, format!("the will's topic: {err}"));
+            let _ = io.flush().await;
+            return None;
+        }
+        let user = match broker.state.user(credentials(&connect, certificate), peer.ip()).await {
             Ok(user) => user,
             Err(err) => {
                 let reason = match err {
@@ -270,10 +297,13 @@ impl<S: Stream> Conn<S> {
             true => Arc::from(format!("lyre-{}", uuid::Uuid::new_v4().simple())),
             false => Arc::from(connect.client_id.as_str()),
         };
-        let Some((slot, mut session, kicked)) = broker.attach(&client).await else {
-            refuse(&mut io, ReasonCode::ServerBusy, "the session is held by a connection that does not let go".into());
-            let _ = io.flush().await;
-            return None;
+        let (slot, mut session, kicked) = match broker.attach(&client, &user.username).await {
+            Ok(attached) => attached,
+            Err(refusal) => {
+                refuse(&mut io, refusal.reason, refusal.text);
+                let _ = io.flush().await;
+                return None;
+            }
         };
         let expiry = match v5 {
             true => connect.properties.get_session_expiry_interval().unwrap_or(0),
@@ -285,7 +315,7 @@ impl<S: Stream> Conn<S> {
             if let Some(old) = session.take() {
                 broker.end_session(old).await;
             }
-            *session = Some(Session::new(client.clone(), broker.options.mailbox));
+            *session = Some(Session::new(client.clone(), &user.username, broker.options.mailbox_limit()));
         }
         if let Some(session) = session.as_mut() {
             session.expiry = expiry;
@@ -301,7 +331,9 @@ impl<S: Stream> Conn<S> {
         let will = connect.will.as_ref().map(|will| {
             let mut properties = Properties::default();
             will.properties.apply_to_publish_properties(&mut properties);
-            let message = message(
+            // Its expiry runs from when it is published, not from now.
+            let expiry = will.properties.message_expiry_interval;
+            let mut message = message(
                 Arc::from(will.topic.as_str()),
                 Bytes::from(will.payload.clone()),
                 will.qos,
@@ -309,7 +341,12 @@ impl<S: Stream> Conn<S> {
                 &properties,
                 Some(client.clone()),
             );
-            (message, Duration::from_secs(u64::from(will.properties.will_delay_interval.unwrap_or(0))))
+            message.expires_at = None;
+            Will {
+                message,
+                delay: Duration::from_secs(u64::from(will.properties.will_delay_interval.unwrap_or(0))),
+                expiry: expiry.map(|s| Duration::from_secs(u64::from(s))),
+            }
         });
         let mut conn = Conn {
             ctx: Context::new(user),
@@ -321,7 +358,8 @@ impl<S: Stream> Conn<S> {
             session,
             kicked,
             idle_limit: (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500)),
-            client_receive_max: usize::from(connect.properties.get_receive_maximum().unwrap_or(u16::MAX)),
+            client_receive_max: usize::from(connect.properties.get_receive_maximum().unwrap_or(u16::MAX))
+                .min(usize::from(broker.options.send_maximum)),
             client_max_packet: connect.properties.get_maximum_packet_size().map_or(usize::MAX, |n| n as usize),
             client_alias_max: connect.properties.get_topic_alias_maximum().unwrap_or(0),
             problem_info: connect.properties.get_request_problem_information().unwrap_or(true),
@@ -333,12 +371,6 @@ impl<S: Stream> Conn<S> {
             will,
             dirty: false,
         };
-        if let Some((will, _)) = &conn.will
-            && let Err(err) = check_name(&will.topic)
-        {
-            conn.refuse_connect(ReasonCode::TopicNameInvalid, format!("the will's topic: {err}")).await;
-            return None;
-        }
         let options = broker.options;
         let ack = match v5 {
             false => ConnAckPacket::new_v311(present, ReasonCode::Success),
@@ -368,22 +400,10 @@ impl<S: Stream> Conn<S> {
         Some(conn)
     }
 
-    /// Refuses the CONNECT after the session was taken: the session is left as
-    /// it was.
-    async fn refuse_connect(mut self, reason: ReasonCode, text: String) {
-        let packet = match self.io.version {
-            V5 => ConnAckPacket::new(false, reason).with_reason_string(text),
-            _ => ConnAckPacket::new_v311(false, reason),
-        };
-        wire::put(&packet, &mut self.io.out);
-        let _ = self.io.flush().await;
-        self.will = None;
-        self.finish(End::Closed).await;
-    }
-
     fn session(&mut self) -> &mut Session {
         // Set in `accept` and only taken in `finish`, which consumes the connection.
-        self.session.get_or_insert_with(|| Session::new(self.client.clone(), 1))
+        let limit = self.broker.options.mailbox_limit();
+        self.session.get_or_insert_with(|| Session::new(self.client.clone(), "", limit))
     }
 
     /// A resumed session: its record subscriptions follow their feeds again from
@@ -426,7 +446,12 @@ impl<S: Stream> Conn<S> {
         save.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let more = self.deliver();
-            if let Err(err) = self.io.flush().await {
+            // A client that does not read is still told when it is taken over.
+            let flushed = tokio::select! {
+                flushed = self.io.flush() => flushed,
+                _ = &mut self.kicked => return End::TakenOver,
+            };
+            if let Err(err) = flushed {
                 tracing::debug!(client = %self.client, error = %err, "writing to an MQTT client failed");
                 return End::Closed;
             }
@@ -690,8 +715,9 @@ impl<S: Stream> Conn<S> {
             ack = ack.add_reason_code(code);
         }
         wire::put(&ack, &mut self.io.out);
+        // Through the mailbox, so the receive maximum holds for them too.
         for delivery in retained {
-            self.send(delivery);
+            self.session().mailbox.push(delivery);
         }
         Ok(())
     }
@@ -784,8 +810,11 @@ impl<S: Stream> Conn<S> {
                 .subscribe(&self.ctx, plan.request)
                 .await
                 .map_err(|err| code_for(&err.into()))?;
-            let mut cursor = previous.cloned().unwrap_or_default();
-            cursor.id = self.session().record_id();
+            // A resumed cursor keeps its number: deliveries in flight carry it.
+            let mut cursor = match previous.cloned() {
+                Some(cursor) => cursor,
+                None => RecordCursor::new(self.session().record_id()),
+            };
             cursor.feed = plan.feed;
             let task = records::forward(subscription, plan.names, options, cursor.id, self.feed_tx.clone());
             forwarders.push(Forwarder(tokio::spawn(task)));
@@ -939,8 +968,12 @@ impl<S: Stream> Conn<S> {
         if let End::Refused(reason, text) = &end {
             tracing::debug!(client = %self.client, peer = %self.peer, reason = ?reason, %text, "closing an MQTT connection");
         }
-        let _ = self.io.flush().await;
-        let _ = self.io.writer.shutdown().await;
+        // A client that does not read holds the session no longer than this.
+        let _ = tokio::time::timeout(CLOSE_LIMIT, async {
+            let _ = self.io.flush().await;
+            let _ = self.io.writer.shutdown().await;
+        })
+        .await;
         self.feeds.clear();
         let dropped = self.session().mailbox.dropped();
         if dropped > 0 {
@@ -948,22 +981,27 @@ impl<S: Stream> Conn<S> {
         }
         let publish_will = !matches!(end, End::Disconnected { will: false } | End::Stopping);
         let expiry = self.session().expiry;
-        if let (Some((will, delay)), true) = (self.will.take(), publish_will) {
-            let delay = delay.min(Duration::from_secs(u64::from(expiry)));
+        if let (Some(will), true) = (self.will.take(), publish_will) {
+            let delay = will.delay.min(Duration::from_secs(u64::from(expiry)));
             match delay.is_zero() {
-                true => {
-                    if let Err(refusal) = self.broker.publish(&self.ctx, will).await {
-                        tracing::warn!(client = %self.client, reason = %refusal.text, "a will message could not be published");
-                    }
-                }
+                true => self.broker.publish_will(&self.ctx, will.message, will.expiry).await,
                 false => {
                     let generation = self.slot.generation.load(std::sync::atomic::Ordering::SeqCst);
-                    self.broker.schedule_will(self.ctx.clone(), self.slot.clone(), generation, will, delay);
+                    self.broker.schedule_will(
+                        self.ctx.clone(),
+                        &self.slot,
+                        generation,
+                        will.message,
+                        will.expiry,
+                        delay,
+                    );
                 }
             }
         }
         let taken_over = matches!(end, End::TakenOver);
-        if expiry == 0 && !taken_over {
+        // A session that ends with its connection ends on a takeover too
+        // (MQTT-3.1.2-6): the new connection starts without it.
+        if expiry == 0 {
             if let Some(session) = self.session.take() {
                 self.broker.end_session(session).await;
             }

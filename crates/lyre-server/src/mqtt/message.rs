@@ -36,6 +36,11 @@ impl Message {
     pub(crate) fn expired(&self, now: Instant) -> bool {
         self.expires_at.is_some_and(|at| at <= now)
     }
+
+    /// About the bytes it takes (for the bounds on queues).
+    pub(crate) fn weight(&self) -> usize {
+        96 + self.topic.len() + self.payload.len()
+    }
 }
 
 /// Where a delivery came from: the broker's own routing, or a record

@@ -59,11 +59,23 @@ pub struct BrokerOptions {
     pub topic_alias_maximum: u16,
     /// Most messages queued for one session (more are dropped and counted).
     pub mailbox: usize,
+    /// About the most bytes of messages queued for one session.
+    pub mailbox_bytes: usize,
+    /// Most QoS 1 and 2 messages sent to one client and not yet acknowledged,
+    /// whatever receive maximum it announces (3.1.1 clients announce none).
+    pub send_maximum: u16,
     /// How long a connection may take to send its CONNECT.
     pub connect_timeout: Duration,
     /// The longest keep-alive an MQTT 5 client may ask for (one asking for none
     /// or more is told this, as the server keep-alive), seconds.
     pub max_keep_alive: u16,
+}
+
+impl BrokerOptions {
+    /// What one session's mailbox holds at most.
+    fn mailbox_limit(&self) -> session::MailboxLimit {
+        session::MailboxLimit { messages: self.mailbox, bytes: self.mailbox_bytes }
+    }
 }
 
 impl Default for BrokerOptions {
@@ -73,6 +85,8 @@ impl Default for BrokerOptions {
             receive_maximum: 1_024,
             topic_alias_maximum: 64,
             mailbox: 10_000,
+            mailbox_bytes: 16 << 20,
+            send_maximum: 1_024,
             connect_timeout: Duration::from_secs(10),
             max_keep_alive: 3_600,
         }
@@ -97,7 +111,8 @@ impl From<ApiError> for Refusal {
             }
             lyre_core::Code::BadRequest => ReasonCode::PayloadFormatInvalid,
             lyre_core::Code::NotFound => ReasonCode::TopicNameInvalid,
-            lyre_core::Code::Overloaded | lyre_core::Code::TooManyRequests => ReasonCode::ServerBusy,
+            // 0x89 is no PUBACK code; quota exceeded is the one that says "later".
+            lyre_core::Code::Overloaded | lyre_core::Code::TooManyRequests => ReasonCode::QuotaExceeded,
             _ => ReasonCode::UnspecifiedError,
         };
         Refusal { reason, text: err.message().to_string() }
@@ -117,6 +132,10 @@ pub(crate) struct Slot {
     /// When the session, no longer connected, expires (`None` while connected, or
     /// never).
     expires_at: Mutex<Option<Instant>>,
+    /// A will waiting out its delay, cancelled when the client connects again.
+    will: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The user whose session it is: another user may not take it over.
+    owner: Mutex<Option<String>>,
 }
 
 /// The broker.
@@ -147,12 +166,14 @@ impl Broker {
         }
         for loaded in broker.store.sessions()? {
             let client: Arc<str> = Arc::from(loaded.client_id.as_str());
-            let session = Session::restore(client.clone(), &loaded.stored, options.mailbox);
+            let session = Session::restore(client.clone(), &loaded.stored, options.mailbox_limit());
             for sub in session.subscriptions.values() {
                 broker.router.subscribe(&client, &session.mailbox, &sub.filter, sub.options);
             }
+            let owner = session.owner.clone();
             let slot = Slot::new(Some(session));
             *slot.expires_at.lock() = loaded.expires_at;
+            *slot.owner.lock() = Some(owner);
             broker.slots.lock().insert(client, slot);
         }
         Ok(broker)
@@ -180,14 +201,22 @@ impl Broker {
         Ok(())
     }
 
-    /// Takes the session slot of `client`, telling a connection that holds it to
-    /// go, and waits (up to 10 s) until it has.
+    /// Takes the session slot of `client` for `user`, telling a connection that
+    /// holds it to go, and waits (up to 15 s) until it has. A session of another
+    /// user is refused, before anything about it changes.
     async fn attach(
         &self,
         client: &Arc<str>,
-    ) -> Option<(Arc<Slot>, OwnedMutexGuard<Option<Session>>, oneshot::Receiver<()>)> {
+        user: &str,
+    ) -> Result<(Arc<Slot>, OwnedMutexGuard<Option<Session>>, oneshot::Receiver<()>), Refusal> {
         let slot = self.slots.lock().entry(client.clone()).or_insert_with(|| Slot::new(None)).clone();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        if slot.owner.lock().as_deref().is_some_and(|owner| owner != user) {
+            return Err(Refusal {
+                reason: mqtt5_protocol::ReasonCode::NotAuthorized,
+                text: format!("client id '{client}' is another user's session"),
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
         let guard = loop {
             if let Some(kick) = slot.kick.lock().take() {
                 let _ = kick.send(());
@@ -195,14 +224,23 @@ impl Broker {
             match tokio::time::timeout(Duration::from_millis(100), slot.session.clone().lock_owned()).await {
                 Ok(guard) => break guard,
                 Err(_) if Instant::now() < deadline => continue,
-                Err(_) => return None,
+                Err(_) => {
+                    return Err(Refusal {
+                        reason: mqtt5_protocol::ReasonCode::ServerBusy,
+                        text: "the session is held by a connection that does not let go".into(),
+                    });
+                }
             }
         };
         let (kick, kicked) = oneshot::channel();
         *slot.kick.lock() = Some(kick);
         slot.generation.fetch_add(1, Ordering::SeqCst);
         *slot.expires_at.lock() = None;
-        Some((slot, guard, kicked))
+        *slot.owner.lock() = Some(user.to_string());
+        if let Some(will) = slot.will.lock().take() {
+            will.abort();
+        }
+        Ok((slot, guard, kicked))
     }
 
     /// Ends `session`: its subscriptions leave the router and its stored copy goes.
@@ -224,22 +262,37 @@ impl Broker {
         }
     }
 
-    /// Publishes `will` of the connection numbered `generation` of `slot` after
-    /// `delay`, unless the client connected again meanwhile.
-    fn schedule_will(self: &Arc<Self>, ctx: Context, slot: Arc<Slot>, generation: u64, will: Message, delay: Duration) {
-        let broker = self.clone();
-        tokio::spawn(async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            if slot.generation.load(Ordering::SeqCst) != generation {
-                return;
-            }
-            let topic = will.topic.clone();
-            if let Err(refusal) = broker.publish(&ctx, will).await {
-                tracing::warn!(topic = %topic, reason = %refusal.text, "a will message could not be published");
+    /// Publishes a will, its expiry counted from now.
+    async fn publish_will(&self, ctx: &Context, mut will: Message, expiry: Option<Duration>) {
+        will.expires_at = expiry.map(|after| Instant::now() + after);
+        let topic = will.topic.clone();
+        if let Err(refusal) = self.publish(ctx, will).await {
+            tracing::warn!(topic = %topic, reason = %refusal.text, "a will message could not be published");
+        }
+    }
+
+    /// Publishes the will of the connection numbered `generation` of `slot` after
+    /// `delay`; the client connecting again meanwhile cancels it.
+    fn schedule_will(
+        self: &Arc<Self>,
+        ctx: Context,
+        slot: &Arc<Slot>,
+        generation: u64,
+        will: Message,
+        expiry: Option<Duration>,
+        delay: Duration,
+    ) {
+        let (broker, watched) = (self.clone(), Arc::downgrade(slot));
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let current = watched.upgrade().map(|slot| slot.generation.load(Ordering::SeqCst));
+            if current == Some(generation) {
+                broker.publish_will(&ctx, will, expiry).await;
             }
         });
+        if let Some(earlier) = slot.will.lock().replace(task.abort_handle()) {
+            earlier.abort();
+        }
     }
 
     /// Ends the sessions whose expiry interval has passed since they disconnected.
@@ -273,6 +326,8 @@ impl Slot {
             kick: Mutex::new(None),
             generation: AtomicU64::new(0),
             expires_at: Mutex::new(None),
+            will: Mutex::new(None),
+            owner: Mutex::new(None),
         })
     }
 }

@@ -9,10 +9,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use mqtt5_protocol::QoS;
-use parking_lot::{Mutex, RwLock};
+
+use parking_lot::RwLock;
 
 use super::message::{Delivery, Message, Origin, min_qos};
 use super::session::Mailbox;
@@ -36,6 +38,8 @@ struct Subscriber {
     client: Arc<str>,
     mailbox: Arc<Mailbox>,
     options: SubOptions,
+    /// The filter (a share group is its name and its filter, MQTT 5 §4.8.2).
+    filter: Arc<str>,
 }
 
 #[derive(Default)]
@@ -57,8 +61,8 @@ impl Node {
 #[derive(Default)]
 pub(crate) struct Router {
     tree: RwLock<Node>,
-    /// Turns of each share group, so its members take messages in turn.
-    turns: Mutex<HashMap<String, usize>>,
+    /// Counts messages sent to share groups: each goes to the member this picks.
+    turns: AtomicUsize,
     retained: RwLock<BTreeMap<Arc<str>, Arc<Message>>>,
 }
 
@@ -83,7 +87,12 @@ impl Router {
             }
             node = node.children.entry(level.to_string()).or_default();
         }
-        let subscriber = Subscriber { client: client.clone(), mailbox: mailbox.clone(), options };
+        let subscriber = Subscriber {
+            client: client.clone(),
+            mailbox: mailbox.clone(),
+            options,
+            filter: Arc::from(filter.filter.as_str()),
+        };
         let key = (client.clone(), filter.group.clone());
         let slot = if trailing_hash { &mut node.rest } else { &mut node.here };
         slot.insert(key, subscriber).is_some()
@@ -105,10 +114,10 @@ impl Router {
         // One delivery per client (highest QoS, every identifier); one member per
         // share group.
         let mut by_client: HashMap<&str, (&Subscriber, QoS, bool, Vec<u32>)> = HashMap::new();
-        let mut groups: BTreeMap<&str, Vec<&Subscriber>> = BTreeMap::new();
+        let mut groups: BTreeMap<(&str, &str), Vec<&Subscriber>> = BTreeMap::new();
         for (subscriber, group) in matched {
             if let Some(group) = group {
-                groups.entry(group).or_default().push(subscriber);
+                groups.entry((group, &subscriber.filter)).or_default().push(subscriber);
                 continue;
             }
             if subscriber.options.no_local && message.publisher.as_deref() == Some(&*subscriber.client) {
@@ -125,15 +134,10 @@ impl Router {
         for (subscriber, qos, rap, ids) in by_client.into_values() {
             subscriber.mailbox.push(delivery(message, qos, rap, ids));
         }
-        if groups.is_empty() {
-            return;
-        }
-        let mut turns = self.turns.lock();
-        for (group, mut members) in groups {
+        for (_, mut members) in groups {
             members.sort_by(|a, b| a.client.cmp(&b.client));
-            let turn = turns.entry(group.to_string()).or_default();
-            let member = members[*turn % members.len()];
-            *turn = turn.wrapping_add(1);
+            let turn = self.turns.fetch_add(1, Ordering::Relaxed);
+            let member = members[turn % members.len()];
             let options = member.options;
             member.mailbox.push(delivery(
                 message,

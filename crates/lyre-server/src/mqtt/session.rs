@@ -22,17 +22,32 @@ use super::topic::Filter;
 /// dropped (and counted) rather than memory growing with a client that does not
 /// read or stays away.
 pub(crate) struct Mailbox {
-    queue: Mutex<VecDeque<Delivery>>,
+    queue: Mutex<Queue>,
     notify: Notify,
-    limit: usize,
+    limit: MailboxLimit,
     dropped: AtomicU64,
 }
 
+/// How much one mailbox holds at most.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MailboxLimit {
+    /// Messages.
+    pub(crate) messages: usize,
+    /// About this many bytes of them.
+    pub(crate) bytes: usize,
+}
+
+#[derive(Default)]
+struct Queue {
+    deliveries: VecDeque<Delivery>,
+    bytes: usize,
+}
+
 impl Mailbox {
-    /// An empty mailbox holding at most `limit` messages.
-    pub(crate) fn new(limit: usize) -> Arc<Mailbox> {
+    /// An empty mailbox holding at most `limit`.
+    pub(crate) fn new(limit: MailboxLimit) -> Arc<Mailbox> {
         Arc::new(Mailbox {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
             notify: Notify::new(),
             limit,
             dropped: AtomicU64::new(0),
@@ -43,18 +58,23 @@ impl Mailbox {
     pub(crate) fn push(&self, delivery: Delivery) {
         {
             let mut queue = self.queue.lock();
-            if queue.len() >= self.limit {
+            let weight = delivery.message.weight();
+            if queue.deliveries.len() >= self.limit.messages || queue.bytes + weight > self.limit.bytes {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            queue.push_back(delivery);
+            queue.bytes += weight;
+            queue.deliveries.push_back(delivery);
         }
         self.notify.notify_one();
     }
 
     /// The next queued message.
     pub(crate) fn pop(&self) -> Option<Delivery> {
-        self.queue.lock().pop_front()
+        let mut queue = self.queue.lock();
+        let delivery = queue.deliveries.pop_front()?;
+        queue.bytes = queue.bytes.saturating_sub(delivery.message.weight());
+        Some(delivery)
     }
 
     /// Waits until something may have been queued since the last wait.
@@ -86,6 +106,11 @@ pub(crate) struct RecordCursor {
 }
 
 impl RecordCursor {
+    /// A cursor numbered `id` that has sent nothing.
+    pub(crate) fn new(id: u64) -> RecordCursor {
+        RecordCursor { id, ..RecordCursor::default() }
+    }
+
     /// Notes `position` as sent, acknowledged at once when `done` (QoS 0).
     pub(crate) fn sent(&mut self, position: Position, done: bool) {
         self.sent = Some(position);
@@ -134,6 +159,8 @@ pub(crate) enum Inflight {
 pub(crate) struct Session {
     /// The client id.
     pub(crate) client_id: Arc<str>,
+    /// The user whose session it is.
+    pub(crate) owner: String,
     /// Its queued messages.
     pub(crate) mailbox: Arc<Mailbox>,
     /// Its subscriptions, by the filter as subscribed (`$share/…` included).
@@ -151,9 +178,10 @@ pub(crate) struct Session {
 
 impl Session {
     /// A new, empty session.
-    pub(crate) fn new(client_id: Arc<str>, mailbox_limit: usize) -> Session {
+    pub(crate) fn new(client_id: Arc<str>, owner: &str, mailbox_limit: MailboxLimit) -> Session {
         Session {
             client_id,
+            owner: owner.to_string(),
             mailbox: Mailbox::new(mailbox_limit),
             subscriptions: BTreeMap::new(),
             inflight: IndexMap::new(),
@@ -192,6 +220,7 @@ impl Session {
     /// What is kept of it across a restart.
     pub(crate) fn stored(&self) -> StoredSession {
         StoredSession {
+            owner: self.owner.clone(),
             expiry: self.expiry,
             subscriptions: self
                 .subscriptions
@@ -213,8 +242,8 @@ impl Session {
     }
 
     /// A session restored from what [`Session::stored`] kept.
-    pub(crate) fn restore(client_id: Arc<str>, stored: &StoredSession, mailbox_limit: usize) -> Session {
-        let mut session = Session::new(client_id, mailbox_limit);
+    pub(crate) fn restore(client_id: Arc<str>, stored: &StoredSession, mailbox_limit: MailboxLimit) -> Session {
+        let mut session = Session::new(client_id, &stored.owner, mailbox_limit);
         session.expiry = stored.expiry;
         for sub in &stored.subscriptions {
             let Ok(filter) = Filter::parse(&sub.filter) else { continue };
@@ -247,6 +276,8 @@ impl Session {
 /// A durable session as stored in `system.hdb_mqtt_session`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub(crate) struct StoredSession {
+    /// The user whose session it is.
+    pub(crate) owner: String,
     /// Session expiry interval, seconds.
     pub(crate) expiry: u32,
     /// Its subscriptions.
@@ -291,7 +322,7 @@ mod tests {
 
     #[test]
     fn packet_ids_skip_those_in_flight_and_wrap() {
-        let mut session = Session::new("c".into(), 10);
+        let mut session = Session::new("c".into(), "u", MailboxLimit { messages: 10, bytes: 1 << 20 });
         session.next_packet_id = u16::MAX;
         assert_eq!(session.packet_id(), Some(u16::MAX));
         session.inflight.insert(1, Inflight::Released(test_delivery()));

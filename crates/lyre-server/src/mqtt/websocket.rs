@@ -1,7 +1,11 @@
 //! MQTT over WebSocket (subprotocol `mqtt` on the REST port): binary frames carry
-//! the byte stream, bridged into the same connection code TCP uses.
+//! the byte stream, bridged into the same connection code TCP uses. Each
+//! direction is pumped on its own, so a client that sends while it is not reading
+//! (or the reverse) stalls neither; a client that takes no frame for
+//! [`SEND_LIMIT`] is dropped.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::{Sink, SinkExt, Stream as FuturesStream, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -14,48 +18,62 @@ use super::{Broker, Peer, serve_connection};
 
 /// Bytes buffered between the socket and the connection, each way.
 const BRIDGE: usize = 64 << 10;
+/// How long one frame may wait for the client to take it.
+const SEND_LIMIT: Duration = Duration::from_secs(30);
 
 /// Serves MQTT over an upgraded WebSocket until either side ends.
-pub(crate) async fn serve_websocket<W>(broker: Arc<Broker>, mut socket: W, peer: Peer, stopping: watch::Receiver<bool>)
+pub(crate) async fn serve_websocket<W>(broker: Arc<Broker>, socket: W, peer: Peer, stopping: watch::Receiver<bool>)
 where
-    W: FuturesStream<Item = Result<Message, WsError>> + Sink<Message, Error = WsError> + Unpin,
+    W: FuturesStream<Item = Result<Message, WsError>> + Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
-    let (broker_side, mut bridge) = tokio::io::duplex(BRIDGE);
+    let (broker_side, bridge) = tokio::io::duplex(BRIDGE);
     let connection = tokio::spawn(serve_connection(broker, broker_side, peer, None, stopping));
-    let mut buf = vec![0u8; 16 << 10];
-    let close = loop {
-        tokio::select! {
-            frame = socket.next() => match frame {
+    let (mut from_broker, mut to_broker) = tokio::io::split(bridge);
+    let (mut sink, mut frames) = socket.split();
+    // Client to broker: binary frames in, bytes out.
+    let inbound = async {
+        loop {
+            match frames.next().await {
                 Some(Ok(Message::Binary(bytes))) => {
-                    if bridge.write_all(&bytes).await.is_err() {
-                        break None;
+                    if to_broker.write_all(&bytes).await.is_err() {
+                        return None;
                     }
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
                 Some(Ok(Message::Text(_))) => {
-                    break Some((CloseCode::Unsupported, "MQTT over WebSocket takes binary frames only"));
+                    return Some((CloseCode::Unsupported, "MQTT over WebSocket takes binary frames only"));
                 }
-                Some(Ok(Message::Close(_))) | None => break None,
+                Some(Ok(Message::Close(_))) | None => return None,
                 Some(Err(err)) => {
                     tracing::debug!(%peer, error = %err, "an MQTT WebSocket frame did not decode");
-                    break Some((CloseCode::Protocol, "the frame did not decode"));
+                    return Some((CloseCode::Protocol, "the frame did not decode"));
                 }
-            },
-            read = bridge.read(&mut buf) => match read {
-                Ok(0) | Err(_) => break Some((CloseCode::Normal, "")),
-                Ok(n) => {
-                    if socket.send(Message::binary(buf[..n].to_vec())).await.is_err() {
-                        break None;
-                    }
-                }
-            },
+            }
         }
     };
-    // The connection sees its stream end (its will, its session's fate follow).
-    drop(bridge);
+    // Broker to client: bytes in, binary frames out.
+    let outbound = async {
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            match from_broker.read(&mut buf).await {
+                Ok(0) | Err(_) => return Some((CloseCode::Normal, "")),
+                Ok(n) => match tokio::time::timeout(SEND_LIMIT, sink.send(Message::binary(buf[..n].to_vec()))).await {
+                    Ok(Ok(())) => {}
+                    _ => return None,
+                },
+            }
+        }
+    };
+    let close = tokio::select! {
+        close = inbound => close,
+        close = outbound => close,
+    };
+    // The connection sees its stream end (its will and its session's fate follow).
+    drop(to_broker);
+    drop(from_broker);
     let _ = connection.await;
     if let Some((code, reason)) = close {
         let frame = CloseFrame { code, reason: reason.into() };
-        let _ = socket.send(Message::Close(Some(frame))).await;
+        let _ = tokio::time::timeout(SEND_LIMIT, sink.send(Message::Close(Some(frame)))).await;
     }
 }

@@ -61,7 +61,8 @@ pub(crate) fn take_packet(buf: &mut BytesMut, version: u8, limit: usize) -> Resu
         return Err(WireError::TooLarge { size, limit });
     }
     if buf.len() < size {
-        buf.reserve(size - buf.len());
+        // Room as the bytes come (a header alone does not claim its whole size).
+        buf.reserve((size - buf.len()).min(64 << 10));
         return Ok(None);
     }
     let mut body = buf.split_to(size).freeze();
@@ -70,6 +71,9 @@ pub(crate) fn take_packet(buf: &mut BytesMut, version: u8, limit: usize) -> Resu
         .ok_or_else(|| WireError::Malformed(format!("packet type {} is reserved", first >> 4)))?;
     if packet_type == PacketType::Connect {
         check_protocol(&body)?;
+    }
+    if packet_type == PacketType::Subscribe && version == V311 {
+        check_subscription_options(&body)?;
     }
     if packet_type == PacketType::Auth && version == V311 {
         return Err(WireError::Malformed("AUTH is an MQTT 5 packet".into()));
@@ -117,6 +121,21 @@ fn check_protocol(body: &[u8]) -> Result<(), WireError> {
         (b"MQTT" | b"MQIsdp", level) => Err(WireError::Version(level)),
         _ => Err(WireError::Malformed(format!("'{}' is not MQTT's protocol name", String::from_utf8_lossy(name)))),
     }
+}
+
+/// MQTT-3.8.3-4 for 3.1.1 (which the codec reads leniently): each requested QoS
+/// is 0, 1 or 2 and the option byte's upper bits are 0.
+fn check_subscription_options(body: &[u8]) -> Result<(), WireError> {
+    let mut rest = body.get(2..).unwrap_or_default(); // after the packet id
+    while let [hi, lo, tail @ ..] = rest {
+        let length = usize::from(*hi) << 8 | usize::from(*lo);
+        let Some(&options) = tail.get(length) else { break }; // the codec reports it
+        if options & 0xFC != 0 || options & 0x03 == 3 {
+            return Err(WireError::Malformed(format!("subscription options 0x{options:02X} are not 3.1.1's")));
+        }
+        rest = &tail[length + 1..];
+    }
+    Ok(())
 }
 
 /// Appends `packet` to `out`.
@@ -183,6 +202,11 @@ mod tests {
         connect.extend_from_slice(&[3, 0x02, 0x00, 0x3C]);
         let mut buf = BytesMut::from(&connect[..]);
         assert!(matches!(take_packet(&mut buf, 0, 1 << 20), Err(WireError::Version(3))));
+        // A 3.1.1 SUBSCRIBE asking for QoS 3 (MQTT-3.8.3-4).
+        let mut buf = BytesMut::from(&[0x82, 0x06, 0x00, 0x01, 0x00, 0x01, b'a', 0x03][..]);
+        assert!(matches!(take_packet(&mut buf, V311, 1 << 20), Err(WireError::Malformed(_))));
+        let mut buf = BytesMut::from(&[0x82, 0x06, 0x00, 0x01, 0x00, 0x01, b'a', 0x02][..]);
+        assert!(matches!(take_packet(&mut buf, V311, 1 << 20), Ok(Some(Packet::Subscribe(_)))));
         // PINGREQ with flags set (MQTT-2.1.3-1).
         let mut buf = BytesMut::from(&[0xC1, 0x00][..]);
         assert!(matches!(take_packet(&mut buf, V5, 1 << 20), Err(WireError::Malformed(_))));

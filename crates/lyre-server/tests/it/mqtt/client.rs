@@ -116,6 +116,15 @@ impl Raw {
         }
     }
 
+    /// The next `n` bytes as they came (a 3.1.1 return code, say).
+    pub async fn recv_raw(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            let read = tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf)).await;
+            assert!(matches!(read, Ok(Ok(k)) if k > 0), "{n} bytes within 10 s");
+        }
+        self.buf.split_to(n).to_vec()
+    }
+
     fn take(&mut self) -> Option<Packet> {
         let first = *self.buf.first()?;
         let (mut length, mut used) = (0usize, 0usize);
@@ -133,6 +142,23 @@ impl Raw {
         let mut body = self.buf.split_to(1 + used + length).freeze();
         body.advance(1 + used);
         let packet_type = PacketType::from_u8(first >> 4).expect("a packet type");
+        if self.version == V311 {
+            // 3.1.1's shapes exactly: no reason codes or properties leak into them.
+            let fixed_size = matches!(
+                packet_type,
+                PacketType::ConnAck
+                    | PacketType::PubAck
+                    | PacketType::PubRec
+                    | PacketType::PubRel
+                    | PacketType::PubComp
+                    | PacketType::UnsubAck
+            );
+            assert!(!fixed_size || length == 2, "a 3.1.1 {packet_type:?} of {length} bytes: {:?}", &body[..]);
+            if packet_type == PacketType::SubAck {
+                assert!(body[2..].iter().all(|c| matches!(c, 0 | 1 | 2 | 0x80)), "3.1.1 SUBACK codes: {:?}", &body[..]);
+            }
+            assert!(packet_type != PacketType::Disconnect, "a 3.1.1 server sends no DISCONNECT");
+        }
         let fixed = FixedHeader::new(packet_type, first & 0x0F, length as u32);
         Some(
             Packet::decode_from_body_with_version(packet_type, &fixed, &mut body, self.version)

@@ -11,38 +11,33 @@ use super::client::{Raw, V5, V311};
 use crate::support::{PASSWORD, TestServer, USER};
 
 /// MQTT-3.1.4-1 (credentials checked), MQTT-3.2.2-5 and 3.1.1's return codes 4
-/// and 5; MQTT 5's 0x86.
+/// (bad user name or password) and 5 (not authorized), as bytes; MQTT 5's 0x86.
 #[tokio::test]
 async fn connect_refuses_wrong_or_missing_credentials() {
     let s = TestServer::start().await;
-    for (version, password, expected) in [(V311, "wrong", 0x04), (V5, "wrong", 0x86)] {
-        let (mut raw, ack) = Raw::connect_with(&s, version, "c1", true, |o| {
-            o.password = Some(password.as_bytes().to_vec());
-        })
-        .await;
-        assert_eq!(wire_code(version, u8::from(ack.reason_code)), expected);
-        assert!(!ack.session_present, "MQTT-3.2.2-4: session present is 0 on a refusal");
-        assert!(raw.closed_within(Duration::from_secs(5)).await.0, "closed after the refusal (MQTT-3.2.2-5)");
+    let mut wrong = ConnectOptions::new("c1");
+    wrong.username = Some(USER.into());
+    wrong.password = Some(b"wrong".to_vec());
+    let mut raw = Raw::open(&s, V311).await;
+    raw.send(&ConnectPacket::new_v311(wrong.clone())).await;
+    assert_eq!(raw.recv_raw(4).await, [0x20, 0x02, 0x00, 0x04]);
+    assert!(raw.closed_within(Duration::from_secs(5)).await.0, "closed after the refusal (MQTT-3.2.2-5)");
+    let mut raw = Raw::open(&s, V5).await;
+    raw.send(&ConnectPacket::new(wrong)).await;
+    match raw.recv().await {
+        Packet::ConnAck(ack) => {
+            assert_eq!(u8::from(ack.reason_code), 0x86);
+            assert!(!ack.session_present, "session present is 0 on a refusal");
+        }
+        other => panic!("{other:?}"),
     }
+    assert!(raw.closed_within(Duration::from_secs(5)).await.0);
     // No credentials from a loopback client is still a refusal when
     // authorizeLocal is off.
     let s = TestServer::start_with(&[("AUTHENTICATION_AUTHORIZELOCAL", "false")]).await;
     let mut raw = Raw::open(&s, V311).await;
     raw.send(&ConnectPacket::new_v311(ConnectOptions::new("c2"))).await;
-    match raw.recv().await {
-        Packet::ConnAck(ack) => assert_eq!(wire_code(V311, u8::from(ack.reason_code)), 0x05),
-        other => panic!("{other:?}"),
-    }
-}
-
-/// The byte a 3.1.1 CONNACK carried for `code` (the codec reads it back as an
-/// MQTT 5 reason code).
-fn wire_code(version: u8, code: u8) -> u8 {
-    match (version, code) {
-        (V311, 0x86) => 0x04,
-        (V311, 0x87) => 0x05,
-        _ => code,
-    }
+    assert_eq!(raw.recv_raw(4).await, [0x20, 0x02, 0x00, 0x05]);
 }
 
 /// MQTT-3.1.0-1 (the first packet is CONNECT, else the connection is closed),
@@ -68,12 +63,8 @@ async fn connect_is_first_and_once_and_of_a_known_level() {
     connect.extend_from_slice(b"MQIsdp");
     connect.extend_from_slice(&[3, 0x02, 0x00, 0x3C, 0x00, 0x00]);
     raw.send_bytes(&connect).await;
-    let (closed, seen) = raw.closed_within(Duration::from_secs(5)).await;
-    assert!(closed);
-    assert!(
-        matches!(&seen[..], [Packet::ConnAck(ack)] if u8::from(ack.reason_code) == 0x84 || u8::from(ack.reason_code) == 1),
-        "{seen:?}"
-    );
+    assert_eq!(raw.recv_raw(4).await, [0x20, 0x02, 0x00, 0x01], "return code 1: unacceptable protocol level");
+    assert!(raw.closed_within(Duration::from_secs(5)).await.0);
 }
 
 /// MQTT-3.1.3-6/-7 (an empty client id with a clean session is assigned one),
@@ -85,8 +76,12 @@ async fn empty_client_ids() {
     let (raw, ack) = Raw::connect_with(&s, V311, "", true, |_| {}).await;
     assert_eq!(u8::from(ack.reason_code), 0);
     raw.disconnect().await;
-    let (_raw, ack) = Raw::connect_with(&s, V311, "", false, |_| {}).await;
-    assert_eq!(u8::from(ack.reason_code), 0x85, "return code 2 (identifier rejected)");
+    let mut raw = Raw::open(&s, V311).await;
+    let mut options = ConnectOptions::new("").with_clean_start(false);
+    options.username = Some(USER.into());
+    options.password = Some(PASSWORD.as_bytes().to_vec());
+    raw.send(&ConnectPacket::new_v311(options)).await;
+    assert_eq!(raw.recv_raw(4).await, [0x20, 0x02, 0x00, 0x02], "return code 2 (identifier rejected)");
 }
 
 /// MQTT-3.12.4-1 (PINGREQ answered with PINGRESP) and MQTT-3.1.2-24 (no packet
@@ -256,20 +251,38 @@ async fn will_messages() {
 }
 
 /// MQTT-3.1.4-2: a second connection with a client id in use closes the first
-/// (MQTT 5 tells it 0x8E), and the session passes to the second.
+/// (MQTT 5 tells it 0x8E); a session with an expiry passes to the second, one
+/// without ends with the first connection (MQTT-3.1.2-6); another user may not
+/// take a session over at all.
 #[tokio::test]
 async fn a_second_connection_takes_the_session_over() {
     let s = TestServer::start().await;
-    let (mut first, _) = Raw::connect(&s, V5, "same", false).await;
+    let lasting = |o: &mut ConnectOptions| o.properties.session_expiry_interval = Some(60);
+    let (mut first, _) = Raw::connect_with(&s, V5, "same", false, lasting).await;
     first.subscribe(1, "takeover/t", QoS::AtLeastOnce).await;
-    let (mut second, present) = Raw::connect(&s, V5, "same", false).await;
+    let (mut second, ack) = Raw::connect_with(&s, V5, "same", false, lasting).await;
     let (closed, seen) = first.closed_within(Duration::from_secs(5)).await;
     assert!(closed);
     assert!(matches!(&seen[..], [Packet::Disconnect(d)] if u8::from(d.reason_code) == 0x8E), "told why: {seen:?}");
-    assert!(present, "the session passed on");
+    assert!(ack.session_present, "the session passed on");
     let (mut publisher, _) = Raw::connect(&s, V5, "taker-pub", true).await;
     publisher.publish("takeover/t", b"x", QoS::AtLeastOnce, false, 1).await;
     assert_eq!(&second.next_acked().await.payload[..], b"x");
+
+    // Expiry 0: the session ends with the connection taken over.
+    let (mut brief, _) = Raw::connect(&s, V311, "brief", true).await;
+    brief.subscribe(1, "takeover/b", QoS::AtLeastOnce).await;
+    let (_again, present) = Raw::connect(&s, V311, "brief", false).await;
+    assert!(!present, "no session survived");
+
+    // Another user: refused, and the session's own connection goes on.
+    s.ok(serde_json::json!({"operation": "add_role", "role": "other", "permission": {}})).await;
+    s.ok(serde_json::json!({"operation": "add_user", "username": "other", "password": PASSWORD, "role": "other", "active": true}))
+        .await;
+    let (_intruder, ack) = Raw::connect_with(&s, V5, "same", false, |o| o.username = Some("other".into())).await;
+    assert_eq!(u8::from(ack.reason_code), 0x87);
+    publisher.publish("takeover/t", b"still", QoS::AtLeastOnce, false, 2).await;
+    assert_eq!(&second.next_acked().await.payload[..], b"still");
 }
 
 /// A malformed packet and an oversized one close their own connection (MQTT 5
@@ -311,4 +324,37 @@ async fn a_silent_connection_is_closed() {
     let mut raw = Raw::open(&s, V311).await;
     let (closed, _) = raw.closed_within(Duration::from_secs(20)).await;
     assert!(closed);
+}
+
+/// MQTT over TLS on `mqtt.network.securePort`, with the server's certificate.
+#[tokio::test]
+async fn mqtt_over_tls() {
+    use rustls_pki_types::pem::PemObject as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let port = crate::support::free_port();
+    let s = TestServer::start_with(&[("MQTT_NETWORK_SECUREPORT", &port.to_string())]).await;
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = s.root().join("keys/certificate.pem");
+    for certificate in rustls_pki_types::CertificateDer::pem_file_iter(&pem).unwrap() {
+        roots.add(certificate.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap();
+    let mut options = ConnectOptions::new("over-tls");
+    options.username = Some(USER.into());
+    options.password = Some(PASSWORD.as_bytes().to_vec());
+    let mut out = bytes::BytesMut::new();
+    mqtt5_protocol::packet::MqttPacket::encode(&ConnectPacket::new_v311(options), &mut out).unwrap();
+    tls.write_all(&out).await.unwrap();
+    let mut connack = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), tls.read_exact(&mut connack)).await.unwrap().unwrap();
+    assert_eq!(connack, [0x20, 0x02, 0x00, 0x00], "CONNACK, accepted");
 }
