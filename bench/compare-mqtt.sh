@@ -91,12 +91,12 @@ done
 start_harper mqtt-idle
 start_lyre mqtt-idle
 harper_node=$(pgrep -n -f "harperdb run" || echo "$HARPER_PID")
-bench_mqtt idle-harper --pattern idle --clients "$IDLE" --rounds 1 \
+bench_mqtt idle-harper --pattern idle --clients "$IDLE" \
   --compare-name harper --compare-url http://127.0.0.1:9925 --compare-pid "$harper_node" --compare-mqtt 127.0.0.1:1883
 cleanup
 start_mosquitto
 start_lyre mqtt-idle-2
-bench_mqtt idle-mosquitto --pattern idle --clients "$IDLE" --rounds 1 \
+bench_mqtt idle-mosquitto --pattern idle --clients "$IDLE" \
   --compare-name mosquitto --compare-url "http://127.0.0.1:$MOSQUITTO_PORT" --compare-pid "$MOSQUITTO_PID" \
   --compare-mqtt "127.0.0.1:$MOSQUITTO_PORT"
 cleanup

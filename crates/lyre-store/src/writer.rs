@@ -233,6 +233,23 @@ impl<S: Clone + Send + 'static> Writer<S> {
         T: Send + 'static,
         E: From<Error> + Send + 'static,
     {
+        self.enqueue(meta, work).await?.await
+    }
+
+    /// Queues a job and answers as soon as it is queued, with a future that
+    /// resolves once it is committed (or failed). Jobs run in the order they are
+    /// queued, so a client that pipelines its writes keeps their order without
+    /// waiting for each commit (and the writer commits them together).
+    pub async fn enqueue<T, E, F>(
+        &self,
+        meta: JobMeta,
+        work: F,
+    ) -> std::result::Result<impl Future<Output = std::result::Result<T, E>> + Send + 'static, E>
+    where
+        F: FnOnce(&mut WriteTxn<'_, '_>, &mut S) -> std::result::Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
         let (reply, outcome) = oneshot::channel();
         let job = Message::Job(Box::new(TypedJob { meta, work: Some(work), outcome: None, reply }));
         match tokio::time::timeout(self.options.queue_timeout, self.queue.send(job)).await {
@@ -240,7 +257,7 @@ impl<S: Clone + Send + 'static> Writer<S> {
             Ok(Err(_)) => return Err(Error::Closed.into()),
             Ok(Ok(())) => {}
         }
-        outcome.await.unwrap_or_else(|_| Err(Error::Closed.into()))
+        Ok(async move { outcome.await.unwrap_or_else(|_| Err(Error::Closed.into())) })
     }
 
     /// Makes sure the storage of `table` exists, committing its creation on its own.

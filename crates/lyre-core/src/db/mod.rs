@@ -179,6 +179,22 @@ impl Db {
         self.writer.submit(meta, work).await
     }
 
+    /// [`Db::write`], answering once the job is queued with a future that resolves
+    /// when it is committed (see `Writer::enqueue`).
+    pub(crate) async fn write_queued<T, F>(
+        &self,
+        ctx: &Context,
+        operation: &str,
+        work: F,
+    ) -> Result<impl Future<Output = Result<T>> + Send + 'static>
+    where
+        F: FnOnce(&mut WriteTxn<'_, '_>, &mut SchemaState) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let meta = JobMeta { user: ctx.username().to_string(), operation: operation.to_string() };
+        self.writer.enqueue(meta, work).await
+    }
+
     /// Makes sure table `name` has storage (committed on its own, before the job that
     /// names it in the catalog; see `Writer::prepare_table`).
     pub(crate) async fn prepare_table(&self, name: &str) -> Result<()> {

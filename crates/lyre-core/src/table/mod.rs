@@ -155,6 +155,19 @@ impl Table {
     /// every subscriber of the record receives it. Needs insert permission, as
     /// Harper's `publish` does. Returns the message's version.
     pub async fn publish(&self, ctx: &Context, id: &Value, message: &Value) -> Result<f64> {
+        self.publish_queued(ctx, id, message).await?.await
+    }
+
+    /// [`Table::publish`], answering as soon as the message is queued for the
+    /// writer with a future that resolves once it is committed: a client that
+    /// publishes many messages (an MQTT connection) keeps their order without
+    /// waiting for each commit.
+    pub async fn publish_queued(
+        &self,
+        ctx: &Context,
+        id: &Value,
+        message: &Value,
+    ) -> Result<impl Future<Output = Result<f64>> + Send + 'static> {
         self.access(ctx, &[Action::Insert])?;
         let key = validate::encode_primary_key(id)?;
         write::publish(self, ctx, key, message.to_msgpack()).await

@@ -244,12 +244,19 @@ pub(crate) async fn delete(
 /// Logs `message` as published to the record `key` names (which need not exist),
 /// as one transaction that changes no data; returns its version. Subscribers of the
 /// record receive it from the log.
-pub(crate) async fn publish(table: &Table, ctx: &Context, key: Vec<u8>, message: Vec<u8>) -> Result<f64> {
+/// Queues the logging of `message` to the record with key `key`; the answer
+/// resolves to the message's version once it is committed.
+pub(crate) async fn publish(
+    table: &Table,
+    ctx: &Context,
+    key: Vec<u8>,
+    message: Vec<u8>,
+) -> Result<impl Future<Output = Result<f64>> + Send + 'static> {
     let name = table.schema().name.clone();
     let database = table.database().to_string();
     table
         .db()
-        .write(ctx, "publish", move |txn, _| {
+        .write_queued(ctx, "publish", move |txn, _| {
             let store = txn
                 .table(&name)?
                 .ok_or_else(|| Error::TableNotFound { database: database.clone(), table: name.clone() })?;

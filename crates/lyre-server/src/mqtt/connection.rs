@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesOrdered;
 use lyre_core::Context;
 use lyre_core::services::Start;
 use mqtt5_protocol::packet::connack::ConnAckPacket;
@@ -51,6 +53,8 @@ const SAVE_EVERY: Duration = Duration::from_secs(5);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A read buffer larger than this is let go once empty (idle connections stay small).
 const KEEP_BUFFER: usize = 4 << 10;
+/// Publishes from one client under way at once; reading waits past it.
+const MAX_PENDING: usize = 1_024;
 /// How long a closing connection may take to write its last bytes.
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 /// Session expiry of an MQTT 3.1.1 session that is not clean: never.
@@ -217,10 +221,16 @@ struct Conn<S> {
     feeds: HashMap<String, Vec<Forwarder>>,
     feed_tx: mpsc::Sender<FeedItem>,
     feed_rx: mpsc::Receiver<FeedItem>,
+    /// Publishes under way, acknowledged in the order they came.
+    pending: FuturesOrdered<PendingPublish>,
     will: Option<Will>,
     /// The session's stored copy is older than its acknowledgements.
     dirty: bool,
 }
+
+/// A publish under way: its QoS, packet id and outcome once taken.
+type PendingPublish =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (QoS, u16, Result<(), super::Refusal>)> + Send>>;
 
 /// A record subscription's forwarder task, stopped when dropped.
 struct Forwarder(JoinHandle<()>);
@@ -368,6 +378,7 @@ impl<S: Stream> Conn<S> {
             feeds: HashMap::new(),
             feed_tx,
             feed_rx,
+            pending: FuturesOrdered::new(),
             will,
             dirty: false,
         };
@@ -466,7 +477,10 @@ impl<S: Stream> Conn<S> {
                 biased;
                 _ = &mut self.kicked => return End::TakenOver,
                 () = stopped(&mut stopping) => return End::Stopping,
-                read = self.io.reader.read_buf(&mut self.io.inbuf) => {
+                Some((qos, id, outcome)) = self.pending.next(), if !self.pending.is_empty() => {
+                    self.acknowledge_publish(qos, id, outcome);
+                }
+                read = self.io.reader.read_buf(&mut self.io.inbuf), if self.pending.len() < MAX_PENDING => {
                     match read {
                         Ok(0) | Err(_) => return End::Closed,
                         Ok(_) => {}
@@ -661,7 +675,19 @@ impl<S: Stream> Conn<S> {
             &publish.properties,
             Some(self.client.clone()),
         );
-        let outcome = self.broker.publish(&self.ctx, message).await;
+        if publish.qos == QoS::ExactlyOnce {
+            // Noted now, so the PUBLISH sent again before it is acknowledged is
+            // not delivered twice; forgotten again if it is refused.
+            self.session().incoming_qos2.insert(id);
+        }
+        let accepted = self.broker.publish_queued(&self.ctx, message).await;
+        let qos = publish.qos;
+        self.pending.push_back(Box::pin(async move { (qos, id, accepted.await) }));
+        Ok(())
+    }
+
+    /// Acknowledges a publish once it was taken or refused, in the order received.
+    fn acknowledge_publish(&mut self, qos: QoS, id: u16, outcome: Result<(), super::Refusal>) {
         if let Err(refusal) = &outcome {
             tracing::debug!(client = %self.client, reason = %refusal.text, "an MQTT publish was refused");
         }
@@ -670,7 +696,7 @@ impl<S: Stream> Conn<S> {
             Err(refusal) => (self.reason(refusal.reason), Some(refusal.text)),
         };
         let text = text.filter(|_| self.problem_info && self.io.version == V5);
-        match publish.qos {
+        match qos {
             QoS::AtMostOnce => {}
             QoS::AtLeastOnce => {
                 let mut ack = PubAckPacket::new_with_reason(id, reason);
@@ -680,8 +706,8 @@ impl<S: Stream> Conn<S> {
                 wire::put(&ack, &mut self.io.out);
             }
             QoS::ExactlyOnce => {
-                if reason == ReasonCode::Success {
-                    self.session().incoming_qos2.insert(id);
+                if reason != ReasonCode::Success {
+                    self.session().incoming_qos2.remove(&id);
                 }
                 let mut rec = PubRecPacket::new_with_reason(id, reason);
                 if let Some(text) = text {
@@ -690,7 +716,6 @@ impl<S: Stream> Conn<S> {
                 wire::put(&rec, &mut self.io.out);
             }
         }
-        Ok(())
     }
 
     async fn on_subscribe(&mut self, subscribe: SubscribePacket) -> Result<(), End> {

@@ -93,6 +93,9 @@ impl Default for BrokerOptions {
     }
 }
 
+/// What resolves once a publish is taken (or refused).
+pub(crate) type Accepted = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Refusal>> + Send>>;
+
 /// Why a publish was not taken.
 #[derive(Debug)]
 pub(crate) struct Refusal {
@@ -184,13 +187,27 @@ impl Broker {
         self.connections.load(Ordering::Relaxed)
     }
 
+    /// Publishes `message` as `ctx`'s user and waits until it is taken.
+    pub(crate) async fn publish(&self, ctx: &Context, message: Message) -> Result<(), Refusal> {
+        self.publish_queued(ctx, message).await.await
+    }
+
     /// Publishes `message` as `ctx`'s user: a record topic is written through its
     /// table (its subscribers hear of it from the change feed); a plain one is
-    /// routed, and kept first when retained.
-    pub(crate) async fn publish(&self, ctx: &Context, message: Message) -> Result<(), Refusal> {
+    /// routed, and kept first when retained. Answers once the publish is under
+    /// way, with what resolves when it is taken (a message to a record: once
+    /// committed), so a connection's publishes are pipelined in order.
+    pub(crate) async fn publish_queued(&self, ctx: &Context, message: Message) -> Accepted {
+        match self.start_publish(ctx, message).await {
+            Ok(accepted) => accepted,
+            Err(refusal) => Box::pin(std::future::ready(Err(refusal))),
+        }
+    }
+
+    async fn start_publish(&self, ctx: &Context, message: Message) -> Result<Accepted, Refusal> {
         if let Some(target) = records::record_topic(&self.state, &message.topic)? {
-            records::publish(&self.state, ctx, target, &message.payload, message.retain).await?;
-            return Ok(());
+            let committed = records::publish(&self.state, ctx, target, &message.payload, message.retain).await?;
+            return Ok(Box::pin(async move { Ok(committed.await?) }));
         }
         let message = Arc::new(message);
         if message.retain {
@@ -198,7 +215,7 @@ impl Broker {
             self.router.retain(message.clone());
         }
         self.router.route(&message);
-        Ok(())
+        Ok(Box::pin(std::future::ready(Ok(()))))
     }
 
     /// Takes the session slot of `client` for `user`, telling a connection that

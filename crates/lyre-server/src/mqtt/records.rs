@@ -50,14 +50,16 @@ pub(crate) fn record_topic(state: &AppState, topic: &str) -> Result<Option<Recor
 
 /// Writes a publish to a record: a retained payload replaces the record (it must
 /// be a JSON object), an empty retained one deletes it, one without retain is a
-/// message to it.
+/// message to it. A message is queued for the writer and its commit is what the
+/// answer waits for, so a connection may go on meanwhile (its publishes stay in
+/// order); a write is committed before this answers.
 pub(crate) async fn publish(
     state: &AppState,
     ctx: &Context,
     target: RecordTopic,
     payload: &Bytes,
     retain: bool,
-) -> Result<(), ApiError> {
+) -> Result<Committed, ApiError> {
     let table = state.engine.database(&target.database)?.table(&target.table)?;
     match (retain, payload.is_empty()) {
         (true, true) => {
@@ -74,11 +76,15 @@ pub(crate) async fn publish(
                 Some(b'{' | b'[') => parse_json(payload)?,
                 _ => Value::Bytes(payload.to_vec()),
             };
-            table.publish(ctx, &target.id, &message).await?;
+            let committed = table.publish_queued(ctx, &target.id, &message).await?;
+            return Ok(Box::pin(async move { committed.await.map(drop).map_err(ApiError::from) }));
         }
     }
-    Ok(())
+    Ok(Box::pin(std::future::ready(Ok(()))))
 }
+
+/// Resolves once a record publish is committed.
+pub(crate) type Committed = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ApiError>> + Send>>;
 
 fn parse_json(payload: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(payload).map_err(|e| ApiError::bad_request(format!("the payload is not valid JSON: {e}")))

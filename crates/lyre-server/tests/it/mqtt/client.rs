@@ -26,6 +26,8 @@ pub struct Raw {
     pub stream: TcpStream,
     buf: BytesMut,
     pub version: u8,
+    /// Packets that came while waiting for an acknowledgement, read next.
+    stash: std::collections::VecDeque<Packet>,
 }
 
 impl Raw {
@@ -33,7 +35,7 @@ impl Raw {
     pub async fn open(s: &TestServer, version: u8) -> Raw {
         let stream = TcpStream::connect(("127.0.0.1", s.mqtt_port)).await.expect("connect to the MQTT port");
         stream.set_nodelay(true).unwrap();
-        Raw { stream, buf: BytesMut::new(), version }
+        Raw { stream, buf: BytesMut::new(), version, stash: Default::default() }
     }
 
     /// Connects as the test super user with `client_id`, `clean` start and
@@ -87,6 +89,9 @@ impl Raw {
     /// The next packet within `limit`; `None` on timeout or when the connection
     /// closed.
     pub async fn recv_within(&mut self, limit: Duration) -> Option<Packet> {
+        if let Some(packet) = self.stash.pop_front() {
+            return Some(packet);
+        }
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             if let Some(packet) = self.take() {
@@ -211,28 +216,51 @@ impl Raw {
     }
 
     /// Publishes and waits for the acknowledgement (QoS 1: PUBACK; QoS 2: the
-    /// whole exchange); answers the PUBACK or PUBREC reason code.
+    /// whole exchange); answers the PUBACK or PUBREC reason code. A message the
+    /// connection receives meanwhile (its own subscription, say) is kept for
+    /// [`Raw::recv`].
     pub async fn publish(&mut self, topic: &str, payload: &[u8], qos: QoS, retain: bool, id: u16) -> u8 {
         let packet = self.publish_packet(topic, payload, qos, retain, (qos != QoS::AtMostOnce).then_some(id));
         self.send(&packet).await;
         match qos {
             QoS::AtMostOnce => 0,
-            QoS::AtLeastOnce => match self.recv().await {
+            QoS::AtLeastOnce => match self.ack().await {
                 Packet::PubAck(ack) => u8::from(ack.reason_code),
                 other => panic!("expected PUBACK, got {other:?}"),
             },
             QoS::ExactlyOnce => {
-                let code = match self.recv().await {
+                let code = match self.ack().await {
                     Packet::PubRec(rec) => u8::from(rec.reason_code),
                     other => panic!("expected PUBREC, got {other:?}"),
                 };
                 if code < 0x80 {
                     self.send(&mqtt5_protocol::packet::pubrel::PubRelPacket::new(id)).await;
-                    assert!(matches!(self.recv().await, Packet::PubComp(_)));
+                    assert!(matches!(self.ack().await, Packet::PubComp(_)));
                 }
                 code
             }
         }
+    }
+
+    /// The next packet that is not a PUBLISH (those are kept for later).
+    async fn ack(&mut self) -> Packet {
+        let mut kept = Vec::new();
+        let packet = loop {
+            match self.recv_fresh().await {
+                Packet::Publish(publish) => kept.push(Packet::Publish(publish)),
+                other => break other,
+            }
+        };
+        self.stash.extend(kept);
+        packet
+    }
+
+    /// The next packet off the wire (not the stash), failing after 10 s.
+    async fn recv_fresh(&mut self) -> Packet {
+        let stashed = std::mem::take(&mut self.stash);
+        let packet = self.recv().await;
+        self.stash = stashed;
+        packet
     }
 
     /// The next PUBLISH (other packets fail the test).
