@@ -150,9 +150,13 @@ pub(crate) async fn serve_connection<S: Stream>(
         _ => return,
     };
     io.version = connect.protocol_version;
-    let Some(mut conn) = Conn::accept(broker.clone(), io, *connect, peer, certificate).await else { return };
+    // The rarely taken steps are boxed: an idle connection's task holds only the
+    // state of its loop.
+    let Some(mut conn) = Box::pin(Conn::accept(broker.clone(), io, *connect, peer, certificate)).await else {
+        return;
+    };
     let end = conn.run(stopping).await;
-    conn.finish(end).await;
+    Box::pin(conn.finish(end)).await;
 }
 
 /// The byte stream and its buffers.
@@ -219,10 +223,12 @@ struct Conn<S> {
     aliases_out: HashMap<Arc<str>, u16>,
     /// The forwarders of each record subscription, by filter as subscribed.
     feeds: HashMap<String, Vec<Forwarder>>,
-    feed_tx: mpsc::Sender<FeedItem>,
-    feed_rx: mpsc::Receiver<FeedItem>,
+    /// Where record subscriptions' forwarders send (made with the first one).
+    feed: Option<(mpsc::Sender<FeedItem>, mpsc::Receiver<FeedItem>)>,
     /// Publishes under way, acknowledged in the order they came.
     pending: FuturesOrdered<PendingPublish>,
+    /// Of which QoS 1 ones (QoS 2 ones are in the session's `incoming_qos2`).
+    pending_qos1: usize,
     will: Option<Will>,
     /// The session's stored copy is older than its acknowledgements.
     dirty: bool,
@@ -337,7 +343,6 @@ impl<S: Stream> Conn<S> {
             true => max_keep_alive,
             false => connect.keep_alive,
         };
-        let (feed_tx, feed_rx) = mpsc::channel(FEED_CHANNEL);
         let will = connect.will.as_ref().map(|will| {
             let mut properties = Properties::default();
             will.properties.apply_to_publish_properties(&mut properties);
@@ -376,9 +381,9 @@ impl<S: Stream> Conn<S> {
             aliases_in: HashMap::new(),
             aliases_out: HashMap::new(),
             feeds: HashMap::new(),
-            feed_tx,
-            feed_rx,
+            feed: None,
             pending: FuturesOrdered::new(),
+            pending_qos1: 0,
             will,
             dirty: false,
         };
@@ -486,11 +491,11 @@ impl<S: Stream> Conn<S> {
                         Ok(_) => {}
                     }
                     deadline = self.idle_limit.map(|limit| Instant::now() + limit);
-                    if let Err(end) = self.take_packets().await {
+                    if let Err(end) = Box::pin(self.take_packets()).await {
                         return end;
                     }
                 }
-                item = self.feed_rx.recv(), if can_send => match item {
+                item = next_fed(&mut self.feed), if can_send => match item {
                     Some(FeedItem::Delivery(delivery)) => self.send(delivery),
                     Some(FeedItem::Ended(end)) => {
                         return End::Refused(ReasonCode::UnspecifiedError, format!("a record subscription ended: {end}"));
@@ -500,7 +505,7 @@ impl<S: Stream> Conn<S> {
                 _ = mailbox.ready(), if can_send && !more => {}
                 _ = std::future::ready(()), if can_send && more => {}
                 _ = sleep => return End::Refused(ReasonCode::KeepAliveTimeout, "no packet within 1.5 times the keep-alive".into()),
-                _ = save.tick() => self.save_if_dirty().await,
+                _ = save.tick() => Box::pin(self.save_if_dirty()).await,
             }
         }
     }
@@ -660,12 +665,15 @@ impl<S: Stream> Conn<S> {
                 wire::put(&PubRecPacket::new(id), &mut self.io.out);
                 return Ok(());
             }
-            if self.session().incoming_qos2.len() >= usize::from(self.broker.options.receive_maximum) {
-                return Err(End::Refused(
-                    ReasonCode::ReceiveMaximumExceeded,
-                    format!("more than {} QoS 2 publishes unreleased", self.broker.options.receive_maximum),
-                ));
-            }
+        }
+        // MQTT-3.3.4-8: no more QoS 1 and 2 publishes unacknowledged (QoS 2: not
+        // yet released) than the receive maximum the server announced.
+        let unacknowledged = self.pending_qos1 + self.session().incoming_qos2.len();
+        if publish.qos != QoS::AtMostOnce && unacknowledged >= usize::from(self.broker.options.receive_maximum) {
+            return Err(End::Refused(
+                ReasonCode::ReceiveMaximumExceeded,
+                format!("more than {} QoS 1 and 2 publishes unacknowledged", self.broker.options.receive_maximum),
+            ));
         }
         let message = message(
             topic,
@@ -682,6 +690,9 @@ impl<S: Stream> Conn<S> {
         }
         let accepted = self.broker.publish_queued(&self.ctx, message).await;
         let qos = publish.qos;
+        if qos == QoS::AtLeastOnce {
+            self.pending_qos1 += 1;
+        }
         self.pending.push_back(Box::pin(async move { (qos, id, accepted.await) }));
         Ok(())
     }
@@ -699,6 +710,7 @@ impl<S: Stream> Conn<S> {
         match qos {
             QoS::AtMostOnce => {}
             QoS::AtLeastOnce => {
+                self.pending_qos1 -= 1;
                 let mut ack = PubAckPacket::new_with_reason(id, reason);
                 if let Some(text) = text {
                     ack = ack.with_reason_string(text);
@@ -841,7 +853,8 @@ impl<S: Stream> Conn<S> {
                 None => RecordCursor::new(self.session().record_id()),
             };
             cursor.feed = plan.feed;
-            let task = records::forward(subscription, plan.names, options, cursor.id, self.feed_tx.clone());
+            let feed = self.feed.get_or_insert_with(|| mpsc::channel(FEED_CHANNEL)).0.clone();
+            let task = records::forward(subscription, plan.names, options, cursor.id, feed);
             forwarders.push(Forwarder(tokio::spawn(task)));
             cursors.push(cursor);
         }
@@ -1056,6 +1069,14 @@ impl<S: Stream> Conn<S> {
         if expiry != NEVER && !taken_over {
             *self.slot.expires_at.lock() = Some(Instant::now() + Duration::from_secs(u64::from(expiry)));
         }
+    }
+}
+
+/// The next item from the record subscriptions' channel; never, without one.
+async fn next_fed(feed: &mut Option<(mpsc::Sender<FeedItem>, mpsc::Receiver<FeedItem>)>) -> Option<FeedItem> {
+    match feed {
+        Some((_, receiver)) => receiver.recv().await,
+        None => std::future::pending().await,
     }
 }
 

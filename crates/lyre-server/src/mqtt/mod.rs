@@ -84,7 +84,7 @@ impl Default for BrokerOptions {
             max_packet: 1 << 20,
             receive_maximum: 1_024,
             topic_alias_maximum: 64,
-            mailbox: 10_000,
+            mailbox: 100_000,
             mailbox_bytes: 16 << 20,
             send_maximum: 1_024,
             connect_timeout: Duration::from_secs(10),

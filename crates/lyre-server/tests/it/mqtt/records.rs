@@ -140,3 +140,27 @@ async fn permissions_decide_publish_and_subscribe() {
     let (mut none3, _) = Raw::connect_with(&s, V311, "none3", true, as_user("none")).await;
     assert_eq!(none3.subscribe(1, "Dog/1", QoS::AtMostOnce).await, vec![0x80]);
 }
+
+/// A subscriber that reads slowly receives every change in commit order, well
+/// past the feed's queue (1,024 events): what did not fit is read back from the
+/// log.
+#[tokio::test]
+async fn a_slow_subscriber_receives_every_change_in_order() {
+    const CHANGES: usize = 3_000;
+    let s = dogs().await;
+    let (mut sub, _) = Raw::connect_with(&s, V5, "slowpoke", true, |o| o.properties.receive_maximum = Some(1)).await;
+    sub.subscribe(1, "Dog/slow", QoS::AtLeastOnce).await;
+    // Written in batches while the subscriber takes nothing.
+    for chunk in 0..CHANGES / 500 {
+        let operations: Vec<Value> =
+            (0..500).map(|i| json!({"id": "slow", "name": format!("{}", chunk * 500 + i)})).collect();
+        for record in operations {
+            s.ok(json!({"operation": "upsert", "database": "dev", "table": "Dog", "records": [record]})).await;
+        }
+    }
+    for expected in 0..CHANGES {
+        let change = sub.next_acked().await;
+        assert_eq!(json_of(&change.payload)["name"], json!(expected.to_string()), "change {expected} in order");
+    }
+    sub.nothing_within(Duration::from_millis(300)).await;
+}

@@ -349,3 +349,27 @@ async fn mosquitto_clients() {
         assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "mosq/x hi from mosquitto");
     }
 }
+
+/// MQTT-3.3.4-8: a client with more QoS 2 publishes unreleased than the receive
+/// maximum the server announced is disconnected with 0x93.
+#[tokio::test]
+async fn the_servers_receive_maximum_is_enforced() {
+    let s = TestServer::start().await;
+    let (mut raw, ack) = Raw::connect(&s, V5, "flood", true).await;
+    let _ = ack;
+    let (_, connack) = Raw::connect_with(&s, V5, "flood-probe", true, |_| {}).await;
+    let maximum = connack.receive_maximum().expect("announced");
+    for id in 1..=maximum {
+        let packet = raw.publish_packet("flood/x", b"x", QoS::ExactlyOnce, false, Some(id));
+        raw.send(&packet).await;
+    }
+    // Every one answered with PUBREC, none released.
+    for _ in 0..maximum {
+        assert!(matches!(raw.recv().await, Packet::PubRec(_)));
+    }
+    let one_more = raw.publish_packet("flood/x", b"x", QoS::ExactlyOnce, false, Some(maximum + 1));
+    raw.send(&one_more).await;
+    let (closed, seen) = raw.closed_within(Duration::from_secs(5)).await;
+    assert!(closed);
+    assert!(matches!(&seen[..], [Packet::Disconnect(d)] if u8::from(d.reason_code) == 0x93), "{seen:?}");
+}
