@@ -659,12 +659,10 @@ impl<S: Stream> Conn<S> {
                 return Err(End::Refused(ReasonCode::MalformedPacket, "a QoS 1 or 2 PUBLISH needs a packet id".into()));
             }
         };
-        if publish.qos == QoS::ExactlyOnce {
-            if self.session().incoming_qos2.contains(&id) {
-                // Sent again before its PUBREL: acknowledged, not delivered twice.
-                wire::put(&PubRecPacket::new(id), &mut self.io.out);
-                return Ok(());
-            }
+        if publish.qos == QoS::ExactlyOnce && self.session().incoming_qos2.contains(&id) {
+            // Sent again before its PUBREL: acknowledged, not delivered twice.
+            wire::put(&PubRecPacket::new(id), &mut self.io.out);
+            return Ok(());
         }
         // MQTT-3.3.4-8: no more QoS 1 and 2 publishes unacknowledged (QoS 2: not
         // yet released) than the receive maximum the server announced.
