@@ -410,6 +410,11 @@ impl<S: Stream> Conn<S> {
         };
         wire::put(&ack, &mut conn.io.out);
         if present {
+            // What waited for it is in its mailbox now; the stored copy goes.
+            conn.session().mailbox.park(false);
+            if let Err(err) = broker.store.clear_queue(&client).await {
+                tracing::warn!(client = %client, error = %err, "an MQTT session's stored queue could not be cleared");
+            }
             conn.resume().await;
         }
         tracing::debug!(client = %client, %peer, present, "MQTT client connected");
@@ -1063,6 +1068,23 @@ impl<S: Stream> Conn<S> {
         }
         if expiry > 0 {
             self.save_durable().await;
+        }
+        // From now on what it is sent is stored as it arrives; what it holds
+        // already (unacknowledged, or not yet sent) is stored now.
+        self.session().mailbox.park(true);
+        let mut held: Vec<Delivery> = self
+            .session()
+            .inflight
+            .values()
+            .filter_map(|inflight| match inflight {
+                Inflight::Published(delivery) if delivery.origin == Origin::Plain => Some(delivery.clone()),
+                _ => None,
+            })
+            .collect();
+        held.extend(self.session().mailbox.held().into_iter().filter(|d| d.qos != QoS::AtMostOnce));
+        let held: Vec<(Arc<str>, Delivery)> = held.into_iter().map(|d| (self.client.clone(), d)).collect();
+        if let Err(err) = self.broker.keep_queued(&held).await {
+            tracing::warn!(client = %self.client, error = %err, "an MQTT session's queue could not be stored");
         }
         if expiry != NEVER && !taken_over {
             *self.slot.expires_at.lock() = Some(Instant::now() + Duration::from_secs(u64::from(expiry)));

@@ -42,7 +42,7 @@ use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::tls::Secure;
 pub(crate) use connection::serve_connection;
-use message::Message;
+use message::{Delivery, Message};
 use router::Router;
 use session::Session;
 use store::Store;
@@ -150,6 +150,8 @@ pub struct Broker {
     options: BrokerOptions,
     /// Connections open now.
     connections: AtomicU64,
+    /// The next place in the stored queue of messages for sessions away.
+    queue_seq: AtomicU64,
 }
 
 impl Broker {
@@ -163,13 +165,25 @@ impl Broker {
             store,
             options,
             connections: AtomicU64::new(0),
+            queue_seq: AtomicU64::new(0),
         });
         for message in broker.store.retained()? {
             broker.router.retain(Arc::new(message));
         }
+        let queued = broker.store.queued()?;
+        let next = queued.last().map_or(0, |q| q.seq + 1).max(lyre_core::now_ms() as u64 * 1_000);
+        broker.queue_seq.store(next, Ordering::Relaxed);
+        let mut queued_by_client: HashMap<String, Vec<Delivery>> = HashMap::new();
+        for entry in queued {
+            queued_by_client.entry(entry.client).or_default().push(entry.delivery);
+        }
         for loaded in broker.store.sessions()? {
             let client: Arc<str> = Arc::from(loaded.client_id.as_str());
             let session = Session::restore(client.clone(), &loaded.stored, options.mailbox_limit());
+            session.mailbox.park(true);
+            for delivery in queued_by_client.remove(&loaded.client_id).unwrap_or_default() {
+                session.mailbox.push(delivery);
+            }
             for sub in session.subscriptions.values() {
                 broker.router.subscribe(&client, &session.mailbox, &sub.filter, sub.options);
             }
@@ -214,8 +228,23 @@ impl Broker {
             self.store.save_retained(&message).await.map_err(ApiError::from)?;
             self.router.retain(message.clone());
         }
-        self.router.route(&message);
+        // What sessions away are sent is stored before the publish is taken.
+        let parked = self.router.route(&message);
+        self.keep_queued(&parked).await.map_err(ApiError::from)?;
         Ok(Box::pin(std::future::ready(Ok(()))))
+    }
+
+    /// Stores deliveries to sessions that are not connected, so they survive a
+    /// restart.
+    async fn keep_queued(&self, deliveries: &[(Arc<str>, Delivery)]) -> lyre_core::Result<()> {
+        if deliveries.is_empty() {
+            return Ok(());
+        }
+        let entries: Vec<(u64, &str, &Delivery)> = deliveries
+            .iter()
+            .map(|(client, delivery)| (self.queue_seq.fetch_add(1, Ordering::Relaxed), &**client, delivery))
+            .collect();
+        self.store.queue(&entries).await
     }
 
     /// Takes the session slot of `client` for `user`, telling a connection that
@@ -265,7 +294,11 @@ impl Broker {
         for sub in session.subscriptions.values() {
             self.router.unsubscribe(&session.client_id, &sub.filter);
         }
-        if let Err(err) = self.store.remove_session(&session.client_id).await {
+        let removed = match self.store.remove_session(&session.client_id).await {
+            Ok(()) => self.store.clear_queue(&session.client_id).await,
+            Err(err) => Err(err),
+        };
+        if let Err(err) = removed {
             tracing::warn!(client = %session.client_id, error = %err, "a finished MQTT session could not be removed from storage");
         }
     }

@@ -17,7 +17,7 @@ use mqtt5_protocol::QoS;
 use parking_lot::RwLock;
 
 use super::message::{Delivery, Message, Origin, min_qos};
-use super::session::Mailbox;
+use super::session::{Mailbox, Pushed};
 use super::topic::{Filter, matches};
 
 /// What one subscription asked for.
@@ -105,8 +105,17 @@ impl Router {
         remove(&mut self.tree.write(), &levels, &key)
     }
 
-    /// Sends `message` to every session subscribed to its topic.
-    pub(crate) fn route(&self, message: &Arc<Message>) {
+    /// Sends `message` to every session subscribed to its topic; answers the
+    /// QoS 1 and 2 deliveries to sessions that are not connected (to be stored).
+    pub(crate) fn route(&self, message: &Arc<Message>) -> Vec<(Arc<str>, Delivery)> {
+        let mut parked = Vec::new();
+        let mut push = |client: &Arc<str>, mailbox: &Mailbox, delivery: Delivery| {
+            let keep = delivery.qos != QoS::AtMostOnce;
+            let copy = keep.then(|| delivery.clone());
+            if let (Pushed::Parked, Some(copy)) = (mailbox.push(delivery), copy) {
+                parked.push((client.clone(), copy));
+            }
+        };
         let mut matched: Vec<(&Subscriber, Option<&str>)> = Vec::new();
         let tree = self.tree.read();
         let levels: Vec<&str> = message.topic.split('/').collect();
@@ -132,20 +141,17 @@ impl Router {
             entry.3.extend(subscriber.options.id);
         }
         for (subscriber, qos, rap, ids) in by_client.into_values() {
-            subscriber.mailbox.push(delivery(message, qos, rap, ids));
+            push(&subscriber.client, &subscriber.mailbox, delivery(message, qos, rap, ids));
         }
         for (_, mut members) in groups {
             members.sort_by(|a, b| a.client.cmp(&b.client));
             let turn = self.turns.fetch_add(1, Ordering::Relaxed);
             let member = members[turn % members.len()];
             let options = member.options;
-            member.mailbox.push(delivery(
-                message,
-                options.qos,
-                options.retain_as_published,
-                options.id.into_iter().collect(),
-            ));
+            let ids = options.id.into_iter().collect();
+            push(&member.client, &member.mailbox, delivery(message, options.qos, options.retain_as_published, ids));
         }
+        parked
     }
 
     /// Keeps `message` as its topic's retained message (an empty payload removes

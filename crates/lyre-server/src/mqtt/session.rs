@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use indexmap::IndexMap;
 use lyre_core::services::Position;
@@ -26,6 +26,19 @@ pub(crate) struct Mailbox {
     notify: Notify,
     limit: MailboxLimit,
     dropped: AtomicU64,
+    /// Its session is not connected: what it is sent is also stored.
+    parked: AtomicBool,
+}
+
+/// What became of a message pushed to a mailbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// Queued for a connected session.
+    Live,
+    /// Queued for a session that is not connected (to be stored).
+    Parked,
+    /// Dropped: the mailbox was full.
+    Dropped,
 }
 
 /// How much one mailbox holds at most.
@@ -51,22 +64,37 @@ impl Mailbox {
             notify: Notify::new(),
             limit,
             dropped: AtomicU64::new(0),
+            parked: AtomicBool::new(false),
         })
     }
 
     /// Queues `delivery`, or drops it when the mailbox is full.
-    pub(crate) fn push(&self, delivery: Delivery) {
+    pub(crate) fn push(&self, delivery: Delivery) -> Pushed {
         {
             let mut queue = self.queue.lock();
             let weight = delivery.message.weight();
             if queue.deliveries.len() >= self.limit.messages || queue.bytes + weight > self.limit.bytes {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                return;
+                return Pushed::Dropped;
             }
             queue.bytes += weight;
             queue.deliveries.push_back(delivery);
         }
         self.notify.notify_one();
+        match self.parked.load(Ordering::Acquire) {
+            true => Pushed::Parked,
+            false => Pushed::Live,
+        }
+    }
+
+    /// Notes whether its session is connected.
+    pub(crate) fn park(&self, parked: bool) {
+        self.parked.store(parked, Ordering::Release);
+    }
+
+    /// Copies of what it holds (to store when its session disconnects).
+    pub(crate) fn held(&self) -> Vec<Delivery> {
+        self.queue.lock().deliveries.iter().cloned().collect()
     }
 
     /// The next queued message.

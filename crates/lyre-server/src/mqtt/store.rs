@@ -1,9 +1,11 @@
 //! What the broker keeps across restarts, in tables of the `system` database:
 //! durable sessions (`hdb_mqtt_session`: the subscriptions, and for each record
-//! subscription the feed position acknowledged through) and the retained messages
-//! of plain topics (`hdb_mqtt_retained`). A retained message is stored before its
-//! PUBACK; a session when it subscribes, unsubscribes or disconnects, and every few
-//! seconds while it receives.
+//! subscription the feed position acknowledged through), the retained messages
+//! of plain topics (`hdb_mqtt_retained`), and the QoS 1 and 2 plain-topic messages
+//! waiting for a durable session that is not connected (`hdb_mqtt_queued`). A
+//! retained or queued message is stored before its PUBACK; a session when it
+//! subscribes, unsubscribes or disconnects, and every few seconds while it
+//! receives. (Record changes need no queue: a session resumes from the log.)
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -11,15 +13,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lyre_core::catalog::TableSpec;
-use lyre_core::query::Query;
+use lyre_core::query::{Comparator, Condition, Query, Select};
 use lyre_core::{Context, Engine, SYSTEM_DATABASE, Table, Value, WriteOptions, now_ms};
 use mqtt5_protocol::QoS;
 
-use super::message::Message;
+use super::message::{Delivery, Message, Origin};
 use super::session::StoredSession;
 
 const SESSIONS: &str = "hdb_mqtt_session";
 const RETAINED: &str = "hdb_mqtt_retained";
+const QUEUED: &str = "hdb_mqtt_queued";
 
 /// A session read back at start-up.
 pub(crate) struct LoadedSession {
@@ -35,6 +38,17 @@ pub(crate) struct LoadedSession {
 pub(crate) struct Store {
     sessions: Table,
     retained: Table,
+    queued: Table,
+}
+
+/// A message waiting for a session that is not connected, read back at start-up.
+pub(crate) struct QueuedMessage {
+    /// Its place in the queue (ordering every session's messages).
+    pub(crate) seq: u64,
+    /// The session's client id.
+    pub(crate) client: String,
+    /// The delivery as it will be sent.
+    pub(crate) delivery: Delivery,
 }
 
 impl Store {
@@ -44,7 +58,8 @@ impl Store {
         let ctx = Context::system();
         let sessions = system.table_or_create(&ctx, TableSpec::dynamic(SESSIONS, "id")).await?;
         let retained = system.table_or_create(&ctx, TableSpec::dynamic(RETAINED, "topic")).await?;
-        Ok(Store { sessions, retained })
+        let queued = system.table_or_create(&ctx, TableSpec::dynamic(QUEUED, "seq")).await?;
+        Ok(Store { sessions, retained, queued })
     }
 
     /// Keeps `session` of `client_id`.
@@ -79,6 +94,111 @@ impl Store {
         }
         self.retained.put(&Context::system(), topic, record, WriteOptions::default()).await?;
         Ok(())
+    }
+
+    /// Keeps deliveries for sessions that are not connected, as one write.
+    pub(crate) async fn queue(&self, entries: &[(u64, &str, &Delivery)]) -> lyre_core::Result<()> {
+        let records = entries
+            .iter()
+            .map(|(seq, client, delivery)| {
+                let message = &delivery.message;
+                let mut record = lyre_core::Object::default();
+                record.insert("seq".into(), Value::Int(*seq as i64));
+                record.insert("client".into(), Value::String(client.to_string()));
+                record.insert("topic".into(), Value::String(message.topic.to_string()));
+                record.insert("payload".into(), Value::Bytes(message.payload.to_vec()));
+                record.insert("qos".into(), Value::Int(delivery.qos as i64));
+                record.insert("retain".into(), Value::Bool(delivery.retain));
+                let ids = delivery.subscription_ids.iter().map(|id| Value::Int(i64::from(*id))).collect();
+                record.insert("subscriptions".into(), Value::Array(ids));
+                if let Some(at) = message.expires_at {
+                    let left = at.saturating_duration_since(Instant::now());
+                    record.insert("expires".into(), Value::Float(now_ms() + left.as_millis() as f64));
+                }
+                record
+            })
+            .collect();
+        self.queued.upsert(&Context::system(), records).await?;
+        Ok(())
+    }
+
+    /// Forgets the messages queued for `client` (it is connected, or its session
+    /// ended).
+    pub(crate) async fn clear_queue(&self, client: &str) -> lyre_core::Result<()> {
+        let query = Query {
+            conditions: vec![Condition::Compare {
+                attribute: "client".into(),
+                comparator: Comparator::Equals,
+                value: Value::String(client.into()),
+            }],
+            select: Select::Attributes(vec!["seq".into()]),
+            ..Query::default()
+        };
+        let mut seqs = Vec::new();
+        self.queued.search(&Context::system(), query)?.run(&mut |record| {
+            if let Value::Object(record) = record
+                && let Some(seq) = record.get("seq")
+            {
+                seqs.push(seq.clone());
+            }
+            ControlFlow::Continue(())
+        })?;
+        if !seqs.is_empty() {
+            self.queued.delete(&Context::system(), seqs).await?;
+        }
+        Ok(())
+    }
+
+    /// Every queued message not yet expired, in queue order.
+    pub(crate) fn queued(&self) -> lyre_core::Result<Vec<QueuedMessage>> {
+        let mut out = Vec::new();
+        let now = now_ms();
+        self.queued.search(&Context::system(), Query::default())?.run(&mut |record| {
+            if let Value::Object(record) = record
+                && let (Some(Value::Int(seq)), Some(Value::String(client)), Some(Value::String(topic))) =
+                    (record.get("seq"), record.get("client"), record.get("topic"))
+                && let Some(Value::Bytes(payload)) = record.get("payload")
+            {
+                let expires = match record.get("expires") {
+                    Some(Value::Float(ms)) => Some(*ms),
+                    _ => None,
+                };
+                if expires.is_some_and(|at| at <= now) {
+                    return ControlFlow::Continue(());
+                }
+                let qos = match record.get("qos") {
+                    Some(Value::Int(q)) => QoS::from(*q as u8),
+                    _ => QoS::AtLeastOnce,
+                };
+                let subscription_ids = match record.get("subscriptions") {
+                    Some(Value::Array(ids)) => ids
+                        .iter()
+                        .filter_map(|id| if let Value::Int(id) = id { u32::try_from(*id).ok() } else { None })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let message = Message {
+                    topic: Arc::from(topic.as_str()),
+                    payload: Bytes::from(payload.clone()),
+                    qos,
+                    retain: matches!(record.get("retain"), Some(Value::Bool(true))),
+                    properties: Default::default(),
+                    expires_at: expires.map(|at| Instant::now() + Duration::from_millis((at - now) as u64)),
+                    publisher: None,
+                };
+                let delivery = Delivery {
+                    retain: message.retain,
+                    message: Arc::new(message),
+                    qos,
+                    subscription_ids,
+                    origin: Origin::Plain,
+                };
+                out.push(QueuedMessage { seq: *seq as u64, client: client.clone(), delivery });
+            }
+            ControlFlow::Continue(())
+        })?;
+        out.sort_by_key(|queued| queued.seq);
+        Ok(out)
     }
 
     /// Every stored session.

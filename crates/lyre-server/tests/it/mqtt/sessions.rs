@@ -196,3 +196,37 @@ async fn ten_thousand_connections() {
     publisher.publish("many", b"all there", QoS::AtLeastOnce, false, 1).await;
     assert_eq!(&last.next_publish().await.payload[..], b"all there");
 }
+
+/// QoS 1 and 2 messages to plain topics, published while a durable session is
+/// away, are stored before their PUBACK and delivered after the server was killed
+/// (-9) and started again; once delivered they are not delivered again. (A QoS 0
+/// one is not stored.)
+#[tokio::test]
+async fn messages_queued_for_a_session_away_survive_a_kill() {
+    let mut s = TestServer::start_with(&[("STORAGE_WRITEASYNC", "false")]).await;
+    let (mut sub, _) = Raw::connect(&s, V311, "away", false).await;
+    sub.subscribe(1, "news/#", QoS::ExactlyOnce).await;
+    sub.disconnect().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut publisher, _) = Raw::connect(&s, V311, "newsroom", true).await;
+    assert_eq!(publisher.publish("news/1", b"first", QoS::AtLeastOnce, false, 1).await, 0);
+    assert_eq!(publisher.publish("news/2", b"second", QoS::ExactlyOnce, false, 2).await, 0);
+    publisher.publish("news/3", b"not kept", QoS::AtMostOnce, false, 0).await;
+    publisher.send_bytes(&[0xC0, 0x00]).await;
+    assert!(matches!(publisher.recv().await, Packet::PingResp), "the QoS 0 publish was read");
+    s.stop("-KILL");
+    s.start_again().await;
+
+    let (mut sub, present) = Raw::connect(&s, V311, "away", false).await;
+    assert!(present);
+    let first = sub.next_acked().await;
+    assert_eq!((first.topic_name.as_str(), &first.payload[..], first.qos), ("news/1", &b"first"[..], QoS::AtLeastOnce));
+    let second = sub.next_acked().await;
+    assert_eq!((&second.payload[..], second.qos), (&b"second"[..], QoS::ExactlyOnce));
+    sub.nothing_within(Duration::from_millis(500)).await;
+    sub.disconnect().await;
+    s.restart().await;
+    let (mut sub, present) = Raw::connect(&s, V311, "away", false).await;
+    assert!(present);
+    sub.nothing_within(Duration::from_millis(500)).await;
+}
