@@ -433,7 +433,10 @@ impl<S: Stream> Conn<S> {
         let subs: Vec<(String, SessionSub)> =
             self.session().subscriptions.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         for (text, sub) in subs {
-            if sub.filter.group.is_some() {
+            if let Some(group) = &sub.filter.group {
+                if let Err(reason) = self.join_shared(group, &sub.filter.filter, sub.options).await {
+                    tracing::warn!(client = %self.client, filter = %text, reason = ?reason, "a shared record subscription could not resume");
+                }
                 continue;
             }
             match self.open_feeds(&sub.filter.filter, sub.options, Some(&sub.records), true).await {
@@ -792,9 +795,14 @@ impl<S: Stream> Conn<S> {
             RetainHandling::SendAtSubscribeIfNew => !existed,
             RetainHandling::DoNotSend => false,
         };
-        // Records follow their feeds (a shared subscription covers plain topics).
-        let (cursors, forwarders) = match filter.group {
-            Some(_) => (Vec::new(), Vec::new()),
+        // Records follow their feeds: the session's own, or its share group's.
+        let (cursors, forwarders) = match &filter.group {
+            Some(group) => {
+                if let Err(code) = self.join_shared(group, &filter.filter, sub).await {
+                    return Ok(failure(code));
+                }
+                (Vec::new(), Vec::new())
+            }
             None => match self.open_feeds(&filter.filter, sub, None, !send_retained).await {
                 Ok(opened) => opened,
                 Err(code) => return Ok(failure(code)),
@@ -864,6 +872,18 @@ impl<S: Stream> Conn<S> {
         Ok((cursors, forwarders))
     }
 
+    /// Joins the share group of `group` and `filter` for the records `filter`
+    /// matches (none: the router alone serves it).
+    async fn join_shared(&mut self, group: &str, filter: &str, options: SubOptions) -> Result<(), SubAckReasonCode> {
+        let plans = records::plan(&self.broker.state, &self.ctx, filter).map_err(|err| code_for(&err))?;
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let member = (self.client.clone(), self.session().mailbox.clone(), options);
+        let key = (group.to_string(), filter.to_string());
+        self.broker.shared.join(&self.broker, &self.ctx, key, plans, member).await.map_err(|err| code_for(&err))
+    }
+
     async fn on_unsubscribe(&mut self, unsubscribe: UnsubscribePacket) -> Result<(), End> {
         if unsubscribe.filters.is_empty() {
             return Err(End::protocol("UNSUBSCRIBE without a topic filter"));
@@ -877,6 +897,9 @@ impl<S: Stream> Conn<S> {
                 Some(sub) => {
                     let client = self.client.clone();
                     self.broker.router.unsubscribe(&client, &sub.filter);
+                    if let Some(group) = &sub.filter.group {
+                        self.broker.shared.leave(&(group.clone(), sub.filter.filter.clone()), &client);
+                    }
                     self.feeds.remove(text);
                     UnsubAckReasonCode::Success
                 }

@@ -8,6 +8,7 @@
 //! * `router.rs`: plain topics: subscriptions by topic level, retained messages.
 //! * `records.rs`: topics bound to records of exported tables, through the change
 //!   feed (a retained publish is a write, a subscription follows the feed).
+//! * `shared.rs`: shared subscriptions to records (one set of feeds per group).
 //! * `store.rs`: durable sessions and retained messages across restarts.
 //! * `topic.rs`: topic names and filters.
 //! * `websocket.rs`: MQTT over WebSocket, bridged into the same connection code.
@@ -21,6 +22,7 @@ mod message;
 mod records;
 mod router;
 mod session;
+mod shared;
 mod store;
 mod topic;
 mod websocket;
@@ -152,6 +154,8 @@ pub struct Broker {
     connections: AtomicU64,
     /// The next place in the stored queue of messages for sessions away.
     queue_seq: AtomicU64,
+    /// Shared subscriptions to records.
+    shared: shared::SharedRecords,
 }
 
 impl Broker {
@@ -166,6 +170,7 @@ impl Broker {
             options,
             connections: AtomicU64::new(0),
             queue_seq: AtomicU64::new(0),
+            shared: shared::SharedRecords::default(),
         });
         for message in broker.store.retained()? {
             broker.router.retain(Arc::new(message));
@@ -293,6 +298,9 @@ impl Broker {
     async fn end_session(&self, session: Session) {
         for sub in session.subscriptions.values() {
             self.router.unsubscribe(&session.client_id, &sub.filter);
+            if let Some(group) = &sub.filter.group {
+                self.shared.leave(&(group.clone(), sub.filter.filter.clone()), &session.client_id);
+            }
         }
         let removed = match self.store.remove_session(&session.client_id).await {
             Ok(()) => self.store.clear_queue(&session.client_id).await,

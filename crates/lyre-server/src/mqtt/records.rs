@@ -210,7 +210,12 @@ pub(crate) async fn forward(
 
 /// `event` as a delivery: the record as JSON (a delete empty, a message as its
 /// publisher sent it), the current state retained.
-fn delivery(event: &Event, names: &HashMap<String, String>, options: SubOptions, cursor: u64) -> Option<Delivery> {
+pub(crate) fn delivery(
+    event: &Event,
+    names: &HashMap<String, String>,
+    options: SubOptions,
+    cursor: u64,
+) -> Option<Delivery> {
     let name = names.get(&*event.table)?;
     let payload = match &event.value {
         EventValue::None => Bytes::new(),

@@ -164,3 +164,33 @@ async fn a_slow_subscriber_receives_every_change_in_order() {
     }
     sub.nothing_within(Duration::from_millis(300)).await;
 }
+
+/// A shared subscription to records (`$share/<group>/Dog/#`): each change goes
+/// to one member of the group, whichever way it was written.
+#[tokio::test]
+async fn shared_subscriptions_to_records() {
+    let s = dogs().await;
+    let (mut a, _) = Raw::connect(&s, V5, "dog-worker-a", true).await;
+    let (mut b, _) = Raw::connect(&s, V5, "dog-worker-b", true).await;
+    assert_eq!(a.subscribe(1, "$share/kennel/Dog/#", QoS::AtLeastOnce).await, vec![1]);
+    assert_eq!(b.subscribe(1, "$share/kennel/Dog/#", QoS::AtLeastOnce).await, vec![1]);
+    for i in 0..6 {
+        s.rest_send(Method::PUT, &format!("/Dog/s{i}"), Some(&json!({"name": format!("n{i}")})), &[]).await;
+    }
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        names.push(json_of(&a.next_acked().await.payload)["name"].as_str().unwrap().to_string());
+        names.push(json_of(&b.next_acked().await.payload)["name"].as_str().unwrap().to_string());
+    }
+    a.nothing_within(Duration::from_millis(300)).await;
+    b.nothing_within(Duration::from_millis(300)).await;
+    names.sort();
+    assert_eq!(names, (0..6).map(|i| format!("n{i}")).collect::<Vec<_>>(), "each change once");
+    // The last member out closes the group's feeds; a member alone takes all.
+    let mut unsubscribe = mqtt5_protocol::packet::unsubscribe::UnsubscribePacket::new(2);
+    unsubscribe.filters.push("$share/kennel/Dog/#".into());
+    a.send(&unsubscribe).await;
+    assert!(matches!(a.recv().await, mqtt5_protocol::Packet::UnsubAck(_)));
+    s.rest_send(Method::PUT, "/Dog/s9", Some(&json!({"name": "n9"})), &[]).await;
+    assert_eq!(json_of(&b.next_acked().await.payload)["name"], "n9");
+}
