@@ -55,6 +55,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const KEEP_BUFFER: usize = 4 << 10;
 /// Publishes from one client under way at once; reading waits past it.
 const MAX_PENDING: usize = 1_024;
+/// About the most bytes of payloads of one client's publishes under way.
+const MAX_PENDING_BYTES: usize = 8 << 20;
 /// How long a closing connection may take to write its last bytes.
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 /// Session expiry of an MQTT 3.1.1 session that is not clean: never.
@@ -229,6 +231,8 @@ struct Conn<S> {
     pending: FuturesOrdered<PendingPublish>,
     /// Of which QoS 1 ones (QoS 2 ones are in the session's `incoming_qos2`).
     pending_qos1: usize,
+    /// About the bytes of their payloads.
+    pending_bytes: Arc<std::sync::atomic::AtomicUsize>,
     will: Option<Will>,
     /// The session's stored copy is older than its acknowledgements.
     dirty: bool,
@@ -384,6 +388,7 @@ impl<S: Stream> Conn<S> {
             feed: None,
             pending: FuturesOrdered::new(),
             pending_qos1: 0,
+            pending_bytes: Arc::default(),
             will,
             dirty: false,
         };
@@ -409,12 +414,13 @@ impl<S: Stream> Conn<S> {
             }
         };
         wire::put(&ack, &mut conn.io.out);
+        // What waited for it is in its mailbox now (or, for a new session, was an
+        // ended one's): the stored copy goes.
+        conn.session().mailbox.unpark().await;
+        if let Err(err) = broker.store.clear_queue(&client).await {
+            tracing::warn!(client = %client, error = %err, "an MQTT session's stored queue could not be cleared");
+        }
         if present {
-            // What waited for it is in its mailbox now; the stored copy goes.
-            conn.session().mailbox.park(false);
-            if let Err(err) = broker.store.clear_queue(&client).await {
-                tracing::warn!(client = %client, error = %err, "an MQTT session's stored queue could not be cleared");
-            }
             conn.resume().await;
         }
         tracing::debug!(client = %client, %peer, present, "MQTT client connected");
@@ -493,7 +499,7 @@ impl<S: Stream> Conn<S> {
                 Some((qos, id, outcome)) = self.pending.next(), if !self.pending.is_empty() => {
                     self.acknowledge_publish(qos, id, outcome);
                 }
-                read = self.io.reader.read_buf(&mut self.io.inbuf), if self.pending.len() < MAX_PENDING => {
+                read = self.io.reader.read_buf(&mut self.io.inbuf), if self.may_read() => {
                     match read {
                         Ok(0) | Err(_) => return End::Closed,
                         Ok(_) => {}
@@ -516,6 +522,13 @@ impl<S: Stream> Conn<S> {
                 _ = save.tick() => Box::pin(self.save_if_dirty()).await,
             }
         }
+    }
+
+    /// Whether to read more: not while too many publishes (or bytes of them)
+    /// are under way, so one client cannot fill a database's writer queue.
+    fn may_read(&self) -> bool {
+        self.pending.len() < MAX_PENDING
+            && self.pending_bytes.load(std::sync::atomic::Ordering::Relaxed) < MAX_PENDING_BYTES
     }
 
     fn can_send(&mut self) -> bool {
@@ -681,6 +694,7 @@ impl<S: Stream> Conn<S> {
                 format!("more than {} QoS 1 and 2 publishes unacknowledged", self.broker.options.receive_maximum),
             ));
         }
+        let weight = publish.payload.len() + 64;
         let message = message(
             topic,
             publish.payload,
@@ -699,7 +713,14 @@ impl<S: Stream> Conn<S> {
         if qos == QoS::AtLeastOnce {
             self.pending_qos1 += 1;
         }
-        self.pending.push_back(Box::pin(async move { (qos, id, accepted.await) }));
+        // Counted until taken (QoS 0 ones too), so reading waits past a bound.
+        self.pending_bytes.fetch_add(weight, std::sync::atomic::Ordering::Relaxed);
+        let pending_bytes = self.pending_bytes.clone();
+        self.pending.push_back(Box::pin(async move {
+            let outcome = accepted.await;
+            pending_bytes.fetch_sub(weight, std::sync::atomic::Ordering::Relaxed);
+            (qos, id, outcome)
+        }));
         Ok(())
     }
 
@@ -880,7 +901,7 @@ impl<S: Stream> Conn<S> {
             return Ok(());
         }
         let member = (self.client.clone(), self.session().mailbox.clone(), options);
-        let key = (group.to_string(), filter.to_string());
+        let key = (group.to_string(), filter.to_string(), self.ctx.username().to_string());
         self.broker.shared.join(&self.broker, &self.ctx, key, plans, member).await.map_err(|err| code_for(&err))
     }
 
@@ -898,7 +919,8 @@ impl<S: Stream> Conn<S> {
                     let client = self.client.clone();
                     self.broker.router.unsubscribe(&client, &sub.filter);
                     if let Some(group) = &sub.filter.group {
-                        self.broker.shared.leave(&(group.clone(), sub.filter.filter.clone()), &client);
+                        let user = self.ctx.username().to_string();
+                        self.broker.shared.leave(&(group.clone(), sub.filter.filter.clone(), user), &client);
                     }
                     self.feeds.remove(text);
                     UnsubAckReasonCode::Success
@@ -1024,6 +1046,15 @@ impl<S: Stream> Conn<S> {
             End::Stopping => Some((ReasonCode::ServerShuttingDown, "the server is shutting down".into())),
             _ => None,
         };
+        // Publishes received before the end are answered first (in order), for as
+        // long as a closing connection may take.
+        let deadline = tokio::time::Instant::now() + CLOSE_LIMIT;
+        while !self.pending.is_empty() {
+            match tokio::time::timeout_at(deadline, self.pending.next()).await {
+                Ok(Some((qos, id, outcome))) => self.acknowledge_publish(qos, id, outcome),
+                _ => break,
+            }
+        }
         if let (Some((reason, text)), V5) = (tell, self.io.version) {
             let mut packet = DisconnectPacket::new(reason);
             packet.properties.set_reason_string(text);
@@ -1093,8 +1124,8 @@ impl<S: Stream> Conn<S> {
             self.save_durable().await;
         }
         // From now on what it is sent is stored as it arrives; what it holds
-        // already (unacknowledged, or not yet sent) is stored now.
-        self.session().mailbox.park(true);
+        // already (unacknowledged, or not yet sent) is stored now, numbered before
+        // anything sent from now on.
         let mut held: Vec<Delivery> = self
             .session()
             .inflight
@@ -1104,9 +1135,12 @@ impl<S: Stream> Conn<S> {
                 _ => None,
             })
             .collect();
-        held.extend(self.session().mailbox.held().into_iter().filter(|d| d.qos != QoS::AtMostOnce));
+        let broker = self.broker.clone();
+        let unacknowledged = held.len();
+        let (queued, first) = self.session().mailbox.park_and_hold(|n| broker.reserve_seqs(unacknowledged + n));
+        held.extend(queued);
         let held: Vec<(Arc<str>, Delivery)> = held.into_iter().map(|d| (self.client.clone(), d)).collect();
-        if let Err(err) = self.broker.keep_queued(&held).await {
+        if let Err(err) = self.broker.keep_queued_from(first, &held).await {
             tracing::warn!(client = %self.client, error = %err, "an MQTT session's queue could not be stored");
         }
         if expiry != NEVER && !taken_over {

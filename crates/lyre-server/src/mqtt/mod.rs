@@ -178,16 +178,19 @@ impl Broker {
         let queued = broker.store.queued()?;
         let next = queued.last().map_or(0, |q| q.seq + 1).max(lyre_core::now_ms() as u64 * 1_000);
         broker.queue_seq.store(next, Ordering::Relaxed);
-        let mut queued_by_client: HashMap<String, Vec<Delivery>> = HashMap::new();
+        let mut queued_by_client: HashMap<String, Vec<(u64, Delivery)>> = HashMap::new();
         for entry in queued {
-            queued_by_client.entry(entry.client).or_default().push(entry.delivery);
+            queued_by_client.entry(entry.client).or_default().push((entry.seq, entry.delivery));
         }
         for loaded in broker.store.sessions()? {
             let client: Arc<str> = Arc::from(loaded.client_id.as_str());
             let session = Session::restore(client.clone(), &loaded.stored, options.mailbox_limit());
-            session.mailbox.park(true);
-            for delivery in queued_by_client.remove(&loaded.client_id).unwrap_or_default() {
-                session.mailbox.push(delivery);
+            session.mailbox.park_and_hold(|_| 0);
+            for (_, delivery) in queued_by_client.remove(&loaded.client_id).unwrap_or_default() {
+                // Stored already: queued without storing again.
+                if session.mailbox.push(delivery) == session::Pushed::Store {
+                    session.mailbox.stored();
+                }
             }
             for sub in session.subscriptions.values() {
                 broker.router.subscribe(&client, &session.mailbox, &sub.filter, sub.options);
@@ -198,6 +201,10 @@ impl Broker {
             *slot.owner.lock() = Some(owner);
             broker.slots.lock().insert(client, slot);
         }
+        // Rows of sessions that ended (a crash between removing a session and its
+        // queue) go.
+        let orphans: Vec<u64> = queued_by_client.into_values().flatten().map(|(seq, _)| seq).collect();
+        broker.store.forget_queued(orphans).await?;
         Ok(broker)
     }
 
@@ -235,19 +242,45 @@ impl Broker {
         }
         // What sessions away are sent is stored before the publish is taken.
         let parked = self.router.route(&message);
-        self.keep_queued(&parked).await.map_err(ApiError::from)?;
+        self.store_parked(parked).await.map_err(ApiError::from)?;
         Ok(Box::pin(std::future::ready(Ok(()))))
+    }
+
+    /// Stores what sessions away were just sent, then tells their mailboxes.
+    async fn store_parked(&self, parked: Vec<router::Parked>) -> lyre_core::Result<()> {
+        if parked.is_empty() {
+            return Ok(());
+        }
+        let entries: Vec<(Arc<str>, Delivery)> =
+            parked.iter().map(|p| (p.client.clone(), p.delivery.clone())).collect();
+        let stored = self.keep_queued(&entries).await;
+        for p in &parked {
+            p.mailbox.stored();
+        }
+        stored
+    }
+
+    /// Reserves `n` consecutive places in the stored queue; answers the first.
+    fn reserve_seqs(&self, n: usize) -> u64 {
+        self.queue_seq.fetch_add(n as u64, Ordering::Relaxed)
     }
 
     /// Stores deliveries to sessions that are not connected, so they survive a
     /// restart.
     async fn keep_queued(&self, deliveries: &[(Arc<str>, Delivery)]) -> lyre_core::Result<()> {
+        let first = self.reserve_seqs(deliveries.len());
+        self.keep_queued_from(first, deliveries).await
+    }
+
+    /// [`Broker::keep_queued`] at places reserved from `first` on.
+    async fn keep_queued_from(&self, first: u64, deliveries: &[(Arc<str>, Delivery)]) -> lyre_core::Result<()> {
         if deliveries.is_empty() {
             return Ok(());
         }
         let entries: Vec<(u64, &str, &Delivery)> = deliveries
             .iter()
-            .map(|(client, delivery)| (self.queue_seq.fetch_add(1, Ordering::Relaxed), &**client, delivery))
+            .enumerate()
+            .map(|(i, (client, delivery))| (first + i as u64, &**client, delivery))
             .collect();
         self.store.queue(&entries).await
     }
@@ -299,7 +332,8 @@ impl Broker {
         for sub in session.subscriptions.values() {
             self.router.unsubscribe(&session.client_id, &sub.filter);
             if let Some(group) = &sub.filter.group {
-                self.shared.leave(&(group.clone(), sub.filter.filter.clone()), &session.client_id);
+                let key = (group.clone(), sub.filter.filter.clone(), session.owner.clone());
+                self.shared.leave(&key, &session.client_id);
             }
         }
         let removed = match self.store.remove_session(&session.client_id).await {

@@ -20,6 +20,17 @@ use super::message::{Delivery, Message, Origin, min_qos};
 use super::session::{Mailbox, Pushed};
 use super::topic::{Filter, matches};
 
+/// A delivery to a session that is not connected, to be stored (then the
+/// mailbox told, [`Mailbox::stored`]).
+pub(crate) struct Parked {
+    /// The session's client id.
+    pub(crate) client: Arc<str>,
+    /// Its mailbox.
+    pub(crate) mailbox: Arc<Mailbox>,
+    /// The delivery.
+    pub(crate) delivery: Delivery,
+}
+
 /// What one subscription asked for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct SubOptions {
@@ -106,14 +117,13 @@ impl Router {
     }
 
     /// Sends `message` to every session subscribed to its topic; answers the
-    /// QoS 1 and 2 deliveries to sessions that are not connected (to be stored).
-    pub(crate) fn route(&self, message: &Arc<Message>) -> Vec<(Arc<str>, Delivery)> {
+    /// deliveries to sessions that are not connected that are to be stored.
+    pub(crate) fn route(&self, message: &Arc<Message>) -> Vec<Parked> {
         let mut parked = Vec::new();
-        let mut push = |client: &Arc<str>, mailbox: &Mailbox, delivery: Delivery| {
-            let keep = delivery.qos != QoS::AtMostOnce;
-            let copy = keep.then(|| delivery.clone());
-            if let (Pushed::Parked, Some(copy)) = (mailbox.push(delivery), copy) {
-                parked.push((client.clone(), copy));
+        let mut push = |client: &Arc<str>, mailbox: &Arc<Mailbox>, delivery: Delivery| {
+            let copy = delivery.clone();
+            if mailbox.push(delivery) == Pushed::Store {
+                parked.push(Parked { client: client.clone(), mailbox: mailbox.clone(), delivery: copy });
             }
         };
         let mut matched: Vec<(&Subscriber, Option<&str>)> = Vec::new();

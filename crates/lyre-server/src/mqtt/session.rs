@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use indexmap::IndexMap;
 use lyre_core::services::Position;
@@ -26,17 +26,19 @@ pub(crate) struct Mailbox {
     notify: Notify,
     limit: MailboxLimit,
     dropped: AtomicU64,
-    /// Its session is not connected: what it is sent is also stored.
-    parked: AtomicBool,
+    /// Deliveries pushed while parked whose stored copy is still being written
+    /// (a reconnecting session waits for them before it clears its stored queue).
+    storing: AtomicUsize,
 }
 
 /// What became of a message pushed to a mailbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pushed {
-    /// Queued for a connected session.
-    Live,
-    /// Queued for a session that is not connected (to be stored).
-    Parked,
+    /// Queued, and nothing more to do.
+    Queued,
+    /// Queued for a session that is not connected, to be stored (QoS 1 and 2):
+    /// the caller stores it, then calls [`Mailbox::stored`].
+    Store,
     /// Dropped: the mailbox was full.
     Dropped,
 }
@@ -54,6 +56,8 @@ pub(crate) struct MailboxLimit {
 struct Queue {
     deliveries: VecDeque<Delivery>,
     bytes: usize,
+    /// Its session is not connected: what it is sent is also stored.
+    parked: bool,
 }
 
 impl Mailbox {
@@ -64,37 +68,66 @@ impl Mailbox {
             notify: Notify::new(),
             limit,
             dropped: AtomicU64::new(0),
-            parked: AtomicBool::new(false),
+            storing: AtomicUsize::new(0),
         })
     }
 
     /// Queues `delivery`, or drops it when the mailbox is full.
     pub(crate) fn push(&self, delivery: Delivery) -> Pushed {
-        {
+        let pushed = {
             let mut queue = self.queue.lock();
             let weight = delivery.message.weight();
             if queue.deliveries.len() >= self.limit.messages || queue.bytes + weight > self.limit.bytes {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 return Pushed::Dropped;
             }
+            // Decided under the lock, against `unpark` and `park_and_hold`.
+            let store = queue.parked && delivery.qos != mqtt5_protocol::QoS::AtMostOnce;
+            if store {
+                self.storing.fetch_add(1, Ordering::AcqRel);
+            }
             queue.bytes += weight;
             queue.deliveries.push_back(delivery);
-        }
+            if store { Pushed::Store } else { Pushed::Queued }
+        };
         self.notify.notify_one();
-        match self.parked.load(Ordering::Acquire) {
-            true => Pushed::Parked,
-            false => Pushed::Live,
+        pushed
+    }
+
+    /// Notes that the stored copy of a [`Pushed::Store`] delivery is written (or
+    /// failed).
+    pub(crate) fn stored(&self) {
+        self.storing.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Its session disconnects: from now on what it is sent is stored as it
+    /// comes. Answers copies of the QoS 1 and 2 messages it holds already (to
+    /// store now), taken at the same instant, and what `reserve` answers for
+    /// their number (called at that instant too, so the places they are stored
+    /// at come before those of anything sent later).
+    pub(crate) fn park_and_hold(&self, reserve: impl FnOnce(usize) -> u64) -> (Vec<Delivery>, u64) {
+        let mut queue = self.queue.lock();
+        queue.parked = true;
+        let held: Vec<Delivery> =
+            queue.deliveries.iter().filter(|d| d.qos != mqtt5_protocol::QoS::AtMostOnce).cloned().collect();
+        let first = reserve(held.len());
+        (held, first)
+    }
+
+    /// Its session connects again: waits (up to 5 s) until every stored copy of
+    /// what it was sent while away is written, so clearing its stored queue next
+    /// leaves none behind.
+    pub(crate) async fn unpark(&self) {
+        self.queue.lock().parked = false;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.storing.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
     }
 
-    /// Notes whether its session is connected.
-    pub(crate) fn park(&self, parked: bool) {
-        self.parked.store(parked, Ordering::Release);
-    }
-
-    /// Copies of what it holds (to store when its session disconnects).
-    pub(crate) fn held(&self) -> Vec<Delivery> {
-        self.queue.lock().deliveries.iter().cloned().collect()
+    /// Whether its session is away.
+    pub(crate) fn is_parked(&self) -> bool {
+        self.queue.lock().parked
     }
 
     /// The next queued message.

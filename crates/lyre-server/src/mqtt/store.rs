@@ -56,9 +56,12 @@ impl Store {
     pub(crate) async fn open(engine: &Engine) -> lyre_core::Result<Store> {
         let system = engine.database(SYSTEM_DATABASE)?;
         let ctx = Context::system();
-        let sessions = system.table_or_create(&ctx, TableSpec::dynamic(SESSIONS, "id")).await?;
-        let retained = system.table_or_create(&ctx, TableSpec::dynamic(RETAINED, "topic")).await?;
-        let queued = system.table_or_create(&ctx, TableSpec::dynamic(QUEUED, "seq")).await?;
+        // Not audited: the broker's own bookkeeping, rewritten often (payloads
+        // would be written a second time into the log).
+        let spec = |name: &str, key: &str| TableSpec { audit: false, ..TableSpec::dynamic(name, key) };
+        let sessions = system.table_or_create(&ctx, spec(SESSIONS, "id")).await?;
+        let retained = system.table_or_create(&ctx, spec(RETAINED, "topic")).await?;
+        let queued = system.table_or_create(&ctx, spec(QUEUED, "seq")).await?;
         Ok(Store { sessions, retained, queued })
     }
 
@@ -145,6 +148,15 @@ impl Store {
         })?;
         if !seqs.is_empty() {
             self.queued.delete(&Context::system(), seqs).await?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the queued messages numbered `seqs`.
+    pub(crate) async fn forget_queued(&self, seqs: Vec<u64>) -> lyre_core::Result<()> {
+        if !seqs.is_empty() {
+            let ids = seqs.into_iter().map(|seq| Value::Int(seq as i64)).collect();
+            self.queued.delete(&Context::system(), ids).await?;
         }
         Ok(())
     }
