@@ -55,7 +55,18 @@ pub struct AppState {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// The MQTT broker, for MQTT over WebSocket (set once it is open; weak, as
     /// the broker holds this state).
-    pub mqtt: std::sync::OnceLock<std::sync::Weak<crate::mqtt::Broker>>,
+    pub mqtt: std::sync::OnceLock<std::sync::Weak<dyn MqttService>>,
+}
+
+/// Serves MQTT over a byte stream: the broker, as the HTTP side sees it (MQTT
+/// over WebSocket hands it the stream its binary frames carry).
+pub trait MqttService: Send + Sync {
+    /// Serves one MQTT connection over `stream`, from a client at `peer`.
+    fn serve(
+        self: Arc<Self>,
+        stream: tokio::io::DuplexStream,
+        peer: std::net::SocketAddr,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 }
 
 /// CSV loads that run at once; more wait their turn (their job says so).

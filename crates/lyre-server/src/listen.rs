@@ -203,7 +203,8 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
     let broker = crate::mqtt::Broker::open(state.clone(), crate::mqtt::BrokerOptions::default())
         .await
         .context("opening the MQTT broker")?;
-    let _ = state.mqtt.set(Arc::downgrade(&broker));
+    let service: Arc<dyn crate::app::MqttService> = broker.clone();
+    let _ = state.mqtt.set(Arc::downgrade(&service));
     let sweeping = broker.clone();
     services.every(Duration::from_secs(1), move || {
         let broker = sweeping.clone();

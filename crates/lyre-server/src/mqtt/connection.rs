@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 
 use super::message::{Delivery, Message, Origin, min_qos};
 use super::records::{self, FeedItem};
-use super::router::SubOptions;
+use super::session::SubOptions;
 use super::session::{Inflight, RecordCursor, Session, SessionSub};
 use super::topic::{Filter, check_name};
 use super::wire::{self, V5, WireError};

@@ -11,7 +11,6 @@
 //! * `shared.rs`: shared subscriptions to records (one set of feeds per group).
 //! * `store.rs`: durable sessions and retained messages across restarts.
 //! * `topic.rs`: topic names and filters.
-//! * `websocket.rs`: MQTT over WebSocket, bridged into the same connection code.
 //! * `message.rs`: a message, and its delivery to one session.
 //!
 //! This module holds the broker: the sessions by client id (with a new connection
@@ -25,7 +24,6 @@ mod session;
 mod shared;
 mod store;
 mod topic;
-mod websocket;
 mod wire;
 
 use std::collections::HashMap;
@@ -43,12 +41,11 @@ use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::tls::Secure;
-pub(crate) use connection::serve_connection;
+use connection::serve_connection;
 use message::{Delivery, Message};
 use router::Router;
 use session::Session;
 use store::Store;
-pub(crate) use websocket::serve_websocket;
 
 /// Bounds the broker holds clients to, and offers them.
 #[derive(Debug, Clone, Copy)]
@@ -408,6 +405,17 @@ impl Broker {
             drop(guard);
             self.release_slot(&client, &slot);
         }
+    }
+}
+
+impl crate::app::MqttService for Broker {
+    fn serve(
+        self: Arc<Self>,
+        stream: tokio::io::DuplexStream,
+        peer: SocketAddr,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let stopping = self.state.stopping.clone();
+        Box::pin(serve_connection(self, stream, peer, None, stopping))
     }
 }
 

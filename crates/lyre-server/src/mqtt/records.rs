@@ -16,7 +16,7 @@ use mqtt5_protocol::QoS;
 use tokio::sync::mpsc;
 
 use super::message::{Delivery, Message, Origin, min_qos};
-use super::router::SubOptions;
+use super::session::SubOptions;
 use super::topic::{has_wildcard, matches};
 use crate::app::AppState;
 use crate::components::Export;

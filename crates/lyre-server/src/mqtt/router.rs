@@ -17,7 +17,7 @@ use mqtt5_protocol::QoS;
 use parking_lot::RwLock;
 
 use super::message::{Delivery, Message, Origin, min_qos};
-use super::session::{Mailbox, Pushed};
+use super::session::{Mailbox, Pushed, SubOptions};
 use super::topic::{Filter, matches};
 
 /// A delivery to a session that is not connected, to be stored (then the
@@ -29,19 +29,6 @@ pub(crate) struct Parked {
     pub(crate) mailbox: Arc<Mailbox>,
     /// The delivery.
     pub(crate) delivery: Delivery,
-}
-
-/// What one subscription asked for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct SubOptions {
-    /// The most QoS it is sent with.
-    pub(crate) qos: QoS,
-    /// Not sent the messages its own client publishes.
-    pub(crate) no_local: bool,
-    /// Keeps the RETAIN flag of what it is sent.
-    pub(crate) retain_as_published: bool,
-    /// Its subscription identifier.
-    pub(crate) id: Option<u32>,
 }
 
 /// A session's subscription at a node of the tree.

@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use super::message::Delivery;
-use super::router::SubOptions;
 use super::topic::Filter;
 
 /// The messages waiting for one session, bounded: past the limit a message is
@@ -147,6 +146,19 @@ impl Mailbox {
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+}
+
+/// What one subscription asked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SubOptions {
+    /// The most mqtt5_protocol::QoS it is sent with.
+    pub(crate) qos: mqtt5_protocol::QoS,
+    /// Not sent the messages its own client publishes.
+    pub(crate) no_local: bool,
+    /// Keeps the RETAIN flag of what it is sent.
+    pub(crate) retain_as_published: bool,
+    /// Its subscription identifier.
+    pub(crate) id: Option<u32>,
 }
 
 /// Where a record subscription stands in its feed.

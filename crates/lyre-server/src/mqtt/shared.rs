@@ -17,8 +17,8 @@ use tokio::task::JoinHandle;
 use super::Broker;
 use super::message::{Delivery, Origin, min_qos};
 use super::records::{self, FeedPlan};
-use super::router::{Parked, SubOptions};
-use super::session::{Mailbox, Pushed};
+use super::router::Parked;
+use super::session::{Mailbox, Pushed, SubOptions};
 use crate::http::error::ApiError;
 
 /// A group: its share name, its filter, the user its members log in as.

@@ -10,6 +10,7 @@
 //! (`previousCount`, `startTime`, `omitCurrent`), and an event stream names each
 //! event (`id:`) so a client resumes with `Last-Event-ID`.
 
+pub(crate) mod mqtt;
 pub(crate) mod sse;
 pub(crate) mod ws;
 

@@ -108,7 +108,7 @@ async fn serve(
 ) {
     if protocol.as_deref() == Some("mqtt") {
         return match state.mqtt.get().and_then(std::sync::Weak::upgrade) {
-            Some(broker) => crate::mqtt::serve_websocket(broker, socket, peer, state.stopping.clone()).await,
+            Some(broker) => super::mqtt::serve(broker, socket, peer).await,
             None => close(&mut socket, CloseCode::Again, "the MQTT broker is not running".into()).await,
         };
     }

@@ -1,20 +1,21 @@
 //! MQTT over WebSocket (subprotocol `mqtt` on the REST port): binary frames carry
-//! the byte stream, bridged into the same connection code TCP uses. Each
+//! the byte stream, bridged into the broker as a byte stream (`MqttService`), so
+//! the same connection code serves it as TCP. Each
 //! direction is pumped on its own, so a client that sends while it is not reading
 //! (or the reverse) stalls neither; a client that takes no frame for
 //! [`SEND_LIMIT`] is dropped.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{Sink, SinkExt, Stream as FuturesStream, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
-use super::{Broker, Peer, serve_connection};
+use crate::app::MqttService;
 
 /// Bytes buffered between the socket and the connection, each way.
 const BRIDGE: usize = 64 << 10;
@@ -22,12 +23,12 @@ const BRIDGE: usize = 64 << 10;
 const SEND_LIMIT: Duration = Duration::from_secs(30);
 
 /// Serves MQTT over an upgraded WebSocket until either side ends.
-pub(crate) async fn serve_websocket<W>(broker: Arc<Broker>, socket: W, peer: Peer, stopping: watch::Receiver<bool>)
+pub(crate) async fn serve<W>(broker: Arc<dyn MqttService>, socket: W, peer: SocketAddr)
 where
     W: FuturesStream<Item = Result<Message, WsError>> + Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
     let (broker_side, bridge) = tokio::io::duplex(BRIDGE);
-    let connection = tokio::spawn(serve_connection(broker, broker_side, peer, None, stopping));
+    let connection = tokio::spawn(broker.serve(broker_side, peer));
     let (mut from_broker, mut to_broker) = tokio::io::split(bridge);
     let (mut sink, mut frames) = socket.split();
     // Client to broker: binary frames in, bytes out.
