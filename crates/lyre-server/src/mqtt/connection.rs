@@ -457,7 +457,7 @@ impl<S: Stream> Conn<S> {
                 }
             }
         }
-        let inflight: Vec<(u16, Inflight)> = self.session().inflight.iter().map(|(id, i)| (*id, i.clone())).collect();
+        let inflight = self.session().inflight.in_order();
         for (id, inflight) in inflight {
             match inflight {
                 Inflight::Published(delivery) => {
@@ -568,22 +568,22 @@ impl<S: Stream> Conn<S> {
         match packet {
             Packet::Publish(publish) => self.on_publish(publish).await,
             Packet::PubAck(ack) => {
-                if let Some(Inflight::Published(delivery)) = self.session().inflight.get(&ack.packet_id)
+                if let Some(Inflight::Published(delivery)) = self.session().inflight.get(ack.packet_id)
                     && delivery.qos == QoS::AtLeastOnce
                 {
                     let delivery = delivery.clone();
-                    self.session().inflight.shift_remove(&ack.packet_id);
+                    self.session().inflight.remove(ack.packet_id);
                     self.acknowledged(&delivery);
                 }
                 Ok(())
             }
             Packet::PubRec(rec) => {
                 let id = rec.packet_id;
-                match self.session().inflight.get(&id).cloned() {
+                match self.session().inflight.get(id).cloned() {
                     Some(Inflight::Published(delivery)) if delivery.qos == QoS::ExactlyOnce => {
                         if u8::from(rec.reason_code) >= 0x80 {
                             // The client refused it: the exchange ends here.
-                            self.session().inflight.shift_remove(&id);
+                            self.session().inflight.remove(id);
                             self.acknowledged(&delivery);
                         } else {
                             self.session().inflight.insert(id, Inflight::Released(delivery));
@@ -608,8 +608,9 @@ impl<S: Stream> Conn<S> {
                 Ok(())
             }
             Packet::PubComp(comp) => {
-                if let Some(Inflight::Released(delivery)) = self.session().inflight.get(&comp.packet_id).cloned() {
-                    self.session().inflight.shift_remove(&comp.packet_id);
+                // Only a message whose PUBREL was sent is complete.
+                if let Some(Inflight::Released(delivery)) = self.session().inflight.get(comp.packet_id).cloned() {
+                    self.session().inflight.remove(comp.packet_id);
                     self.acknowledged(&delivery);
                 }
                 Ok(())
@@ -1129,9 +1130,10 @@ impl<S: Stream> Conn<S> {
         let mut held: Vec<Delivery> = self
             .session()
             .inflight
-            .values()
-            .filter_map(|inflight| match inflight {
-                Inflight::Published(delivery) if delivery.origin == Origin::Plain => Some(delivery.clone()),
+            .in_order()
+            .into_iter()
+            .filter_map(|(_, inflight)| match inflight {
+                Inflight::Published(delivery) if delivery.origin == Origin::Plain => Some(delivery),
                 _ => None,
             })
             .collect();

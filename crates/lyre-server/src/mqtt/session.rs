@@ -4,11 +4,10 @@
 //! (its mailbox, bounded), and for each record subscription the feed position a
 //! durable session resumes after.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use indexmap::IndexMap;
 use lyre_core::services::Position;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -228,6 +227,56 @@ pub(crate) enum Inflight {
     Released(Delivery),
 }
 
+/// The messages a session has in flight, by packet id, remembering the order
+/// they were sent in (to send them again in it). Acknowledgements come in any
+/// order and cost the same wherever the message stands.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    by_id: HashMap<u16, (u64, Inflight)>,
+    next: u64,
+}
+
+impl InFlight {
+    /// The message in flight with packet id `id`.
+    pub(crate) fn get(&self, id: u16) -> Option<&Inflight> {
+        self.by_id.get(&id).map(|(_, inflight)| inflight)
+    }
+
+    /// Whether packet id `id` is in use.
+    pub(crate) fn contains(&self, id: u16) -> bool {
+        self.by_id.contains_key(&id)
+    }
+
+    /// Puts `inflight` under `id` (keeping its place when the id is there: a
+    /// QoS 2 message moving on to PUBREL).
+    pub(crate) fn insert(&mut self, id: u16, inflight: Inflight) {
+        let next = &mut self.next;
+        let entry = self.by_id.entry(id).or_insert_with(|| {
+            *next += 1;
+            (*next, inflight.clone())
+        });
+        entry.1 = inflight;
+    }
+
+    /// Takes `id` out.
+    pub(crate) fn remove(&mut self, id: u16) -> Option<Inflight> {
+        self.by_id.remove(&id).map(|(_, inflight)| inflight)
+    }
+
+    /// How many are in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Every one, in the order sent.
+    pub(crate) fn in_order(&self) -> Vec<(u16, Inflight)> {
+        let mut all: Vec<(u64, u16, Inflight)> =
+            self.by_id.iter().map(|(id, (seq, inflight))| (*seq, *id, inflight.clone())).collect();
+        all.sort_by_key(|(seq, _, _)| *seq);
+        all.into_iter().map(|(_, id, inflight)| (id, inflight)).collect()
+    }
+}
+
 /// The state of one client id's session.
 pub(crate) struct Session {
     /// The client id.
@@ -239,7 +288,7 @@ pub(crate) struct Session {
     /// Its subscriptions, by the filter as subscribed (`$share/…` included).
     pub(crate) subscriptions: BTreeMap<String, SessionSub>,
     /// Messages sent with QoS > 0 and not yet acknowledged, in the order sent.
-    pub(crate) inflight: IndexMap<u16, Inflight>,
+    pub(crate) inflight: InFlight,
     /// QoS 2 packet ids received and not yet released (the message is not
     /// delivered again when its PUBLISH is resent).
     pub(crate) incoming_qos2: HashSet<u16>,
@@ -257,7 +306,7 @@ impl Session {
             owner: owner.to_string(),
             mailbox: Mailbox::new(mailbox_limit),
             subscriptions: BTreeMap::new(),
-            inflight: IndexMap::new(),
+            inflight: InFlight::default(),
             incoming_qos2: HashSet::new(),
             expiry: 0,
             next_packet_id: 1,
@@ -271,7 +320,7 @@ impl Session {
         for _ in 0..u16::MAX {
             let id = self.next_packet_id;
             self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
-            if !self.inflight.contains_key(&id) {
+            if !self.inflight.contains(id) {
                 return Some(id);
             }
         }
@@ -400,6 +449,22 @@ mod tests {
         assert_eq!(session.packet_id(), Some(u16::MAX));
         session.inflight.insert(1, Inflight::Released(test_delivery()));
         assert_eq!(session.packet_id(), Some(2), "0 is never used and 1 is taken");
+    }
+
+    #[test]
+    fn in_flight_keeps_the_order_sent_whatever_is_acknowledged() {
+        let mut inflight = InFlight::default();
+        for id in [7, 3, 9] {
+            inflight.insert(id, Inflight::Published(test_delivery()));
+        }
+        assert!(inflight.remove(3).is_some());
+        // Moving on to PUBREL keeps its place.
+        inflight.insert(7, Inflight::Released(test_delivery()));
+        inflight.insert(1, Inflight::Published(test_delivery()));
+        let order: Vec<u16> = inflight.in_order().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(order, vec![7, 9, 1]);
+        assert!(matches!(inflight.get(7), Some(Inflight::Released(_))));
+        assert_eq!(inflight.len(), 3);
     }
 
     fn test_delivery() -> Delivery {
