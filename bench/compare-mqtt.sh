@@ -48,6 +48,13 @@ bench_mqtt() {
     --mqtt "127.0.0.1:$((LYRE_PORT + 10))" "$@" --json "$OUT/$name.json" | tee "$OUT/$name.txt"
 }
 
+# The clients and messages per publisher of pattern $1: fan-out SUBSCRIBERS
+# subscribers of MESSAGES messages; fan-in PUBLISHERS publishers of a tenth each.
+sizes() {
+  clients=$SUBSCRIBERS messages=$MESSAGES
+  if [ "$1" = fan-in ]; then clients=$PUBLISHERS messages=$((MESSAGES / 10)); fi
+}
+
 mkdir -p "$OUT"
 (cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
 install_harper
@@ -55,10 +62,7 @@ command -v mosquitto >/dev/null || { echo "mosquitto is needed (apt-get install 
 
 # Against Harper: a record topic of the YCSB application.
 for pattern in fan-out fan-in; do
-  clients=$SUBSCRIBERS
-  [ "$pattern" = fan-in ] && clients=$PUBLISHERS
-  messages=$MESSAGES
-  [ "$pattern" = fan-in ] && messages=$((MESSAGES / 10))
+  sizes "$pattern"
   for qos in 0 1; do
     start_harper "mqtt-$pattern-$qos" ycsb
     start_lyre "mqtt-$pattern-$qos" ycsb
@@ -72,10 +76,7 @@ done
 
 # Against mosquitto: a plain topic.
 for pattern in fan-out fan-in; do
-  clients=$SUBSCRIBERS
-  [ "$pattern" = fan-in ] && clients=$PUBLISHERS
-  messages=$MESSAGES
-  [ "$pattern" = fan-in ] && messages=$((MESSAGES / 10))
+  sizes "$pattern"
   for qos in 0 1; do
     start_mosquitto
     start_lyre "mqtt-plain-$pattern-$qos"

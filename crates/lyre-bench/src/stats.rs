@@ -147,6 +147,21 @@ pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000, 3).expect("constant histogram bounds are valid")
 }
 
+/// Waits for every receiver of a fan-out or fan-in round and adds up what they
+/// saw: their latencies merged, and the deliveries they counted.
+pub async fn gather_receivers(
+    receivers: Vec<tokio::task::JoinHandle<(Histogram<u64>, u64)>>,
+) -> anyhow::Result<(Histogram<u64>, u64)> {
+    let mut latencies = histogram();
+    let mut delivered = 0;
+    for receiver in receivers {
+        let (h, received) = receiver.await?;
+        latencies.add(&h).map_err(|e| anyhow::anyhow!("merging histograms: {e}"))?;
+        delivered += received;
+    }
+    Ok((latencies, delivered))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::client::{Call, HttpClient};
-use crate::stats::{Measurement, ServerUse, histogram};
+use crate::stats::{Measurement, ServerUse, gather_receivers, histogram};
 use crate::target::Target;
 
 /// How long a subscriber waits for its next frame before the round gives up on it.
@@ -145,13 +145,7 @@ pub async fn run(
     for writer in writers {
         failed_writes += writer.await?;
     }
-    let mut latencies = histogram();
-    let mut delivered = 0;
-    for reader in readers {
-        let (h, received) = reader.await?;
-        latencies.add(&h).map_err(|e| anyhow::anyhow!("merging histograms: {e}"))?;
-        delivered += received;
-    }
+    let (latencies, delivered) = gather_receivers(readers).await?;
     let elapsed = started.elapsed();
     let expected = writes * subscribers as u64;
     if failed_writes > 0 || delivered < expected {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 
-use crate::stats::{Measurement, ServerUse, histogram};
+use crate::stats::{Measurement, ServerUse, gather_receivers, histogram};
 use crate::target::Target;
 
 /// How long a subscriber waits for its next message before the round gives up on it.
@@ -188,13 +188,7 @@ pub async fn run(target: &Target, params: &MqttParams, round: usize) -> anyhow::
     for writer in writers {
         failed += writer.await?;
     }
-    let mut latencies = histogram();
-    let mut delivered = 0;
-    for reader in readers {
-        let (h, received) = reader.await?;
-        latencies.add(&h).map_err(|e| anyhow::anyhow!("merging histograms: {e}"))?;
-        delivered += received;
-    }
+    let (latencies, delivered) = gather_receivers(readers).await?;
     let elapsed = started.elapsed();
     let expected = expected_each * subscribers as u64;
     if failed > 0 || delivered < expected {

@@ -121,7 +121,7 @@ pub(crate) fn plan(state: &AppState, ctx: &Context, filter: &str) -> Result<Vec<
             start: Start::Now,
             omit_current: false,
         },
-        names: Arc::new(HashMap::from([(export.table.clone(), export.name.clone())])),
+        names: names_of(export),
     };
     if first != "+" && first != "#" {
         let Some(export) = exports.get(first) else { return Ok(Vec::new()) };
@@ -135,7 +135,7 @@ pub(crate) fn plan(state: &AppState, ctx: &Context, filter: &str) -> Result<Vec<
             }
             (true, "#") => feed(export, KeyScope::Table, None),
             (true, _) => {
-                let names = Arc::new(HashMap::from([(export.table.clone(), export.name.clone())]));
+                let names = names_of(export);
                 feed(export, KeyScope::Table, Some(topic_matcher(filter, names)))
             }
         };
@@ -149,11 +149,16 @@ pub(crate) fn plan(state: &AppState, ctx: &Context, filter: &str) -> Result<Vec<
         if table.access(ctx, &[Action::Read]).is_err() {
             continue; // a wildcard covers what the user may read
         }
-        let names = Arc::new(HashMap::from([(export.table.clone(), export.name.clone())]));
+        let names = names_of(export);
         let matcher = (filter != "#").then(|| topic_matcher(filter, names));
         plans.push(feed(export, KeyScope::Table, matcher));
     }
     Ok(plans)
+}
+
+/// The topic name of `export`'s table (the first level of its records' topics).
+fn names_of(export: &Export) -> Arc<HashMap<String, String>> {
+    Arc::new(HashMap::from([(export.table.clone(), export.name.clone())]))
 }
 
 /// Matches a change by the topic it is published on.

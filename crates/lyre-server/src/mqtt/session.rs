@@ -231,12 +231,12 @@ pub(crate) enum Inflight {
 /// they were sent in (to send them again in it). Acknowledgements come in any
 /// order and cost the same wherever the message stands.
 #[derive(Default)]
-pub(crate) struct InFlight {
+pub(crate) struct Unacknowledged {
     by_id: HashMap<u16, (u64, Inflight)>,
     next: u64,
 }
 
-impl InFlight {
+impl Unacknowledged {
     /// The message in flight with packet id `id`.
     pub(crate) fn get(&self, id: u16) -> Option<&Inflight> {
         self.by_id.get(&id).map(|(_, inflight)| inflight)
@@ -288,7 +288,7 @@ pub(crate) struct Session {
     /// Its subscriptions, by the filter as subscribed (`$share/…` included).
     pub(crate) subscriptions: BTreeMap<String, SessionSub>,
     /// Messages sent with QoS > 0 and not yet acknowledged, in the order sent.
-    pub(crate) inflight: InFlight,
+    pub(crate) inflight: Unacknowledged,
     /// QoS 2 packet ids received and not yet released (the message is not
     /// delivered again when its PUBLISH is resent).
     pub(crate) incoming_qos2: HashSet<u16>,
@@ -306,7 +306,7 @@ impl Session {
             owner: owner.to_string(),
             mailbox: Mailbox::new(mailbox_limit),
             subscriptions: BTreeMap::new(),
-            inflight: InFlight::default(),
+            inflight: Unacknowledged::default(),
             incoming_qos2: HashSet::new(),
             expiry: 0,
             next_packet_id: 1,
@@ -453,7 +453,7 @@ mod tests {
 
     #[test]
     fn in_flight_keeps_the_order_sent_whatever_is_acknowledged() {
-        let mut inflight = InFlight::default();
+        let mut inflight = Unacknowledged::default();
         for id in [7, 3, 9] {
             inflight.insert(id, Inflight::Published(test_delivery()));
         }

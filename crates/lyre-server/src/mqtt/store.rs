@@ -34,7 +34,7 @@ pub(crate) struct LoadedSession {
     pub(crate) expires_at: Option<Instant>,
 }
 
-/// The broker's two tables.
+/// The broker's tables.
 pub(crate) struct Store {
     sessions: Table,
     retained: Table,
@@ -88,13 +88,7 @@ impl Store {
             self.retained.delete(&Context::system(), vec![topic]).await?;
             return Ok(());
         }
-        let mut record = lyre_core::Object::default();
-        record.insert("payload".into(), Value::Bytes(message.payload.to_vec()));
-        record.insert("qos".into(), Value::Int(message.qos as i64));
-        if let Some(at) = message.expires_at {
-            let left = at.saturating_duration_since(Instant::now());
-            record.insert("expires".into(), Value::Float(now_ms() + left.as_millis() as f64));
-        }
+        let record = message_record(message, message.qos, true);
         self.retained.put(&Context::system(), topic, record, WriteOptions::default()).await?;
         Ok(())
     }
@@ -104,20 +98,11 @@ impl Store {
         let records = entries
             .iter()
             .map(|(seq, client, delivery)| {
-                let message = &delivery.message;
-                let mut record = lyre_core::Object::default();
+                let mut record = message_record(&delivery.message, delivery.qos, delivery.retain);
                 record.insert("seq".into(), Value::Int(*seq as i64));
                 record.insert("client".into(), Value::String(client.to_string()));
-                record.insert("topic".into(), Value::String(message.topic.to_string()));
-                record.insert("payload".into(), Value::Bytes(message.payload.to_vec()));
-                record.insert("qos".into(), Value::Int(delivery.qos as i64));
-                record.insert("retain".into(), Value::Bool(delivery.retain));
                 let ids = delivery.subscription_ids.iter().map(|id| Value::Int(i64::from(*id))).collect();
                 record.insert("subscriptions".into(), Value::Array(ids));
-                if let Some(at) = message.expires_at {
-                    let left = at.saturating_duration_since(Instant::now());
-                    record.insert("expires".into(), Value::Float(now_ms() + left.as_millis() as f64));
-                }
                 record
             })
             .collect();
@@ -164,50 +149,26 @@ impl Store {
     /// Every queued message not yet expired, in queue order.
     pub(crate) fn queued(&self) -> lyre_core::Result<Vec<QueuedMessage>> {
         let mut out = Vec::new();
-        let now = now_ms();
-        self.queued.search(&Context::system(), Query::default())?.run(&mut |record| {
-            if let Value::Object(record) = record
-                && let (Some(Value::Int(seq)), Some(Value::String(client)), Some(Value::String(topic))) =
-                    (record.get("seq"), record.get("client"), record.get("topic"))
-                && let Some(Value::Bytes(payload)) = record.get("payload")
-            {
-                let expires = match record.get("expires") {
-                    Some(Value::Float(ms)) => Some(*ms),
-                    _ => None,
-                };
-                if expires.is_some_and(|at| at <= now) {
-                    return ControlFlow::Continue(());
-                }
-                let qos = match record.get("qos") {
-                    Some(Value::Int(q)) => QoS::from(*q as u8),
-                    _ => QoS::AtLeastOnce,
-                };
-                let subscription_ids = match record.get("subscriptions") {
-                    Some(Value::Array(ids)) => ids
-                        .iter()
-                        .filter_map(|id| if let Value::Int(id) = id { u32::try_from(*id).ok() } else { None })
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                let message = Message {
-                    topic: Arc::from(topic.as_str()),
-                    payload: Bytes::from(payload.clone()),
-                    qos,
-                    retain: matches!(record.get("retain"), Some(Value::Bool(true))),
-                    properties: Default::default(),
-                    expires_at: expires.map(|at| Instant::now() + Duration::from_millis((at - now) as u64)),
-                    publisher: None,
-                };
-                let delivery = Delivery {
-                    retain: message.retain,
-                    message: Arc::new(message),
-                    qos,
-                    subscription_ids,
-                    origin: Origin::Plain,
-                };
-                out.push(QueuedMessage { seq: *seq as u64, client: client.clone(), delivery });
-            }
-            ControlFlow::Continue(())
+        each_record(&self.queued, |record| {
+            let (Some(Value::Int(seq)), Some(Value::String(client))) = (record.get("seq"), record.get("client")) else {
+                return;
+            };
+            let Some(message) = stored_message(record) else { return };
+            let subscription_ids = match record.get("subscriptions") {
+                Some(Value::Array(ids)) => ids
+                    .iter()
+                    .filter_map(|id| if let Value::Int(id) = id { u32::try_from(*id).ok() } else { None })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let delivery = Delivery {
+                retain: message.retain,
+                qos: message.qos,
+                message: Arc::new(message),
+                subscription_ids,
+                origin: Origin::Plain,
+            };
+            out.push(QueuedMessage { seq: *seq as u64, client: client.clone(), delivery });
         })?;
         out.sort_by_key(|queued| queued.seq);
         Ok(out)
@@ -217,9 +178,8 @@ impl Store {
     pub(crate) fn sessions(&self) -> lyre_core::Result<Vec<LoadedSession>> {
         let mut out = Vec::new();
         let now = now_ms();
-        self.sessions.search(&Context::system(), Query::default())?.run(&mut |record| {
-            if let Value::Object(record) = record
-                && let Some(Value::String(id)) = record.get("id")
+        each_record(&self.sessions, |record| {
+            if let Some(Value::String(id)) = record.get("id")
                 && let Some(Value::String(state)) = record.get("state")
                 && let Ok(stored) = serde_json::from_str::<StoredSession>(state)
             {
@@ -233,7 +193,6 @@ impl Store {
                 });
                 out.push(LoadedSession { client_id: id.clone(), stored, expires_at });
             }
-            ControlFlow::Continue(())
         })?;
         Ok(out)
     }
@@ -241,35 +200,61 @@ impl Store {
     /// Every stored retained message not yet expired.
     pub(crate) fn retained(&self) -> lyre_core::Result<Vec<Message>> {
         let mut out = Vec::new();
-        let now = now_ms();
-        self.retained.search(&Context::system(), Query::default())?.run(&mut |record| {
-            if let Value::Object(record) = record
-                && let Some(Value::String(topic)) = record.get("topic")
-                && let Some(Value::Bytes(payload)) = record.get("payload")
-            {
-                let expires = match record.get("expires") {
-                    Some(Value::Float(ms)) => Some(*ms),
-                    _ => None,
-                };
-                if expires.is_some_and(|at| at <= now) {
-                    return ControlFlow::Continue(());
-                }
-                let qos = match record.get("qos") {
-                    Some(Value::Int(q)) => QoS::from(*q as u8),
-                    _ => QoS::AtMostOnce,
-                };
-                out.push(Message {
-                    topic: Arc::from(topic.as_str()),
-                    payload: Bytes::from(payload.clone()),
-                    qos,
-                    retain: true,
-                    properties: Default::default(),
-                    expires_at: expires.map(|at| Instant::now() + Duration::from_millis((at - now) as u64)),
-                    publisher: None,
-                });
-            }
-            ControlFlow::Continue(())
+        each_record(&self.retained, |record| {
+            out.extend(stored_message(record).map(|m| Message { retain: true, ..m }))
         })?;
         Ok(out)
     }
+}
+
+/// Every record of `table`, each handed to `take`.
+fn each_record(table: &Table, mut take: impl FnMut(&lyre_core::Object)) -> lyre_core::Result<()> {
+    table.search(&Context::system(), Query::default())?.run(&mut |record| {
+        if let Value::Object(record) = record {
+            take(&record);
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(())
+}
+
+/// What a stored message keeps: its topic, payload, QoS and retain flag, and
+/// when it expires (ms since the epoch, so it means the same after a restart).
+fn message_record(message: &Message, qos: QoS, retain: bool) -> lyre_core::Object {
+    let mut record = lyre_core::Object::default();
+    record.insert("topic".into(), Value::String(message.topic.to_string()));
+    record.insert("payload".into(), Value::Bytes(message.payload.to_vec()));
+    record.insert("qos".into(), Value::Int(qos as i64));
+    record.insert("retain".into(), Value::Bool(retain));
+    if let Some(at) = message.expires_at {
+        let left = at.saturating_duration_since(Instant::now());
+        record.insert("expires".into(), Value::Float(now_ms() + left.as_millis() as f64));
+    }
+    record
+}
+
+/// The message [`message_record`] kept; `None` for one expired (or unreadable).
+fn stored_message(record: &lyre_core::Object) -> Option<Message> {
+    let (Some(Value::String(topic)), Some(Value::Bytes(payload))) = (record.get("topic"), record.get("payload")) else {
+        return None;
+    };
+    let now = now_ms();
+    let expires = match record.get("expires") {
+        Some(Value::Float(ms)) if *ms <= now => return None,
+        Some(Value::Float(ms)) => Some(Instant::now() + Duration::from_millis((ms - now) as u64)),
+        _ => None,
+    };
+    let qos = match record.get("qos") {
+        Some(Value::Int(q)) => QoS::from(*q as u8),
+        _ => QoS::AtMostOnce,
+    };
+    Some(Message {
+        topic: Arc::from(topic.as_str()),
+        payload: Bytes::from(payload.clone()),
+        qos,
+        retain: matches!(record.get("retain"), Some(Value::Bool(true))),
+        properties: Default::default(),
+        expires_at: expires,
+        publisher: None,
+    })
 }
