@@ -7,7 +7,7 @@ use heed::{RoTxn, RwTxn, WithoutTls};
 
 use crate::database::{Database, TableStore, next_incarnation, stored_u64};
 use crate::error::{Error, Result};
-use crate::txlog::{Change, ChangeKind, LogEntry, PRUNE_BYTES, PruneProgress, PruneScope};
+use crate::txlog::{Change, ChangeKind, JobMeta, LogEntry, PRUNE_BYTES, PruneProgress, PruneScope};
 use crate::version::Version;
 
 /// The read transaction of a [`ReadTxn`]: always present until the snapshot ends,
@@ -535,15 +535,16 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     }
 
     /// Appends the log entry for this job, if it changed any record.
-    pub(crate) fn finish(mut self, seq: &mut u64, user: &str, operation: &str) -> Result<()> {
+    pub(crate) fn finish(mut self, seq: &mut u64, meta: &JobMeta) -> Result<()> {
         if !self.changes.is_empty() {
             *seq += 1;
             let entry = LogEntry {
                 seq: *seq,
                 version: self.version.time,
                 node: self.version.node,
-                user: user.to_string(),
-                operation: operation.to_string(),
+                user: meta.user.clone(),
+                operation: meta.operation.clone(),
+                origin: meta.origin.clone(),
                 changes: std::mem::take(&mut self.changes),
             };
             let bytes = entry.encode()?;

@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::database::Database;
 use crate::error::{Error, Result};
+use crate::txlog::JobMeta;
 use crate::txn::{WriteTxn, classify};
 use crate::version::VersionClock;
 
@@ -54,15 +55,6 @@ impl Default for WriterOptions {
     fn default() -> Self {
         Self { queue_capacity: 4096, queue_timeout: Duration::from_secs(45), max_batch: 512 }
     }
-}
-
-/// Who made a write and how; recorded in the transaction log.
-#[derive(Debug, Clone)]
-pub struct JobMeta {
-    /// The user on whose behalf the write runs.
-    pub user: String,
-    /// The operation name (`insert`, `update`, `create_table`, ...).
-    pub operation: String,
 }
 
 /// Called after each commit with the committed state and last log sequence.
@@ -415,9 +407,8 @@ impl<S: Clone + Send + 'static> Worker<S> {
         self.clock.observe(write.version().time);
         let failure = match applied {
             Ok(true) => {
-                let meta = job.meta();
-                let (user, operation) = (meta.user.clone(), meta.operation.clone());
-                match write.finish(seq, &user, &operation) {
+                let meta = job.meta().clone();
+                match write.finish(seq, &meta) {
                     Ok(()) => return Ok(()),
                     Err(err) => {
                         let message = err.to_string();

@@ -12,7 +12,7 @@ fn options() -> DatabaseOptions {
 }
 
 fn meta() -> JobMeta {
-    JobMeta { user: "tester".into(), operation: "test".into() }
+    JobMeta { user: "tester".into(), operation: "test".into(), origin: None }
 }
 
 fn spawn(db: &Database) -> Writer<u64> {

@@ -175,7 +175,11 @@ impl Db {
         F: FnOnce(&mut WriteTxn<'_, '_>, &mut SchemaState) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let meta = JobMeta { user: ctx.username().to_string(), operation: operation.to_string() };
+        let meta = JobMeta {
+            user: ctx.username().to_string(),
+            operation: operation.to_string(),
+            origin: ctx.origin().map(str::to_string),
+        };
         self.writer.submit(meta, work).await
     }
 
@@ -191,7 +195,11 @@ impl Db {
         F: FnOnce(&mut WriteTxn<'_, '_>, &mut SchemaState) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let meta = JobMeta { user: ctx.username().to_string(), operation: operation.to_string() };
+        let meta = JobMeta {
+            user: ctx.username().to_string(),
+            operation: operation.to_string(),
+            origin: ctx.origin().map(str::to_string),
+        };
         self.writer.enqueue(meta, work).await
     }
 

@@ -282,8 +282,21 @@ impl Users {
         resolved.clear();
     }
 
-    fn generation(&self) -> u64 {
+    /// Counts the changes to users and roles: a long-lived connection that saw
+    /// another count looks its user up again ([`Users::current`]).
+    pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `user` as stored now, with its role as it is now: for a connection that
+    /// authenticated before users or roles changed. Refused when the user was
+    /// dropped or deactivated; the server's own identity (`authorizeLocal`) is
+    /// kept as it is.
+    pub fn current(&self, user: &Arc<User>) -> Result<Arc<User>> {
+        if **user == User::system() {
+            return Ok(user.clone());
+        }
+        self.resolve(&user.username)
     }
 
     fn digest(&self, password: &str) -> [u8; 32] {

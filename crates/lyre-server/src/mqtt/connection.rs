@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesOrdered;
 use lyre_core::Context;
-use lyre_core::services::Start;
+use lyre_core::services::{FeedEnd, Start};
 use mqtt5_protocol::packet::connack::ConnAckPacket;
 use mqtt5_protocol::packet::connect::ConnectPacket;
 use mqtt5_protocol::packet::disconnect::DisconnectPacket;
@@ -236,6 +236,8 @@ struct Conn<S> {
     will: Option<Will>,
     /// The session's stored copy is older than its acknowledgements.
     dirty: bool,
+    /// The users' generation its user was read at (see [`Conn::check_user`]).
+    security: u64,
 }
 
 /// A publish under way: its QoS, packet id and outcome once taken.
@@ -292,6 +294,8 @@ impl<S: Stream> Conn<S> {
             let _ = io.flush().await;
             return None;
         }
+        // Read before the user is: a change meanwhile makes the first packet look again.
+        let security = broker.state.engine.users().generation();
         let user = match broker.state.user(credentials(&connect, certificate), peer.ip()).await {
             Ok(user) => user,
             Err(err) => {
@@ -368,7 +372,9 @@ impl<S: Stream> Conn<S> {
             }
         });
         let mut conn = Conn {
-            ctx: Context::new(user),
+            // Its writes are logged as its own, for its no-local subscriptions.
+            ctx: Context::new(user).with_origin(records::origin_of(&client)),
+            security,
             broker: broker.clone(),
             io,
             peer,
@@ -509,18 +515,38 @@ impl<S: Stream> Conn<S> {
                         return end;
                     }
                 }
-                item = next_fed(&mut self.feed), if can_send => match item {
-                    Some(FeedItem::Delivery(delivery)) => self.send(delivery),
-                    Some(FeedItem::Ended(end)) => {
-                        return End::Refused(ReasonCode::UnspecifiedError, format!("a record subscription ended: {end}"));
+                Some(item) = next_fed(&mut self.feed), if can_send => {
+                    if let Err(end) = self.take_fed(item) {
+                        return end;
                     }
-                    None => {}
-                },
+                }
                 _ = mailbox.ready(), if can_send && !more => {}
                 _ = std::future::ready(()), if can_send && more => {}
                 _ = sleep => return End::Refused(ReasonCode::KeepAliveTimeout, "no packet within 1.5 times the keep-alive".into()),
                 _ = save.tick() => Box::pin(self.save_if_dirty()).await,
             }
+        }
+    }
+
+    /// After users or roles changed: the connection's user as it is now (its role
+    /// decides the next publish or subscribe); the connection ends with 0x87 when
+    /// the user was dropped or deactivated.
+    fn check_user(&mut self) -> Result<(), End> {
+        let users = self.broker.state.engine.users();
+        let generation = users.generation();
+        if generation == self.security {
+            return Ok(());
+        }
+        self.security = generation;
+        match users.current(&self.ctx.user) {
+            Ok(user) => {
+                self.ctx.user = user;
+                Ok(())
+            }
+            Err(err) => Err(End::Refused(
+                ReasonCode::NotAuthorized,
+                format!("user '{}' may no longer connect: {err}", self.ctx.username()),
+            )),
         }
     }
 
@@ -534,6 +560,33 @@ impl<S: Stream> Conn<S> {
     fn can_send(&mut self) -> bool {
         let limit = self.client_receive_max;
         self.session().inflight.len() < limit
+    }
+
+    /// Sends `first` and the record deliveries ready behind it, a turn's worth,
+    /// so that they go out in one write; `Err` when a record subscription ended.
+    fn take_fed(&mut self, first: FeedItem) -> Result<(), End> {
+        let mut item = first;
+        for _ in 0..TURN {
+            match item {
+                FeedItem::Delivery(delivery) => self.send(delivery),
+                FeedItem::Ended(end) => {
+                    let reason = match end {
+                        FeedEnd::AccessRevoked(_) => ReasonCode::NotAuthorized,
+                        _ => ReasonCode::UnspecifiedError,
+                    };
+                    return Err(End::Refused(reason, format!("a record subscription ended: {end}")));
+                }
+            }
+            if !self.can_send() {
+                break;
+            }
+            let Some((_, receiver)) = &mut self.feed else { break };
+            match receiver.try_recv() {
+                Ok(next) => item = next,
+                Err(_) => break,
+            }
+        }
+        Ok(())
     }
 
     /// Sends what waits in the mailbox, a turn's worth; true when more waits.
@@ -648,6 +701,7 @@ impl<S: Stream> Conn<S> {
     }
 
     async fn on_publish(&mut self, publish: PublishPacket) -> Result<(), End> {
+        self.check_user()?;
         let topic: Arc<str> = match publish.properties.get_topic_alias() {
             Some(alias) if self.io.version == V5 => {
                 if alias == 0 || alias > self.broker.options.topic_alias_maximum {
@@ -759,6 +813,7 @@ impl<S: Stream> Conn<S> {
     }
 
     async fn on_subscribe(&mut self, subscribe: SubscribePacket) -> Result<(), End> {
+        self.check_user()?;
         if subscribe.filters.is_empty() {
             return Err(End::protocol("SUBSCRIBE without a topic filter"));
         }
@@ -887,7 +942,8 @@ impl<S: Stream> Conn<S> {
             };
             cursor.feed = plan.feed;
             let feed = self.feed.get_or_insert_with(|| mpsc::channel(FEED_CHANNEL)).0.clone();
-            let task = records::forward(subscription, plan.names, options, cursor.id, feed);
+            let own = options.no_local.then(|| self.ctx.origin().map(Arc::from)).flatten();
+            let task = records::forward(subscription, plan.names, options, (cursor.id, own), feed);
             forwarders.push(Forwarder(tokio::spawn(task)));
             cursors.push(cursor);
         }

@@ -188,18 +188,27 @@ pub(crate) enum FeedItem {
     Ended(FeedEnd),
 }
 
+/// How the writes of MQTT client `client` are logged as made by it (see
+/// [`Context::origin`]).
+pub(crate) fn origin_of(client: &str) -> String {
+    format!("mqtt:{client}")
+}
+
 /// Takes `subscription`'s events, as deliveries for the subscription with
-/// `options`, to the connection behind `out` (bounded: a connection that does not
-/// keep up leaves the feed to fall behind and read from the log).
+/// `options` and the session's `cursor`, to the connection behind `out`
+/// (bounded: a connection that does not keep up leaves the feed to fall behind
+/// and read from the log). With `own_origin` (a no-local subscription), the
+/// changes its own connection made are left out.
 pub(crate) async fn forward(
     mut subscription: lyre_core::services::Subscription,
     names: Arc<HashMap<String, String>>,
     options: SubOptions,
-    cursor: u64,
+    (cursor, own_origin): (u64, Option<Arc<str>>),
     out: mpsc::Sender<FeedItem>,
 ) {
     loop {
         let item = match subscription.next().await {
+            Ok(event) if own_origin.is_some() && event.origin == own_origin => continue,
             Ok(event) => match delivery(&event, &names, options, cursor) {
                 Some(delivery) => FeedItem::Delivery(delivery),
                 None => continue,
@@ -224,9 +233,8 @@ pub(crate) fn delivery(
     let name = names.get(&*event.table)?;
     let payload = match &event.value {
         EventValue::None => Bytes::new(),
-        EventValue::Record(body) => Bytes::from(serde_json::to_vec(body).ok()?),
         EventValue::Message(Value::Bytes(bytes)) => Bytes::from(bytes.clone()),
-        EventValue::Message(value) => Bytes::from(serde_json::to_vec(value).ok()?),
+        _ => Bytes::from_owner(event.value_json().ok()?),
     };
     let retained_state = event.kind != EventKind::Message;
     let message = Message {

@@ -1,7 +1,7 @@
 //! What a subscriber receives: one change to one record (or a message published to
 //! it), read from the log once and shared by every subscriber it goes to.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::access::TableAccess;
 use crate::db::log::{Change, ChangeKind, LogEntry, change_key};
@@ -106,8 +106,14 @@ pub struct Event {
     /// Whether it is part of the current state sent when a subscription starts
     /// (MQTT's retained message), not a change.
     pub current: bool,
+    /// The client connection that made the change, when it named itself (see
+    /// [`crate::Context::origin`]).
+    pub origin: Option<Arc<str>>,
     /// About the memory it takes (see [`Event::size`]).
     weight: usize,
+    /// The value as JSON, made by the first subscriber that asks (see
+    /// [`Event::value_json`]).
+    json: OnceLock<Arc<[u8]>>,
 }
 
 impl Event {
@@ -142,6 +148,8 @@ impl Event {
             position: Position { seq: entry.seq, index: index as u32 },
             begin_txn: index == 0,
             current: false,
+            origin: entry.origin.as_deref().map(Arc::from),
+            json: OnceLock::new(),
         }))
     }
 
@@ -159,7 +167,24 @@ impl Event {
             position,
             begin_txn: true,
             current: true,
+            origin: None,
+            json: OnceLock::new(),
         }
+    }
+
+    /// The value as JSON (empty for a delete), encoded once however many
+    /// subscribers send it: a record's attributes, or a message as published.
+    pub fn value_json(&self) -> Result<Arc<[u8]>> {
+        if let Some(json) = self.json.get() {
+            return Ok(json.clone());
+        }
+        let encoded = match &self.value {
+            EventValue::None => Ok(Vec::new()),
+            EventValue::Record(body) => serde_json::to_vec(body),
+            EventValue::Message(value) => serde_json::to_vec(value),
+        }
+        .map_err(|e| Error::Corrupt(format!("an event's value does not encode as JSON: {e}")))?;
+        Ok(self.json.get_or_init(|| Arc::from(encoded)).clone())
     }
 
     /// About the memory it takes, for the bounds on queued events.
@@ -178,6 +203,7 @@ impl Event {
         access.strip(&mut record, primary_key);
         let mut event = (*self).clone();
         event.value = EventValue::Record(RecordBody::Decoded(record));
+        event.json = OnceLock::new();
         Ok(Arc::new(event))
     }
 }

@@ -108,6 +108,10 @@ pub enum FeedEnd {
         /// The oldest entry the log holds.
         head: u64,
     },
+    /// The subscriber may no longer read what it subscribed to: its user was
+    /// dropped or deactivated, or its role lost the permission.
+    #[error("{0}")]
+    AccessRevoked(String),
     /// Reading the log failed.
     #[error("the change feed failed: {0}")]
     Failed(String),

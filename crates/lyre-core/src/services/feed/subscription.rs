@@ -80,6 +80,9 @@ pub struct Subscription {
     /// Since when it has been behind the live feed (or sending its current state).
     behind_since: Option<Instant>,
     options: FeedOptions,
+    /// The users' generation its user and access were read at: after a change to
+    /// users or roles, they are read again before the next event.
+    security: u64,
 }
 
 impl Subscription {
@@ -87,6 +90,7 @@ impl Subscription {
     pub(super) async fn start(setup: Setup, request: &SubscribeRequest, options: FeedOptions) -> Result<Self> {
         let Setup { engine, db, registration, target, access, ctx } = setup;
         let dispatched = registration.dispatched;
+        let security = engine.upgrade().map_or(0, |engine| engine.users().generation());
         let mut access_by_table = HashMap::new();
         if let (Some(table), Some(access)) = (&target.table, access) {
             access_by_table.insert(table.clone(), Some(access));
@@ -103,6 +107,7 @@ impl Subscription {
             skip_through: dispatched,
             behind_since: None,
             options,
+            security,
         };
         match request.start {
             Start::Now => {
@@ -144,6 +149,7 @@ impl Subscription {
                     self.phase = Phase::Live; // lets go of the snapshot and lease
                     return Err(FeedEnd::DatabaseGone { database: self.database.clone() });
                 }
+                self.check_access()?;
                 match self.viewed(event) {
                     Ok(Some(event)) => return Ok(event),
                     Ok(None) => continue,
@@ -332,6 +338,37 @@ impl Subscription {
         }
         // An empty step means nothing is left up to `through` (pruned): go live.
         self.phase = Phase::Behind { from: next, through, since, step: None };
+        Ok(())
+    }
+
+    /// After users or roles changed: the subscriber's user as it is now, and its
+    /// access read again; the feed ends when the user is gone or inactive, or may
+    /// no longer read the one table it follows.
+    fn check_access(&mut self) -> std::result::Result<(), FeedEnd> {
+        if self.ctx.is_internal() {
+            return Ok(());
+        }
+        let engine = self.engine.upgrade().ok_or(FeedEnd::ShuttingDown)?;
+        let generation = engine.users().generation();
+        if generation == self.security {
+            return Ok(());
+        }
+        self.security = generation;
+        let user = engine.users().current(&self.ctx.user).map_err(|err| {
+            FeedEnd::AccessRevoked(format!("user '{}' may no longer subscribe: {err}", self.ctx.username()))
+        })?;
+        self.ctx.user = user;
+        self.access.clear();
+        if let Some(table) = self.target.table.clone() {
+            let access = self.table_access(&table).ok_or_else(|| {
+                FeedEnd::AccessRevoked(format!(
+                    "user '{}' may no longer read table '{}.{table}'",
+                    self.ctx.username(),
+                    self.database
+                ))
+            })?;
+            self.access.insert(table, Some(access));
+        }
         Ok(())
     }
 

@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use lyre_core::Code;
+use lyre_core::services::FeedEnd;
 use tokio::time::{Instant, timeout};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -139,6 +140,8 @@ async fn relay(state: &AppState, mut opened: Opened, socket: &mut Socket) -> (Cl
             event = opened.subscription.next() => {
                 let event = match event {
                     Ok(event) => event,
+                    // 3003, as a subscription refused at the start is.
+                    Err(end @ FeedEnd::AccessRevoked(_)) => return (CloseCode::Library(3003), end.to_string()),
                     Err(end) => return (CloseCode::Error, end.to_string()),
                 };
                 let frame = match opened.encode(&event) {

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use mqtt5_protocol::QoS;
+use mqtt5_protocol::packet::subscribe::{SubscriptionOptions, TopicFilter};
+use mqtt5_protocol::{Packet, QoS};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -112,6 +113,34 @@ async fn first_level_wildcards_cover_records_and_plain_topics() {
     assert_eq!(json_of(&change.payload)["name"], "A2");
 }
 
+/// No local on a record topic (MQTT-3.8.3-3): the changes a client's own
+/// publishes make do not come back to its no-local subscription, while another
+/// client's publish and a REST write do (the log records which connection made
+/// each write).
+#[tokio::test]
+async fn no_local_leaves_out_a_clients_own_record_writes() {
+    let s = dogs().await;
+    let (mut me, _) = Raw::connect(&s, V5, "no-local-dog", true).await;
+    let mut own = SubscriptionOptions::new(QoS::AtLeastOnce);
+    own.no_local = true;
+    me.subscribe_with(1, TopicFilter::with_options("Dog/+", own), None).await;
+    me.publish("Dog/9", br#"{"name":"Mine"}"#, QoS::AtLeastOnce, true, 2).await;
+    me.publish("Dog/9", br#"{"bark":1}"#, QoS::AtLeastOnce, false, 3).await;
+    me.nothing_within(Duration::from_millis(300)).await;
+    let (mut other, _) = Raw::connect(&s, V5, "no-local-other", true).await;
+    other.publish("Dog/9", br#"{"name":"Theirs"}"#, QoS::AtLeastOnce, true, 1).await;
+    let theirs = me.next_acked().await;
+    assert_eq!(json_of(&theirs.payload)["name"], "Theirs");
+    s.rest_send(Method::PUT, "/Dog/9", Some(&json!({"name": "Rest"})), &[]).await;
+    assert_eq!(json_of(&me.next_acked().await.payload)["name"], "Rest");
+    // Without no-local, its own writes come back.
+    me.subscribe(4, "Dog/9", QoS::AtLeastOnce).await;
+    assert_eq!(json_of(&me.next_acked().await.payload)["name"], "Rest", "the current record, retained");
+    me.publish("Dog/9", br#"{"name":"Again"}"#, QoS::AtLeastOnce, true, 5).await;
+    assert_eq!(json_of(&me.next_acked().await.payload)["name"], "Again");
+    me.nothing_within(Duration::from_millis(300)).await;
+}
+
 /// A role that may not write the table gets PUBACK 0x87 (MQTT 5) and nothing is
 /// written; one that may not read it gets SUBACK 0x87 (0x80 in 3.1.1).
 #[tokio::test]
@@ -139,6 +168,56 @@ async fn permissions_decide_publish_and_subscribe() {
     assert_eq!(none.subscribe(1, "Dog/#", QoS::AtMostOnce).await, vec![0x87]);
     let (mut none3, _) = Raw::connect_with(&s, V311, "none3", true, as_user("none")).await;
     assert_eq!(none3.subscribe(1, "Dog/1", QoS::AtMostOnce).await, vec![0x80]);
+}
+
+/// Permissions are those of now, not of the connect: a role given a permission
+/// lets a connection already open publish; a role that loses read ends its
+/// MQTT subscription (DISCONNECT 0x87) and its WebSocket (close 3003) at the
+/// next change; a dropped user's connection ends at its next packet.
+#[tokio::test]
+async fn permission_changes_reach_open_connections() {
+    let s = dogs().await;
+    let role = |read: bool, insert: bool| json!({"dev": {"tables": {"Dog": {"read": read, "insert": insert, "update": insert, "delete": false}}}});
+    s.ok(json!({"operation": "add_role", "role": "changing", "permission": role(true, false)})).await;
+    for user in ["changing", "leaving"] {
+        s.ok(json!({"operation": "add_user", "username": user, "password": PASSWORD, "role": "changing", "active": true}))
+            .await;
+    }
+    let as_user =
+        |user: &'static str| move |o: &mut mqtt5_protocol::types::ConnectOptions| o.username = Some(user.to_string());
+    let (mut mqtt, _) = Raw::connect_with(&s, V5, "changing", true, as_user("changing")).await;
+    assert_eq!(mqtt.publish("Dog/5", br#"{"name":"x"}"#, QoS::AtLeastOnce, true, 1).await, 0x87);
+    s.ok(json!({"operation": "alter_role", "id": "changing", "permission": role(true, true)})).await;
+    assert_eq!(mqtt.publish("Dog/5", br#"{"name":"y"}"#, QoS::AtLeastOnce, true, 2).await, 0, "now it may");
+    assert_eq!(mqtt.subscribe(3, "Dog/5", QoS::AtMostOnce).await, vec![0]);
+    assert_eq!(json_of(&mqtt.next_publish().await.payload)["name"], "y");
+
+    let mut request = format!("ws://127.0.0.1:{}/Dog/5", s.http_port).into_client_request().unwrap();
+    request.headers_mut().insert("authorization", crate::support::basic("changing", PASSWORD).parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(ws_json(&mut socket).await["value"]["name"], "y");
+
+    s.ok(json!({"operation": "alter_role", "id": "changing", "permission": role(false, true)})).await;
+    s.rest_send(Method::PUT, "/Dog/5", Some(&json!({"name": "secret"})), &[]).await;
+    let (closed, seen) = mqtt.closed_within(Duration::from_secs(10)).await;
+    assert!(closed, "{seen:?}");
+    assert!(matches!(&seen[..], [Packet::Disconnect(d)] if u8::from(d.reason_code) == 0x87), "{seen:?}");
+    let close = loop {
+        match tokio::time::timeout(Duration::from_secs(10), socket.next()).await.unwrap() {
+            Some(Ok(WsMessage::Close(frame))) => break frame,
+            Some(Ok(WsMessage::Text(text))) => panic!("a change arrived after read was withdrawn: {text}"),
+            Some(Ok(_)) => continue,
+            other => panic!("the socket ended without a close: {other:?}"),
+        }
+    };
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(3003));
+
+    let (mut leaving, _) = Raw::connect_with(&s, V5, "leaving", true, as_user("leaving")).await;
+    assert_eq!(leaving.subscribe(1, "plain/x", QoS::AtMostOnce).await, vec![0]);
+    s.ok(json!({"operation": "drop_user", "username": "leaving"})).await;
+    leaving.send(&leaving.publish_packet("plain/x", b"1", QoS::AtMostOnce, false, None)).await;
+    let (closed, seen) = leaving.closed_within(Duration::from_secs(10)).await;
+    assert!(closed && matches!(&seen[..], [Packet::Disconnect(d)] if u8::from(d.reason_code) == 0x87), "{seen:?}");
 }
 
 /// A subscriber that reads slowly receives every change in commit order, well
