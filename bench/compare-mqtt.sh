@@ -52,7 +52,7 @@ bench_mqtt() {
 # subscribers of MESSAGES messages; fan-in PUBLISHERS publishers of a tenth each.
 sizes() {
   clients=$SUBSCRIBERS messages=$MESSAGES
-  if [ "$1" = fan-in ]; then clients=$PUBLISHERS messages=$((MESSAGES / 10)); fi
+  if [ "$1" = fan-in ]; then clients=$PUBLISHERS messages=$((MESSAGES / 2)); fi
 }
 
 mkdir -p "$OUT"
@@ -119,7 +119,7 @@ done
   echo "# MQTT: Lyre vs Harper 4.7.29 and mosquitto $(mosquitto -h 2>/dev/null | head -1 | awk '{print $3}') — $DATE"
   echo
   echo "Machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB. Servers on CPU 0, load on CPU 1,"
-  echo "$ROUNDS alternating rounds, medians. Messages per publisher: $MESSAGES (fan-in: $((MESSAGES / 10)))."
+  echo "$ROUNDS alternating rounds, medians. Messages per publisher: $MESSAGES (fan-in: $((MESSAGES / 2)))."
   for f in "$OUT"/*.txt; do
     echo
     echo "## $(basename "$f" .txt)"

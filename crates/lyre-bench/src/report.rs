@@ -101,6 +101,8 @@ pub fn print(measurements: &[Measurement], summary: &Summary) {
         "p99.9 µs",
         "errors",
         "server CPU µs/req",
+        "server CPU %",
+        "load CPU %",
         "peak RSS MiB",
     ]);
     for m in measurements {
@@ -115,6 +117,8 @@ pub fn print(measurements: &[Measurement], summary: &Summary) {
             m.latency.p999_us.to_string(),
             m.errors.to_string(),
             m.server.map_or("-".into(), |s| format!("{:.1}", s.cpu_us_per_request)),
+            m.server_cpu_share().map_or("-".into(), |c| format!("{:.0}", c * 100.0)),
+            m.load_cpu_share.map_or("-".into(), |c| format!("{:.0}", c * 100.0)),
             m.server.map_or("-".into(), |s| format!("{:.1}", s.peak_rss_kib as f64 / 1024.0)),
         ]);
     }

@@ -84,6 +84,10 @@ pub struct Measurement {
     pub latency: Latency,
     /// Server resource use, when its pid was given.
     pub server: Option<ServerUse>,
+    /// The load generator's own CPU over the run, as a share of one core (where
+    /// the workload measures it): near 1.0 on the one core it is pinned to means
+    /// the figure is the generator's bound, not the server's.
+    pub load_cpu_share: Option<f64>,
 }
 
 impl Measurement {
@@ -113,7 +117,22 @@ impl Measurement {
             items_per_sec: items as f64 / secs,
             latency: Latency::of(histogram),
             server,
+            load_cpu_share: None,
         }
+    }
+
+    /// The measurement with the load generator's CPU between `before` and
+    /// `after`, samples of this process around the run.
+    pub fn with_load_cpu(mut self, before: Option<ProcessSample>, after: Option<ProcessSample>) -> Self {
+        if let (Some(before), Some(after)) = (before, after) {
+            self.load_cpu_share = Some((after.cpu_seconds - before.cpu_seconds).max(0.0) / self.elapsed_secs);
+        }
+        self
+    }
+
+    /// The server's CPU over the run, as a share of one core, when sampled.
+    pub fn server_cpu_share(&self) -> Option<f64> {
+        self.server.map(|s| s.cpu_seconds / self.elapsed_secs)
     }
 }
 

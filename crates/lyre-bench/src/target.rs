@@ -42,7 +42,30 @@ pub struct ProcessSample {
 impl Target {
     /// Samples the server process (all its threads), if its pid is known.
     pub fn sample(&self) -> Option<ProcessSample> {
-        let pid = self.pid?;
+        ProcessSample::of(self.pid?)
+    }
+
+    /// Sums samples over the process and its children (Harper runs under `npm`).
+    pub fn sample_tree(&self) -> Option<ProcessSample> {
+        let root = self.sample()?;
+        let mut total = root;
+        for child in children(self.pid?) {
+            let t = Target { pid: Some(child), ..self.clone() };
+            if let Some(s) = t.sample_tree() {
+                total.cpu_seconds += s.cpu_seconds;
+                total.peak_rss_kib += s.peak_rss_kib;
+                total.rss_kib += s.rss_kib;
+                total.rss_anon_kib += s.rss_anon_kib;
+                total.rss_file_kib += s.rss_file_kib;
+            }
+        }
+        Some(total)
+    }
+}
+
+impl ProcessSample {
+    /// Samples process `pid` (all its threads) from `/proc`.
+    pub fn of(pid: u32) -> Option<ProcessSample> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // Fields after the parenthesised command name; utime and stime are 14 and 15.
         let after = stat.rsplit_once(')')?.1;
@@ -66,21 +89,9 @@ impl Target {
         })
     }
 
-    /// Sums samples over the process and its children (Harper runs under `npm`).
-    pub fn sample_tree(&self) -> Option<ProcessSample> {
-        let root = self.sample()?;
-        let mut total = root;
-        for child in children(self.pid?) {
-            let t = Target { pid: Some(child), ..self.clone() };
-            if let Some(s) = t.sample_tree() {
-                total.cpu_seconds += s.cpu_seconds;
-                total.peak_rss_kib += s.peak_rss_kib;
-                total.rss_kib += s.rss_kib;
-                total.rss_anon_kib += s.rss_anon_kib;
-                total.rss_file_kib += s.rss_file_kib;
-            }
-        }
-        Some(total)
+    /// Samples this process: the load generator itself.
+    pub fn of_self() -> Option<ProcessSample> {
+        ProcessSample::of(std::process::id())
     }
 }
 

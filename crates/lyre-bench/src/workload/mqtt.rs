@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 
 use crate::stats::{Measurement, ServerUse, gather_receivers, histogram};
-use crate::target::Target;
+use crate::target::{ProcessSample, Target};
 
 /// How long a subscriber waits for its next message before the round gives up on it.
 const IDLE_LIMIT: Duration = Duration::from_secs(20);
@@ -167,6 +167,7 @@ pub async fn run(target: &Target, params: &MqttParams, round: usize) -> anyhow::
         senders.push(connect(target, format!("bench-pub-{round}-{i}"), 1_000).await?);
     }
     let before = target.sample_tree();
+    let load_before = ProcessSample::of_self();
     let started = Instant::now();
     let readers: Vec<_> = receivers
         .into_iter()
@@ -206,7 +207,8 @@ pub async fn run(target: &Target, params: &MqttParams, round: usize) -> anyhow::
         elapsed,
         &latencies,
         server,
-    ))
+    )
+    .with_load_cpu(load_before, ProcessSample::of_self()))
 }
 
 /// Opens `clients` connections and holds them: prints how much the server's

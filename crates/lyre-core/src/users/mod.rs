@@ -289,14 +289,19 @@ impl Users {
     }
 
     /// `user` as stored now, with its role as it is now: for a connection that
-    /// authenticated before users or roles changed. Refused when the user was
-    /// dropped or deactivated; the server's own identity (`authorizeLocal`) is
-    /// kept as it is.
+    /// authenticated before users or roles changed. Refused (`LoginFailed`) when
+    /// the user was dropped, deactivated, or given a new password or made again
+    /// under the name since (as tokens issued before are); the server's own
+    /// identity (`authorizeLocal`) is kept as it is.
     pub fn current(&self, user: &Arc<User>) -> Result<Arc<User>> {
         if **user == User::system() {
             return Ok(user.clone());
         }
-        self.resolve(&user.username)
+        let now = self.resolve(&user.username)?;
+        if now.login_epoch != user.login_epoch {
+            return Err(Error::LoginFailed);
+        }
+        Ok(now)
     }
 
     fn digest(&self, password: &str) -> [u8; 32] {

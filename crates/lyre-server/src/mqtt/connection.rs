@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesOrdered;
-use lyre_core::Context;
 use lyre_core::services::{FeedEnd, Start};
+use lyre_core::{Code, Context};
 use mqtt5_protocol::packet::connack::ConnAckPacket;
 use mqtt5_protocol::packet::connect::ConnectPacket;
 use mqtt5_protocol::packet::disconnect::DisconnectPacket;
@@ -294,7 +294,8 @@ impl<S: Stream> Conn<S> {
             let _ = io.flush().await;
             return None;
         }
-        // Read before the user is: a change meanwhile makes the first packet look again.
+        // Read before the user is: a change meanwhile makes the first publish or
+        // subscribe look the user up again.
         let security = broker.state.engine.users().generation();
         let user = match broker.state.user(credentials(&connect, certificate), peer.ip()).await {
             Ok(user) => user,
@@ -543,10 +544,13 @@ impl<S: Stream> Conn<S> {
                 self.ctx.user = user;
                 Ok(())
             }
-            Err(err) => Err(End::Refused(
-                ReasonCode::NotAuthorized,
-                format!("user '{}' may no longer connect: {err}", self.ctx.username()),
-            )),
+            Err(err) => {
+                let reason = match err.code() {
+                    Code::LoginFailed => ReasonCode::NotAuthorized,
+                    _ => ReasonCode::UnspecifiedError,
+                };
+                Err(End::Refused(reason, format!("user '{}' may no longer connect: {err}", self.ctx.username())))
+            }
         }
     }
 
@@ -566,7 +570,7 @@ impl<S: Stream> Conn<S> {
     /// so that they go out in one write; `Err` when a record subscription ended.
     fn take_fed(&mut self, first: FeedItem) -> Result<(), End> {
         let mut item = first;
-        for _ in 0..TURN {
+        for taken in 1..=TURN {
             match item {
                 FeedItem::Delivery(delivery) => self.send(delivery),
                 FeedItem::Ended(end) => {
@@ -577,7 +581,8 @@ impl<S: Stream> Conn<S> {
                     return Err(End::Refused(reason, format!("a record subscription ended: {end}")));
                 }
             }
-            if !self.can_send() {
+            // Nothing is taken that this turn could not send.
+            if taken == TURN || !self.can_send() {
                 break;
             }
             let Some((_, receiver)) = &mut self.feed else { break };
@@ -1133,6 +1138,8 @@ impl<S: Stream> Conn<S> {
         }
         let publish_will = !matches!(end, End::Disconnected { will: false } | End::Stopping);
         let expiry = self.session().expiry;
+        // A will is published as the user is now: none when it is gone.
+        let publish_will = publish_will && self.check_user().is_ok();
         if let (Some(will), true) = (self.will.take(), publish_will) {
             let delay = will.delay.min(Duration::from_secs(u64::from(expiry)));
             match delay.is_zero() {

@@ -173,7 +173,9 @@ impl Event {
     }
 
     /// The value as JSON (empty for a delete), encoded once however many
-    /// subscribers send it: a record's attributes, or a message as published.
+    /// subscribers send it: a record's attributes, or a message's value (one
+    /// published as raw bytes comes out as JSON's rendering of bytes, so a
+    /// protocol that sends bytes as they came takes them from `value`).
     pub fn value_json(&self) -> Result<Arc<[u8]>> {
         if let Some(json) = self.json.get() {
             return Ok(json.clone());

@@ -90,7 +90,6 @@ impl Subscription {
     pub(super) async fn start(setup: Setup, request: &SubscribeRequest, options: FeedOptions) -> Result<Self> {
         let Setup { engine, db, registration, target, access, ctx } = setup;
         let dispatched = registration.dispatched;
-        let security = engine.upgrade().map_or(0, |engine| engine.users().generation());
         let mut access_by_table = HashMap::new();
         if let (Some(table), Some(access)) = (&target.table, access) {
             access_by_table.insert(table.clone(), Some(access));
@@ -107,7 +106,9 @@ impl Subscription {
             skip_through: dispatched,
             behind_since: None,
             options,
-            security,
+            // The user was read before the subscription: whatever changed since is
+            // looked at before the first event.
+            security: u64::MAX,
         };
         match request.start {
             Start::Now => {
@@ -354,8 +355,11 @@ impl Subscription {
             return Ok(());
         }
         self.security = generation;
-        let user = engine.users().current(&self.ctx.user).map_err(|err| {
-            FeedEnd::AccessRevoked(format!("user '{}' may no longer subscribe: {err}", self.ctx.username()))
+        let user = engine.users().current(&self.ctx.user).map_err(|err| match err.code() {
+            crate::error::Code::LoginFailed => {
+                FeedEnd::AccessRevoked(format!("user '{}' may no longer subscribe: {err}", self.ctx.username()))
+            }
+            _ => FeedEnd::Failed(err.to_string()),
         })?;
         self.ctx.user = user;
         self.access.clear();

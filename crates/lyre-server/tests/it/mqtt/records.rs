@@ -173,13 +173,14 @@ async fn permissions_decide_publish_and_subscribe() {
 /// Permissions are those of now, not of the connect: a role given a permission
 /// lets a connection already open publish; a role that loses read ends its
 /// MQTT subscription (DISCONNECT 0x87) and its WebSocket (close 3003) at the
-/// next change; a dropped user's connection ends at its next packet.
+/// next change; the connection of a user dropped or given a new password ends
+/// at its next publish or subscribe.
 #[tokio::test]
 async fn permission_changes_reach_open_connections() {
     let s = dogs().await;
     let role = |read: bool, insert: bool| json!({"dev": {"tables": {"Dog": {"read": read, "insert": insert, "update": insert, "delete": false}}}});
     s.ok(json!({"operation": "add_role", "role": "changing", "permission": role(true, false)})).await;
-    for user in ["changing", "leaving"] {
+    for user in ["changing", "leaving", "rekeyed"] {
         s.ok(json!({"operation": "add_user", "username": user, "password": PASSWORD, "role": "changing", "active": true}))
             .await;
     }
@@ -218,6 +219,13 @@ async fn permission_changes_reach_open_connections() {
     leaving.send(&leaving.publish_packet("plain/x", b"1", QoS::AtMostOnce, false, None)).await;
     let (closed, seen) = leaving.closed_within(Duration::from_secs(10)).await;
     assert!(closed && matches!(&seen[..], [Packet::Disconnect(d)] if u8::from(d.reason_code) == 0x87), "{seen:?}");
+
+    // A new password ends the connections made with the old one, as it ends tokens.
+    let (mut rekeyed, _) = Raw::connect_with(&s, V5, "rekeyed", true, as_user("rekeyed")).await;
+    s.ok(json!({"operation": "alter_user", "username": "rekeyed", "password": "another-password"})).await;
+    rekeyed.send(&rekeyed.publish_packet("plain/x", b"1", QoS::AtMostOnce, false, None)).await;
+    let (closed, seen) = rekeyed.closed_within(Duration::from_secs(10)).await;
+    assert!(closed && matches!(&seen[..], [Packet::Disconnect(d)] if u8::from(d.reason_code) == 0x87), "{seen:?}");
 }
 
 /// A subscriber that reads slowly receives every change in commit order, well
@@ -240,6 +248,25 @@ async fn a_slow_subscriber_receives_every_change_in_order() {
     for expected in 0..CHANGES {
         let change = sub.next_acked().await;
         assert_eq!(json_of(&change.payload)["name"], json!(expected.to_string()), "change {expected} in order");
+    }
+    sub.nothing_within(Duration::from_millis(300)).await;
+}
+
+/// A burst of changes, far more than one turn of sending (256) and than the
+/// feed's channel (64), reaches a subscriber whole and in order: one insert of
+/// 2,000 records is one log entry whose changes the connection takes in turns.
+#[tokio::test]
+async fn a_burst_of_changes_arrives_whole() {
+    const RECORDS: usize = 2_000;
+    let s = dogs().await;
+    let (mut sub, _) = Raw::connect(&s, V5, "burst", true).await;
+    sub.subscribe(1, "Dog/#", QoS::AtMostOnce).await;
+    let records: Vec<Value> = (0..RECORDS).map(|i| json!({"id": format!("b{i:05}"), "name": i.to_string()})).collect();
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "Dog", "records": records})).await;
+    for expected in 0..RECORDS {
+        let change = sub.next_publish().await;
+        let name = json_of(&change.payload)["name"].clone();
+        assert_eq!(name, json!(expected.to_string()), "change {expected} in order, none missing");
     }
     sub.nothing_within(Duration::from_millis(300)).await;
 }
