@@ -58,13 +58,18 @@ pub enum Code {
     Overloaded,
     /// The database has reached its configured maximum size.
     StorageFull,
+    /// A caching table's source failed or answered what cannot be a record.
+    BadGateway,
+    /// A caching table's source did not answer in time, or the record is not
+    /// cached and the request forbade a fetch (`only-if-cached`).
+    GatewayTimeout,
     /// Anything else.
     Internal,
 }
 
 impl Code {
     /// Every code, for exhaustive table tests.
-    pub const ALL: [Code; 18] = [
+    pub const ALL: [Code; 20] = [
         Code::BadRequest,
         Code::Conflict,
         Code::PreconditionFailed,
@@ -82,6 +87,8 @@ impl Code {
         Code::RequestTimeout,
         Code::Overloaded,
         Code::StorageFull,
+        Code::BadGateway,
+        Code::GatewayTimeout,
         Code::Internal,
     ];
 
@@ -106,6 +113,8 @@ impl Code {
             Code::RequestTimeout => (408, Class::User, false),
             Code::Overloaded => (503, Class::Unavailable, true),
             Code::StorageFull => (507, Class::Unavailable, false),
+            Code::BadGateway => (502, Class::Unavailable, true),
+            Code::GatewayTimeout => (504, Class::Unavailable, true),
             Code::Internal => (500, Class::Internal, false),
         }
     }
@@ -443,8 +452,10 @@ mod tests {
         for code in Code::ALL {
             let (status, class, retryable) = code.row();
             assert!((400..600).contains(&status), "{code:?}");
-            // Retry later: an overloaded server, or a client over a rate limit.
-            assert_eq!(retryable, (class == Class::Unavailable && status == 503) || status == 429, "{code:?}");
+            // Retry later: an overloaded server, a failing or slow origin, or a
+            // client over a rate limit.
+            let later = class == Class::Unavailable && matches!(status, 502..=504);
+            assert_eq!(retryable, later || status == 429, "{code:?}");
             assert_eq!(class == Class::Internal, status == 500, "{code:?}");
             assert_eq!(class == Class::Auth, matches!(status, 401 | 403), "{code:?}");
         }

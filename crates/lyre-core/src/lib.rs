@@ -60,8 +60,8 @@ pub use lyre_store::WriterOptions;
 pub use lyre_store::{BATCH_BUCKETS, WriterCounts};
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{
-    CurrentPage, CurrentRecord, DeleteSummary, Expect, KeyScope, RecordBody, RecordVersion, Table, WriteMode,
-    WriteOptions, WriteSummary,
+    CurrentPage, CurrentRecord, DeleteSummary, Expect, HeldRecord, KeyScope, RecordBody, RecordVersion, Table,
+    WriteMode, WriteOptions, WriteSummary,
 };
 pub use time::{now_ms, parse_iso8601};
 pub use value::{Object, Value, object_with_capacity};

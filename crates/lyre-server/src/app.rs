@@ -56,6 +56,8 @@ pub struct AppState {
     /// The MQTT broker, for MQTT over WebSocket (set once it is open; weak, as
     /// the broker holds this state).
     pub mqtt: std::sync::OnceLock<std::sync::Weak<dyn MqttService>>,
+    /// The caching tables' calls to their sources and the origins' notes.
+    pub cache: Arc<crate::cache::Cache>,
 }
 
 /// Serves MQTT over a byte stream: the broker, as the HTTP side sees it (MQTT

@@ -6,6 +6,7 @@
 
 mod app;
 mod bulk;
+mod cache;
 pub mod cli;
 pub mod client;
 mod components;
@@ -16,6 +17,7 @@ mod http;
 mod listen;
 mod metrics;
 mod mqtt;
+mod outbound;
 mod process;
 mod telemetry;
 mod tls;

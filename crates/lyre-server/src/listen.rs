@@ -176,6 +176,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         metrics: metrics.clone(),
         stopping: stop_rx.clone(),
         mqtt: std::sync::OnceLock::new(),
+        cache: Arc::new(crate::cache::Cache::new().context("setting up the HTTP client of caching tables")?),
     });
 
     let tls = crate::tls::acceptor(&config).context("setting up TLS")?;

@@ -231,6 +231,29 @@ impl Table {
         read(stored)
     }
 
+    /// One record whether or not it has expired (a caching table answers a stale
+    /// copy while it revalidates, or when its origin fails), without what the
+    /// role may not read, with when it expires by the table's rules
+    /// (`expiration`, `@expiresAt`; ms since the epoch, `None` for never).
+    pub fn get_held(&self, ctx: &Context, id: &Value) -> Result<Option<HeldRecord>> {
+        let access = self.access(ctx, &[Action::Read])?;
+        self.lookup(id, |stored| {
+            let entry = decode_entry(stored)?;
+            let version = RecordVersion::of(&entry);
+            let expires_at = crate::record::expiry::hidden_from(&self.schema, version.time, &entry.record);
+            let mut record = entry.record;
+            access.strip(&mut record, &self.schema.primary_key);
+            Ok(Some(HeldRecord { record, version, expires_at }))
+        })
+    }
+
+    /// `record` without the attributes `ctx`'s role may not read (for a record
+    /// answered without being stored: a caching table's `no-store` fetch).
+    pub fn strip_for(&self, ctx: &Context, record: &mut Object) -> Result<()> {
+        self.access(ctx, &[Action::Read])?.strip(record, &self.schema.primary_key);
+        Ok(())
+    }
+
     /// A stored record decoded, unless it has expired, without what `access` may
     /// not read.
     fn visible(&self, access: &TableAccess, stored: &[u8]) -> Result<Option<(Object, RecordVersion)>> {
@@ -510,6 +533,17 @@ impl std::fmt::Display for SearchOf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "a search of {}.{}", self.0.database, self.0.name)
     }
+}
+
+/// A record as stored, expired or not (see [`Table::get_held`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldRecord {
+    /// The record, as the role may read it.
+    pub record: Object,
+    /// The version of its last write.
+    pub version: RecordVersion,
+    /// When it expires by the table's rules (ms since the epoch), if ever.
+    pub expires_at: Option<f64>,
 }
 
 /// The version of a stored record, as ETags and conditional requests see it.

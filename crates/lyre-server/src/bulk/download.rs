@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 
 use super::chunks::{Chunks, pipe};
+use crate::outbound::describe;
 /// Longest wait for the connection (and TLS handshake) to the origin.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for the next bytes of an answer once connected.
@@ -28,11 +29,8 @@ pub struct Download {
 /// anything but a success, or answers a content type that is not CSV.
 pub async fn open(url: &reqwest::Url, headers: reqwest::header::HeaderMap) -> Result<Download, String> {
     let failed = |reason: String| format!("CSV Load failed from URL: {url}, {reason}");
-    let client = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
+    let client = crate::outbound::client(CONNECT_TIMEOUT)
         .read_timeout(READ_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::limited(5))
-        .user_agent(concat!("lyre/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|err| failed(err.to_string()))?;
     let response = client.get(url.clone()).headers(headers).send().await.map_err(|err| failed(describe(&err)))?;
@@ -57,16 +55,4 @@ impl Download {
     pub fn split(self) -> (Chunks, impl Future<Output = ()>) {
         pipe(self.response.bytes_stream().map(|chunk| chunk.map_err(|err| describe(&err))))
     }
-}
-
-/// A transfer error with its cause (reqwest's own text stops at "error sending
-/// request").
-fn describe(err: &reqwest::Error) -> String {
-    let mut text = if err.is_timeout() { "timed out".to_string() } else { err.to_string() };
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }

@@ -19,6 +19,10 @@ pub struct ComponentConfig {
     /// packages); the load fails if it fails or outlives its timeout.
     #[serde(default)]
     pub install: Option<Install>,
+    /// `sources` (Lyre's): the origins of caching tables, by table name (see
+    /// `cache/source.rs`).
+    #[serde(default)]
+    pub sources: std::collections::BTreeMap<String, crate::cache::SourceConfig>,
 }
 
 /// The `rest` plugin: `true`/`false`, or its options (which also turn it on).
@@ -105,7 +109,7 @@ impl ComponentConfig {
     }
 
     fn default_config() -> ComponentConfig {
-        ComponentConfig { rest: Rest::default(), graphql_schema: None, install: None }
+        ComponentConfig { rest: Rest::default(), graphql_schema: None, install: None, sources: Default::default() }
     }
 
     /// The schema file patterns (`*.graphql` when none are configured).

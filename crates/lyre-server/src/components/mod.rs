@@ -20,6 +20,7 @@ use lyre_core::catalog::{TableDefinition, parse_sdl};
 use lyre_core::{Context, Engine};
 use parking_lot::RwLock;
 
+use crate::cache::Source;
 use crate::process::{Ended, Supervisor};
 
 pub use config::ComponentConfig;
@@ -37,6 +38,8 @@ pub struct Export {
     pub component: String,
     /// Its records are served with `Last-Modified` (`rest: {lastModified: true}`).
     pub last_modified: bool,
+    /// Where its records come from when it is a caching table (`sources`).
+    pub source: Option<Arc<Source>>,
 }
 
 /// Every exported table by URL name. Replaced whole on each reload.
@@ -179,6 +182,7 @@ impl Components {
             let shown = file.strip_prefix(dir.parent().unwrap_or(dir)).unwrap_or(&file).display().to_string();
             definitions.extend(parse_sdl(&text, &shown).map_err(|e| e.to_string())?);
         }
+        let sources = resolve_sources(&config, &definitions)?;
         let exports: Vec<Export> = if config.rest.enabled() {
             definitions
                 .iter()
@@ -189,6 +193,7 @@ impl Components {
                         table: d.table.clone(),
                         component: name.to_string(),
                         last_modified: config.rest.last_modified(),
+                        source: sources.get(&d.table).cloned(),
                     })
                 })
                 .collect()
@@ -235,4 +240,30 @@ impl Components {
         drop(status);
         *self.exports.write() = Arc::new(exports);
     }
+}
+
+/// The sources `config` declares, checked: each names a table the component
+/// defines, and a table source one of the same database.
+fn resolve_sources(
+    config: &ComponentConfig,
+    definitions: &[TableDefinition],
+) -> Result<BTreeMap<String, Arc<Source>>, String> {
+    let env = |name: &str| std::env::var(name).ok();
+    let mut sources = BTreeMap::new();
+    for (table, declared) in &config.sources {
+        let Some(definition) = definitions.iter().find(|d| &d.table == table) else {
+            return Err(format!("sources.{table}: the component defines no table '{table}'"));
+        };
+        let source = declared.resolve(table, &env)?;
+        if let Source::Table(other) = &source
+            && !definitions.iter().any(|d| &d.table == other && d.database == definition.database)
+        {
+            return Err(format!(
+                "sources.{table}: the component defines no table '{other}' in database '{}'",
+                definition.database
+            ));
+        }
+        sources.insert(table.clone(), Arc::new(source));
+    }
+    Ok(sources)
 }

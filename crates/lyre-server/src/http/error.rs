@@ -159,6 +159,15 @@ impl From<EncodeError> for ApiError {
     }
 }
 
+impl From<crate::cache::CacheError> for ApiError {
+    fn from(err: crate::cache::CacheError) -> Self {
+        match err {
+            crate::cache::CacheError::Core(err) => ApiError::from(err),
+            other => ApiError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
 impl From<lyre_core::Error> for ApiError {
     fn from(err: lyre_core::Error) -> Self {
         let code = err.code();

@@ -3,6 +3,7 @@
 mod admin;
 mod bench_smoke;
 mod bulk;
+mod cache;
 mod cli;
 mod components;
 mod connections;

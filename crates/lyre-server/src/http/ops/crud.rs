@@ -3,8 +3,10 @@
 use std::sync::Arc;
 
 use axum::response::Response;
+use lyre_core::access::Action;
 use lyre_core::{Context, Engine, Expect, Object, RecordVersion, Value, WriteMode, WriteOptions, WriteSummary};
 
+use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::etag;
 use crate::http::format::Format;
@@ -104,5 +106,34 @@ pub async fn delete(
     out.insert("deleted_hashes".into(), Value::Array(summary.deleted));
     out.insert("skipped_hashes".into(), Value::Array(summary.skipped));
     out.insert("txn_time".into(), Value::Float(summary.txn_time));
+    reply(format, &Value::Object(out))
+}
+
+/// `invalidate` (Lyre's): drops the stored copies of `ids` in a caching table,
+/// so the next read of each asks its source; as `delete` does, it needs the
+/// delete permission. Answers how many copies were held.
+pub async fn invalidate(
+    state: &AppState,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let table = params.table(&state.engine)?;
+    let ids = params.required_array(&["ids", "hash_values"])?;
+    let sourced = state.components.exports().iter().any(|export| {
+        export.source.is_some() && export.database == table.schema().database && export.table == table.schema().name
+    });
+    if !sourced {
+        return Err(ApiError::bad_request(format!(
+            "table '{}.{}' is not a caching table (its component declares no source for it)",
+            table.schema().database,
+            table.schema().name
+        )));
+    }
+    table.access(ctx, &[Action::Delete])?;
+    let total = ids.len();
+    let dropped = state.cache.invalidate(&table, ids).await?;
+    let mut out = Object::default();
+    out.insert("message".into(), format!("{dropped} of {total} cached records invalidated").into());
     reply(format, &Value::Object(out))
 }

@@ -195,6 +195,7 @@ async fn dispatch(
         "update" => crud::update(engine, ctx, params, format).await,
         "upsert" => crud::upsert(engine, ctx, params, format).await,
         "delete" => crud::delete(engine, ctx, params, format).await,
+        "invalidate" => crud::invalidate(state, ctx, params, format).await,
         "sql" => sql::sql(engine, ctx, params, format, state.control.config.sql.memory_budget).await,
         "search_by_id" | "search_by_hash" | "search_by_value" | "search_by_conditions" => {
             search::run(engine, ctx, operation, params, format).await

@@ -14,13 +14,16 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use lyre_core::access::Action;
 use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Query, Select};
 use lyre_core::{Code, Context, ForUser, Object, RecordBody, RecordVersion, Table, Value, WriteMode, WriteOptions};
 
 use crate::app::AppState;
+use crate::cache::control::Directives;
+use crate::cache::{CachedRead, Source, Sourced};
 use crate::http::auth::authenticate;
 use crate::http::body::{DecodedBody, Held, read_and_decode};
 use crate::http::cors;
@@ -140,6 +143,7 @@ async fn route(
             headers: &parts.headers,
             query: parts.uri.query().unwrap_or(""),
             last_modified: export.last_modified,
+            source: export.source.clone(),
         };
         request.dispatch(&parts.method, body).await
     }
@@ -195,6 +199,8 @@ struct RestRequest<'a> {
     query: &'a str,
     /// Send `Last-Modified` with records (the component's `rest.lastModified`).
     last_modified: bool,
+    /// The table's source, when it is a caching table.
+    source: Option<Arc<Source>>,
 }
 
 impl RestRequest<'_> {
@@ -216,6 +222,12 @@ impl RestRequest<'_> {
                 Ok(response)
             }
             ("TRACE", _) => self.reply(&Value::from("HarperDB is the terminating server")),
+            ("PURGE", Target::Record(id)) if self.source.is_some() => {
+                // Dropping the cached copy is a delete of it: the same permission.
+                self.table.access(&self.ctx, &[Action::Delete])?;
+                self.state.cache.invalidate(&self.table, vec![id.clone()]).await?;
+                self.reply(&Value::Bool(true))
+            }
             ("PUT" | "PATCH" | "POST" | "DELETE" | "COPY" | "MOVE" | "QUERY", _) => {
                 let verb = method.as_str().to_ascii_lowercase();
                 let message = format!(
@@ -234,8 +246,18 @@ impl RestRequest<'_> {
     async fn write(self, method: &Method, body: &mut Option<Body>) -> Result<Response, ApiError> {
         match (method.as_str(), &self.target) {
             ("PUT", Target::Record(id)) => {
-                let (record, _memory) = self.object_body(body).await?;
-                self.table.put(&self.ctx, id.clone(), record, self.conditions()).await?;
+                let (mut record, _memory) = self.object_body(body).await?;
+                // A caching table's record written with `Cache-Control: max-age=N`
+                // stays fresh N seconds (in `@expiresAt`, when the table has one).
+                let max_age = self.source.as_ref().and(Directives::of(self.headers).max_age);
+                let fresh_until = max_age.map(|age| lyre_core::now_ms() + age.as_millis() as f64);
+                if let (Some(attribute), Some(at)) = (&self.table.schema().expires_at, fresh_until) {
+                    record.insert(attribute.clone(), Value::Int(at as i64));
+                }
+                let summary = self.table.put(&self.ctx, id.clone(), record, self.conditions()).await?;
+                if let Some(at) = fresh_until {
+                    self.state.cache.written(&self.table, id, summary.txn_time, at);
+                }
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
             ("PUT", Target::Collection) => {
@@ -317,6 +339,9 @@ impl RestRequest<'_> {
             Target::Record(id) => {
                 let query =
                     query::parse(self.query, self.table.schema(), &|table, name| self.related_schema(table, name))?;
+                if let Some(source) = &self.source {
+                    return Box::pin(self.get_cached(id, source, query.select)).await;
+                }
                 // The whole record is served from its stored bytes; a projection
                 // needs it decoded.
                 let found = match query.select {
@@ -370,6 +395,47 @@ impl RestRequest<'_> {
                 Ok(response)
             }
         }
+    }
+
+    /// A record of a caching table: from storage while fresh, else from its
+    /// source (see `cache/`), with `Age` on a hit and `Server-Timing` saying how
+    /// long the source took on a miss (as Harper: `cache-resolve;dur=…, hdb;dur=…,
+    /// miss`).
+    async fn get_cached(&self, id: &Value, source: &Arc<Source>, select: Option<Select>) -> Result<Response, ApiError> {
+        let started = std::time::Instant::now();
+        let sourced = Sourced { table: &self.table, source };
+        let directives = Directives::of(self.headers);
+        let read = self.state.cache.read(&self.state.engine, sourced, &self.ctx, id, directives).await?;
+        let mut response = match read.as_ref() {
+            None => empty(StatusCode::NOT_FOUND),
+            Some(read) => match self.not_modified(&read.version) {
+                Some(response) => response,
+                None => {
+                    let mut response = match &select {
+                        Some(select) => self.reply(&self.table.project(&self.ctx, read.record.clone(), select)?)?,
+                        None => self.reply_bytes(self.format.encode_record(&RecordBody::Decoded(read.record.clone()))?),
+                    };
+                    if read.version.unique {
+                        response.headers_mut().insert(header::ETAG, header_value(&etag::etag(read.version.time)));
+                    }
+                    self.mark_modified(&mut response, read.version.time);
+                    response
+                }
+            },
+        };
+        let total = started.elapsed().as_secs_f64() * 1000.0;
+        let (timing, age) = match &read {
+            Some(CachedRead { hit: true, age_s, .. }) => (format!("hdb;dur={total:.2}"), *age_s),
+            Some(CachedRead { resolve_ms: Some(resolve), .. }) => {
+                (format!("cache-resolve;dur={resolve:.2}, hdb;dur={total:.2}, miss"), None)
+            }
+            _ => (format!("hdb;dur={total:.2}, miss"), None),
+        };
+        response.headers_mut().insert(HeaderName::from_static("server-timing"), header_value(&timing));
+        if let Some(age) = age {
+            response.headers_mut().insert(header::AGE, HeaderValue::from(age));
+        }
+        Ok(response)
     }
 
     /// A 304 when the request's `If-None-Match` names the record's current ETag

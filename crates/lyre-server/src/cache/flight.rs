@@ -1,0 +1,137 @@
+//! Single flight: one origin call per key at a time. The first caller for a key
+//! starts the call as a task of its own (it finishes, and stores what it fetched,
+//! even when every client waiting for it goes away); later callers for the key
+//! wait for the same outcome, a failure included, so an origin that fails is
+//! not called again by every waiter.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::FutureExt as _;
+use futures_util::future::{BoxFuture, Shared};
+use parking_lot::Mutex;
+
+/// A call under way: its number (so only it removes its own entry) and its
+/// outcome, shared.
+type Running<V> = (u64, Shared<BoxFuture<'static, V>>);
+
+/// The calls under way, by key.
+pub struct Flights<K, V: Clone> {
+    running: Arc<Mutex<HashMap<K, Running<V>>>>,
+    next: AtomicU64,
+}
+
+impl<K, V: Clone> Default for Flights<K, V> {
+    fn default() -> Self {
+        Flights { running: Arc::new(Mutex::new(HashMap::new())), next: AtomicU64::new(0) }
+    }
+}
+
+impl<K, V> Flights<K, V>
+where
+    K: Hash + Eq + Clone + Send + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Starts the call for `key` unless one is under way, and answers its outcome
+    /// (to await, or to drop: the call goes on). `failed` stands for the outcome
+    /// of a call whose task panicked.
+    pub fn start<F>(
+        &self,
+        key: K,
+        call: impl FnOnce() -> F,
+        failed: impl Fn(String) -> V + Send + 'static,
+    ) -> Shared<BoxFuture<'static, V>>
+    where
+        F: Future<Output = V> + Send + 'static,
+    {
+        let mut running = self.running.lock();
+        if let Some((_, outcome)) = running.get(&key) {
+            return outcome.clone();
+        }
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let (map, own_key) = (Arc::downgrade(&self.running), key.clone());
+        let future = call();
+        let task = tokio::spawn(async move {
+            let outcome = future.await;
+            // Gone from the map before its waiters wake: a caller after this point
+            // starts a new call and sees what this one stored.
+            if let Some(map) = map.upgrade() {
+                let mut running = map.lock();
+                if running.get(&own_key).is_some_and(|(n, _)| *n == number) {
+                    running.remove(&own_key);
+                }
+            }
+            outcome
+        });
+        let outcome = async move { task.await.unwrap_or_else(|err| failed(err.to_string())) }.boxed().shared();
+        running.insert(key, (number, outcome.clone()));
+        outcome
+    }
+
+    /// How many calls are under way.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.running.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn concurrent_callers_share_one_call_and_its_failure() {
+        let flights: Arc<Flights<&'static str, Result<u32, String>>> = Arc::new(Flights::default());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut waiters = Vec::new();
+        for _ in 0..50 {
+            let (flights, calls) = (flights.clone(), calls.clone());
+            waiters.push(tokio::spawn(async move {
+                flights
+                    .start(
+                        "k",
+                        || async move {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            Err::<u32, String>("origin down".into())
+                        },
+                        Err,
+                    )
+                    .await
+            }));
+        }
+        for waiter in waiters {
+            assert_eq!(waiter.await.unwrap(), Err("origin down".to_string()));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "one call for 50 concurrent callers");
+        assert_eq!(flights.len(), 0, "the finished call is gone");
+        // A later caller calls again.
+        let again = flights.start("k", || async { Ok(7) }, Err).await;
+        assert_eq!(again, Ok(7));
+    }
+
+    #[tokio::test]
+    async fn a_call_goes_on_when_its_callers_leave() {
+        let flights: Flights<u8, u8> = Flights::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        let seen = done.clone();
+        let outcome = flights.start(
+            1,
+            || async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                seen.fetch_add(1, Ordering::SeqCst);
+                1
+            },
+            |_| 0,
+        );
+        drop(outcome);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+        assert_eq!(flights.len(), 0);
+    }
+}

@@ -1,0 +1,380 @@
+//! Caching tables against a local origin the test controls (it counts its
+//! requests, and can be slowed, failed, hung or stopped): one origin request
+//! for many concurrent misses, expiry and revalidation with the origin's ETag,
+//! stale-while-revalidate, stale-if-error, 502 and 504, `only-if-cached`,
+//! `no-store`, invalidation, a record the origin no longer has, another table as
+//! the source, and sources that cannot load.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::support::TestServer;
+
+/// How the origin answers, changed by the tests as they go.
+#[derive(Clone)]
+struct Behaviour {
+    /// The record's `name` (the rest is the id).
+    name: String,
+    /// `Cache-Control` sent, if any.
+    cache_control: Option<&'static str>,
+    /// The ETag sent; a request naming it gets 304.
+    etag: Option<String>,
+    /// Waits this long before answering.
+    delay: Duration,
+    /// Answers this status with a short text instead of the record.
+    status: Option<u16>,
+    /// Never answers.
+    hang: bool,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Behaviour {
+            name: "first".into(),
+            cache_control: None,
+            etag: None,
+            delay: Duration::ZERO,
+            status: None,
+            hang: false,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Origin {
+    behaviour: Mutex<Behaviour>,
+    requests: AtomicUsize,
+    /// The `If-None-Match` of each request.
+    conditions: Mutex<Vec<Option<String>>>,
+    /// Stops the origin (it closes its connections and listens no more).
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Origin {
+    fn count(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    fn set(&self, change: impl FnOnce(&mut Behaviour)) {
+        change(&mut self.behaviour.lock());
+    }
+
+    async fn stop(&self) {
+        if let Some(stop) = self.stop.lock().take() {
+            let _ = stop.send(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn item(State(origin): State<Arc<Origin>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    origin.requests.fetch_add(1, Ordering::SeqCst);
+    let condition = headers.get("if-none-match").and_then(|v| v.to_str().ok()).map(str::to_string);
+    origin.conditions.lock().push(condition.clone());
+    let behaviour = origin.behaviour.lock().clone();
+    if behaviour.hang {
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep(behaviour.delay).await;
+    if let Some(status) = behaviour.status {
+        return (StatusCode::from_u16(status).unwrap(), "origin trouble").into_response();
+    }
+    if id == "missing" {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let mut response = if condition.is_some() && condition == behaviour.etag {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        axum::Json(json!({"name": behaviour.name, "from": "origin"})).into_response()
+    };
+    if let Some(value) = behaviour.cache_control {
+        response.headers_mut().insert("cache-control", value.parse().unwrap());
+    }
+    if let Some(etag) = behaviour.etag {
+        response.headers_mut().insert("etag", etag.parse().unwrap());
+    }
+    response
+}
+
+/// Starts the origin on a free port: its state and port.
+async fn origin() -> (Arc<Origin>, u16) {
+    let origin = Arc::new(Origin::default());
+    let app = axum::Router::new().route("/items/{id}", axum::routing::get(item)).with_state(origin.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    *origin.stop.lock() = Some(stop);
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    (origin, port)
+}
+
+const SCHEMA: &str = r#"
+type Item @table(database: "shop") @export { id: ID @primaryKey name: String from: String }
+type Base @table(database: "shop") @export { id: ID @primaryKey name: String }
+type Mirror @table(database: "shop") @export { id: ID @primaryKey name: String }
+"#;
+
+/// A server whose `Item` table caches the origin on `port` (with `extra` source
+/// options), and whose `Mirror` table caches `Base`.
+async fn server(port: u16, extra: &str) -> TestServer {
+    let config = format!(
+        "rest: true\ngraphqlSchema:\n  files: '*.graphql'\nsources:\n  Item:\n    url: http://127.0.0.1:{port}/items/{{id}}\n{extra}  Mirror:\n    table: Base\n"
+    );
+    TestServer::start_app(&[("components/shop/config.yaml", &config), ("components/shop/schema.graphql", SCHEMA)], &[])
+        .await
+}
+
+async fn get(s: &TestServer, path: &str, headers: &[(&str, &str)]) -> (u16, reqwest::header::HeaderMap, Value) {
+    s.rest_send(Method::GET, path, None, headers).await
+}
+
+fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> &'a str {
+    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+/// 100 concurrent misses for one record make exactly one origin request; the
+/// next read is a hit, with `Age` and no `miss` in `Server-Timing`.
+#[tokio::test]
+async fn concurrent_misses_share_one_origin_request() {
+    let (origin, port) = origin().await;
+    origin.set(|b| b.delay = Duration::from_millis(300));
+    let s = Arc::new(server(port, "").await);
+    let mut readers = Vec::new();
+    for _ in 0..100 {
+        let s = s.clone();
+        readers.push(tokio::spawn(async move { get(&s, "/Item/1", &[]).await }));
+    }
+    for reader in readers {
+        let (status, headers, body) = reader.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["name"], "first");
+        assert!(header(&headers, "server-timing").contains("miss"), "{headers:?}");
+    }
+    assert_eq!(origin.count(), 1, "one origin request for 100 concurrent misses");
+    let (status, headers, body) = get(&s, "/Item/1", &[]).await;
+    assert_eq!((status, body["id"].clone(), body["from"].clone()), (200, json!("1"), json!("origin")));
+    assert!(!header(&headers, "server-timing").contains("miss"), "{headers:?}");
+    assert!(header(&headers, "server-timing").starts_with("hdb;dur="), "{headers:?}");
+    assert!(header(&headers, "age").parse::<u64>().is_ok(), "a hit has an Age: {headers:?}");
+    assert_eq!(origin.count(), 1);
+    // The fetched record is stored: readable over the Operations API too.
+    let found = s.ok(json!({"operation": "search_by_id", "database": "shop", "table": "Item", "ids": ["1"]})).await;
+    assert_eq!(found[0]["name"], "first");
+}
+
+/// The origin's `max-age` makes the copy stale after it; a stale copy is
+/// revalidated with the origin's ETag (304 keeps it); `no-cache` always asks.
+#[tokio::test]
+async fn expiry_refetches_and_revalidates_with_the_origin_etag() {
+    let (origin, port) = origin().await;
+    origin.set(|b| {
+        b.cache_control = Some("max-age=1");
+        b.etag = Some("\"v1\"".into());
+    });
+    let s = server(port, "").await;
+    assert_eq!(get(&s, "/Item/2", &[]).await.2["name"], "first");
+    assert_eq!(get(&s, "/Item/2", &[]).await.2["name"], "first");
+    assert_eq!(origin.count(), 1, "fresh for a second");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (status, headers, body) = get(&s, "/Item/2", &[]).await;
+    assert_eq!((status, body["name"].clone()), (200, json!("first")));
+    assert!(header(&headers, "server-timing").contains("miss"));
+    assert_eq!(origin.count(), 2, "stale: the origin was asked again");
+    assert_eq!(origin.conditions.lock()[1].as_deref(), Some("\"v1\""), "with If-None-Match");
+    assert_eq!(get(&s, "/Item/2", &[]).await.2["name"], "first");
+    assert_eq!(origin.count(), 2, "the 304 made it fresh again");
+    origin.set(|b| {
+        b.name = "second".into();
+        b.etag = Some("\"v2\"".into());
+    });
+    let (_, _, body) = get(&s, "/Item/2", &[("cache-control", "no-cache")]).await;
+    assert_eq!(body["name"], "second", "no-cache fetches whatever is held");
+    assert_eq!(origin.count(), 3);
+}
+
+/// Within the origin's `stale-while-revalidate` window a stale copy is answered
+/// at once while the origin is asked in the background; the next read has the
+/// new value.
+#[tokio::test]
+async fn stale_while_revalidate_answers_at_once_and_refreshes_behind() {
+    let (origin, port) = origin().await;
+    origin.set(|b| b.cache_control = Some("max-age=1, stale-while-revalidate=60"));
+    let s = server(port, "").await;
+    assert_eq!(get(&s, "/Item/3", &[]).await.2["name"], "first");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    origin.set(|b| {
+        b.name = "second".into();
+        b.delay = Duration::from_millis(1_500);
+    });
+    let started = Instant::now();
+    let (status, headers, body) = get(&s, "/Item/3", &[]).await;
+    assert_eq!((status, body["name"].clone()), (200, json!("first")), "the stale copy");
+    assert!(started.elapsed() < Duration::from_millis(1_200), "answered before the origin ({:?})", started.elapsed());
+    assert!(!header(&headers, "server-timing").contains("miss"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if get(&s, "/Item/3", &[]).await.2["name"] == "second" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the background refresh never landed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(origin.count(), 2, "one refresh");
+}
+
+/// A failing origin: 502 naming it when nothing is held; a stale copy when the
+/// request allows `stale-if-error`, or when the origin cannot be reached at all;
+/// 502 again with `must-revalidate`.
+#[tokio::test]
+async fn origin_failures_are_502_or_a_stale_copy_where_allowed() {
+    let (origin, port) = origin().await;
+    origin.set(|b| b.status = Some(500));
+    let s = server(port, "").await;
+    let (status, _, body) = get(&s, "/Item/4", &[]).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.to_string().contains("the origin answered 500: origin trouble"), "{body}");
+    origin.set(|b| {
+        b.status = None;
+        b.cache_control = Some("max-age=1");
+    });
+    assert_eq!(get(&s, "/Item/4", &[]).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    origin.set(|b| b.status = Some(503));
+    assert_eq!(get(&s, "/Item/4", &[]).await.0, 502, "stale, and the request does not allow it");
+    let (status, _, body) = get(&s, "/Item/4", &[("cache-control", "stale-if-error")]).await;
+    assert_eq!((status, body["name"].clone()), (200, json!("first")), "stale-if-error");
+    let (status, _, _) = get(&s, "/Item/4", &[("cache-control", "stale-if-error, must-revalidate")]).await;
+    assert_eq!(status, 200, "stale-if-error is the client's explicit allowance");
+
+    // An origin that cannot be reached: the stale copy, unless revalidation is
+    // required; 502 naming the cause when nothing is held.
+    origin.set(|b| b.status = None);
+    assert_eq!(get(&s, "/Item/5", &[]).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    origin.stop().await;
+    let (status, _, body) = get(&s, "/Item/5", &[]).await;
+    assert_eq!((status, body["name"].clone()), (200, json!("first")), "unreachable: the stale copy");
+    let (status, _, body) = get(&s, "/Item/5", &[("cache-control", "must-revalidate")]).await;
+    assert_eq!(status, 502, "{body}");
+    let (status, _, body) = get(&s, "/Item/nothing-held", &[]).await;
+    assert_eq!(status, 502);
+    assert!(body.to_string().contains("could not be reached"), "{body}");
+}
+
+/// A hung origin is 504 at the source's timeout; `only-if-cached` is 504 on a
+/// miss and never asks the origin.
+#[tokio::test]
+async fn a_hung_origin_is_504_at_the_timeout_and_only_if_cached_never_asks() {
+    let (origin, port) = origin().await;
+    origin.set(|b| b.hang = true);
+    let s = server(port, "    timeout: 1\n").await;
+    let started = Instant::now();
+    let (status, _, body) = get(&s, "/Item/6", &[]).await;
+    assert_eq!(status, 504, "{body}");
+    assert!(body.to_string().contains("did not answer within 1 s"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let before = origin.count();
+    let (status, _, body) = get(&s, "/Item/7", &[("cache-control", "only-if-cached")]).await;
+    assert_eq!(status, 504, "{body}");
+    assert!(body.to_string().contains("not cached"), "{body}");
+    assert_eq!(origin.count(), before, "only-if-cached asks no origin");
+}
+
+/// `no-store` (the request's, or the origin's) answers without keeping; a
+/// record the origin does not have is 404, and a copy held of it is removed;
+/// `PURGE` drops a copy so the next read asks again.
+#[tokio::test]
+async fn no_store_gone_records_and_purge() {
+    let (origin, port) = origin().await;
+    let s = server(port, "").await;
+    assert_eq!(get(&s, "/Item/8", &[("cache-control", "no-store")]).await.2["name"], "first");
+    assert_eq!(get(&s, "/Item/8", &[("cache-control", "only-if-cached")]).await.0, 504, "not kept");
+    origin.set(|b| b.cache_control = Some("no-store"));
+    assert_eq!(get(&s, "/Item/8", &[]).await.0, 200);
+    assert_eq!(get(&s, "/Item/8", &[("cache-control", "only-if-cached")]).await.0, 504, "the origin said no-store");
+    origin.set(|b| b.cache_control = None);
+
+    assert_eq!(get(&s, "/Item/missing", &[]).await.0, 404);
+    assert_eq!(get(&s, "/Item/9", &[]).await.0, 200);
+    let count = origin.count();
+    let (status, _, body) = s.rest_send(Method::from_bytes(b"PURGE").unwrap(), "/Item/9", None, &[]).await;
+    assert_eq!((status, body), (200, json!(true)));
+    origin.set(|b| b.name = "after purge".into());
+    assert_eq!(get(&s, "/Item/9", &[]).await.2["name"], "after purge");
+    assert_eq!(origin.count(), count + 1);
+
+    // The operation does the same; a table without a source is refused.
+    let answer =
+        s.ok(json!({"operation": "invalidate", "database": "shop", "table": "Item", "ids": ["9", "none"]})).await;
+    assert_eq!(answer["message"], "1 of 2 cached records invalidated");
+    origin.set(|b| b.name = "after invalidate".into());
+    assert_eq!(get(&s, "/Item/9", &[]).await.2["name"], "after invalidate");
+    let (status, body) =
+        s.op(json!({"operation": "invalidate", "database": "shop", "table": "Base", "ids": ["1"]})).await;
+    assert_eq!(status, 400);
+    assert!(body.to_string().contains("not a caching table"), "{body}");
+}
+
+/// Another table as the source: a miss reads it, and the copy stays while the
+/// source changes (the table has no expiry), until purged.
+#[tokio::test]
+async fn another_table_as_the_source() {
+    let (_origin, port) = origin().await;
+    let s = server(port, "").await;
+    s.rest_send(Method::PUT, "/Base/b1", Some(&json!({"name": "base"})), &[]).await;
+    let (status, headers, body) = get(&s, "/Mirror/b1", &[]).await;
+    assert_eq!((status, body["name"].clone()), (200, json!("base")));
+    assert!(header(&headers, "server-timing").contains("cache-resolve;dur="), "{headers:?}");
+    s.rest_send(Method::PUT, "/Base/b1", Some(&json!({"name": "changed"})), &[]).await;
+    assert_eq!(get(&s, "/Mirror/b1", &[]).await.2["name"], "base", "the copy held");
+    assert_eq!(get(&s, "/Mirror/nothing", &[]).await.0, 404);
+}
+
+/// A source that cannot be used fails its component's load, naming the problem.
+#[tokio::test]
+async fn a_bad_source_fails_the_load_naming_it() {
+    let config = "sources:\n  Item:\n    url: http://127.0.0.1:9/items/{id}\n    headers:\n      Authorization: Bearer ${LYRE_TEST_NO_SUCH_SECRET}\n";
+    let s = TestServer::start_app(
+        &[("components/shop/config.yaml", config), ("components/shop/schema.graphql", SCHEMA)],
+        &[],
+    )
+    .await;
+    let status = s.ok(json!({"operation": "get_components"})).await;
+    assert!(status.to_string().contains("LYRE_TEST_NO_SUCH_SECRET"), "{status}");
+    assert_eq!(get(&s, "/Item/1", &[]).await.0, 404, "the component is not served");
+}
+
+/// A client's `PUT` with `Cache-Control: max-age=N` keeps its record fresh for N
+/// seconds, then the origin is asked; a read with `max-age` takes no older copy.
+#[tokio::test]
+async fn max_age_sets_a_written_records_expiry_and_bounds_a_reads_age() {
+    let (origin, port) = origin().await;
+    let s = server(port, "").await;
+    let (status, _, _) =
+        s.rest_send(Method::PUT, "/Item/p1", Some(&json!({"name": "local"})), &[("cache-control", "max-age=1")]).await;
+    assert_eq!(status, 204);
+    assert_eq!(get(&s, "/Item/p1", &[]).await.2["name"], "local");
+    assert_eq!(origin.count(), 0, "fresh for a second");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(get(&s, "/Item/p1", &[]).await.2["name"], "first", "then the origin's");
+    assert_eq!(origin.count(), 1);
+    assert_eq!(get(&s, "/Item/p1", &[]).await.2["name"], "first");
+    assert_eq!(origin.count(), 1, "fresh: no expiry from the origin or the table");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(get(&s, "/Item/p1", &[("cache-control", "max-age=1")]).await.0, 200);
+    assert_eq!(origin.count(), 2, "older than the read's max-age: fetched again");
+}
