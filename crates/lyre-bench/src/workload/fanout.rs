@@ -20,7 +20,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::client::{Call, HttpClient};
 use crate::stats::{Measurement, ServerUse, gather_receivers, histogram};
-use crate::target::Target;
+use crate::target::{ProcessSample, Target};
 
 /// How long a subscriber waits for its next frame before the round gives up on it.
 const IDLE_LIMIT: Duration = Duration::from_secs(20);
@@ -66,8 +66,21 @@ fn header_name(name: &str) -> anyhow::Result<tokio_tungstenite::tungstenite::htt
     Ok(tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(name.as_bytes())?)
 }
 
-/// The next data frame's JSON, skipping control frames; `None` once closed.
-async fn next_event(socket: &mut Socket) -> Option<serde_json::Value> {
+/// What a reader takes from an event: the time its write was sent (`field1`).
+/// Typed, so the load generator reads no more of a frame than it needs (a whole
+/// `serde_json::Value` per frame made the client the bound).
+#[derive(serde::Deserialize)]
+struct Delivered {
+    value: Option<DeliveredValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct DeliveredValue {
+    field1: Option<String>,
+}
+
+/// The next data frame's event, skipping control frames; `None` once closed.
+async fn next_event(socket: &mut Socket) -> Option<Delivered> {
     loop {
         match socket.next().await? {
             Ok(Message::Text(text)) => return serde_json::from_str(&text).ok(),
@@ -100,6 +113,7 @@ pub async fn run(
     }
     let epoch = Instant::now();
     let before = target.sample_tree();
+    let load_before = ProcessSample::of_self();
     let readers: Vec<_> = sockets
         .into_iter()
         .map(|mut socket| {
@@ -109,7 +123,7 @@ pub async fn run(
                     let Ok(Some(event)) = tokio::time::timeout(IDLE_LIMIT, next_event(&mut socket)).await else {
                         break;
                     };
-                    let sent = event["value"]["field1"].as_str().and_then(|s| s.parse::<u64>().ok());
+                    let sent = event.value.and_then(|v| v.field1).and_then(|s| s.parse::<u64>().ok());
                     if let Some(sent) = sent {
                         let now = epoch.elapsed().as_micros() as u64;
                         let _ = latencies.record(now.saturating_sub(sent).clamp(1, 100_000_000));
@@ -162,5 +176,6 @@ pub async fn run(
         elapsed,
         &latencies,
         server,
-    ))
+    )
+    .with_load_cpu(load_before, ProcessSample::of_self()))
 }

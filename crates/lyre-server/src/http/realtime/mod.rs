@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::app::AppState;
 use crate::http::auth::authenticate;
 use crate::http::error::ApiError;
-use crate::http::format::Format;
+use crate::http::format::{EncodeError, Format};
 use crate::http::negotiate::response_format;
 use crate::http::rest::query::decode;
 use crate::http::rest::url::{self, Target};
@@ -201,6 +201,9 @@ impl Opened {
             }
             EventValue::Message(message) => (Some(MessageValue::Message(message)), None),
         };
+        if self.format == Format::Json {
+            return json_message(event, value.is_some(), size);
+        }
         let message = Message {
             id: &event.id,
             local_time: event.local_time,
@@ -211,4 +214,32 @@ impl Opened {
         };
         Ok(self.format.encode_sized(&message, event.size())?)
     }
+}
+
+/// [`Message`] as JSON around the event's value encoded once for every subscriber
+/// ([`Event::value_json`]), the same bytes as serializing [`Message`].
+fn json_message(event: &Event, with_value: bool, size: Option<usize>) -> Result<Vec<u8>, ApiError> {
+    fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), ApiError> {
+        serde_json::to_writer(out, value).map_err(|e| EncodeError(e.to_string()).into())
+    }
+    let value = if with_value { Some(event.value_json()?) } else { None };
+    let mut out = Vec::with_capacity(value.as_ref().map_or(0, |v| v.len()) + 128);
+    out.extend_from_slice(b"{\"id\":");
+    put(&mut out, &event.id)?;
+    out.extend_from_slice(b",\"localTime\":");
+    put(&mut out, &event.local_time)?;
+    if let Some(value) = value {
+        out.extend_from_slice(b",\"value\":");
+        out.extend_from_slice(&value);
+    }
+    out.extend_from_slice(b",\"version\":");
+    put(&mut out, &event.version)?;
+    out.extend_from_slice(b",\"type\":");
+    put(&mut out, event.kind.name())?;
+    if let Some(size) = size {
+        out.extend_from_slice(b",\"size\":");
+        put(&mut out, &size)?;
+    }
+    out.push(b'}');
+    Ok(out)
 }
