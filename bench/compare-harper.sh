@@ -10,6 +10,7 @@
 #   DURABILITY=async bench/compare-harper.sh      # storage.writeAsync=true on both
 #   WORKLOADS="ops-insert" ROUNDS=5 bench/compare-harper.sh
 #   WORKLOADS="counters-hot counters-spread" bench/compare-harper.sh
+#   WORKLOADS="cache-miss cache-hit" bench/compare-harper.sh   # a caching table
 # Results of earlier invocations on the same day and durability stay in the report.
 #
 # Both run one request thread (THREADS_COUNT=1) on their one core.
@@ -34,7 +35,14 @@ source "$ROOT/bench/lib.sh"
 
 run_workload() {
   local name=$1 app=""; shift
-  case $name in ycsb-* | counters-* | ws-*) app=ycsb ;; esac
+  case $name in ycsb-* | counters-* | ws-*) app=ycsb ;; cache-*) app=cache ;; esac
+  if [ "$app" = cache ]; then
+    # The origin both caches call: bare hyper answering a fixed record, beside the
+    # load generator on CPU 1 (it serves both servers' misses alike).
+    setsid taskset -c 1 "$BENCH" ceiling --port 9950 >/dev/null 2>&1 &
+    PIDS+=("$!")
+    wait_health 9950
+  fi
   start_harper "$name" $app
   start_lyre "$name" $app
   # Harper runs under npm: measure the node process that serves (the newest match).

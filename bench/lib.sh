@@ -34,9 +34,14 @@ wait_health() {
   return 1
 }
 
-# Writes the application $2 (`ycsb` or `diff`: its schema is `lyre-bench $2-schema`)
-# into the server root $1.
+# Writes the application $2 into the server root $1: `ycsb` or `diff` (its schema is
+# `lyre-bench $2-schema`), or `cache` for server $3 (`lyre` or `harper`), whose
+# origin is a `lyre-bench ceiling` on port 9950 (`lyre-bench cache-app`).
 install_app() {
+  if [ "$2" = cache ]; then
+    "$BENCH" cache-app --server "$3" --origin http://127.0.0.1:9950 --dir "$1/components/cache"
+    return
+  fi
   mkdir -p "$1/components/$2"
   printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n" >"$1/components/$2/config.yaml"
   "$BENCH" "$2-schema" >"$1/components/$2/schema.graphql"
@@ -84,7 +89,7 @@ start_harper() {
     kill -TERM -- "-$HARPER_PID"
     while curl -fs -m 1 http://127.0.0.1:9925/health >/dev/null 2>&1; do sleep 0.2; done
     sleep 1
-    [ -n "${2:-}" ] && install_app "$dir/root" ycsb
+    [ -n "${2:-}" ] && install_app "$dir/root" "$2" harper
   fi
   launch_harper "$dir" "$ASYNC"
   wait_health 9925
@@ -98,7 +103,7 @@ start_lyre() {
   port_free "$ops"
   local dir=$WORK/lyre-$1
   mkdir -p "$dir"
-  [ -n "${2:-}" ] && install_app "$dir/root" ycsb
+  [ -n "${2:-}" ] && install_app "$dir/root" "$2" lyre
   setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT="$ops" \
     HTTP_PORT="$rest" MQTT_NETWORK_PORT=$((ops + 10)) STORAGE_WRITEASYNC="${ASYNC:-false}" LOGGING_LEVEL=warn \
     THREADS_COUNT="${THREADS:-1}" "$binary" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
@@ -125,7 +130,9 @@ workload_args() {
     sql-group) echo "sql --kind group --requests 5 --concurrency 1" ;;
     sql-join) echo "sql --kind join --requests 3 --concurrency 1" ;;
     counters-spread) echo "counters --keys 1000 --operations 50000 --concurrency 64" ;;
-    ws-fanout) echo "ws --subscribers ${SUBSCRIBERS:-100} --writes 2000 --concurrency ${WS_WRITERS:-1}" ;;
+    cache-miss) echo "cache miss --operations ${CACHE_OPS:-20000} --concurrency 32" ;;
+    cache-hit) echo "cache hit --records ${CACHE_RECORDS:-10000} --operations ${CACHE_OPS:-100000} --concurrency 32" ;;
+    ws-fanout) echo "ws --subscribers ${SUBSCRIBERS:-100} --writes ${WS_WRITES:-2000} --concurrency ${WS_WRITERS:-1}" ;;
     *) echo "unknown workload $1" >&2; return 2 ;;
   esac
 }

@@ -185,18 +185,42 @@ pub fn draw_sweep(files: &[std::path::PathBuf], out: &Path) -> anyhow::Result<()
             }
         }
     }
+    let labels = ("deliveries/s (median) against subscribers", "subscribers", "deliveries/s");
+    draw_lines(&mut series, labels, out)
+}
+
+/// Draws each server's database size (MiB) against time over a TTL churn run.
+pub fn draw_churn(runs: &[crate::workload::churn::Series], out: &Path) -> anyhow::Result<()> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = runs
+        .iter()
+        .map(|run| {
+            let points = run.points.iter().map(|(t, bytes, _)| (*t, *bytes as f64 / (1024.0 * 1024.0))).collect();
+            (run.server.clone(), points)
+        })
+        .collect();
+    let labels = ("database size on disk during TTL churn (10 s expiration and eviction)", "seconds", "MiB");
+    draw_lines(&mut series, labels, out)
+}
+
+/// Draws one line per named series of `(x, y)` points into `out` (PNG), with
+/// `labels`: the caption, the x axis and the y axis.
+fn draw_lines(
+    series: &mut [(String, Vec<(f64, f64)>)],
+    (caption, x_desc, y_desc): (&str, &str, &str),
+    out: &Path,
+) -> anyhow::Result<()> {
     let max_x = series.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x)).fold(1.0f64, f64::max);
     let max_y = series.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y)).fold(1.0f64, f64::max);
     register()?;
     let root = BitMapBackend::new(out, (1000, 600)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("deliveries/s (median) against subscribers", ("sans-serif", 22))
+        .caption(caption, ("sans-serif", 22))
         .margin(20)
         .x_label_area_size(40)
         .y_label_area_size(90)
         .build_cartesian_2d(0f64..max_x * 1.05, 0f64..max_y * 1.15)?;
-    chart.configure_mesh().x_desc("subscribers").label_style(("sans-serif", 14)).draw()?;
+    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).label_style(("sans-serif", 14)).draw()?;
     for (i, (name, points)) in series.iter_mut().enumerate() {
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
         let color = COLORS[i % COLORS.len()];

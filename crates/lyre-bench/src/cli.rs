@@ -130,6 +130,63 @@ pub enum Command {
         #[arg(long)]
         lookup: Option<u64>,
     },
+    /// Reads of a caching table whose origin is the `ceiling` server (see
+    /// `workload/cache.rs`; the application is written by `cache-app`).
+    Cache {
+        /// `miss`: every read calls the origin; `hit`: every read is held.
+        #[arg(value_enum)]
+        phase: crate::workload::cache::Phase,
+        /// Keys held for the hit phase (read once untimed first).
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        /// Requests per round.
+        #[arg(long, default_value_t = 20_000)]
+        operations: u64,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
+    /// TTL churn (see `workload/churn.rs`): records written at a fixed pace to
+    /// every target at once into a table that evicts them after 10 s, while each
+    /// server's database directory is measured; needs the `cache` application.
+    TtlChurn {
+        /// Records written in all.
+        #[arg(long, default_value_t = 1_000_000)]
+        writes: u64,
+        /// Records per `upsert`.
+        #[arg(long, default_value_t = 100)]
+        batch: u64,
+        /// Records per second.
+        #[arg(long, default_value_t = 5_000)]
+        rate: u64,
+        /// Seconds between size samples.
+        #[arg(long, default_value_t = 5)]
+        sample: u64,
+        /// Seconds sampled after the last write.
+        #[arg(long, default_value_t = 60)]
+        tail: u64,
+        /// The target's database directory (`<root>/database`).
+        #[arg(long)]
+        data: PathBuf,
+        /// The reference's database directory.
+        #[arg(long)]
+        compare_data: Option<PathBuf>,
+        /// Where to draw size against time (PNG).
+        #[arg(long)]
+        chart: Option<PathBuf>,
+    },
+    /// Write the caching application for a server into a component directory.
+    CacheApp {
+        /// Which server it is for (Lyre: a declarative source; Harper: JavaScript).
+        #[arg(long, value_enum)]
+        server: crate::workload::cache::Server,
+        /// The origin, `http://host:port` (a `ceiling` server).
+        #[arg(long, default_value = "http://127.0.0.1:9950")]
+        origin: String,
+        /// The component directory to write.
+        #[arg(long)]
+        dir: std::path::PathBuf,
+    },
     /// Print the `schema.graphql` the YCSB workloads need.
     YcsbSchema,
     /// Print the REST path of every YCSB record, one per line (what an outside load
@@ -336,6 +393,39 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             print!("{}", ycsb::SCHEMA);
             return Ok(Vec::new());
         }
+        Command::TtlChurn { writes, batch, rate, sample, tail, data, compare_data, chart } => {
+            let params = crate::workload::churn::ChurnParams {
+                writes: *writes,
+                batch: *batch,
+                rate: *rate,
+                sample: *sample,
+                tail: *tail,
+            };
+            let dirs = std::iter::once(data.clone()).chain(compare_data.clone());
+            let mut targets = Vec::new();
+            for (target, dir) in cli.targets().into_iter().zip(dirs) {
+                let client = HttpClient::new(&target)?;
+                client.wait_ready().await?;
+                targets.push((target, client, dir));
+            }
+            let series = crate::workload::churn::run(&targets, params).await?;
+            crate::report::print_churn(&series);
+            if let Some(path) = &cli.json {
+                std::fs::write(
+                    path,
+                    serde_json::to_vec_pretty(&serde_json::json!({"params": params, "series": series}))?,
+                )?;
+            }
+            if let Some(out) = chart {
+                crate::chart::draw_churn(&series, out)?;
+                println!("wrote {}", out.display());
+            }
+            return Ok(Vec::new());
+        }
+        Command::CacheApp { server, origin, dir } => {
+            crate::workload::cache::write_app(*server, origin, dir)?;
+            return Ok(Vec::new());
+        }
         Command::SqlFloor { requests } => {
             for (kind, rate) in sql::floor(*requests)? {
                 println!("{}\tsqlite\t{rate:.1} queries/s", kind.name());
@@ -472,7 +562,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             }
             serde_json::to_value(params)?
         }
+        Command::Cache { phase, records, operations, concurrency } => {
+            use crate::workload::cache;
+            let params = cache::CacheParams { phase, records, operations, concurrency };
+            if phase == cache::Phase::Hit {
+                for (target, client) in targets.iter().zip(&clients) {
+                    cache::ensure_held(target, client, params).await?;
+                }
+            }
+            for round in 0..rounds {
+                for (target, client) in targets.iter().zip(&clients) {
+                    measurements.push(cache::run(target, client, params, round).await?);
+                }
+            }
+            serde_json::to_value(params)?
+        }
         Command::Ceiling { .. }
+        | Command::CacheApp { .. }
+        | Command::TtlChurn { .. }
         | Command::YcsbSchema
         | Command::YcsbPaths { .. }
         | Command::DiffSchema

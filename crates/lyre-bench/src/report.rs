@@ -149,6 +149,41 @@ pub fn print(measurements: &[Measurement], summary: &Summary) {
 }
 
 /// Writes the measurements and summary as JSON.
+/// A TTL churn run: each server's database size (MiB) at each sample, records
+/// written by then, and its peak and last size.
+pub fn print_churn(series: &[crate::workload::churn::Series]) {
+    let mib = |bytes: u64| format!("{:.1}", bytes as f64 / (1024.0 * 1024.0));
+    let mut table = Table::new();
+    let mut header = vec!["s".to_string()];
+    for s in series {
+        header.push(format!("{} MiB", s.server));
+        header.push(format!("{} written", s.server));
+    }
+    table.load_preset(UTF8_BORDERS_ONLY).set_header(header);
+    let samples = series.iter().map(|s| s.points.len()).min().unwrap_or(0);
+    for i in 0..samples {
+        let mut row = vec![format!("{:.0}", series[0].points[i].0)];
+        for s in series {
+            row.push(mib(s.points[i].1));
+            row.push(s.points[i].2.to_string());
+        }
+        table.add_row(row);
+    }
+    println!("ttl-churn\n{table}");
+    for s in series {
+        let peak = s.points.iter().map(|p| p.1).max().unwrap_or(0);
+        let last = s.points.last().map_or(0, |p| p.1);
+        println!(
+            "{}: writes took {:.0} s, {} failed; peak {} MiB, last {} MiB",
+            s.server,
+            s.writing_s,
+            s.errors,
+            mib(peak),
+            mib(last)
+        );
+    }
+}
+
 pub fn write_json(
     path: &Path,
     params: &serde_json::Value,

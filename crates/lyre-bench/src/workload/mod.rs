@@ -1,6 +1,8 @@
 //! Workloads. Each prepares its data (untimed) and runs a timed load, returning a
 //! [`Measurement`](crate::stats::Measurement).
 
+pub mod cache;
+pub mod churn;
 pub mod counters;
 pub mod csv_load;
 pub mod fanout;
@@ -11,4 +13,4 @@ pub mod records;
 pub mod sql;
 pub mod ycsb;
 
-pub use load::{LoadSpec, RequestFn, run_load};
+pub use load::{CheckFn, LoadSpec, RequestFn, run_load};

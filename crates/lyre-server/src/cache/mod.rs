@@ -31,6 +31,7 @@ use parking_lot::Mutex;
 
 use self::control::{Directives, OriginHeaders};
 use self::flight::Flights;
+pub use self::origin::Forwarded;
 use self::origin::{Fetched, OriginError};
 pub use self::source::{Source, SourceConfig};
 
@@ -249,6 +250,26 @@ impl Cache {
             must_revalidate: false,
         };
         self.remember(record_key(table, id), note);
+    }
+
+    /// Sends a client's write of record `id` to the table's origin, when its
+    /// source writes through (`writeThrough`), before the caller writes it here:
+    /// `Ok` when there is nothing to send or the origin took it.
+    pub async fn write_through(
+        &self,
+        sourced: Sourced<'_>,
+        id: &Value,
+        write: Forwarded<'_>,
+    ) -> Result<(), CacheError> {
+        let Source::Http(origin) = sourced.source.as_ref() else { return Ok(()) };
+        if !origin.write_through {
+            return Ok(());
+        }
+        origin::forward(&self.client, origin, id, write).await.map_err(|error| CacheError::Origin {
+            error,
+            id: record_key(sourced.table, id).2,
+            table: sourced.table.schema().name.clone(),
+        })
     }
 
     /// Removes the stored copies of `ids` (the next read calls the source), as

@@ -126,8 +126,7 @@ async fn fetch_http(
             .to_string();
         let body = read_body(response).await?;
         if !status.is_success() {
-            let quoted: String = String::from_utf8_lossy(&body[..body.len().min(QUOTED)]).into_owned();
-            return Err(OriginError::Status { status: status.as_u16(), message: quoted });
+            return Err(refused(status, &body));
         }
         let mut record = record_of(&content_type, body)?;
         record.insert(primary_key.to_string(), id.clone());
@@ -136,6 +135,50 @@ async fn fetch_http(
     match tokio::time::timeout(timeout, work).await {
         Ok(result) => result,
         Err(_) => Err(OriginError::Timeout(seconds(timeout))),
+    }
+}
+
+/// A client's write of one record, as a write-through sends it to the origin.
+#[derive(Debug, Clone, Copy)]
+pub enum Forwarded<'a> {
+    /// `PUT` of the whole record.
+    Put(&'a Object),
+    /// `PATCH` with the attributes changed.
+    Patch(&'a Object),
+    /// `DELETE` (an origin that has no such record took it too: 404 or 410).
+    Delete,
+}
+
+/// Sends `write` of the record with key `id` to `origin`, within its timeout:
+/// `Ok` when the origin answered 2xx (or, for a delete, 404/410).
+pub async fn forward(
+    client: &reqwest::Client,
+    origin: &HttpOrigin,
+    id: &Value,
+    write: Forwarded<'_>,
+) -> Result<(), OriginError> {
+    let url = origin.url_of(&key_text(id));
+    let (method, body) = match write {
+        Forwarded::Put(record) => (reqwest::Method::PUT, Some(record)),
+        Forwarded::Patch(changes) => (reqwest::Method::PATCH, Some(changes)),
+        Forwarded::Delete => (reqwest::Method::DELETE, None),
+    };
+    let work = async {
+        let mut request = client.request(method, url).headers(origin.headers.clone());
+        if let Some(body) = body {
+            let json = serde_json::to_vec(body).map_err(|e| OriginError::Invalid(e.to_string()))?;
+            request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(json);
+        }
+        let response = request.send().await.map_err(|err| unreachable(&err))?;
+        let status = response.status();
+        if status.is_success() || (matches!(write, Forwarded::Delete) && matches!(status.as_u16(), 404 | 410)) {
+            return Ok(());
+        }
+        Err(refused(status, &read_body(response).await?))
+    };
+    match tokio::time::timeout(origin.timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(OriginError::Timeout(seconds(origin.timeout))),
     }
 }
 
@@ -184,6 +227,12 @@ fn key_text(id: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// An error answer, quoting its start.
+fn refused(status: reqwest::StatusCode, body: &[u8]) -> OriginError {
+    let message = String::from_utf8_lossy(&body[..body.len().min(QUOTED)]).into_owned();
+    OriginError::Status { status: status.as_u16(), message }
 }
 
 fn unreachable(err: &reqwest::Error) -> OriginError {

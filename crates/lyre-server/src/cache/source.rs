@@ -8,6 +8,7 @@
 //!     headers:
 //!       Authorization: Bearer ${ORIGIN_TOKEN}
 //!     timeout: 10
+//!     writeThrough: true
 //!   ProductMirror:
 //!     table: Product
 //! ```
@@ -15,8 +16,10 @@
 //! An HTTP origin is a URL template (`{id}`: the record's primary key, escaped),
 //! headers sent with each request (`${NAME}`: an environment variable, read when
 //! the component loads, so a missing secret fails the load and names it), and a
-//! timeout (seconds, default 30). Another table of the same database may be the
-//! source instead.
+//! timeout (seconds, default 30). With `writeThrough`, a REST `PUT`, `PATCH` or
+//! `DELETE` of a record is sent to the origin's URL for it first, and written
+//! here only when the origin took it. Another table of the same database may be
+//! the source instead.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -43,6 +46,9 @@ pub struct SourceConfig {
     /// Seconds an origin request may take, connecting included.
     #[serde(default)]
     pub timeout: Option<f64>,
+    /// Send REST writes of a record to the origin before writing them here.
+    #[serde(default)]
+    pub write_through: bool,
 }
 
 /// A table's source, checked and ready to call.
@@ -63,6 +69,8 @@ pub struct HttpOrigin {
     pub headers: HeaderMap,
     /// How long a request may take.
     pub timeout: Duration,
+    /// Whether REST writes of a record go to the origin first.
+    pub write_through: bool,
 }
 
 impl SourceConfig {
@@ -95,9 +103,10 @@ impl SourceConfig {
                     Some(seconds) if seconds > 0.0 && seconds.is_finite() => Duration::from_secs_f64(seconds),
                     Some(seconds) => return Err(at(format!("timeout {seconds} is not a positive number of seconds"))),
                 };
-                Ok(Source::Http(HttpOrigin { url: url.clone(), headers, timeout }))
+                Ok(Source::Http(HttpOrigin { url: url.clone(), headers, timeout, write_through: self.write_through }))
             }
             (None, Some(other)) if other == table => Err(at("a table cannot be its own source".into())),
+            (None, Some(_)) if self.write_through => Err(at("writeThrough needs an HTTP origin (url)".into())),
             (None, Some(other)) => Ok(Source::Table(other.clone())),
             (Some(_), Some(_)) => Err(at("give a url or a table, not both".into())),
             (None, None) => Err(at("give the origin's url, or the table to read from".into())),
@@ -169,7 +178,7 @@ mod tests {
         assert_eq!(origin.timeout, Duration::from_millis(2_500));
         assert_eq!(origin.url_of("a b/c"), "https://o.example/items/a%20b%2Fc?v=1");
         let default = config("url: http://o/{id}").resolve("Item", &env).unwrap();
-        assert!(matches!(default, Source::Http(HttpOrigin { timeout: DEFAULT_TIMEOUT, .. })));
+        assert!(matches!(default, Source::Http(HttpOrigin { timeout: DEFAULT_TIMEOUT, write_through: false, .. })));
     }
 
     #[test]
@@ -182,6 +191,7 @@ mod tests {
         assert!(refused("table: Item").contains("its own source"));
         assert!(refused("url: 'https://o/{id}'\ntable: Other").contains("not both"));
         assert!(refused("headers: {}").contains("url"));
+        assert!(refused("table: Other\nwriteThrough: true").contains("writeThrough needs an HTTP origin"));
         assert_eq!(config("table: Other").resolve("Item", &env).unwrap(), Source::Table("Other".into()));
         assert!(serde_saphyr::from_str::<SourceConfig>("url: x\nbogus: 1").is_err(), "unknown keys are refused");
     }

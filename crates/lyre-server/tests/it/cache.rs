@@ -3,7 +3,7 @@
 //! for many concurrent misses, expiry and revalidation with the origin's ETag,
 //! stale-while-revalidate, stale-if-error, 502 and 504, `only-if-cached`,
 //! `no-store`, invalidation, a record the origin no longer has, another table as
-//! the source, and sources that cannot load.
+//! the source, sources that cannot load, and writes through to the origin.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,6 +54,8 @@ struct Origin {
     requests: AtomicUsize,
     /// The `If-None-Match` of each request.
     conditions: Mutex<Vec<Option<String>>>,
+    /// The writes it took: method, id and body.
+    writes: Mutex<Vec<(String, String, Value)>>,
     /// Stops the origin (it closes its connections and listens no more).
     stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
@@ -104,10 +106,28 @@ async fn item(State(origin): State<Arc<Origin>>, Path(id): Path<String>, headers
     response
 }
 
+/// A write sent through to the origin: kept unless the behaviour says to fail.
+async fn write(
+    State(origin): State<Arc<Origin>>,
+    method: Method,
+    Path(id): Path<String>,
+    body: Option<axum::Json<Value>>,
+) -> Response {
+    let behaviour = origin.behaviour.lock().clone();
+    if let Some(status) = behaviour.status {
+        return (StatusCode::from_u16(status).unwrap(), "origin trouble").into_response();
+    }
+    let body = body.map_or(Value::Null, |axum::Json(body)| body);
+    origin.writes.lock().push((method.to_string(), id, body));
+    StatusCode::NO_CONTENT.into_response()
+}
+
 /// Starts the origin on a free port: its state and port.
 async fn origin() -> (Arc<Origin>, u16) {
     let origin = Arc::new(Origin::default());
-    let app = axum::Router::new().route("/items/{id}", axum::routing::get(item)).with_state(origin.clone());
+    let app = axum::Router::new()
+        .route("/items/{id}", axum::routing::get(item).put(write).patch(write).delete(write))
+        .with_state(origin.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -377,4 +397,51 @@ async fn max_age_sets_a_written_records_expiry_and_bounds_a_reads_age() {
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(get(&s, "/Item/p1", &[("cache-control", "max-age=1")]).await.0, 200);
     assert_eq!(origin.count(), 2, "older than the read's max-age: fetched again");
+}
+
+/// With `writeThrough`, a REST write of a record goes to the origin first and is
+/// kept here only when the origin took it; a write the role may not make never
+/// reaches the origin.
+#[tokio::test]
+async fn writes_go_through_to_the_origin_first() {
+    let (origin, port) = origin().await;
+    let s = server(port, "    writeThrough: true\n").await;
+    let writes = || origin.writes.lock().clone();
+
+    let (status, _, _) = s.rest_send(Method::PUT, "/Item/w1", Some(&json!({"name": "written"})), &[]).await;
+    assert_eq!(status, 204);
+    assert_eq!(writes(), [("PUT".to_string(), "w1".to_string(), json!({"name": "written"}))]);
+    let (status, _, body) = get(&s, "/Item/w1", &[]).await;
+    assert_eq!((status, &body["name"]), (200, &json!("written")));
+    assert_eq!(origin.count(), 0, "the written copy is answered without a fetch");
+    let (status, _, _) = s.rest_send(Method::PATCH, "/Item/w1", Some(&json!({"name": "patched"})), &[]).await;
+    assert_eq!(status, 204);
+    assert_eq!(writes()[1], ("PATCH".to_string(), "w1".to_string(), json!({"name": "patched"})));
+
+    // The origin refuses: 502 naming it, and nothing changes here.
+    origin.set(|b| b.status = Some(500));
+    let (status, _, body) = s.rest_send(Method::PUT, "/Item/w1", Some(&json!({"name": "lost"})), &[]).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.to_string().contains("the origin answered 500"), "{body}");
+    let (status, _, _) = s.rest_send(Method::PUT, "/Item/w2", Some(&json!({"name": "lost"})), &[]).await;
+    assert_eq!(status, 502);
+    assert_eq!(s.rest_send(Method::DELETE, "/Item/w1", None, &[]).await.0, 502);
+    let held = |id: &'static str| get(&s, id, &[("cache-control", "only-if-cached")]);
+    assert_eq!(held("/Item/w1").await.2["name"], "patched");
+    assert_eq!(held("/Item/w2").await.0, 504, "a refused write left no copy");
+
+    origin.set(|b| b.status = None);
+    assert_eq!(s.rest_send(Method::DELETE, "/Item/w1", None, &[]).await.0, 200);
+    assert_eq!(writes()[2], ("DELETE".to_string(), "w1".to_string(), Value::Null));
+    assert_eq!(held("/Item/w1").await.0, 504);
+
+    // A role that may only read: refused here, never sent.
+    let read_only =
+        json!({"shop": {"tables": {"Item": {"read": true, "insert": false, "update": false, "delete": false}}}});
+    s.ok(json!({"operation": "add_role", "role": "reader", "permission": read_only})).await;
+    s.ok(json!({"operation": "add_user", "role": "reader", "username": "ro", "password": "pw", "active": true})).await;
+    let (status, _) = s.rest_as("ro", "pw", Method::PUT, "/Item/w3", Some(&json!({"name": "no"}))).await;
+    assert_eq!(status, 403);
+    assert_eq!(s.rest_as("ro", "pw", Method::DELETE, "/Item/w1", None).await.0, 403);
+    assert_eq!(writes().len(), 3, "refused writes never reach the origin");
 }

@@ -23,7 +23,7 @@ use lyre_core::{Code, Context, ForUser, Object, RecordBody, RecordVersion, Table
 
 use crate::app::AppState;
 use crate::cache::control::Directives;
-use crate::cache::{CachedRead, Source, Sourced};
+use crate::cache::{CachedRead, Forwarded, Source, Sourced};
 use crate::http::auth::authenticate;
 use crate::http::body::{DecodedBody, Held, read_and_decode};
 use crate::http::cors;
@@ -247,6 +247,7 @@ impl RestRequest<'_> {
         match (method.as_str(), &self.target) {
             ("PUT", Target::Record(id)) => {
                 let (mut record, _memory) = self.object_body(body).await?;
+                self.write_through(id, Forwarded::Put(&record)).await?;
                 // A caching table's record written with `Cache-Control: max-age=N`
                 // stays fresh N seconds (in `@expiresAt`, when the table has one).
                 let max_age = self.source.as_ref().and(Directives::of(self.headers).max_age);
@@ -285,6 +286,7 @@ impl RestRequest<'_> {
             }
             ("PATCH", Target::Record(id)) => {
                 let (record, _memory) = self.object_body(body).await?;
+                self.write_through(id, Forwarded::Patch(&record)).await?;
                 self.table.patch(&self.ctx, id.clone(), record, self.conditions()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
@@ -303,6 +305,7 @@ impl RestRequest<'_> {
                 Ok(response)
             }
             ("DELETE", Target::Record(id)) => {
+                self.write_through(id, Forwarded::Delete).await?;
                 self.table.delete_with(&self.ctx, vec![id.clone()], self.conditions()).await?;
                 self.reply(&Value::Bool(true))
             }
@@ -316,6 +319,27 @@ impl RestRequest<'_> {
             }
             _ => Err(ApiError::new(Code::Internal, format!("{method} is not a write"))),
         }
+    }
+
+    /// Sends a write of record `id` of a caching table to its origin first, when
+    /// the source writes through: after checking the role may make it, so an
+    /// origin never takes a write refused here; an origin that refuses it leaves
+    /// the table as it was (502, or 504 at the timeout).
+    async fn write_through(&self, id: &Value, write: Forwarded<'_>) -> Result<(), ApiError> {
+        let Some(source) = &self.source else { return Ok(()) };
+        let actions: &[Action] = match write {
+            Forwarded::Put(_) | Forwarded::Patch(_) => &[Action::Insert, Action::Update],
+            Forwarded::Delete => &[Action::Delete],
+        };
+        let access = self.table.access(&self.ctx, actions)?;
+        if let Forwarded::Put(record) | Forwarded::Patch(record) = write
+            && access.restricts_attributes()
+        {
+            let names = record.keys().map(String::as_str);
+            access.require_attributes(names, actions, &self.table.schema().primary_key)?;
+        }
+        let sourced = Sourced { table: &self.table, source };
+        Ok(self.state.cache.write_through(sourced, id, write).await?)
     }
 
     async fn get(&self) -> Result<Response, ApiError> {
