@@ -4,19 +4,19 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use heed::types::{Bytes, U64, Unit};
-use heed::{CommitOrAbort, Env, WithoutTls, byteorder::BigEndian};
+use heed::types::{Bytes, Unit};
+use heed::{CommitOrAbort, Env, WithoutTls};
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
 use crate::env::open_env;
 use crate::error::{Error, Result};
+use crate::logstore::LogDb;
 use crate::names;
 use crate::txn::ReadTxn;
 
 pub(crate) type BytesDb = heed::Database<'static, Bytes, Bytes>;
 pub(crate) type IndexDb = heed::Database<'static, Bytes, Unit>;
-pub(crate) type LogDb = heed::Database<'static, U64<BigEndian>, Bytes>;
 
 /// How to open a database.
 #[derive(Debug, Clone)]
@@ -129,7 +129,7 @@ impl Database {
             .unwrap_commit();
         let last_seq = {
             let rtxn = env.read_txn()?;
-            txlog.last(&rtxn)?.map(|(seq, _)| seq).unwrap_or(0)
+            crate::logstore::last(&txlog, &rtxn)?.map(|(seq, _)| seq).unwrap_or(0)
         };
         let (committed, _) = watch::channel(last_seq);
         let db = Self {
@@ -269,8 +269,8 @@ impl Database {
             Some(bytes) => bytes.try_into().map(|b| f64::from_bits(u64::from_be_bytes(b))).unwrap_or(0.0),
             None => 0.0,
         };
-        let logged = match self.inner.txlog.last(&rtxn)? {
-            Some((_, bytes)) => crate::txlog::LogEntry::decode(bytes)?.version,
+        let logged = match crate::logstore::last(&self.inner.txlog, &rtxn)? {
+            Some((_, bytes)) => crate::txlog::LogEntry::decode(&bytes)?.version,
             None => 0.0,
         };
         Ok(recorded.max(logged))

@@ -21,6 +21,7 @@ mod env;
 mod error;
 mod key;
 mod layout;
+mod logstore;
 mod names;
 mod record;
 mod txlog;

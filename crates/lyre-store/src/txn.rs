@@ -7,6 +7,7 @@ use heed::{RoTxn, RwTxn, WithoutTls};
 
 use crate::database::{Database, TableStore, next_incarnation, stored_u64};
 use crate::error::{Error, Result};
+use crate::logstore;
 use crate::txlog::{Change, ChangeKind, JobMeta, LogEntry, PRUNE_BYTES, PruneProgress, PruneScope};
 use crate::version::Version;
 
@@ -209,35 +210,35 @@ impl ReadTxn {
 
     /// The sequence number of the newest log entry in this snapshot (0 when none).
     pub fn last_log_seq(&self) -> Result<u64> {
-        Ok(self.db.inner.txlog.last(&self.txn)?.map_or(0, |(seq, _)| seq))
+        Ok(logstore::last(&self.db.inner.txlog, &self.txn)?.map_or(0, |(seq, _)| seq))
     }
 
     /// Transaction-log entries with sequence number `from` or later, in order, with
     /// the size of each as stored (for callers that bound what they read by bytes).
     pub fn log_sized_from(&self, from: u64) -> Result<impl Iterator<Item = Result<(LogEntry, usize)>> + '_> {
-        let iter = self.db.inner.txlog.range(&self.txn, &(from..))?;
+        let iter = logstore::from(&self.db.inner.txlog, &self.txn, from)?;
         Ok(iter.map(|item| {
             let (_, bytes) = item?;
-            Ok((LogEntry::decode(bytes)?, bytes.len()))
+            Ok((LogEntry::decode(&bytes)?, bytes.len()))
         }))
     }
 
     /// Transaction-log entries with sequence number below `before`, newest first,
     /// with the size of each as stored.
     pub fn log_sized_before(&self, before: u64) -> Result<impl Iterator<Item = Result<(LogEntry, usize)>> + '_> {
-        let iter = self.db.inner.txlog.rev_range(&self.txn, &(..before))?;
+        let iter = logstore::before(&self.db.inner.txlog, &self.txn, before)?;
         Ok(iter.map(|item| {
             let (_, bytes) = item?;
-            Ok((LogEntry::decode(bytes)?, bytes.len()))
+            Ok((LogEntry::decode(&bytes)?, bytes.len()))
         }))
     }
 
     /// Transaction-log entries with sequence number `from` or later, in order.
     pub fn log_from(&self, from: u64) -> Result<impl Iterator<Item = Result<LogEntry>> + '_> {
-        let iter = self.db.inner.txlog.range(&self.txn, &(from..))?;
+        let iter = logstore::from(&self.db.inner.txlog, &self.txn, from)?;
         Ok(iter.map(|item| {
             let (_, bytes) = item?;
-            LogEntry::decode(bytes)
+            LogEntry::decode(&bytes)
         }))
     }
 }
@@ -432,12 +433,12 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// The log is in commit order, so the walk stops at the first entry out of scope.
     pub fn prune_log(&mut self, from: u64, scope: PruneScope<'_>, max: usize) -> Result<PruneProgress> {
         let PruneScope { before, table, through_seq } = scope;
-        let last = self.db.inner.txlog.last(&*self.txn)?.map(|(seq, _)| seq);
+        let last = logstore::last(&self.db.inner.txlog, &*self.txn)?.map(|(seq, _)| seq);
         // Entries to rewrite (`Some`: what is left of it) or delete (`None`).
         let mut edits: Vec<(u64, Option<LogEntry>)> = Vec::new();
         let (mut removed, mut seen, mut bytes_seen) = (0, 0, 0);
         let mut next = None;
-        for item in self.db.inner.txlog.range(&*self.txn, &(from..))? {
+        for item in logstore::from(&self.db.inner.txlog, &*self.txn, from)? {
             let (seq, bytes) = item?;
             if through_seq.is_some_and(|through| seq > through) {
                 break;
@@ -448,7 +449,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
             }
             seen += 1;
             bytes_seen += bytes.len();
-            let mut entry = LogEntry::decode(bytes)?;
+            let mut entry = LogEntry::decode(&bytes)?;
             if entry.version >= before {
                 break;
             }
@@ -465,8 +466,8 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         }
         for (seq, edit) in edits {
             match edit {
-                None => self.db.inner.txlog.delete(self.writing(), &seq).map(drop),
-                Some(entry) => self.db.inner.txlog.put(self.writing(), &seq, &entry.encode()?),
+                None => logstore::delete(&self.db.inner.txlog, self.writing(), seq),
+                Some(entry) => logstore::replace(&self.db.inner.txlog, self.writing(), seq, &entry.encode()?),
             }
             .map_err(|e| classify(self.db, e))?;
         }
@@ -551,11 +552,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
             // Sequences only grow, so the entry goes after the last one: appending
             // fills each log page (a plain put splits the last page in half, leaving
             // the log's pages half empty: 2.0 KB of file per 1.25 KB entry).
-            self.db
-                .inner
-                .txlog
-                .put_with_flags(self.txn, heed::PutFlags::APPEND, seq, &bytes)
-                .map_err(|e| classify(self.db, e))?;
+            logstore::append(&self.db.inner.txlog, self.txn, *seq, &bytes).map_err(|e| classify(self.db, e))?;
         }
         Ok(())
     }
