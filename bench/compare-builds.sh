@@ -30,7 +30,7 @@ start() {
   mkdir -p "$dir"
   [ -n "${5:-}" ] && install_app "$dir/root" ycsb
   setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT="$2" \
-    HTTP_PORT="$3" MQTT_NETWORK_PORT=$(($2 + 10)) LOGGING_LEVEL=warn THREADS_COUNT=1 "$1" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
+    HTTP_PORT="$3" MQTT_NETWORK_PORT=$(($2 + 100)) LOGGING_LEVEL=warn THREADS_COUNT=1 "$1" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
   STARTED_PID=$!
   PIDS+=("$STARTED_PID")
   wait_health "$2"
