@@ -114,7 +114,7 @@ start_lyre() {
 
 # The lyre-bench arguments of the workload named $1, over $RECORDS records; fails on
 # an unknown name. The names are what WORKLOADS lists in compare-harper.sh and
-# compare-builds.sh.
+# compare-builds.sh (`cache-*` only in compare-harper.sh, which starts their origin).
 workload_args() {
   case $1 in
     ops-insert) echo "ops-insert --records $RECORDS --batch 1000 --concurrency 4" ;;

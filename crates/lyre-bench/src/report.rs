@@ -148,7 +148,6 @@ pub fn print(measurements: &[Measurement], summary: &Summary) {
     }
 }
 
-/// Writes the measurements and summary as JSON.
 /// A TTL churn run: each server's database size (MiB) at each sample, records
 /// written by then, and its peak and last size.
 pub fn print_churn(series: &[crate::workload::churn::Series]) {
@@ -184,6 +183,7 @@ pub fn print_churn(series: &[crate::workload::churn::Series]) {
     }
 }
 
+/// Writes the measurements and summary as JSON.
 pub fn write_json(
     path: &Path,
     params: &serde_json::Value,

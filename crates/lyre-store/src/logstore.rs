@@ -55,6 +55,11 @@ fn seq_of(key: &[u8]) -> Result<u64> {
     }
 }
 
+/// The part number of a part's key (12 bytes, checked by the caller).
+fn part_of(key: &[u8]) -> u32 {
+    key.get(8..12).and_then(|b| b.try_into().ok()).map_or(u32::MAX, u32::from_be_bytes)
+}
+
 fn corrupt(key: &[u8]) -> Error {
     Error::Corrupt(format!("a transaction log key of {} bytes", key.len()))
 }
@@ -138,19 +143,29 @@ impl<'t, I: Iterator<Item = heed::Result<(&'t [u8], &'t [u8])>>> Iterator for En
         if key.len() == 8 {
             return Some(Ok((seq, Cow::Borrowed(value))));
         }
-        let mut parts = vec![value];
-        while let Some(Ok((next, _))) = self.raw.peek() {
-            if next.len() != 12 || seq_of(next).ok() != Some(seq) {
-                break;
-            }
-            match self.raw.next() {
-                Some(Ok((_, value))) => parts.push(value),
+        let mut parts = vec![(part_of(key), value)];
+        loop {
+            match self.raw.peek() {
+                Some(Ok((next, _))) if next.len() == 12 && seq_of(next).ok() == Some(seq) => {}
+                Some(Err(_)) => {
+                    let err = self.raw.next().and_then(|item| item.err());
+                    let reading = || Error::Corrupt(format!("transaction log entry {seq} could not be read whole"));
+                    return Some(Err(err.map_or_else(reading, Error::from)));
+                }
                 _ => break,
+            }
+            if let Some(Ok((key, value))) = self.raw.next() {
+                parts.push((part_of(key), value));
             }
         }
         if self.newest_first {
             parts.reverse();
         }
+        // Parts 0, 1, 2, … with none missing, or the entry is damaged.
+        if parts.iter().enumerate().any(|(i, (part, _))| *part != i as u32) {
+            return Some(Err(Error::Corrupt(format!("transaction log entry {seq} is missing a part"))));
+        }
+        let parts: Vec<&[u8]> = parts.into_iter().map(|(_, value)| value).collect();
         Some(Ok((seq, Cow::Owned(parts.concat()))))
     }
 }
@@ -245,5 +260,17 @@ mod tests {
         delete(&db, &mut txn, 1).unwrap();
         txn.commit().unwrap();
         assert_eq!(last(&db, &env.read_txn().unwrap()).unwrap().map(|(seq, _)| seq), Some(2));
+    }
+
+    #[test]
+    fn an_entry_missing_a_part_is_an_error_not_a_shorter_entry() {
+        let (_dir, env, db) = log();
+        let mut txn = env.write_txn().unwrap();
+        append(&db, &mut txn, 1, &entry(1, 3 * PART)).unwrap();
+        db.delete(&mut txn, &part_key(1, 1)).unwrap();
+        txn.commit().unwrap();
+        let txn = env.read_txn().unwrap();
+        assert!(matches!(from(&db, &txn, 0).unwrap().next(), Some(Err(Error::Corrupt(_)))));
+        assert!(matches!(last(&db, &txn), Err(Error::Corrupt(_))));
     }
 }

@@ -35,7 +35,8 @@ pub struct ChurnParams {
 pub struct Series {
     /// The server.
     pub server: String,
-    /// `(seconds since the start, bytes on disk, records written by then)`.
+    /// `(seconds since the start, bytes on disk, records sent by then, refused ones
+    /// included: see `errors`)`.
     pub points: Vec<(f64, u64, u64)>,
     /// Seconds its writes took (past the schedule when it fell behind).
     pub writing_s: f64,

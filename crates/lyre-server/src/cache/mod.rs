@@ -262,7 +262,7 @@ impl Cache {
         write: Forwarded<'_>,
     ) -> Result<(), CacheError> {
         let Source::Http(origin) = sourced.source.as_ref() else { return Ok(()) };
-        if !origin.write_through {
+        if !sourced.source.writes_through() {
             return Ok(());
         }
         origin::forward(&self.client, origin, id, write).await.map_err(|error| CacheError::Origin {

@@ -133,6 +133,13 @@ fn expand(template: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String
     Ok(out)
 }
 
+impl Source {
+    /// Whether REST writes of a record go to the origin first (`writeThrough`).
+    pub fn writes_through(&self) -> bool {
+        matches!(self, Source::Http(origin) if origin.write_through)
+    }
+}
+
 impl HttpOrigin {
     /// The URL of the record with key `id` (its text escaped as one path segment
     /// or query value).

@@ -400,8 +400,9 @@ async fn max_age_sets_a_written_records_expiry_and_bounds_a_reads_age() {
 }
 
 /// With `writeThrough`, a REST write of a record goes to the origin first and is
-/// kept here only when the origin took it; a write the role may not make never
-/// reaches the origin.
+/// kept here only when the origin took it (a patch drops the copy: the origin
+/// merged it; a write refused here after the origin took it drops the copy too);
+/// a write the role may not make never reaches the origin.
 #[tokio::test]
 async fn writes_go_through_to_the_origin_first() {
     let (origin, port) = origin().await;
@@ -414,9 +415,22 @@ async fn writes_go_through_to_the_origin_first() {
     let (status, _, body) = get(&s, "/Item/w1", &[]).await;
     assert_eq!((status, &body["name"]), (200, &json!("written")));
     assert_eq!(origin.count(), 0, "the written copy is answered without a fetch");
+    let held = |id: &'static str| get(&s, id, &[("cache-control", "only-if-cached")]);
     let (status, _, _) = s.rest_send(Method::PATCH, "/Item/w1", Some(&json!({"name": "patched"})), &[]).await;
     assert_eq!(status, 204);
     assert_eq!(writes()[1], ("PATCH".to_string(), "w1".to_string(), json!({"name": "patched"})));
+    assert_eq!(held("/Item/w1").await.0, 504, "the origin merged the patch: the next read fetches it");
+    assert_eq!(get(&s, "/Item/w1", &[]).await.2["name"], "first");
+    assert_eq!(origin.count(), 1);
+
+    // The origin took it but the table refuses it (a stale If-Match): the copy is
+    // dropped, so reads fetch what the origin now has.
+    let stale = [("if-match", "\"stale\"")];
+    let (status, _, _) = s.rest_send(Method::PUT, "/Item/w1", Some(&json!({"name": "taken"})), &stale).await;
+    assert_eq!(status, 412);
+    assert_eq!(writes().len(), 3);
+    assert_eq!(held("/Item/w1").await.0, 504);
+    assert_eq!(get(&s, "/Item/w1", &[]).await.0, 200);
 
     // The origin refuses: 502 naming it, and nothing changes here.
     origin.set(|b| b.status = Some(500));
@@ -426,13 +440,12 @@ async fn writes_go_through_to_the_origin_first() {
     let (status, _, _) = s.rest_send(Method::PUT, "/Item/w2", Some(&json!({"name": "lost"})), &[]).await;
     assert_eq!(status, 502);
     assert_eq!(s.rest_send(Method::DELETE, "/Item/w1", None, &[]).await.0, 502);
-    let held = |id: &'static str| get(&s, id, &[("cache-control", "only-if-cached")]);
-    assert_eq!(held("/Item/w1").await.2["name"], "patched");
+    assert_eq!(held("/Item/w1").await.2["name"], "first");
     assert_eq!(held("/Item/w2").await.0, 504, "a refused write left no copy");
 
     origin.set(|b| b.status = None);
     assert_eq!(s.rest_send(Method::DELETE, "/Item/w1", None, &[]).await.0, 200);
-    assert_eq!(writes()[2], ("DELETE".to_string(), "w1".to_string(), Value::Null));
+    assert_eq!(writes()[3], ("DELETE".to_string(), "w1".to_string(), Value::Null));
     assert_eq!(held("/Item/w1").await.0, 504);
 
     // A role that may only read: refused here, never sent.
@@ -443,5 +456,5 @@ async fn writes_go_through_to_the_origin_first() {
     let (status, _) = s.rest_as("ro", "pw", Method::PUT, "/Item/w3", Some(&json!({"name": "no"}))).await;
     assert_eq!(status, 403);
     assert_eq!(s.rest_as("ro", "pw", Method::DELETE, "/Item/w1", None).await.0, 403);
-    assert_eq!(writes().len(), 3, "refused writes never reach the origin");
+    assert_eq!(writes().len(), 4, "refused writes never reach the origin");
 }

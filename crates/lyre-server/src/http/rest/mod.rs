@@ -247,7 +247,7 @@ impl RestRequest<'_> {
         match (method.as_str(), &self.target) {
             ("PUT", Target::Record(id)) => {
                 let (mut record, _memory) = self.object_body(body).await?;
-                self.write_through(id, Forwarded::Put(&record)).await?;
+                let forwarded = self.write_through(id, Forwarded::Put(&record)).await?;
                 // A caching table's record written with `Cache-Control: max-age=N`
                 // stays fresh N seconds (in `@expiresAt`, when the table has one).
                 let max_age = self.source.as_ref().and(Directives::of(self.headers).max_age);
@@ -255,7 +255,8 @@ impl RestRequest<'_> {
                 if let (Some(attribute), Some(at)) = (&self.table.schema().expires_at, fresh_until) {
                     record.insert(attribute.clone(), Value::Int(at as i64));
                 }
-                let summary = self.table.put(&self.ctx, id.clone(), record, self.conditions()).await?;
+                let written = self.table.put(&self.ctx, id.clone(), record, self.conditions()).await;
+                let summary = self.unless_refused_here(forwarded, id, written).await?;
                 if let Some(at) = fresh_until {
                     self.state.cache.written(&self.table, id, summary.txn_time, at);
                 }
@@ -286,7 +287,12 @@ impl RestRequest<'_> {
             }
             ("PATCH", Target::Record(id)) => {
                 let (record, _memory) = self.object_body(body).await?;
-                self.write_through(id, Forwarded::Patch(&record)).await?;
+                if self.write_through(id, Forwarded::Patch(&record)).await? {
+                    // The origin merged it: the next read fetches the whole record
+                    // (a copy patched here could be partial, or differ from its merge).
+                    self.state.cache.invalidate(&self.table, vec![id.clone()]).await?;
+                    return Ok(StatusCode::NO_CONTENT.into_response());
+                }
                 self.table.patch(&self.ctx, id.clone(), record, self.conditions()).await?;
                 Ok(StatusCode::NO_CONTENT.into_response())
             }
@@ -305,8 +311,9 @@ impl RestRequest<'_> {
                 Ok(response)
             }
             ("DELETE", Target::Record(id)) => {
-                self.write_through(id, Forwarded::Delete).await?;
-                self.table.delete_with(&self.ctx, vec![id.clone()], self.conditions()).await?;
+                let forwarded = self.write_through(id, Forwarded::Delete).await?;
+                let deleted = self.table.delete_with(&self.ctx, vec![id.clone()], self.conditions()).await;
+                self.unless_refused_here(forwarded, id, deleted).await?;
                 self.reply(&Value::Bool(true))
             }
             ("DELETE", Target::Collection) => {
@@ -323,10 +330,14 @@ impl RestRequest<'_> {
 
     /// Sends a write of record `id` of a caching table to its origin first, when
     /// the source writes through: after checking the role may make it, so an
-    /// origin never takes a write refused here; an origin that refuses it leaves
-    /// the table as it was (502, or 504 at the timeout).
-    async fn write_through(&self, id: &Value, write: Forwarded<'_>) -> Result<(), ApiError> {
-        let Some(source) = &self.source else { return Ok(()) };
+    /// origin never takes a write the role may not make; an origin that refuses it
+    /// leaves the table as it was (502, or 504 at the timeout). `true` when the
+    /// origin took it.
+    async fn write_through(&self, id: &Value, write: Forwarded<'_>) -> Result<bool, ApiError> {
+        let Some(source) = &self.source else { return Ok(false) };
+        if !source.writes_through() {
+            return Ok(false);
+        }
         let actions: &[Action] = match write {
             Forwarded::Put(_) | Forwarded::Patch(_) => &[Action::Insert, Action::Update],
             Forwarded::Delete => &[Action::Delete],
@@ -339,7 +350,28 @@ impl RestRequest<'_> {
             access.require_attributes(names, actions, &self.table.schema().primary_key)?;
         }
         let sourced = Sourced { table: &self.table, source };
-        Ok(self.state.cache.write_through(sourced, id, write).await?)
+        self.state.cache.write_through(sourced, id, write).await?;
+        Ok(true)
+    }
+
+    /// `written`, the local half of a write the origin already took (`forwarded`):
+    /// when it failed here (a precondition, the schema), the copy held is dropped,
+    /// so reads fetch what the origin now has rather than what it had.
+    async fn unless_refused_here<T>(
+        &self,
+        forwarded: bool,
+        id: &Value,
+        written: lyre_core::Result<T>,
+    ) -> Result<T, ApiError> {
+        match written {
+            Err(err) if forwarded => {
+                if let Err(dropped) = self.state.cache.invalidate(&self.table, vec![id.clone()]).await {
+                    tracing::warn!(error = %dropped, "a copy the origin no longer matches was not dropped");
+                }
+                Err(err.into())
+            }
+            written => Ok(written?),
+        }
     }
 
     async fn get(&self) -> Result<Response, ApiError> {
