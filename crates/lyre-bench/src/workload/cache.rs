@@ -19,7 +19,7 @@ use crate::client::{Call, HttpClient};
 use crate::stats::Measurement;
 use crate::target::Target;
 use crate::workload::ycsb::{Zipfian, key};
-use crate::workload::{CheckFn, LoadSpec, RequestFn, run_load};
+use crate::workload::{LoadSpec, RequestFn, one_per_success, run_load};
 
 /// The caching table.
 pub const TABLE: &str = "cacheditem";
@@ -108,7 +108,7 @@ pub async fn ensure_held(target: &Target, client: &HttpClient, params: CachePara
         requests: params.records,
         concurrency: params.concurrency,
         request,
-        check: check(),
+        check: one_per_success(),
     };
     let measured = run_load(target, client, spec).await?;
     anyhow::ensure!(
@@ -119,16 +119,6 @@ pub async fn ensure_held(target: &Target, client: &HttpClient, params: CachePara
         params.records
     );
     Ok(())
-}
-
-/// A read must answer 200.
-fn check() -> CheckFn {
-    Arc::new(|status: u16, body: &[u8]| -> Result<u64, String> {
-        match status {
-            200 => Ok(1),
-            other => Err(format!("status {other}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]))),
-        }
-    })
 }
 
 /// Runs one round against `target`.
@@ -150,6 +140,10 @@ pub async fn run(
         Phase::Miss => "cache-miss",
         Phase::Hit => "cache-hit",
     };
-    run_load(target, client, LoadSpec { workload, round, requests: operations, concurrency, request, check: check() })
-        .await
+    run_load(
+        target,
+        client,
+        LoadSpec { workload, round, requests: operations, concurrency, request, check: one_per_success() },
+    )
+    .await
 }

@@ -65,17 +65,16 @@ pub fn disk_usage(dir: &Path) -> u64 {
 pub async fn run(targets: &[(Target, HttpClient, PathBuf)], params: ChurnParams) -> anyhow::Result<Vec<Series>> {
     let started = Instant::now();
     let written: Vec<_> = targets.iter().map(|_| std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0))).collect();
-    let writers: Vec<_> = targets
+    let mut writers: Vec<_> = targets
         .iter()
         .zip(&written)
         .map(|((_, client, _), written)| {
             let (client, written) = (client.clone(), written.clone());
-            tokio::spawn(async move { write_paced(&client, params, started, &written).await })
+            Some(tokio::spawn(async move { write_paced(&client, params, started, &written).await }))
         })
         .collect();
     let mut points: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); targets.len()];
     let mut finished: Vec<Option<(f64, u64)>> = vec![None; targets.len()];
-    let mut writers: Vec<_> = writers.into_iter().map(Some).collect();
     let mut all_done_at: Option<Instant> = None;
     loop {
         let now = started.elapsed().as_secs_f64();
@@ -87,8 +86,7 @@ pub async fn run(targets: &[(Target, HttpClient, PathBuf)], params: ChurnParams)
             if writer.as_ref().is_some_and(|w| w.is_finished())
                 && let Some(handle) = writer.take()
             {
-                let errors = handle.await??;
-                finished[i] = Some((started.elapsed().as_secs_f64(), errors));
+                finished[i] = Some(handle.await??);
             }
         }
         if all_done_at.is_none() && finished.iter().all(Option::is_some) {
@@ -111,13 +109,14 @@ pub async fn run(targets: &[(Target, HttpClient, PathBuf)], params: ChurnParams)
 }
 
 /// Writes every record in batches, each batch at its time on the schedule (or
-/// at once when behind it); the count of failed batches' records.
+/// at once when behind it); when it finished (seconds since `started`) and the
+/// count of failed batches' records.
 async fn write_paced(
     client: &HttpClient,
     params: ChurnParams,
     started: Instant,
     written: &std::sync::atomic::AtomicU64,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<(f64, u64)> {
     let batches = params.writes.div_ceil(params.batch.max(1));
     let every = Duration::from_secs_f64(params.batch as f64 / params.rate.max(1) as f64);
     let mut errors = 0;
@@ -135,5 +134,5 @@ async fn write_paced(
         }
         written.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
     }
-    Ok(errors)
+    Ok((started.elapsed().as_secs_f64(), errors))
 }

@@ -15,7 +15,7 @@ use rand::Rng;
 use crate::client::{Call, HttpClient};
 use crate::stats::Measurement;
 use crate::target::Target;
-use crate::workload::{LoadSpec, run_load};
+use crate::workload::{LoadSpec, one_per_success, run_load};
 
 /// The exported table (declared in [`crate::workload::ycsb::SCHEMA`]).
 pub const TABLE: &str = "counter";
@@ -54,12 +54,7 @@ pub async fn run(
         let key = rand::rng().random_range(0..keys.max(1));
         Call::Patch(format!("/{TABLE}/c{key}"), body.clone())
     });
-    let check = Arc::new(|status: u16, body: &[u8]| -> Result<u64, String> {
-        match status {
-            200..=204 => Ok(1),
-            other => Err(format!("status {other}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]))),
-        }
-    });
+    let check = one_per_success();
     let workload = if keys == 1 { "counters-hot" } else { "counters-spread" };
     let measured =
         run_load(target, client, LoadSpec { workload, round, requests: operations, concurrency, request, check })

@@ -13,6 +13,17 @@ pub type RequestFn = Arc<dyn Fn(u64) -> Call + Send + Sync>;
 /// Checks a response (status, body); returns the records it carried or wrote.
 pub type CheckFn = Arc<dyn Fn(u16, &[u8]) -> Result<u64, String> + Send + Sync>;
 
+/// The check of a load whose every request counts one record: a 2xx answer
+/// (200–204), else the status and the start of the body as the error.
+pub fn one_per_success() -> CheckFn {
+    Arc::new(|status: u16, body: &[u8]| -> Result<u64, String> {
+        match status {
+            200..=204 => Ok(1),
+            other => Err(format!("status {other}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]))),
+        }
+    })
+}
+
 /// What a timed load sends.
 pub struct LoadSpec<'a> {
     /// Workload name for the report.

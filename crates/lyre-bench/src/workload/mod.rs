@@ -13,4 +13,4 @@ pub mod records;
 pub mod sql;
 pub mod ycsb;
 
-pub use load::{CheckFn, LoadSpec, RequestFn, run_load};
+pub use load::{LoadSpec, RequestFn, one_per_success, run_load};

@@ -25,7 +25,7 @@ use serde_json::{Map, Value};
 use crate::client::{Call, HttpClient};
 use crate::stats::Measurement;
 use crate::target::Target;
-use crate::workload::{LoadSpec, run_load};
+use crate::workload::{LoadSpec, one_per_success, run_load};
 
 /// The exported table's URL name.
 pub const TABLE: &str = "usertable";
@@ -230,12 +230,7 @@ pub async fn run(
         Workload::E => "ycsb-e",
         Workload::F => "ycsb-f",
     };
-    let check = Arc::new(|status: u16, body: &[u8]| -> Result<u64, String> {
-        match status {
-            200..=204 => Ok(1),
-            other => Err(format!("status {other}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]))),
-        }
-    });
+    let check = one_per_success();
     run_load(target, client, LoadSpec { workload: name, round, requests, concurrency, request, check }).await
 }
 

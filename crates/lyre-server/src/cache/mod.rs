@@ -262,7 +262,7 @@ impl Cache {
         write: Forwarded<'_>,
     ) -> Result<(), CacheError> {
         let Source::Http(origin) = sourced.source.as_ref() else { return Ok(()) };
-        if !sourced.source.writes_through() {
+        if !origin.write_through {
             return Ok(());
         }
         origin::forward(&self.client, origin, id, write).await.map_err(|error| CacheError::Origin {
@@ -411,9 +411,5 @@ fn answer(held: HeldRecord, note: Option<&Note>, now: f64) -> CachedRead {
 /// Names record `id` of `table` in the calls and notes.
 fn record_key(table: &Table, id: &Value) -> RecordKey {
     let schema = table.schema();
-    let id = match id {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    (schema.database.clone(), schema.name.clone(), id)
+    (schema.database.clone(), schema.name.clone(), origin::key_text(id))
 }

@@ -221,8 +221,8 @@ fn record_of(content_type: &str, body: Vec<u8>) -> Result<Object, OriginError> {
     Ok(record)
 }
 
-/// A primary key as the origin's URL takes it.
-fn key_text(id: &Value) -> String {
+/// A primary key as text: as the origin's URL takes it, and as the cache names it.
+pub(crate) fn key_text(id: &Value) -> String {
     match id {
         Value::String(s) => s.clone(),
         other => other.to_string(),

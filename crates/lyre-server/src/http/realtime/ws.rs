@@ -165,7 +165,7 @@ async fn relay(state: &AppState, mut opened: Opened, socket: &mut Socket) -> (Cl
                     return (CloseCode::Away, format!("nothing heard from the client for {} s", SILENT_LIMIT.as_secs()));
                 }
                 if timeout(SEND_LIMIT, socket.send(Message::Ping(Vec::new().into()))).await.is_err() {
-                    return (CloseCode::Policy, format!("the client took no frame for {} s", SEND_LIMIT.as_secs()));
+                    return not_taking();
                 }
             }
             () = stopped(&mut stopping) => return (CloseCode::Away, "the server is shutting down".into()),
@@ -181,7 +181,6 @@ async fn send_ready(
     socket: &mut Socket,
     first: Result<std::sync::Arc<lyre_core::services::Event>, FeedEnd>,
 ) -> Result<(), (CloseCode, String)> {
-    let slow = || (CloseCode::Policy, format!("the client took no frame for {} s", SEND_LIMIT.as_secs()));
     let mut next = first;
     for taken in 1..=TURN {
         let event = match next {
@@ -201,7 +200,7 @@ async fn send_ready(
         match timeout(SEND_LIMIT, socket.feed(frame)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return Err((CloseCode::Away, String::new())),
-            Err(_) => return Err(slow()),
+            Err(_) => return Err(not_taking()),
         }
         if taken == TURN {
             break;
@@ -215,8 +214,13 @@ async fn send_ready(
     match timeout(SEND_LIMIT, socket.flush()).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err((CloseCode::Away, String::new())),
-        Err(_) => Err(slow()),
+        Err(_) => Err(not_taking()),
     }
+}
+
+/// The close for a client that took no frame within [`SEND_LIMIT`].
+fn not_taking() -> (CloseCode, String) {
+    (CloseCode::Policy, format!("the client took no frame for {} s", SEND_LIMIT.as_secs()))
 }
 
 /// The close for a frame from the client that could not be read.

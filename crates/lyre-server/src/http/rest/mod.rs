@@ -250,7 +250,7 @@ impl RestRequest<'_> {
                 let forwarded = self.write_through(id, Forwarded::Put(&record)).await?;
                 // A caching table's record written with `Cache-Control: max-age=N`
                 // stays fresh N seconds (in `@expiresAt`, when the table has one).
-                let max_age = self.source.as_ref().and(Directives::of(self.headers).max_age);
+                let max_age = self.source.as_ref().and_then(|_| Directives::of(self.headers).max_age);
                 let fresh_until = max_age.map(|age| lyre_core::now_ms() + age.as_millis() as f64);
                 if let (Some(attribute), Some(at)) = (&self.table.schema().expires_at, fresh_until) {
                     record.insert(attribute.clone(), Value::Int(at as i64));
