@@ -63,13 +63,16 @@ pub enum Code {
     /// A caching table's source did not answer in time, or the record is not
     /// cached and the request forbade a fetch (`only-if-cached`).
     GatewayTimeout,
+    /// A derived index (a vector index) is further behind than allowed: writes to
+    /// its table, and queries that need it current, wait until it catches up.
+    DerivedIndexLagging,
     /// Anything else.
     Internal,
 }
 
 impl Code {
     /// Every code, for exhaustive table tests.
-    pub const ALL: [Code; 20] = [
+    pub const ALL: [Code; 21] = [
         Code::BadRequest,
         Code::Conflict,
         Code::PreconditionFailed,
@@ -89,6 +92,7 @@ impl Code {
         Code::StorageFull,
         Code::BadGateway,
         Code::GatewayTimeout,
+        Code::DerivedIndexLagging,
         Code::Internal,
     ];
 
@@ -115,6 +119,7 @@ impl Code {
             Code::StorageFull => (507, Class::Unavailable, false),
             Code::BadGateway => (502, Class::Unavailable, true),
             Code::GatewayTimeout => (504, Class::Unavailable, true),
+            Code::DerivedIndexLagging => (503, Class::Unavailable, true),
             Code::Internal => (500, Class::Internal, false),
         }
     }
@@ -143,6 +148,10 @@ pub enum Error {
     /// Invalid input, with a message naming the field.
     #[error("{0}")]
     Invalid(String),
+    /// A derived index is behind further than allowed (Harper's
+    /// `DerivedIndexLagError`): the message names the index and how far.
+    #[error("{0}")]
+    DerivedIndexLagging(String),
     /// `database 'x' does not exist`.
     #[error("database '{0}' does not exist")]
     DatabaseNotFound(String),
@@ -252,6 +261,7 @@ impl Error {
             Error::PreconditionFailed(_) => Code::PreconditionFailed,
             Error::Lifecycle(e) => e.code(),
             Error::Failpoint(_) => Code::Internal,
+            Error::DerivedIndexLagging(_) => Code::DerivedIndexLagging,
             Error::MustLogin => Code::MustLogin,
             Error::LoginFailed => Code::LoginFailed,
             Error::Forbidden(_) | Error::SystemReadOnly => Code::Forbidden,

@@ -5,6 +5,10 @@
 //! * `crash:<step>`: the process aborts at the step, as abruptly as `kill -9`.
 //! * `fail:<step>`: the step returns an error.
 //! * `panic:<step>`: the step panics (tests that no panic reaches a client).
+//! * `stall:<step>=<ms>`: the step sleeps that long (a backend that falls behind).
+//!
+//! Any of them followed by `*<n>` acts at the first `n` hits of the step only
+//! (`panic:derived-apply*3`: a runner that dies three times, then works).
 //!
 //! Unset (always, outside tests) it costs one read of a cached string.
 
@@ -31,16 +35,39 @@ pub(crate) fn hit_io(step: &str) -> std::io::Result<()> {
 /// [`Error::Failpoint`], an internal fault).
 pub(crate) fn hit(step: &str) -> Result<()> {
     for point in configured() {
-        if point.strip_prefix("crash:") == Some(step) {
-            eprintln!("failpoint: crashing at {step}");
-            std::process::abort();
+        let (point, times) = match point.rsplit_once('*') {
+            Some((point, n)) => (point, n.parse::<u64>().ok()),
+            None => (point.as_str(), None),
+        };
+        let Some((kind, rest)) = point.split_once(':') else { continue };
+        let (named, stall_ms) = match rest.split_once('=') {
+            Some((named, ms)) => (named, ms.parse::<u64>().ok()),
+            None => (rest, None),
+        };
+        if named != step || !take_turn(point, times) {
+            continue;
         }
-        if point.strip_prefix("fail:") == Some(step) {
-            return Err(Error::Failpoint(step.to_string()));
-        }
-        if point.strip_prefix("panic:") == Some(step) {
-            panic!("failpoint: panicking at {step}");
+        match kind {
+            "crash" => {
+                eprintln!("failpoint: crashing at {step}");
+                std::process::abort();
+            }
+            "fail" => return Err(Error::Failpoint(step.to_string())),
+            "panic" => panic!("failpoint: panicking at {step}"),
+            "stall" => std::thread::sleep(std::time::Duration::from_millis(stall_ms.unwrap_or(1_000))),
+            _ => {}
         }
     }
     Ok(())
+}
+
+/// Whether the failpoint `point` acts at this hit: always without a count, else
+/// at its first `times` hits.
+fn take_turn(point: &str, times: Option<u64>) -> bool {
+    let Some(times) = times else { return true };
+    static HITS: OnceLock<parking_lot::Mutex<std::collections::HashMap<String, u64>>> = OnceLock::new();
+    let mut hits = HITS.get_or_init(Default::default).lock();
+    let count = hits.entry(point.to_string()).or_insert(0);
+    *count += 1;
+    *count <= times
 }

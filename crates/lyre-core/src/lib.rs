@@ -43,6 +43,7 @@ pub mod testing;
 mod time;
 pub mod users;
 mod value;
+pub mod vector;
 
 pub use access::Context;
 pub use catalog::SYSTEM_DATABASE;

@@ -95,6 +95,7 @@ pub(crate) struct Inner {
     pub(crate) catalog: BytesDb,
     pub(crate) meta: BytesDb,
     pub(crate) txlog: LogDb,
+    pub(crate) derived: BytesDb,
     /// Handles of tables opened so far. Only committed handles enter this map; a
     /// dropped table's entry is moved to `free` when the next table is created.
     pub(crate) tables: RwLock<HashMap<String, TableStore>>,
@@ -119,12 +120,13 @@ impl Database {
     pub fn open(name: &str, dir: &Path, options: DatabaseOptions) -> Result<Self> {
         let env = open_env(dir, options.map_size, options.durable)?;
         let wtxn = env.write_txn()?;
-        let (catalog, meta, txlog): (BytesDb, BytesDb, LogDb) = env
+        let (catalog, meta, txlog, derived): (BytesDb, BytesDb, LogDb, BytesDb) = env
             .create_databases_and_commit(wtxn, |opener, wtxn| {
                 let catalog = opener.create_database(wtxn, Some(names::CATALOG))?;
                 let meta = opener.create_database(wtxn, Some(names::META))?;
                 let txlog = opener.create_database(wtxn, Some(names::TXLOG))?;
-                Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((catalog, meta, txlog)))
+                let derived = opener.create_database(wtxn, Some(names::DERIVED))?;
+                Ok::<_, heed::Error>(CommitOrAbort::<_, ()>::Commit((catalog, meta, txlog, derived)))
             })?
             .unwrap_commit();
         let last_seq = {
@@ -141,6 +143,7 @@ impl Database {
                 catalog,
                 meta,
                 txlog,
+                derived,
                 tables: RwLock::new(HashMap::new()),
                 free: RwLock::new(Vec::new()),
                 committed,

@@ -38,6 +38,6 @@ pub use key::{
 pub use layout::Layout;
 pub use record::{Flags, RecordHeader, decode_record, encode_record};
 pub use txlog::{Change, ChangeKind, JobMeta, LogEntry, PruneProgress, PruneScope};
-pub use txn::{IndexEntries, KeyRange, ReadTxn, Records, WriteTxn};
+pub use txn::{DerivedEntries, IndexEntries, KeyRange, ReadTxn, Records, WriteTxn};
 pub use version::{Version, VersionClock};
 pub use writer::{BATCH_BUCKETS, Writer, WriterCounts, WriterOptions};

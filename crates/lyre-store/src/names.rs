@@ -6,6 +6,9 @@ pub const CATALOG: &str = "catalog";
 pub const META: &str = "meta";
 /// The transaction log, keyed by big-endian sequence number.
 pub const TXLOG: &str = "txlog";
+/// Derived indexes' own state (vector graphs and their cursors), each index under
+/// a key prefix of its own, written only by the index's runner.
+pub const DERIVED: &str = "derived";
 
 /// Prefix of every slot's primary-record sub-database name.
 pub const RECORDS_PREFIX: &str = "records/";

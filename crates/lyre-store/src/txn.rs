@@ -100,6 +100,9 @@ pub type Records<'t> = Box<dyn Iterator<Item = Result<(&'t [u8], &'t [u8])>> + '
 /// Index entries in key order: `attribute id ++ encoded value ++ encoded primary key`.
 pub type IndexEntries<'t> = Box<dyn Iterator<Item = Result<&'t [u8]>> + 't>;
 
+/// Derived-index entries (key, value) in key order.
+pub type DerivedEntries<'t> = Box<dyn Iterator<Item = Result<(&'t [u8], &'t [u8])>> + 't>;
+
 /// A consistent read snapshot of one database. `Send`, so a streamed result can be
 /// produced on another thread; keep it short-lived (it pins old pages).
 pub struct ReadTxn {
@@ -195,6 +198,18 @@ impl ReadTxn {
     /// Metadata entries whose key starts with `prefix`, in key order.
     pub fn meta_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         meta_prefix_in(&self.txn, &self.db, prefix)
+    }
+
+    /// A derived index's value (see `names::DERIVED`).
+    pub fn derived(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        Ok(self.db.inner.derived.get(&self.txn, key)?)
+    }
+
+    /// Derived-index entries whose key starts with `prefix`, in key order, read
+    /// lazily (a vector graph is read whole at start-up, one entry at a time).
+    pub fn derived_prefix<'t>(&'t self, prefix: &[u8]) -> Result<DerivedEntries<'t>> {
+        let map = |item: heed::Result<(&'t [u8], &'t [u8])>| item.map_err(Error::from);
+        Ok(Box::new(self.db.inner.derived.prefix_iter(&self.txn, prefix)?.map(map)))
     }
 
     /// The log's epoch in this snapshot (see `names::LOG_EPOCH`).
@@ -522,6 +537,38 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// Metadata entries whose key starts with `prefix`, as of this transaction.
     pub fn meta_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         meta_prefix_in(&*self.txn, self.db, prefix)
+    }
+
+    /// A derived index's value, as of this transaction.
+    pub fn derived(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        Ok(self.db.inner.derived.get(&*self.txn, key)?)
+    }
+
+    /// Writes a derived index's value. Not logged: derived state is rebuilt from
+    /// the records and the log, never replayed.
+    pub fn put_derived(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db.inner.derived.put(self.writing(), key, value).map_err(|e| classify(self.db, e))
+    }
+
+    /// Deletes a derived index's value; returns whether it existed.
+    pub fn delete_derived(&mut self, key: &[u8]) -> Result<bool> {
+        self.db.inner.derived.delete(self.writing(), key).map_err(|e| classify(self.db, e))
+    }
+
+    /// Deletes up to `max` derived-index entries whose key starts with `prefix`;
+    /// returns how many it deleted (fewer than `max`: none are left).
+    pub fn delete_derived_prefix(&mut self, prefix: &[u8], max: usize) -> Result<usize> {
+        let keys: Vec<Vec<u8>> = {
+            let mut keys = Vec::new();
+            for item in self.db.inner.derived.prefix_iter(&*self.txn, prefix)?.take(max) {
+                keys.push(item?.0.to_vec());
+            }
+            keys
+        };
+        for key in &keys {
+            self.delete_derived(key)?;
+        }
+        Ok(keys.len())
     }
 
     /// The transaction, for a write: from here on, failing this job aborts its batch.

@@ -8,6 +8,7 @@
 mod names;
 mod schema;
 mod sdl;
+mod vector;
 
 pub(crate) use names::check_length as check_name_length;
 pub(crate) use names::validate_definition_names;
@@ -18,6 +19,7 @@ pub use schema::{
     TableSchema, TableSpec, UPDATED_TIME,
 };
 pub use sdl::{DeclaredAttribute, SdlError, TableDefinition, parse_sdl};
+pub use vector::{Distance, MAX_DIMENSIONS, VectorIndex, read_vector};
 
 /// The database holding Lyre's own tables: users, roles and jobs.
 pub const SYSTEM_DATABASE: &str = "system";

@@ -25,6 +25,10 @@ pub struct Attribute {
     pub type_name: Option<String>,
     /// Whether a secondary index is kept for it.
     pub indexed: bool,
+    /// A vector (HNSW) index kept for it by a derived-index runner, instead of an
+    /// ordinary index (`indexed` is then false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<super::VectorIndex>,
     /// Whether it is the primary key.
     pub is_primary_key: bool,
     /// Whether an array value has ever been indexed for it (results then need
@@ -352,6 +356,7 @@ impl DatabaseSchema {
             id: self.allocate_attribute_id(),
             type_name: spec.primary_key_type.clone(),
             indexed: true,
+            vector: None,
             is_primary_key: true,
             multi_valued: false,
             shape: Default::default(),
@@ -367,6 +372,7 @@ impl DatabaseSchema {
                         id,
                         type_name: None,
                         indexed: true,
+                        vector: None,
                         is_primary_key: false,
                         multi_valued: false,
                         shape: Default::default(),
@@ -381,6 +387,7 @@ impl DatabaseSchema {
                         id,
                         type_name: spec.type_name.clone(),
                         indexed: spec.indexed,
+                        vector: None,
                         is_primary_key: false,
                         multi_valued: false,
                         shape: Default::default(),
@@ -434,6 +441,7 @@ impl DatabaseSchema {
                         id: self.allocate_attribute_id(),
                         type_name: Some(declared.type_name.clone()),
                         indexed: declared.indexed,
+                        vector: declared.vector.clone(),
                         is_primary_key: false,
                         multi_valued: false,
                         shape: declared.shape.clone(),
@@ -451,6 +459,7 @@ impl DatabaseSchema {
                         _ => {}
                     }
                     attribute.indexed = declared.indexed;
+                    attribute.vector = declared.vector.clone();
                     attribute.type_name = Some(declared.type_name.clone());
                     attribute.shape = declared.shape.clone();
                 }
@@ -477,6 +486,7 @@ impl DatabaseSchema {
             id,
             type_name: spec.type_name,
             indexed: spec.indexed,
+            vector: None,
             is_primary_key: false,
             multi_valued: false,
             shape: Default::default(),

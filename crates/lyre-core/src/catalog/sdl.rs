@@ -11,6 +11,7 @@ use apollo_compiler::ast::{self, Definition, Directive, FieldDefinition, ObjectT
 use apollo_compiler::{Node, ast::Document};
 
 use crate::catalog::schema::{Expiration, NestedField, Relationship, Shape, Stamp};
+use crate::catalog::vector::{Distance, VectorIndex};
 
 /// The scalar types a field may have.
 const SCALARS: [&str; 11] =
@@ -75,8 +76,10 @@ pub struct DeclaredAttribute {
     pub name: String,
     /// Its type name (a scalar, or a nested type's name).
     pub type_name: String,
-    /// `@indexed`.
+    /// `@indexed` (an ordinary index).
     pub indexed: bool,
+    /// `@indexed(type: "HNSW", …)`: a vector index instead of an ordinary one.
+    pub vector: Option<VectorIndex>,
     /// List, required, nested fields, time stamp.
     pub shape: Shape,
 }
@@ -266,20 +269,126 @@ impl Reader<'_> {
             (false, true) => Some(Stamp::Updated),
             (false, false) => None,
         };
-        let indexed = match field.directives.get("indexed") {
-            None => false,
-            Some(d) => {
-                if let Some(kind) = self.string_arg(d, "type")? {
+        let (type_name, _) = self.base_type(&field.ty);
+        let (indexed, vector) = match field.directives.get("indexed") {
+            None => (false, None),
+            Some(d) => match self.string_arg(d, "type")? {
+                None => (true, None),
+                Some(kind) if kind == "HNSW" => {
+                    if !shape.list || !matches!(type_name, "Float" | "Int" | "Long" | "Any") {
+                        return self.error(
+                            d.location(),
+                            format!(
+                                "@indexed(type: \"HNSW\") on {}.{} needs a list of numbers ([Float])",
+                                owner.name, field.name
+                            ),
+                        );
+                    }
+                    (false, Some(self.vector_index(d, &format!("{}.{}", owner.name, field.name))?))
+                }
+                Some(kind) => {
                     return self.error(
                         d.location(),
-                        format!("@indexed(type: \"{kind}\") on {}.{} is not supported yet", owner.name, field.name),
+                        format!(
+                            "@indexed(type: \"{kind}\") on {}.{} is not an index type Lyre knows (HNSW, or none for an ordinary index)",
+                            owner.name, field.name
+                        ),
                     );
                 }
-                true
-            }
+            },
         };
-        let (type_name, _) = self.base_type(&field.ty);
-        Ok(DeclaredAttribute { name: field.name.to_string(), type_name: type_name.to_string(), indexed, shape })
+        Ok(DeclaredAttribute { name: field.name.to_string(), type_name: type_name.to_string(), indexed, vector, shape })
+    }
+
+    /// The options of `@indexed(type: "HNSW", …)` on `field`, with Harper's names
+    /// and defaults; an unknown option, distance or out-of-range value fails the
+    /// schema with the directive's position.
+    fn vector_index(&self, d: &Node<Directive>, field: &str) -> Result<VectorIndex, SdlError> {
+        const OPTIONS: [&str; 10] = [
+            "type",
+            "distance",
+            "M",
+            "efConstruction",
+            "efConstructionSearch",
+            "mL",
+            "optimizeRouting",
+            "quantization",
+            "filterExpansion",
+            "maxLagMilliseconds",
+        ];
+        if let Some(unknown) = d.arguments.iter().find(|a| !OPTIONS.contains(&a.name.as_str())) {
+            return self.error(
+                unknown.location(),
+                format!("@indexed(type: \"HNSW\") on {field} has no option '{}'", unknown.name),
+            );
+        }
+        let mut spec = VectorIndex::default();
+        if let Some(name) = self.string_arg(d, "distance")? {
+            spec.distance = match Distance::parse(&name) {
+                Some(distance) => distance,
+                None => {
+                    return self.error(
+                        d.location(),
+                        format!(
+                            "@indexed(type: \"HNSW\") on {field}: unknown distance '{name}' (cosine, euclidean or dotProduct)"
+                        ),
+                    );
+                }
+            };
+        }
+        let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        if let Some(m) = self.int_arg(d, "M")? {
+            spec.m = small(m);
+            spec.ml = 1.0 / f64::from(spec.m.max(2)).ln();
+        }
+        if let Some(ef) = self.int_arg(d, "efConstruction")? {
+            spec.ef_construction = small(ef);
+            spec.ef_search = spec.ef_search.max(small(ef).min(4096));
+        }
+        if let Some(ef) = self.int_arg(d, "efConstructionSearch")? {
+            spec.ef_search = small(ef);
+        }
+        if let Some(ml) = self.float_arg(d, "mL")? {
+            spec.ml = ml;
+        }
+        if let Some(routing) = self.float_arg(d, "optimizeRouting")? {
+            spec.optimize_routing = routing;
+        }
+        if let Some(expansion) = self.int_arg(d, "filterExpansion")? {
+            spec.filter_expansion = small(expansion);
+        }
+        spec.max_lag_ms = self.int_arg(d, "maxLagMilliseconds")?.filter(|&ms| ms > 0);
+        match self.string_arg(d, "quantization")?.as_deref() {
+            None | Some("none") => {}
+            Some("int8") => spec.quantization = true,
+            Some(other) => {
+                return self.error(
+                    d.location(),
+                    format!("@indexed(type: \"HNSW\") on {field}: unknown quantization '{other}' (int8 or none)"),
+                );
+            }
+        }
+        if let Err(message) = spec.check() {
+            return self.error(d.location(), format!("@indexed(type: \"HNSW\") on {field}: {message}"));
+        }
+        Ok(spec)
+    }
+
+    fn float_arg(&self, directive: &Node<Directive>, name: &str) -> Result<Option<f64>, SdlError> {
+        match self.argument(directive, name).map(|v| (v, v.as_ref())) {
+            None => Ok(None),
+            Some((v, ast::Value::Int(i))) => i
+                .as_str()
+                .parse::<f64>()
+                .map(Some)
+                .or_else(|_| self.error(v.location(), format!("@{}({name}:) must be a number", directive.name))),
+            Some((v, ast::Value::Float(f))) => f
+                .as_str()
+                .parse::<f64>()
+                .map(Some)
+                .or_else(|_| self.error(v.location(), format!("@{}({name}:) must be a number", directive.name))),
+            Some((v, _)) => self.error(v.location(), format!("@{}({name}:) must be a number", directive.name)),
+        }
     }
 
     /// The shape of a field's type; nested (non-table) object types become nested

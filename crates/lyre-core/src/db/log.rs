@@ -116,6 +116,14 @@ fn encode_cursor(cursor: &StoredCursor) -> Result<Vec<u8>> {
     rmp_serde::to_vec_named(cursor).map_err(|e| Error::Corrupt(format!("encoding a log cursor: {e}")))
 }
 
+/// Stores the durable cursor `name` at `seq` inside a writer job: a consumer whose
+/// own state is in the database (a derived index) moves its hold on the log in
+/// the same transaction as its work.
+pub(crate) fn hold_log_in(txn: &mut lyre_store::WriteTxn<'_, '_>, name: &str, seq: u64) -> Result<()> {
+    let stored = encode_cursor(&StoredCursor { seq, touched: crate::time::now_ms() })?;
+    Ok(txn.put_meta(&cursor_key(name), &stored)?)
+}
+
 /// The primary key a record change names.
 pub fn change_key(change: &Change) -> Result<Value> {
     Ok(decode_key(&change.key).map(|(key, _)| Value::from(key))?)
@@ -196,6 +204,12 @@ impl Db {
             entries.push(entry);
         }
         Ok(entries)
+    }
+
+    /// The time (version, ms) of the first log entry after `seq`, if there is one:
+    /// how long a consumer that has applied through `seq` has been behind.
+    pub fn entry_time_after(&self, seq: u64) -> Result<Option<f64>> {
+        Ok(self.snapshot()?.log_from(seq.saturating_add(1))?.next().transpose()?.map(|entry| entry.version))
     }
 
     /// The durable cursor named `name`, if it exists.

@@ -3,6 +3,7 @@
 //! the transaction log's reading API and durable cursors are in `log.rs`.
 
 mod ddl;
+pub mod derived;
 pub mod log;
 
 use std::collections::BTreeMap;
@@ -40,6 +41,8 @@ pub struct Db {
     /// When this database was opened (ms since the epoch): a durable cursor whose
     /// consumer has not attached since counts as gone from this moment at the latest.
     opened_at: f64,
+    /// The live derived (vector) indexes, installed by their runners.
+    derived: derived::DerivedIndexes,
 }
 
 /// Who holds a lease. Described only when asked (a refused drop naming its
@@ -95,6 +98,8 @@ pub struct TableStats {
     pub db_audit_size: u64,
     /// Version of the table's last write, if any.
     pub last_updated_record: Option<f64>,
+    /// Its vector indexes as they stand, by attribute.
+    pub vector_indexes: Vec<derived::IndexStatus>,
 }
 
 impl Db {
@@ -132,6 +137,7 @@ impl Db {
             closing_signal: watch::Sender::new(false),
             attached: Mutex::new(Default::default()),
             opened_at: crate::time::now_ms(),
+            derived: Default::default(),
         }))
     }
 
@@ -143,6 +149,12 @@ impl Db {
     /// The last published schema.
     pub fn schema(&self) -> SchemaState {
         self.published.read().clone()
+    }
+
+    /// The live derived (vector) indexes: what queries read and what decides
+    /// whether a write must wait for one to catch up.
+    pub fn derived(&self) -> &derived::DerivedIndexes {
+        &self.derived
     }
 
     /// The storage handle (crate-internal: protocols go through `Table`).
@@ -255,6 +267,7 @@ impl Db {
             db_size: self.store.disk_size()?,
             db_audit_size: txn.log_size()?,
             last_updated_record,
+            vector_indexes: self.derived.status_of(table),
         })
     }
 

@@ -1,5 +1,6 @@
 //! What a query says, independent of the protocol that carried it.
 
+use crate::db::derived::IndexWait;
 use crate::value::Value;
 
 /// How sibling conditions combine.
@@ -75,6 +76,19 @@ pub struct SortKey {
     pub descending: bool,
 }
 
+/// Results ordered by distance to a target vector, through the attribute's vector
+/// (HNSW) index: Harper's `sort: {attribute, target}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorSort {
+    /// The vector attribute.
+    pub attribute: String,
+    /// The vector results are near.
+    pub target: Vec<f64>,
+    /// How wide the search is (defaults to the index's `efConstructionSearch`,
+    /// and is never below the results wanted).
+    pub ef: Option<usize>,
+}
+
 /// A search over one table.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Query {
@@ -92,6 +106,10 @@ pub struct Query {
     pub limit: Option<usize>,
     /// Which attributes to return.
     pub select: super::Select,
+    /// Nearest first to a target vector (overrides `sort`).
+    pub vector: Option<VectorSort>,
+    /// How long a vector query waits for its index, and how stale it may be.
+    pub index_wait: IndexWait,
 }
 
 impl Condition {
@@ -115,6 +133,7 @@ impl Query {
         let mut out = Vec::new();
         self.conditions.iter().for_each(|c| c.attributes_read(&mut out));
         out.extend(self.sort.iter().map(|key| key.attribute.split('.').next().unwrap_or_default()));
+        out.extend(self.vector.iter().map(|v| v.attribute.as_str()));
         out.extend(self.select.attributes_named());
         out
     }

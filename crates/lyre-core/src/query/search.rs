@@ -8,12 +8,14 @@ use lyre_store::{ReadTxn, TableStore};
 
 use crate::access::{Action, Context, TableAccess, check_table};
 use crate::catalog::TableSchema;
+use crate::db::derived::{LiveIndex, Phase};
 use crate::db::{Db, Lease};
 use crate::error::{Error, LifecycleError, Result};
-use crate::query::ast::{Condition, Query};
+use crate::query::ast::{Condition, Query, VectorSort};
 use crate::query::driver::{Driver, Order};
 use crate::query::exec::{sort_records, sort_value, walk};
 use crate::query::filter::matches_all;
+use crate::query::nearest::Nearest;
 use crate::query::plan::{choose_driver, order_for, validate_condition, validate_sort_path};
 use crate::query::related::{Related, target_table};
 use crate::query::select::Select;
@@ -130,6 +132,43 @@ impl SharedSnapshot {
     }
 }
 
+/// The live index a vector query sorts through: the attribute must declare one, the
+/// target must have its dimensions, and the index must be serving (a query that
+/// waits for it does so before planning, see `Table::index_coverage`).
+fn vector_index(db: &Db, schema: &TableSchema, sort: &VectorSort) -> Result<Arc<LiveIndex>> {
+    let declared = schema.attribute(&sort.attribute).and_then(|a| a.vector.as_ref());
+    if declared.is_none() {
+        return Err(Error::invalid(format!(
+            "{}.{} has no vector index (@indexed(type: \"HNSW\")) to sort by distance",
+            schema.name, sort.attribute
+        )));
+    }
+    let index = db.derived().get(&schema.name, &sort.attribute).ok_or_else(|| {
+        Error::DerivedIndexLagging(format!(
+            "the vector index on {}.{} is not loaded yet; retry later",
+            schema.name, sort.attribute
+        ))
+    })?;
+    if index.phase() != Phase::Ready {
+        return Err(Error::DerivedIndexLagging(format!(
+            "the vector index on {}.{} is {}; retry later",
+            schema.name,
+            sort.attribute,
+            index.phase().name()
+        )));
+    }
+    let dimensions = index.graph().dimensions();
+    if dimensions != 0 && dimensions != sort.target.len() {
+        return Err(Error::invalid(format!(
+            "the target vector has {} dimensions where {}.{} holds vectors of {dimensions}",
+            sort.target.len(),
+            schema.name,
+            sort.attribute
+        )));
+    }
+    Ok(index)
+}
+
 /// A planned search over one snapshot. `Send`: run it on a blocking thread.
 pub struct Search {
     db: Arc<Db>,
@@ -146,6 +185,8 @@ pub struct Search {
     access: TableAccess,
     /// The attributes each record is decoded with (`None`: all of them).
     decoded: Option<Vec<String>>,
+    /// A vector query's index.
+    vector: Option<Arc<LiveIndex>>,
 }
 
 /// `Search` is `Send` (it runs on a blocking thread), shared snapshot or not.
@@ -179,6 +220,10 @@ impl Search {
             validate_sort_path(&db, &schema, &key.attribute, &key.attribute, 0)?;
         }
         query.select.validate(&schema)?;
+        let vector = match &query.vector {
+            Some(sort) => Some(vector_index(&db, &schema, sort)?),
+            None => None,
+        };
         let txn = match snapshot {
             Some(shared) => shared.txn.clone(),
             None => Arc::new(parking_lot::Mutex::new(db.snapshot()?)),
@@ -191,8 +236,21 @@ impl Search {
         };
         drop(reading);
         let order = order_for(&schema, &query, &mut driver);
-        let decoded = attributes_decoded(&schema, &query);
-        Ok(Search { db, schema, _lease: lease, txn, store, driver, order, query, ctx: ctx.clone(), access, decoded })
+        let decoded = if vector.is_some() { None } else { attributes_decoded(&schema, &query) };
+        Ok(Search {
+            db,
+            schema,
+            _lease: lease,
+            txn,
+            store,
+            driver,
+            order,
+            query,
+            ctx: ctx.clone(),
+            access,
+            decoded,
+            vector,
+        })
     }
 
     /// The database searched: a long-running consumer checks
@@ -235,6 +293,21 @@ impl Search {
         let operator = query.operator;
         let db = self.db.clone();
         let going_away = || Error::from(LifecycleError::Closing { database: db.name().to_string() });
+        if let (Some(index), Some(sort)) = (&self.vector, &query.vector) {
+            let nearest = Nearest {
+                txn: &txn,
+                store: &store,
+                schema: &schema,
+                live,
+                driver: &self.driver,
+                query,
+                vector: sort,
+                index,
+                related,
+                access,
+            };
+            return nearest.run(sink);
+        }
         match &self.order {
             Order::Natural => {
                 let mut skip = query.offset;

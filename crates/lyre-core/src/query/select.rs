@@ -30,6 +30,14 @@ pub enum Select {
     },
 }
 
+/// The name under which a vector query's results carry their distance.
+pub const DISTANCE: &str = "$distance";
+
+/// Names a projection may use that no record stores.
+fn is_computed(name: &str) -> bool {
+    name == "$id" || name == DISTANCE
+}
+
 /// A field of a [`Select::Fields`] projection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Field {
@@ -58,8 +66,20 @@ impl Select {
             Select::Raw | Select::All => Vec::new(),
             Select::Attributes(names) => names.iter().map(String::as_str).collect(),
             Select::Fields { fields, .. } => {
-                fields.iter().map(|f| f.name.as_str()).filter(|name| *name != "$id").collect()
+                fields.iter().map(|f| f.name.as_str()).filter(|name| !is_computed(name)).collect()
             }
+        }
+        .into_iter()
+        .filter(|name| *name != DISTANCE)
+        .collect()
+    }
+
+    /// Whether the projection names `$distance` (a vector query's distance).
+    pub fn names_distance(&self) -> bool {
+        match self {
+            Select::Raw | Select::All => false,
+            Select::Attributes(names) => names.iter().any(|n| n == DISTANCE),
+            Select::Fields { fields, .. } => fields.iter().any(|f| f.name == DISTANCE),
         }
     }
 
@@ -67,7 +87,7 @@ impl Select {
     pub fn validate(&self, table: &TableSchema) -> Result<()> {
         match self {
             Select::Attributes(names) => {
-                for name in names {
+                for name in names.iter().filter(|n| *n != DISTANCE) {
                     if table.attribute(name).is_none() {
                         return Err(Error::UnknownAttribute(name.clone()));
                     }

@@ -60,6 +60,10 @@ pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool)
             }
         } else if let Some(attribute) = attribute {
             validate_value(&attribute.name, type_name, &attribute.shape, value)?;
+            if attribute.vector.is_some() && !matches!(value, Value::Null) {
+                crate::catalog::read_vector(value)
+                    .map_err(|problem| Error::invalid(format!("the vector attribute '{name}' {problem}")))?;
+            }
             if table.expires_at.as_ref() == Some(name) {
                 validate_expiry_time(name, value)?;
             }

@@ -7,6 +7,8 @@
 //! * `expiry.rs`: the sweeper that evicts expired records.
 //! * `consistency.rs`: the checker that walks indexes against records.
 //! * `jobs.rs`: operations answered with a job id, run as tasks of the services.
+//! * `derived.rs`: the runners that keep vector indexes up to date from the log,
+//!   each owning its index by epoch, and the supervisor that (re)starts them.
 //! * `feed/`: the change feed: every committed record change delivered to its
 //!   subscribers, each bounded in memory however far behind it falls.
 //! * `log.rs`: the [`Consumer`] trait and the runner that feeds a consumer the log
@@ -21,6 +23,7 @@
 
 mod audit;
 mod consistency;
+mod derived;
 mod expiry;
 mod feed;
 mod jobs;
@@ -170,6 +173,7 @@ impl Services {
         let tasks = Arc::new(Tasks::new());
         let jobs = Jobs::open(engine, tasks.clone()).await?;
         tasks.spawn(expiry::sweep_forever(Arc::downgrade(engine), tasks.stopping()));
+        tasks.spawn(derived::supervise(Arc::downgrade(engine), tasks.stopping()));
         if let Some(retention) = options.audit_retention {
             let limits = retention::Limits { retention, consumer_timeout: options.consumer_timeout };
             tasks.spawn(retention::keep_within(Arc::downgrade(engine), limits, tasks.stopping()));

@@ -499,6 +499,35 @@ impl Table {
         Ok(access.strip_value(projected, &self.schema.primary_key))
     }
 
+    /// For a vector query: waits, as long as the query allows, for the index it
+    /// sorts through to cover what was committed when the call began (or to be
+    /// no further behind than the query tolerates), and answers that coverage,
+    /// Harper's `Harper-Index-Coverage`; a 503 once the wait is over. `None` for
+    /// other queries (and for a vector query on an attribute without an index,
+    /// which planning refuses with its reason).
+    pub async fn index_coverage(&self, query: &Query) -> Result<Option<crate::db::derived::Coverage>> {
+        let Some(sort) = &query.vector else { return Ok(None) };
+        if self.schema.attribute(&sort.attribute).and_then(|a| a.vector.as_ref()).is_none() {
+            return Ok(None);
+        }
+        let deadline = std::time::Instant::now() + query.index_wait.wait.min(crate::db::derived::MAX_WAIT);
+        loop {
+            if let Some(index) = self.db.derived().get(&self.schema.name, &sort.attribute) {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let wait = crate::db::derived::IndexWait { wait: left, ..query.index_wait };
+                return index.coverage(&self.db, wait).await.map(Some);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::DerivedIndexLagging(format!(
+                    "the vector index on {}.{} is not loaded yet; retry later",
+                    self.schema.name, sort.attribute
+                )));
+            }
+            // Its runner starts within the supervisor's scan.
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
     /// Plans a search on a fresh snapshot; run it with [`Search::run`]. Fails before
     /// any result when the query names unknown attributes or is malformed.
     pub fn search(&self, ctx: &Context, query: Query) -> Result<Search> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use lyre_store::{OwnedKey, RecordHeader, TableStore, Version, WriteTxn, decode_key};
 
 use crate::access::{Context, TableAccess};
-use crate::catalog::{AttributeSpec, CREATED_TIME, SchemaState, Stamp, TableSchema, UPDATED_TIME};
+use crate::catalog::{Attribute, AttributeSpec, CREATED_TIME, SchemaState, Stamp, TableSchema, UPDATED_TIME};
 use crate::db::{CatalogChange, last_updated_key};
 use crate::error::{Error, Result};
 use crate::index::{IndexChanges, update_record_indexes};
@@ -135,6 +135,17 @@ pub(crate) fn check(table: &TableSchema, mode: WriteMode, record: &Object, condi
     }
 }
 
+/// Refuses a client's write to `table` while one of its derived indexes is further
+/// behind than its `maxLagMilliseconds` (503, retryable). Writes replicated from
+/// elsewhere (`at`) and the server's own (a caching table's source) are never
+/// refused: refusing them would lose what already happened elsewhere.
+fn refuse_while_lagging(table: &Table, ctx: &Context, at: Option<Version>) -> Result<()> {
+    if at.is_some() || ctx.is_internal() {
+        return Ok(());
+    }
+    table.db().derived().refuse_if_lagging(&table.schema().name)
+}
+
 /// Queues prepared records as one logical transaction and waits for its commit.
 pub(crate) async fn apply(
     table: &Table,
@@ -146,6 +157,7 @@ pub(crate) async fn apply(
 ) -> Result<WriteSummary> {
     let name = table.schema().name.clone();
     let database = table.database().to_string();
+    refuse_while_lagging(table, ctx, at)?;
     table
         .db()
         .write(ctx, mode.operation(), move |txn, state| {
@@ -168,6 +180,8 @@ pub(crate) async fn apply(
                 // A single record's sums are checked in `write_one`, before it writes.
                 job.check_increments(txn, mode, &records)?;
             }
+            // The last check: it records the dimensions a first vector sets.
+            job.check_vector_dimensions(txn, &records)?;
             let mut summary = WriteSummary {
                 written: Vec::new(),
                 skipped: Vec::new(),
@@ -201,6 +215,7 @@ pub(crate) async fn delete(
         .collect::<Result<Vec<_>>>()?;
     let name = table.schema().name.clone();
     let database = table.database().to_string();
+    refuse_while_lagging(table, ctx, at)?;
     table
         .db()
         .write(ctx, "delete", move |txn, state| {
@@ -437,6 +452,41 @@ impl WriteJob {
         out.push(b'/');
         out.extend_from_slice(key);
         out
+    }
+
+    /// Refuses (before anything is written) a vector whose dimensions differ from
+    /// those its attribute already holds, and records the dimensions the first
+    /// vector of each vector attribute sets. They are kept per incarnation of the
+    /// table, in the metadata, so every writer job agrees without the index.
+    fn check_vector_dimensions(&self, txn: &mut WriteTxn<'_, '_>, records: &[Prepared]) -> Result<()> {
+        let vectors: Vec<&Attribute> = self.table.attributes.iter().filter(|a| a.vector.is_some()).collect();
+        if vectors.is_empty() {
+            return Ok(());
+        }
+        let incarnation = self.store.incarnation().unwrap_or(0);
+        for attribute in vectors {
+            let key = format!("vector-dimensions:{incarnation}:{}", attribute.id).into_bytes();
+            let mut known = txn.meta(&key)?.and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
+            let mut first = None;
+            for prepared in records {
+                let Some(Value::Array(items)) = prepared.record.get(&attribute.name) else { continue };
+                let dimensions = items.len() as u32;
+                match known.or(first) {
+                    Some(expected) if expected != dimensions => {
+                        return Err(Error::invalid(format!(
+                            "the vector attribute '{}' has {dimensions} dimensions where {}.{} holds vectors of {expected}",
+                            attribute.name, self.table.name, attribute.name
+                        )));
+                    }
+                    Some(_) => {}
+                    None => first = Some(dimensions),
+                }
+            }
+            if let (None, Some(dimensions)) = (known.take(), first) {
+                txn.put_meta(&key, &dimensions.to_be_bytes())?;
+            }
+        }
+        Ok(())
     }
 
     fn write_one(

@@ -115,7 +115,9 @@ impl ApiError {
     /// `"ClientError: <message>"` (`ServerError` for 5xx); a failed login is
     /// `{"error": "Login failed"}` and a missing one `"AccessViolation: Must login"`.
     pub fn render_rest(&self, format: Format) -> Response {
-        if matches!(self.code, Code::LoginFailed) {
+        // A failed login, and a lagging index (whose `code` and `retryable` a
+        // client acts on), keep the object shape.
+        if matches!(self.code, Code::LoginFailed | Code::DerivedIndexLagging) {
             return self.render(format);
         }
         let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -184,6 +186,12 @@ impl From<lyre_core::Error> for ApiError {
             lyre_core::Error::Forbidden(denial) => ApiError::new(code, message).with_details(denial.into_body()),
             lyre_core::Error::InvalidPermissions(errors) => {
                 ApiError::new(code, message).with_details(errors.into_body())
+            }
+            lyre_core::Error::DerivedIndexLagging(_) => {
+                let mut details = lyre_core::Object::default();
+                details.insert("code".into(), "DERIVED_INDEX_LAGGING".into());
+                details.insert("retryable".into(), true.into());
+                ApiError::new(code, message).with_details(details)
             }
             _ => ApiError::new(code, message),
         }

@@ -28,4 +28,5 @@ mod sql;
 mod support;
 mod tls;
 mod users;
+mod vector;
 mod versions;

@@ -13,7 +13,7 @@ mod lifecycle;
 mod load;
 mod params;
 mod schema;
-mod search;
+pub mod search;
 mod sql;
 mod system;
 mod tokens;
@@ -197,7 +197,7 @@ async fn dispatch(
         "delete" => crud::delete(engine, ctx, params, format).await,
         "invalidate" => crud::invalidate(state, ctx, params, format).await,
         "sql" => sql::sql(engine, ctx, params, format, state.control.config.sql.memory_budget).await,
-        "search_by_id" | "search_by_hash" | "search_by_value" | "search_by_conditions" => {
+        "search_by_id" | "search_by_hash" | "search_by_value" | "search_by_conditions" | "search" => {
             search::run(engine, ctx, operation, params, format).await
         }
         "read_audit_log" => audit::read_audit_log(state, ctx, params, format).await,

@@ -113,6 +113,11 @@ impl Params {
         self.array(keys)?.ok_or_else(|| ApiError::bad_request(format!("'{}' is required", keys[0])))
     }
 
+    /// Whether `key` is given (and not `null`), leaving it in place.
+    pub fn has(&self, key: &str) -> bool {
+        self.map.get(key).is_some_and(|v| *v != Value::Null)
+    }
+
     /// Any value.
     pub fn value(&mut self, keys: &[&str]) -> Option<Value> {
         self.take(keys).map(|(_, v)| v)

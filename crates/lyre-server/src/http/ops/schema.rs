@@ -197,6 +197,30 @@ fn describe_tables(ctx: &Context, db: &Arc<lyre_core::Db>) -> Result<Object, Api
     Ok(tables)
 }
 
+/// A vector attribute's `indexed`: the declaration's options as Harper names them,
+/// and where the index stands (`state` building, ready or rebuilding, its owner
+/// epoch, vectors held, lag).
+fn vector_index(spec: &lyre_core::catalog::VectorIndex, status: Option<&lyre_core::db::derived::IndexStatus>) -> Value {
+    let mut out = Object::default();
+    out.insert("type".into(), "HNSW".into());
+    out.insert("distance".into(), spec.distance.name().into());
+    out.insert("M".into(), Value::Int(i64::from(spec.m)));
+    out.insert("efConstruction".into(), Value::Int(i64::from(spec.ef_construction)));
+    out.insert("efConstructionSearch".into(), Value::Int(i64::from(spec.ef_search)));
+    out.insert("optimizeRouting".into(), Value::Float(spec.optimize_routing));
+    if let Some(lag) = spec.max_lag_ms {
+        out.insert("maxLagMilliseconds".into(), Value::Int(lag as i64));
+    }
+    if let Some(status) = status {
+        out.insert("state".into(), status.phase.name().into());
+        out.insert("epoch".into(), Value::Int(status.epoch as i64));
+        out.insert("vectors".into(), Value::Int(status.nodes as i64));
+        out.insert("lag_ms".into(), Value::Int(status.lag_ms as i64));
+        out.insert("refusing_writes".into(), status.lagging.into());
+    }
+    Value::Object(out)
+}
+
 /// Harper's `describe_table` shape, key order included.
 fn describe(stats: &TableStats) -> Object {
     let table = &stats.schema;
@@ -213,6 +237,12 @@ fn describe(stats: &TableStats) -> Object {
                 attribute.insert("is_primary_key".into(), true.into());
             } else if a.indexed {
                 attribute.insert("indexed".into(), true.into());
+            }
+            if let Some(spec) = &a.vector {
+                attribute.insert(
+                    "indexed".into(),
+                    vector_index(spec, stats.vector_indexes.iter().find(|s| s.attribute == a.name)),
+                );
             }
             Value::Object(attribute)
         })

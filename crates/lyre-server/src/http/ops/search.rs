@@ -1,9 +1,13 @@
-//! search_by_id, search_by_value, search_by_conditions.
+//! search_by_id, search_by_value, search_by_conditions, and Harper 5's `search`
+//! (the same query object, conditions optional), including vector sorts
+//! (`sort: {attribute, target, ef}`), whose answers carry Harper's
+//! `Harper-Index-Coverage` header.
 
 use std::sync::Arc;
 
+use axum::http::HeaderValue;
 use axum::response::Response;
-use lyre_core::query::{Comparator, Condition, Operator, Query, Select, SortKey};
+use lyre_core::query::{Comparator, Condition, Operator, Query, Select, SortKey, VectorSort};
 use lyre_core::{Code, Context, Engine, Value};
 
 use crate::http::error::ApiError;
@@ -16,7 +20,10 @@ const INLINE_IDS: usize = 64;
 
 /// The search operations another operation may run (an export's
 /// `search_operation`).
-pub const SEARCHES: [&str; 4] = ["search_by_value", "search_by_hash", "search_by_id", "search_by_conditions"];
+pub const SEARCHES: [&str; 5] = ["search_by_value", "search_by_hash", "search_by_id", "search_by_conditions", "search"];
+
+/// Harper's header stating how current a vector query's index was.
+pub const COVERAGE_HEADER: &str = "harper-index-coverage";
 
 /// Runs the search operation `operation` (one of [`SEARCHES`]), answering as the
 /// operation itself would.
@@ -30,7 +37,8 @@ pub async fn run(
     match operation {
         "search_by_id" | "search_by_hash" => by_id(engine, ctx, params, format).await,
         "search_by_value" => by_value(engine, ctx, params, format).await,
-        "search_by_conditions" => by_conditions(engine, ctx, params, format).await,
+        "search_by_conditions" => by_conditions(engine, ctx, params, format, true).await,
+        "search" => by_conditions(engine, ctx, params, format, false).await,
         other => Err(ApiError::bad_request(format!(
             "'search_operation.operation' must be one of {}, not '{other}'",
             SEARCHES.join(", ")
@@ -96,18 +104,48 @@ async fn by_conditions(
     ctx: &Context,
     mut params: Params,
     format: Format,
+    conditions_required: bool,
 ) -> Result<Response, ApiError> {
     let table = params.table(engine)?;
-    let operator = operator(params.value(&["operator"]))?;
-    let conditions = params.required_array(&["conditions"])?;
-    if conditions.is_empty() {
+    if conditions_required && !params.has("conditions") {
+        params.required_array(&["conditions"])?;
+    }
+    let query = query_object(&mut params)?;
+    if conditions_required && query.conditions.is_empty() {
         return Err(ApiError::bad_request("'conditions' must contain at least 1 items"));
     }
+    search_answer(table, ctx, query, format).await
+}
+
+/// A query object as Harper 5's `search` and REST's `QUERY` take it: `conditions`
+/// (optional), `operator`, `sort` (a vector sort with `target`), `limit`,
+/// `offset`, `select`, `maxIndexLagMilliseconds`, `waitForIndexMilliseconds`.
+pub fn query_object(params: &mut Params) -> Result<Query, ApiError> {
+    let operator = operator(params.value(&["operator"]))?;
+    let conditions = params.array(&["conditions"])?.unwrap_or_default();
     let conditions = conditions.into_iter().map(condition).collect::<Result<Vec<_>, _>>()?;
     let mut query = Query { operator, conditions, ..Default::default() };
-    paging(&mut params, &mut query)?;
+    paging(params, &mut query)?;
+    Ok(query)
+}
+
+/// Runs `query` on `table` and streams the answer; a vector query first waits
+/// for its index as the query allows, and its answer says how current it was.
+pub async fn search_answer(
+    table: lyre_core::Table,
+    ctx: &Context,
+    query: Query,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let coverage = table.index_coverage(&query).await?;
     let ctx = ctx.clone();
-    stream_search(format, Framing::Array, move || table.search(&ctx, query)).await
+    let mut response = stream_search(format, Framing::Array, move || table.search(&ctx, query)).await?;
+    if let Some(coverage) = coverage
+        && let Ok(value) = HeaderValue::from_str(&coverage.header())
+    {
+        response.headers_mut().insert(COVERAGE_HEADER, value);
+    }
+    Ok(response)
 }
 
 /// `limit`, `offset`, `desc`/`reverse`, `sort`, `get_attributes`.
@@ -116,7 +154,13 @@ fn paging(params: &mut Params, query: &mut Query) -> Result<(), ApiError> {
     query.offset = params.count(&["offset"])?.unwrap_or(0);
     query.descending = params.bool(&["desc", "reverse"])?.unwrap_or(false);
     if let Some(sort) = params.value(&["sort"]) {
-        query.sort = sort_keys(sort)?;
+        (query.sort, query.vector) = sort_keys(sort)?;
+    }
+    if let Some(tolerance) = params.count(&["maxIndexLagMilliseconds"])? {
+        query.index_wait.tolerance_ms = tolerance as u64;
+    }
+    if let Some(wait) = params.count(&["waitForIndexMilliseconds"])? {
+        query.index_wait.wait = std::time::Duration::from_millis(wait as u64);
     }
     query.select = select(params)?;
     Ok(())
@@ -139,8 +183,9 @@ pub(super) fn select(params: &mut Params) -> Result<Select, ApiError> {
     Ok(if names.iter().any(|n| n == "*") { Select::All } else { Select::Attributes(names) })
 }
 
-/// `sort: {attribute, descending, next: {...}}`, flattened into keys.
-fn sort_keys(mut sort: Value) -> Result<Vec<SortKey>, ApiError> {
+/// `sort: {attribute, descending, next: {...}}`, flattened into keys; a sort with
+/// a `target` (and optionally `ef`) orders by distance to that vector.
+pub(super) fn sort_keys(mut sort: Value) -> Result<(Vec<SortKey>, Option<VectorSort>), ApiError> {
     let mut keys = Vec::new();
     loop {
         let Value::Object(mut object) = sort else {
@@ -152,9 +197,22 @@ fn sort_keys(mut sort: Value) -> Result<Vec<SortKey>, ApiError> {
             _ => return Err(ApiError::bad_request("'sort.attribute' must be a string")),
         };
         let descending = matches!(object.shift_remove("descending"), Some(Value::Bool(true)));
+        if let Some(target) = object.shift_remove("target") {
+            if descending {
+                return Err(ApiError::bad_request("a vector sort cannot be descending: nearest come first"));
+            }
+            let target = lyre_core::catalog::read_vector(&target)
+                .map_err(|problem| ApiError::bad_request(format!("'sort.target' {problem}")))?;
+            let ef = match object.shift_remove("ef") {
+                None | Some(Value::Null) => None,
+                Some(Value::Int(n)) if (1..=100_000).contains(&n) => Some(n as usize),
+                Some(_) => return Err(ApiError::bad_request("'sort.ef' must be an integer from 1 to 100000")),
+            };
+            return Ok((keys, Some(VectorSort { attribute, target, ef })));
+        }
         keys.push(SortKey { attribute, descending });
         match object.shift_remove("next") {
-            None | Some(Value::Null) => return Ok(keys),
+            None | Some(Value::Null) => return Ok((keys, None)),
             Some(next) => sort = next,
         }
     }

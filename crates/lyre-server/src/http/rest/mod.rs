@@ -216,6 +216,7 @@ impl RestRequest<'_> {
             ("PUT", Target::Record(_) | Target::Collection)
             | ("PATCH" | "DELETE", Target::Record(_))
             | ("POST" | "DELETE", Target::Collection) => Box::pin(self.write(method, body)).await,
+            ("QUERY", Target::Collection | Target::Table) => Box::pin(self.query_body(body)).await,
             ("OPTIONS", _) => {
                 let mut response = StatusCode::NO_CONTENT.into_response();
                 response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
@@ -240,6 +241,17 @@ impl RestRequest<'_> {
             }
             (other, _) => Err(ApiError::new(Code::NotImplemented, format!("Method {other} is not recognized"))),
         }
+    }
+
+    /// `QUERY` on the collection: the body is a query object (as the `search`
+    /// operation takes it, vector sorts included), answered as a JSON array.
+    async fn query_body(self, body: &mut Option<Body>) -> Result<Response, ApiError> {
+        let (object, _memory) = self.object_body(body).await?;
+        let query = crate::http::ops::search::query_object(&mut crate::http::ops::Params::from_object(object))?;
+        let mut response =
+            crate::http::ops::search::search_answer(self.table.clone(), &self.ctx, query, self.format).await?;
+        self.content_type(&mut response);
+        Ok(response)
     }
 
     /// The writes: `PUT`, `PATCH`, `POST` and `DELETE` on a record or the collection.
@@ -537,6 +549,7 @@ impl RestRequest<'_> {
             offset: parsed.offset,
             limit: parsed.limit,
             select: parsed.select.unwrap_or_default(),
+            ..Default::default()
         })
     }
 

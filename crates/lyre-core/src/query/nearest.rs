@@ -1,0 +1,153 @@
+//! A vector query's run: the records nearest a target vector, nearest first.
+//!
+//! Without conditions it walks the HNSW graph. With conditions that an index
+//! narrows (the planner's driver is not a full scan), it ranks exactly what the
+//! driver yields: a selective filter is cheaper to rank whole than to find by
+//! walking a graph mostly made of records it refuses. With conditions no index
+//! narrows, the walk itself filters: nodes whose record fails the conditions are
+//! walked through but not returned, so a filter still yields `limit` results.
+//!
+//! Either way each result is read from the query's snapshot (a node the snapshot
+//! does not hold, or holds no longer matching, is dropped), its distance computed
+//! again from the record's own vector in full precision (the exact re-ranking),
+//! and the results sorted by it.
+
+use std::ops::ControlFlow;
+
+use lyre_store::{ReadTxn, TableStore};
+
+use crate::access::TableAccess;
+use crate::catalog::{TableSchema, read_vector};
+use crate::db::derived::LiveIndex;
+use crate::error::{Error, Result};
+use crate::query::ast::{Query, VectorSort};
+use crate::query::driver::Driver;
+use crate::query::exec::walk;
+use crate::query::filter::matches_all;
+use crate::query::related::Related;
+use crate::query::search::Sink;
+use crate::query::select::DISTANCE;
+use crate::record::expiry::Live;
+use crate::value::{Object, Value};
+use crate::vector::distance::exact;
+
+/// Results returned when a vector query names no limit.
+const DEFAULT_RESULTS: usize = 100;
+
+/// What a vector query's run reads.
+pub(crate) struct Nearest<'a> {
+    pub txn: &'a ReadTxn,
+    pub store: &'a TableStore,
+    pub schema: &'a TableSchema,
+    pub live: Live<'a>,
+    pub driver: &'a Driver,
+    pub query: &'a Query,
+    pub vector: &'a VectorSort,
+    pub index: &'a LiveIndex,
+    pub related: Option<&'a Related<'a>>,
+    pub access: &'a TableAccess,
+}
+
+impl Nearest<'_> {
+    /// Streams the nearest records to `sink`.
+    pub(crate) fn run(self, sink: &mut Sink<'_>) -> Result<()> {
+        let query = self.query;
+        let wanted = query.offset.saturating_add(query.limit.unwrap_or(DEFAULT_RESULTS));
+        if query.limit == Some(0) {
+            return Ok(());
+        }
+        let mut found = if query.conditions.is_empty() || !matches!(self.driver, Driver::Scan { .. }) {
+            if query.conditions.is_empty() { self.walk_graph(wanted, false)? } else { self.rank_driver(wanted)? }
+        } else {
+            self.walk_graph(wanted, true)?
+        };
+        found.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let with_distance = query.select.names_distance();
+        let key = self.schema.primary_key.as_str();
+        for (distance, mut record) in found.into_iter().skip(query.offset).take(wanted - query.offset) {
+            if with_distance {
+                record.insert(DISTANCE.to_string(), Value::Float(distance));
+            }
+            let projected = query.select.project_value(self.schema, record, self.related)?;
+            if sink(self.access.strip_value(projected, key)).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The record stored under `key` in the snapshot, if it is live and matches the
+    /// query's conditions, with its exact distance from the target.
+    fn candidate(&self, key: &[u8]) -> Result<Option<(f64, Object)>> {
+        let Some(stored) = self.txn.get_record(self.store, key)? else { return Ok(None) };
+        let Some(record) = self.live.decode(stored)? else { return Ok(None) };
+        self.scored(record)
+    }
+
+    fn scored(&self, record: Object) -> Result<Option<(f64, Object)>> {
+        if !matches_all(self.query.operator, &self.query.conditions, &record, self.related)? {
+            return Ok(None);
+        }
+        let Some(vector) = record.get(&self.vector.attribute).and_then(|v| read_vector(v).ok()) else {
+            return Ok(None);
+        };
+        if vector.len() != self.vector.target.len() {
+            return Ok(None);
+        }
+        Ok(Some((exact(self.index.spec.distance, &self.vector.target, &vector), record)))
+    }
+
+    /// The graph's nearest nodes, read and re-ranked; when `filtered`, the walk
+    /// passes over nodes whose records fail the conditions.
+    fn walk_graph(&self, wanted: usize, filtered: bool) -> Result<Vec<(f64, Object)>> {
+        let ef = self.vector.ef.unwrap_or(self.index.spec.ef_search as usize).max(wanted);
+        let hits: Vec<Vec<u8>> = {
+            let graph = self.index.graph();
+            let query = graph.prepare(&self.vector.target);
+            let failed = std::cell::Cell::new(None::<Error>);
+            let accept = |id: u32| -> bool {
+                if !filtered {
+                    return true;
+                }
+                let Some(key) = graph.key_of(id) else { return false };
+                match self.candidate(key) {
+                    Ok(found) => found.is_some(),
+                    Err(err) => {
+                        failed.set(Some(err));
+                        false
+                    }
+                }
+            };
+            let found = graph.search(&query, ef, &accept);
+            if let Some(err) = failed.take() {
+                return Err(err);
+            }
+            found.into_iter().filter_map(|(_, id)| graph.key_of(id).map(<[u8]>::to_vec)).collect()
+        };
+        let mut out = Vec::with_capacity(hits.len());
+        for key in hits {
+            if let Some(found) = self.candidate(&key)? {
+                out.push(found);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every record the driver yields that matches, ranked exactly; the nearest
+    /// `wanted` are kept as it goes.
+    fn rank_driver(&self, wanted: usize) -> Result<Vec<(f64, Object)>> {
+        let mut kept: Vec<(f64, Object)> = Vec::new();
+        let _whole = walk(self.txn, self.store, self.live, self.driver, &mut |_, record| {
+            if let Some(found) = self.scored(record)? {
+                kept.push(found);
+                if kept.len() >= wanted.saturating_mul(2).max(1024) {
+                    kept.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    kept.truncate(wanted);
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        })?
+        .is_continue();
+        Ok(kept)
+    }
+}
