@@ -102,9 +102,16 @@ fn apply_definition(txn: &mut WriteTxn<'_, '_>, state: &mut SchemaState, definit
         CatalogChange::CreateTable { primary_key: definition.primary_key.clone() }.log(txn, &store)?;
     }
     let table = next.table(name).cloned().ok_or_else(|| Error::Corrupt("defined table vanished".into()))?;
+    // Changing an attribute between an ordinary and a vector index: a failure
+    // building the new kind, or publishing it, aborts the whole job, so the old
+    // index, its entries and the catalog stay as they were and keep serving.
+    let swapping = swaps_index_kind(state.table(name).map(|t| &**t), &table);
     for attribute in &outcome.drop {
         index::drop_attribute_index(txn, &store, attribute)?;
         CatalogChange::IndexDropped { attribute: attribute.name.clone() }.log(txn, &store)?;
+    }
+    if swapping {
+        crate::failpoint::hit("index-swap-construct")?;
     }
     for attribute in &outcome.build {
         if index::build_attribute_index(txn, &table, attribute)? {
@@ -114,9 +121,23 @@ fn apply_definition(txn: &mut WriteTxn<'_, '_>, state: &mut SchemaState, definit
     }
     CatalogChange::Defined.log(txn, &store)?;
     let table = next.table(name).cloned().ok_or_else(|| Error::Corrupt("defined table vanished".into()))?;
+    if swapping {
+        crate::failpoint::hit("index-swap-publish")?;
+    }
     persist(txn, &next, &table)?;
     *state = Arc::new(next);
     Ok(true)
+}
+
+/// Whether `next` changes an attribute of `current` between an ordinary index
+/// and a vector index (either way).
+fn swaps_index_kind(current: Option<&TableSchema>, next: &TableSchema) -> bool {
+    let Some(current) = current else { return false };
+    next.attributes.iter().any(|after| {
+        current.attribute(&after.name).is_some_and(|before| {
+            (before.indexed && after.vector.is_some()) || (before.vector.is_some() && after.indexed)
+        })
+    })
 }
 
 impl Db {

@@ -108,6 +108,9 @@ pub struct LiveIndex {
     lagging: AtomicBool,
     /// The lag last measured (ms).
     lag_ms: AtomicU64,
+    /// Set once its runner has ended: a successor serves the index, and a query
+    /// waiting on this one looks the index up again.
+    retired: AtomicBool,
 }
 
 impl LiveIndex {
@@ -132,7 +135,20 @@ impl LiveIndex {
             applied: watch::Sender::new(applied),
             lagging: AtomicBool::new(false),
             lag_ms: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the index as no longer kept by its runner, waking queries that wait
+    /// on it (they look up the successor).
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.applied.send_modify(|_| {});
+    }
+
+    /// Whether its runner has ended.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     /// The graph, for reading (queries).
@@ -215,23 +231,26 @@ impl LiveIndex {
         Ok(lag)
     }
 
-    /// Waits (at most `wait.wait`) until the index covers what was committed when
-    /// the call began, or is behind by no more than `wait.tolerance_ms`; answers
-    /// the coverage, or a 503 `DERIVED_INDEX_LAGGING` naming the index.
-    pub async fn coverage(&self, db: &Db, wait: IndexWait) -> Result<Coverage> {
-        let target = *db.committed().borrow();
+    /// Waits (at most `wait.wait`) until the index covers the log through
+    /// `target`, or is behind by no more than `wait.tolerance_ms`; answers the
+    /// coverage, a 503 `DERIVED_INDEX_LAGGING` naming the index once the wait is
+    /// over, or `None` when its runner ended meanwhile (look up its successor).
+    pub async fn coverage(&self, db: &Db, target: u64, wait: IndexWait) -> Result<Option<Coverage>> {
         let deadline = Instant::now() + wait.wait.min(MAX_WAIT);
         let mut changes = self.applied.subscribe();
         loop {
             changes.borrow_and_update();
+            if self.is_retired() {
+                return Ok(None);
+            }
             let phase = self.phase();
             if phase == Phase::Ready {
                 if self.applied() >= target {
-                    return Ok(Coverage { current: true, lag_ms: 0, tolerance_ms: wait.tolerance_ms });
+                    return Ok(Some(Coverage { current: true, lag_ms: 0, tolerance_ms: wait.tolerance_ms }));
                 }
                 let lag = self.measure_lag(db)?;
                 if wait.tolerance_ms > 0 && lag <= wait.tolerance_ms {
-                    return Ok(Coverage { current: false, lag_ms: lag, tolerance_ms: wait.tolerance_ms });
+                    return Ok(Some(Coverage { current: false, lag_ms: lag, tolerance_ms: wait.tolerance_ms }));
                 }
             }
             let now = Instant::now();
@@ -275,14 +294,17 @@ pub struct DerivedIndexes {
 }
 
 impl DerivedIndexes {
-    /// Installs `index` (replacing the one for its table and attribute, if any).
+    /// Installs `index` (retiring the one it replaces, if any).
     pub fn install(&self, index: Arc<LiveIndex>) {
-        self.indexes.write().insert((index.table.clone(), index.attribute.clone()), index);
+        let replaced = self.indexes.write().insert((index.table.clone(), index.attribute.clone()), index);
+        if let Some(replaced) = replaced {
+            replaced.retire();
+        }
     }
 
-    /// Removes the index on `table.attribute` if it is `index` (a successor may
-    /// have replaced it already).
+    /// Retires `index` and removes it, unless a successor has replaced it already.
     pub fn remove(&self, index: &Arc<LiveIndex>) {
+        index.retire();
         let mut indexes = self.indexes.write();
         let key = (index.table.clone(), index.attribute.clone());
         if indexes.get(&key).is_some_and(|held| Arc::ptr_eq(held, index)) {
@@ -393,6 +415,7 @@ impl Db {
         spec: &VectorIndex,
         stopping: &dyn Fn() -> bool,
     ) -> Result<(Graph, u64, usize)> {
+        crate::failpoint::hit("derived-build")?;
         let txn = self.snapshot()?;
         let tail = txn.last_log_seq()?;
         let mut graph = Graph::new(spec.clone());
@@ -430,14 +453,19 @@ impl Db {
     }
 
     /// Condemns the vector index under `prefix` before a rebuild resets it: the
-    /// marker and a state that is not ready are committed on their own, so a crash
-    /// anywhere after this rebuilds again and never serves what was condemned.
+    /// marker is committed on its own, so a crash anywhere after this rebuilds
+    /// again and never serves what was condemned, however whole the stored state
+    /// and graph look. An index with no state yet gets one (not ready) for `state`'s
+    /// epoch, which then owns it.
     pub async fn condemn_vector_index(&self, prefix: &[u8], state: IndexState) -> Result<()> {
         let prefix = prefix.to_vec();
         self.write(&crate::access::Context::system(), "condemn_vector_index", move |txn, _| {
             check_owner(txn, &prefix, state.epoch)?;
             store::condemn(txn, &prefix)?;
-            store::write_state(txn, &prefix, &IndexState { ready: false, ..state })
+            if store::read_state_in(txn, &prefix)?.is_none() {
+                store::write_state(txn, &prefix, &IndexState { ready: false, ..state })?;
+            }
+            Ok(())
         })
         .await
     }

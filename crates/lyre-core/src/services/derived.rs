@@ -165,6 +165,25 @@ async fn remove_undeclared(engine: &Engine, wanted: &[(RunnerKey, (Arc<Db>, Vect
     }
 }
 
+/// A live index installed in its database for as long as its runner runs.
+struct Installed {
+    db: Arc<Db>,
+    live: Arc<LiveIndex>,
+}
+
+impl Installed {
+    fn new(db: &Arc<Db>, live: &Arc<LiveIndex>) -> Self {
+        db.derived().install(live.clone());
+        Self { db: db.clone(), live: live.clone() }
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        self.db.derived().remove(&self.live);
+    }
+}
+
 /// One index's runner.
 struct Runner {
     db: Weak<Db>,
@@ -185,10 +204,16 @@ impl Runner {
     async fn run(&self, mut stopped: watch::Receiver<bool>) -> Result<()> {
         let Some(db) = self.db.upgrade() else { return Ok(()) };
         let _lease = db.lease(format!("the vector index runner of {}", runner_name(&self.key)));
+        // While it runs, the log it has not consumed is kept for it.
+        let _attachment = db.attach(&self.consumer())?;
         let mut closing = db.closing_signal();
         let prefix = self.prefix();
         let stored = db.stored_vector_index(&prefix)?;
         let epoch = stored.state.as_ref().map_or(0, |s| s.epoch) + 1;
+        // A previous owner's state, minted anew for this epoch: the claim.
+        if let Some(previous) = &stored.state {
+            db.claim_vector_index(&prefix, IndexState { epoch, ..previous.clone() }).await?;
+        }
         let usable = stored.state.as_ref().filter(|state| {
             state.ready
                 && !stored.condemned
@@ -196,21 +221,35 @@ impl Runner {
                 && state.log_epoch == stored.log_epoch
                 && (state.cursor >= stored.log_tail || stored.log_head.is_some_and(|head| head <= state.cursor + 1))
         });
-        let (live, mut cursor) = match usable {
+        let loaded = match usable {
             Some(state) => {
                 let state = IndexState { epoch, ..state.clone() };
                 let cursor = state.cursor;
-                db.claim_vector_index(&prefix, state.clone()).await?;
                 let (reader, spec, at) = (db.clone(), self.spec.clone(), prefix.clone());
-                let graph = blocking(move || reader.read_vector_graph(&at, &spec, &state)).await?;
-                let live = Arc::new(self.live(graph, Phase::Ready, epoch, cursor));
-                db.derived().install(live.clone());
-                (live, cursor)
+                let read = blocking(move || {
+                    crate::failpoint::hit("derived-load")?;
+                    reader.read_vector_graph(&at, &spec, &state)
+                })
+                .await;
+                match read {
+                    Ok(graph) => Some((graph, cursor)),
+                    Err(err) => {
+                        tracing::warn!(index = %runner_name(&self.key), error = %err, "a stored vector index cannot be read: rebuilding it");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let (installed, mut cursor) = match loaded {
+            Some((graph, cursor)) => {
+                (Installed::new(&db, &Arc::new(self.live(graph, Phase::Ready, epoch, cursor))), cursor)
             }
             None => {
                 let phase = if stored.state.is_some() { Phase::Rebuilding } else { Phase::Building };
-                let live = Arc::new(self.live(Graph::new(self.spec.clone()), phase, epoch, 0));
-                db.derived().install(live.clone());
+                // Installed while it builds, so queries say why they cannot be served.
+                let installed =
+                    Installed::new(&db, &Arc::new(self.live(Graph::new(self.spec.clone()), phase, epoch, 0)));
                 let state = IndexState {
                     epoch,
                     cursor: 0,
@@ -219,17 +258,13 @@ impl Runner {
                     spec: self.spec.clone(),
                     ready: false,
                 };
-                if let Some(previous) = &stored.state {
-                    db.claim_vector_index(&prefix, IndexState { epoch, ..previous.clone() }).await?;
-                }
-                let cursor = self.rebuild(&db, &live, state, &stopped).await?;
-                (live, cursor)
+                let cursor = self.rebuild(&db, &installed.live, state, &stopped).await?;
+                (installed, cursor)
             }
         };
+        let live = installed.live.clone();
         tracing::info!(index = %runner_name(&self.key), epoch, nodes = live.graph().len(), "vector index ready");
-        let outcome = self.follow(&db, &live, stored.log_epoch, &mut cursor, &mut stopped, &mut closing).await;
-        db.derived().remove(&live);
-        outcome
+        self.follow(&db, &live, stored.log_epoch, &mut cursor, &mut stopped, &mut closing).await
     }
 
     fn live(&self, graph: Graph, phase: Phase, epoch: u64, applied: u64) -> LiveIndex {

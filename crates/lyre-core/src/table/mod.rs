@@ -511,11 +511,16 @@ impl Table {
             return Ok(None);
         }
         let deadline = std::time::Instant::now() + query.index_wait.wait.min(crate::db::derived::MAX_WAIT);
+        // Everything committed before the query must be covered (or the lag tolerated).
+        let target = *self.db.committed().borrow();
         loop {
             if let Some(index) = self.db.derived().get(&self.schema.name, &sort.attribute) {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 let wait = crate::db::derived::IndexWait { wait: left, ..query.index_wait };
-                return index.coverage(&self.db, wait).await.map(Some);
+                match index.coverage(&self.db, target, wait).await? {
+                    Some(coverage) => return Ok(Some(coverage)),
+                    None => continue, // its runner ended: wait for the successor
+                }
             }
             if std::time::Instant::now() >= deadline {
                 return Err(Error::DerivedIndexLagging(format!(

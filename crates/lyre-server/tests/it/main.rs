@@ -7,6 +7,7 @@ mod cache;
 mod cli;
 mod components;
 mod connections;
+mod derived_index;
 mod drop_restore;
 mod envelope;
 mod expiry;
