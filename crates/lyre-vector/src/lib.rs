@@ -10,6 +10,7 @@
 pub mod distance;
 pub mod hnsw;
 mod spec;
+mod vectors;
 
 pub use hnsw::{Changes, Graph, StoredNode};
 pub use spec::{Distance, MAX_DIMENSIONS, VectorIndex};

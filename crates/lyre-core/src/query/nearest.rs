@@ -100,7 +100,11 @@ impl Nearest<'_> {
     /// The graph's nearest nodes, read and re-ranked; when `filtered`, the walk
     /// passes over nodes whose records fail the conditions.
     fn walk_graph(&self, wanted: usize, filtered: bool) -> Result<Vec<(f64, Object)>> {
-        let ef = self.vector.ef.unwrap_or(self.index.spec.ef_search as usize).max(wanted);
+        let mut ef = self.vector.ef.unwrap_or(self.index.spec.ef_search as usize).max(wanted);
+        if self.index.spec.quantization {
+            // int8 distances only approximate the order: re-rank more, exactly.
+            ef = ef.max(wanted.saturating_mul(4));
+        }
         let hits: Vec<Vec<u8>> = {
             let graph = self.index.graph();
             let query = graph.prepare(&self.vector.target);
