@@ -202,6 +202,16 @@ pub fn draw_churn(runs: &[crate::workload::churn::Series], out: &Path) -> anyhow
     draw_lines(&mut series, labels, out)
 }
 
+/// Draws queries per second against recall@10 (vector search), one line per
+/// server, each point a search breadth.
+pub fn draw_tradeoff(series: &mut [(String, Vec<(f64, f64)>)], out: &Path) -> anyhow::Result<()> {
+    draw_lines(
+        series,
+        ("vector search: queries/s against recall@10 (each point one ef)", "recall@10", "queries/s"),
+        out,
+    )
+}
+
 /// Draws one line per named series of `(x, y)` points into `out` (PNG), with
 /// `labels`: the caption, the x axis and the y axis.
 fn draw_lines(

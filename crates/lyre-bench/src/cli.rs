@@ -187,6 +187,58 @@ pub enum Command {
         #[arg(long)]
         dir: std::path::PathBuf,
     },
+    /// Vector search (see `workload/vector.rs`): clustered vectors inserted into a
+    /// table with an HNSW index (the build timed until the index holds the last),
+    /// then every query at each search breadth; needs the `vector` application.
+    Vector {
+        /// Vectors inserted.
+        #[arg(long, default_value_t = 100_000)]
+        vectors: usize,
+        /// Their dimensions.
+        #[arg(long, default_value_t = 128)]
+        dimensions: usize,
+        /// Cluster centres.
+        #[arg(long, default_value_t = 1_000)]
+        clusters: usize,
+        /// Distinct queries per round.
+        #[arg(long, default_value_t = 1_000)]
+        queries: usize,
+        /// Queries in flight.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Search breadths, comma-separated (each server is also measured at its
+        /// default breadth).
+        #[arg(long, value_delimiter = ',', default_value = "10,20,40,80,160")]
+        ef: Vec<usize>,
+        /// Vectors per insert request.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Where to write the dataset for the hnswlib anchor.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Only write the dataset (and its exact answers), measure nothing.
+        #[arg(long)]
+        dataset_only: bool,
+        /// Measure queries only (the servers hold the data already, or answer
+        /// without it: the HTTP ceiling).
+        #[arg(long)]
+        skip_build: bool,
+        /// The hnswlib anchor's results (`bench/hnswlib-anchor.py`), reported beside.
+        #[arg(long)]
+        anchor: Option<PathBuf>,
+        /// Where to draw queries/s against recall (PNG).
+        #[arg(long)]
+        chart: Option<PathBuf>,
+        /// Servers measured at their default breadth only (Harper 4.7 takes no `ef`).
+        #[arg(long, value_delimiter = ',')]
+        default_ef_only: Vec<String>,
+    },
+    /// Print the `schema.graphql` of the `vector` workload.
+    VectorSchema {
+        /// Declare int8 quantization.
+        #[arg(long)]
+        quantization: bool,
+    },
     /// Print the `schema.graphql` the YCSB workloads need.
     YcsbSchema,
     /// Print the REST path of every YCSB record, one per line (what an outside load
@@ -426,6 +478,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             crate::workload::cache::write_app(*server, origin, dir)?;
             return Ok(Vec::new());
         }
+        Command::VectorSchema { quantization } => {
+            print!("{}", crate::workload::vector::schema(*quantization));
+            return Ok(Vec::new());
+        }
+        Command::Vector { .. } => {
+            run_vector(&cli).await?;
+            return Ok(Vec::new());
+        }
         Command::SqlFloor { requests } => {
             for (kind, rate) in sql::floor(*requests)? {
                 println!("{}\tsqlite\t{rate:.1} queries/s", kind.name());
@@ -578,6 +638,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             serde_json::to_value(params)?
         }
         Command::Ceiling { .. }
+        | Command::Vector { .. }
+        | Command::VectorSchema { .. }
         | Command::CacheApp { .. }
         | Command::TtlChurn { .. }
         | Command::YcsbSchema
@@ -620,4 +682,78 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
         report::write_json(path, &params, &measurements, &summary)?;
     }
     Ok(measurements)
+}
+
+/// The `vector` workload: the dataset, each server's build, then alternating
+/// query rounds at every breadth (see `workload/vector.rs`).
+async fn run_vector(cli: &Cli) -> anyhow::Result<()> {
+    use crate::workload::vector::{self, Dataset, Report, VectorParams};
+    let Command::Vector {
+        vectors,
+        dimensions,
+        clusters,
+        queries,
+        concurrency,
+        ref ef,
+        batch,
+        ref data_dir,
+        dataset_only,
+        skip_build,
+        ref anchor,
+        ref chart,
+        ref default_ef_only,
+    } = cli.command
+    else {
+        anyhow::bail!("not the vector workload");
+    };
+    let params =
+        VectorParams { vectors, dimensions, clusters, queries, concurrency, efs: ef.clone(), batch: batch.max(1) };
+    eprintln!("vector: generating {vectors} x {dimensions}-d vectors and the exact answers of {queries} queries");
+    let data = std::sync::Arc::new(Dataset::generate(&params));
+    let dir = data_dir.clone().unwrap_or_else(|| vector::default_dir(&params));
+    data.write(&dir)?;
+    eprintln!("vector: dataset written to {}", dir.display());
+    if dataset_only {
+        return Ok(());
+    }
+    let targets = cli.targets();
+    let clients = targets.iter().map(HttpClient::new).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut builds = Vec::new();
+    for (target, client) in targets.iter().zip(&clients) {
+        client.wait_ready().await?;
+        if skip_build {
+            continue;
+        }
+        let built = vector::build(target, client, &data, &params).await?;
+        eprintln!("{}: built in {:.1} s ({:.0} vectors/s)", target.name, built.seconds, built.vectors_per_sec);
+        builds.push(built);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(cli.settle)).await;
+    let rounds = if targets.len() > 1 { cli.rounds.max(3) } else { cli.rounds.max(1) };
+    let breadths: Vec<Option<usize>> = std::iter::once(None).chain(params.efs.iter().copied().map(Some)).collect();
+    let mut report = Report { params: params.clone(), builds, rounds: Vec::new() };
+    for breadth in breadths {
+        for round in 0..rounds {
+            for (target, client) in targets.iter().zip(&clients) {
+                if breadth.is_some() && default_ef_only.contains(&target.name) {
+                    continue;
+                }
+                let m = vector::queries(target, client, &data, breadth, concurrency, round).await?;
+                let recall = vector::recall(&m);
+                report.rounds.push((breadth, m, recall));
+            }
+        }
+    }
+    let anchor: Option<vector::Anchor> =
+        anchor.as_ref().map(|path| anyhow::Ok(serde_json::from_slice(&std::fs::read(path)?)?)).transpose()?;
+    vector::print(&report, anchor.as_ref());
+    if let Some(out) = chart {
+        vector::chart(&report, anchor.as_ref(), out)?;
+        println!("wrote {}", out.display());
+    }
+    if let Some(path) = &cli.json {
+        let document = serde_json::json!({"report": report, "medians": vector::medians(&report), "anchor": anchor});
+        std::fs::write(path, serde_json::to_vec_pretty(&document)?)?;
+    }
+    Ok(())
 }

@@ -28,6 +28,8 @@ pub enum Call {
     Patch(String, Bytes),
     /// `GET` then `PUT` the same path (YCSB's read-modify-write), timed as one.
     ReadModifyWrite(String, Bytes),
+    /// `QUERY` a REST collection with a JSON query body.
+    Query(String, Bytes),
 }
 
 /// A client for one server.
@@ -84,6 +86,10 @@ impl HttpClient {
             Call::Get(path) => self.request(Method::GET, self.rest_uri(path)?, Bytes::new()).await,
             Call::Put(path, body) => self.request(Method::PUT, self.rest_uri(path)?, body.clone()).await,
             Call::Patch(path, body) => self.request(Method::PATCH, self.rest_uri(path)?, body.clone()).await,
+            Call::Query(path, body) => {
+                let method = Method::from_bytes(b"QUERY")?;
+                self.request(method, self.rest_uri(path)?, body.clone()).await
+            }
             Call::ReadModifyWrite(path, body) => {
                 let (status, read) = self.request(Method::GET, self.rest_uri(path)?, Bytes::new()).await?;
                 if status != 200 {

@@ -11,6 +11,7 @@ pub mod mqtt;
 pub mod ops;
 pub mod records;
 pub mod sql;
+pub mod vector;
 pub mod ycsb;
 
 pub use load::{LoadSpec, RequestFn, one_per_success, run_load};

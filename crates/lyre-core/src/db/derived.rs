@@ -281,6 +281,8 @@ pub struct IndexStatus {
     pub epoch: u64,
     /// Vectors it holds.
     pub nodes: usize,
+    /// Bytes its graph holds in memory (vectors, links, keys).
+    pub memory_bytes: usize,
     /// The lag last measured (ms).
     pub lag_ms: u64,
     /// Whether writes to the table are refused because of it.
@@ -334,6 +336,7 @@ impl DerivedIndexes {
                     phase: index.phase(),
                     epoch: index.epoch(),
                     nodes: index.graph().len(),
+                    memory_bytes: index.graph().memory_bytes(),
                     lag_ms: index.last_lag_ms(),
                     lagging: index.is_lagging(),
                 },
@@ -342,6 +345,7 @@ impl DerivedIndexes {
                     phase: Phase::Building,
                     epoch: 0,
                     nodes: 0,
+                    memory_bytes: 0,
                     lag_ms: 0,
                     lagging: false,
                 },
@@ -488,13 +492,17 @@ impl Db {
     }
 
     /// Removes everything stored under `prefix` (an index no schema declares any
-    /// more), in bounded jobs.
+    /// more), in bounded jobs, and then its hold on the log.
     pub async fn remove_vector_index(&self, prefix: &[u8]) -> Result<()> {
         loop {
             let prefix = prefix.to_vec();
             let more = self
                 .write(&crate::access::Context::system(), "remove_vector_index", move |txn, _| {
-                    store::remove_some(txn, &prefix)
+                    let more = store::remove_some(txn, &prefix)?;
+                    if !more {
+                        crate::db::log::release_log_in(txn, &store::consumer_name(&prefix))?;
+                    }
+                    Ok(more)
                 })
                 .await?;
             if !more {

@@ -124,6 +124,13 @@ pub(crate) fn hold_log_in(txn: &mut lyre_store::WriteTxn<'_, '_>, name: &str, se
     Ok(txn.put_meta(&cursor_key(name), &stored)?)
 }
 
+/// Removes the durable cursor `name` inside a writer job (a derived index that
+/// is gone no longer holds the log).
+pub(crate) fn release_log_in(txn: &mut lyre_store::WriteTxn<'_, '_>, name: &str) -> Result<()> {
+    txn.delete_meta(&cursor_key(name))?;
+    Ok(())
+}
+
 /// The primary key a record change names.
 pub fn change_key(change: &Change) -> Result<Value> {
     Ok(decode_key(&change.key).map(|(key, _)| Value::from(key))?)

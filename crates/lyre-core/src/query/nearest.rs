@@ -8,9 +8,11 @@
 //! walked through but not returned, so a filter still yields `limit` results.
 //!
 //! Either way each result is read from the query's snapshot (a node the snapshot
-//! does not hold, or holds no longer matching, is dropped), its distance computed
-//! again from the record's own vector in full precision (the exact re-ranking),
-//! and the results sorted by it.
+//! does not hold, or holds no longer matching, is dropped), decoding only the
+//! attributes the query reads. A graph of float vectors measures distances as
+//! they are stored (f32, as Harper stores vectors), so its distances are the
+//! answer's; one of int8 codes only approximates them, so its results are ranked
+//! again exactly from the records' own vectors.
 
 use std::ops::ControlFlow;
 
@@ -40,6 +42,7 @@ pub(crate) struct Nearest<'a> {
     pub store: &'a TableStore,
     pub schema: &'a TableSchema,
     pub live: Live<'a>,
+    pub live_with_vector: Live<'a>,
     pub driver: &'a Driver,
     pub query: &'a Query,
     pub vector: &'a VectorSort,
@@ -76,36 +79,32 @@ impl Nearest<'_> {
         Ok(())
     }
 
-    /// The record stored under `key` in the snapshot, if it is live and matches the
-    /// query's conditions, with its exact distance from the target.
-    fn candidate(&self, key: &[u8]) -> Result<Option<(f64, Object)>> {
+    /// The record stored under `key` in the snapshot, decoded by `live`, if it is
+    /// live and matches the query's conditions.
+    fn matching(&self, key: &[u8], live: Live<'_>) -> Result<Option<Object>> {
         let Some(stored) = self.txn.get_record(self.store, key)? else { return Ok(None) };
-        let Some(record) = self.live.decode(stored)? else { return Ok(None) };
-        self.scored(record)
+        let Some(record) = live.decode(stored)? else { return Ok(None) };
+        Ok(matches_all(self.query.operator, &self.query.conditions, &record, self.related)?.then_some(record))
     }
 
-    fn scored(&self, record: Object) -> Result<Option<(f64, Object)>> {
-        if !matches_all(self.query.operator, &self.query.conditions, &record, self.related)? {
-            return Ok(None);
-        }
-        let Some(vector) = record.get(&self.vector.attribute).and_then(|v| read_vector(v).ok()) else {
-            return Ok(None);
-        };
-        if vector.len() != self.vector.target.len() {
-            return Ok(None);
-        }
-        Ok(Some((exact(self.index.spec.distance, &self.vector.target, &vector), record)))
+    /// `record` with its exact distance from the target, if it holds a vector of
+    /// the target's dimensions.
+    fn scored(&self, record: Object) -> Option<(f64, Object)> {
+        let vector = record.get(&self.vector.attribute).and_then(|v| read_vector(v).ok())?;
+        (vector.len() == self.vector.target.len())
+            .then(|| (exact(self.index.spec.distance, &self.vector.target, &vector), record))
     }
 
-    /// The graph's nearest nodes, read and re-ranked; when `filtered`, the walk
-    /// passes over nodes whose records fail the conditions.
+    /// The graph's nearest nodes, read (and, for int8 codes, re-ranked); when
+    /// `filtered`, the walk passes over nodes whose records fail the conditions.
     fn walk_graph(&self, wanted: usize, filtered: bool) -> Result<Vec<(f64, Object)>> {
+        let quantized = self.index.spec.quantization;
         let mut ef = self.vector.ef.unwrap_or(self.index.spec.ef_search as usize).max(wanted);
-        if self.index.spec.quantization {
+        if quantized {
             // int8 distances only approximate the order: re-rank more, exactly.
             ef = ef.max(wanted.saturating_mul(4));
         }
-        let hits: Vec<Vec<u8>> = {
+        let hits: Vec<(f32, Vec<u8>)> = {
             let graph = self.index.graph();
             let query = graph.prepare(&self.vector.target);
             let failed = std::cell::Cell::new(None::<Error>);
@@ -114,7 +113,7 @@ impl Nearest<'_> {
                     return true;
                 }
                 let Some(key) = graph.key_of(id) else { return false };
-                match self.candidate(key) {
+                match self.matching(key, self.live) {
                     Ok(found) => found.is_some(),
                     Err(err) => {
                         failed.set(Some(err));
@@ -126,12 +125,19 @@ impl Nearest<'_> {
             if let Some(err) = failed.take() {
                 return Err(err);
             }
-            found.into_iter().filter_map(|(_, id)| graph.key_of(id).map(<[u8]>::to_vec)).collect()
+            let keep = if quantized { found.len() } else { wanted };
+            found.into_iter().take(keep).filter_map(|(d, id)| graph.key_of(id).map(|k| (d, k.to_vec()))).collect()
         };
         let mut out = Vec::with_capacity(hits.len());
-        for key in hits {
-            if let Some(found) = self.candidate(&key)? {
-                out.push(found);
+        for (distance, key) in hits {
+            if quantized {
+                if let Some(record) = self.matching(&key, self.live_with_vector)?
+                    && let Some(found) = self.scored(record)
+                {
+                    out.push(found);
+                }
+            } else if let Some(record) = self.matching(&key, self.live)? {
+                out.push((f64::from(distance), record));
             }
         }
         Ok(out)
@@ -141,8 +147,11 @@ impl Nearest<'_> {
     /// `wanted` are kept as it goes.
     fn rank_driver(&self, wanted: usize) -> Result<Vec<(f64, Object)>> {
         let mut kept: Vec<(f64, Object)> = Vec::new();
-        let _whole = walk(self.txn, self.store, self.live, self.driver, &mut |_, record| {
-            if let Some(found) = self.scored(record)? {
+        let _whole = walk(self.txn, self.store, self.live_with_vector, self.driver, &mut |_, record| {
+            if !matches_all(self.query.operator, &self.query.conditions, &record, self.related)? {
+                return Ok(ControlFlow::Continue(()));
+            }
+            if let Some(found) = self.scored(record) {
                 kept.push(found);
                 if kept.len() >= wanted.saturating_mul(2).max(1024) {
                     kept.sort_by(|a, b| a.0.total_cmp(&b.0));

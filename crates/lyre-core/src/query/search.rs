@@ -185,6 +185,9 @@ pub struct Search {
     access: TableAccess,
     /// The attributes each record is decoded with (`None`: all of them).
     decoded: Option<Vec<String>>,
+    /// The same and a vector query's vector attribute, for the records it ranks
+    /// exactly.
+    decoded_with_vector: Option<Vec<String>>,
     /// A vector query's index.
     vector: Option<Arc<LiveIndex>>,
 }
@@ -236,7 +239,13 @@ impl Search {
         };
         drop(reading);
         let order = order_for(&schema, &query, &mut driver);
-        let decoded = if vector.is_some() { None } else { attributes_decoded(&schema, &query) };
+        let decoded = attributes_decoded(&schema, &query);
+        let decoded_with_vector = match (&decoded, &query.vector) {
+            (Some(names), Some(sort)) if !names.contains(&sort.attribute) => {
+                Some(names.iter().cloned().chain([sort.attribute.clone()]).collect())
+            }
+            _ => decoded.clone(),
+        };
         Ok(Search {
             db,
             schema,
@@ -249,6 +258,7 @@ impl Search {
             ctx: ctx.clone(),
             access,
             decoded,
+            decoded_with_vector,
             vector,
         })
     }
@@ -299,6 +309,7 @@ impl Search {
                 store: &store,
                 schema: &schema,
                 live,
+                live_with_vector: Live::of(&schema).decoding_only(self.decoded_with_vector.as_deref()),
                 driver: &self.driver,
                 query,
                 vector: sort,

@@ -198,7 +198,7 @@ impl Runner {
 
     /// The durable cursor that holds the log for this index.
     fn consumer(&self) -> String {
-        format!("hnsw:{}:{}:{}", self.key.table, self.key.incarnation, self.key.attribute)
+        crate::vector::store::consumer_name(&self.prefix())
     }
 
     async fn run(&self, mut stopped: watch::Receiver<bool>) -> Result<()> {

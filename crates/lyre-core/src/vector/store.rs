@@ -28,6 +28,14 @@ pub fn prefix(incarnation: u64, attribute_id: u32) -> Vec<u8> {
     out
 }
 
+/// The name of the durable log cursor that holds the log for the index under
+/// `prefix` (see `db/log.rs`), derived from the prefix so removing the index can
+/// release it.
+pub fn consumer_name(prefix: &[u8]) -> String {
+    let id: String = prefix.iter().skip(ALL_PREFIX.len()).map(|b| format!("{b:02x}")).collect();
+    format!("vector-index:{id}")
+}
+
 /// The prefix of every vector index's entries.
 pub const ALL_PREFIX: &[u8] = b"hnsw:";
 

@@ -215,6 +215,7 @@ fn vector_index(spec: &lyre_core::catalog::VectorIndex, status: Option<&lyre_cor
         out.insert("state".into(), status.phase.name().into());
         out.insert("epoch".into(), Value::Int(status.epoch as i64));
         out.insert("vectors".into(), Value::Int(status.nodes as i64));
+        out.insert("memory_bytes".into(), Value::Int(status.memory_bytes as i64));
         out.insert("lag_ms".into(), Value::Int(status.lag_ms as i64));
         out.insert("refusing_writes".into(), status.lagging.into());
     }
