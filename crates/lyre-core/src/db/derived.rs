@@ -151,7 +151,9 @@ impl LiveIndex {
         self.retired.load(Ordering::Acquire)
     }
 
-    /// The graph, for reading (queries).
+    /// The graph, for reading (queries). Take it once per scope: the runner's
+    /// write waits behind a held guard, and a second guard of the same thread
+    /// would wait behind the runner.
     pub fn graph(&self) -> parking_lot::RwLockReadGuard<'_, Graph> {
         self.graph.read()
     }
@@ -331,15 +333,23 @@ impl DerivedIndexes {
             .iter()
             .filter(|a| a.vector.is_some())
             .map(|a| match self.get(&table.name, &a.name) {
-                Some(index) => IndexStatus {
-                    attribute: a.name.clone(),
-                    phase: index.phase(),
-                    epoch: index.epoch(),
-                    nodes: index.graph().len(),
-                    memory_bytes: index.graph().memory_bytes(),
-                    lag_ms: index.last_lag_ms(),
-                    lagging: index.is_lagging(),
-                },
+                Some(index) => {
+                    // One read guard: a second one taken while the runner waits to
+                    // write would wait behind it, and it behind the first (deadlock).
+                    let (nodes, memory_bytes) = {
+                        let graph = index.graph();
+                        (graph.len(), graph.memory_bytes())
+                    };
+                    IndexStatus {
+                        attribute: a.name.clone(),
+                        phase: index.phase(),
+                        epoch: index.epoch(),
+                        nodes,
+                        memory_bytes,
+                        lag_ms: index.last_lag_ms(),
+                        lagging: index.is_lagging(),
+                    }
+                }
                 None => IndexStatus {
                     attribute: a.name.clone(),
                     phase: Phase::Building,
