@@ -24,8 +24,8 @@ use crate::catalog::{VectorIndex, read_vector};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::record::entry::decode_object_only;
+use crate::vector::Graph;
 use crate::vector::store::{self, IndexState};
-use crate::vector::{Changes, Graph};
 
 /// The most a query may wait for an index (Harper's cap on `waitForIndexMilliseconds`).
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -575,11 +575,6 @@ impl Db {
         })
         .await
     }
-}
-
-/// The derived writes for what changed in `graph` under `prefix`.
-pub fn encode_changes(prefix: &[u8], graph: &Graph, changes: &Changes) -> Writes {
-    store::encode_changes(prefix, graph, changes)
 }
 
 fn apply_writes(txn: &mut lyre_store::WriteTxn<'_, '_>, writes: Writes) -> Result<()> {

@@ -30,14 +30,14 @@ use tokio::task::JoinSet;
 use crate::access::Context;
 use crate::catalog::{VectorIndex, read_vector};
 use crate::db::Db;
-use crate::db::derived::{LiveIndex, Phase, encode_changes};
+use crate::db::derived::{LiveIndex, Phase};
 use crate::db::log::{ChangeKind, Cursor, LogBatch, change_record};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::services::pause;
 use crate::task::blocking;
 use crate::vector::Graph;
-use crate::vector::store::{IndexState, prefix};
+use crate::vector::store::{IndexState, encode_changes, prefix};
 
 /// How often the supervisor looks for indexes to start or stop.
 const SCAN: Duration = Duration::from_millis(250);

@@ -136,7 +136,6 @@ async fn a_strict_query_is_current_or_refused() {
     };
     let (status, _, body) = op_with_header(&s, &strict(vec![9.0; 16])).await;
     assert_eq!((status, body["code"].clone()), (503, json!("DERIVED_INDEX_LAGGING")), "{body}");
-    let (mut current, mut refused) = (0, 0);
     for n in 0..30 {
         let vector = vec![100.0 + n as f64; 16];
         s.ok(insert_one(&format!("s{n}"), &vector)).await;
@@ -145,13 +144,11 @@ async fn a_strict_query_is_current_or_refused() {
             200 => {
                 assert_eq!(coverage, "current; lag=0; tolerance=0");
                 assert_eq!(body[0]["id"], format!("s{n}"), "a current answer left the write out");
-                current += 1;
             }
-            503 => refused += 1,
+            503 => {}
             other => panic!("{other}: {body}"),
         }
     }
-    assert_eq!(current + refused, 30);
     // Given time to catch up, a strict query is current and has the last write.
     let mut last = strict(vec![129.0; 16]);
     last["waitForIndexMilliseconds"] = json!(10_000);
