@@ -46,6 +46,26 @@ pub struct EngineOptions {
     pub release_timeout: Duration,
 }
 
+#[cfg(any(test, feature = "testing"))]
+impl EngineOptions {
+    /// Options for a root at `root` with a 1 GiB map and no flushing (tests that
+    /// crash the engine set `storage.durable`); the bootstrap user is
+    /// admin/password.
+    pub fn for_tests(root: &std::path::Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            node_id: 1,
+            storage: DatabaseOptions { map_size: 1 << 30, durable: false },
+            writer: Default::default(),
+            admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
+            auth_cache_ttl: Duration::from_secs(30),
+            login_limit: Default::default(),
+            databases_dir: None,
+            release_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
 /// Everything that is open: databases and users. One per process.
 pub struct Engine {
     layout: Layout,

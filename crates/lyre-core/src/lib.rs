@@ -26,6 +26,7 @@
 pub mod access;
 pub mod catalog;
 pub mod db;
+pub mod derived;
 mod engine;
 mod error;
 mod failpoint;

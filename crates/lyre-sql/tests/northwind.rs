@@ -10,10 +10,8 @@
 //! out.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use lyre_core::catalog::TableSpec;
-use lyre_core::users::AdminBootstrap;
 use lyre_core::{Context, Engine, EngineOptions, Object, Value};
 use lyre_sql::Outcome;
 
@@ -199,17 +197,7 @@ fn dataset() -> Vec<(&'static str, &'static str, Vec<Object>)> {
 
 /// An engine holding the dataset in database `northwind`.
 async fn lyre(dir: &std::path::Path, data: &[(&str, &str, Vec<Object>)]) -> Arc<Engine> {
-    let options = EngineOptions {
-        root: dir.to_path_buf(),
-        node_id: 1,
-        storage: lyre_core::StorageOptions { map_size: 1 << 28, durable: false },
-        writer: Default::default(),
-        admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
-        auth_cache_ttl: Duration::from_secs(30),
-        login_limit: Default::default(),
-        databases_dir: None,
-        release_timeout: Duration::from_secs(5),
-    };
+    let options = EngineOptions::for_tests(dir);
     let (engine, _) = Engine::open(options).await.expect("engine opens");
     let ctx = Context::system();
     let db = engine.create_database(&ctx, "northwind").await.expect("database");

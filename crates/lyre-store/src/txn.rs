@@ -212,6 +212,13 @@ impl ReadTxn {
         Ok(Box::new(self.db.inner.derived.prefix_iter(&self.txn, prefix)?.map(map)))
     }
 
+    /// The first derived-index entry whose key is `from` or after it: a seek, so
+    /// listing which indexes are stored reads one entry per index.
+    pub fn derived_from(&self, from: &[u8]) -> Result<Option<(&[u8], &[u8])>> {
+        let range = (std::ops::Bound::Included(from), std::ops::Bound::Unbounded);
+        Ok(self.db.inner.derived.range(&self.txn, &range)?.next().transpose()?)
+    }
+
     /// The log's epoch in this snapshot (see `names::LOG_EPOCH`).
     pub fn log_epoch(&self) -> Result<u64> {
         Ok(self.db.inner.meta.get(&self.txn, crate::names::LOG_EPOCH)?.and_then(stored_u64).unwrap_or(0))

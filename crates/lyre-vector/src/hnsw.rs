@@ -29,6 +29,26 @@ const MAX_LEVEL: u8 = 16;
 /// A slot without a node.
 const EMPTY: u8 = u8::MAX;
 
+/// What a filtered search does with a node it reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Return it (if near enough).
+    Accept,
+    /// Walk through it without returning it.
+    Refuse,
+    /// Stop the walk now, returning what was accepted so far (the filter proved
+    /// too selective for a walk to be worth it).
+    Stop,
+}
+
+/// A search's filter: every node it reaches is judged.
+pub type Filter<'a> = &'a dyn Fn(u32) -> Verdict;
+
+/// A filter that accepts every node.
+pub fn accept_all(_: u32) -> Verdict {
+    Verdict::Accept
+}
+
 /// A distance with a total order, for the heaps.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Near(f32, u32);
@@ -45,6 +65,13 @@ impl Ord for Near {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
     }
+}
+
+/// A heap's nodes, nearest first.
+fn sorted(results: BinaryHeap<Near>) -> Vec<Near> {
+    let mut out = results.into_vec();
+    out.sort();
+    out
 }
 
 /// What changed since the last [`Graph::take_changes`]: the nodes whose vector (and
@@ -293,7 +320,7 @@ impl Graph {
         }
         let mut entries = vec![nearest];
         for l in (0..=usize::from(level.min(top))).rev() {
-            let found = self.search_layer(&prepared, &entries, self.spec.ef_construction as usize, l, &|_| true, id);
+            let found = self.search_layer(&prepared, &entries, self.spec.ef_construction as usize, l, &accept_all, id);
             let chosen = self.select(&found, self.spec.m as usize);
             self.links[slot][l] = chosen.iter().map(|n| n.1).collect();
             for &Near(distance, neighbour) in &chosen {
@@ -384,15 +411,15 @@ impl Graph {
 
     /// The best-first search of one level from `entries`: up to `ef` nodes that
     /// `accept` takes, nearest first. Nodes `accept` refuses are walked through but
-    /// not returned (a filtered search). `skip` is never returned (the node being
-    /// inserted).
+    /// not returned (a filtered search); once it says stop, the walk ends with what
+    /// it has. `skip` is never returned (the node being inserted).
     fn search_layer(
         &self,
         query: &[f32],
         entries: &[Near],
         ef: usize,
         level: usize,
-        accept: &dyn Fn(u32) -> bool,
+        accept: Filter<'_>,
         skip: u32,
     ) -> Vec<Near> {
         let ef = ef.max(1);
@@ -402,8 +429,12 @@ impl Graph {
         for &entry in entries {
             if visited.insert(entry.1) {
                 candidates.push(Reverse(entry));
-                if entry.1 != skip && accept(entry.1) {
-                    results.push(entry);
+                if entry.1 != skip {
+                    match accept(entry.1) {
+                        Verdict::Accept => results.push(entry),
+                        Verdict::Refuse => {}
+                        Verdict::Stop => return sorted(results),
+                    }
                 }
             }
         }
@@ -421,23 +452,28 @@ impl Graph {
                 let d = self.distance_to(query, n);
                 if results.len() < ef || results.peek().is_some_and(|worst| d < worst.0) {
                     candidates.push(Reverse(Near(d, n)));
-                    if n != skip && accept(n) {
-                        results.push(Near(d, n));
-                        if results.len() > ef {
-                            results.pop();
+                    if n == skip {
+                        continue;
+                    }
+                    match accept(n) {
+                        Verdict::Accept => {
+                            results.push(Near(d, n));
+                            if results.len() > ef {
+                                results.pop();
+                            }
                         }
+                        Verdict::Refuse => {}
+                        Verdict::Stop => return sorted(results),
                     }
                 }
             }
         }
-        let mut out = results.into_vec();
-        out.sort();
-        out
+        sorted(results)
     }
 
     /// Up to `ef` nodes nearest `query` (prepared with [`Graph::prepare`]) that
-    /// `accept` takes, nearest first, as (distance, record key).
-    pub fn search(&self, query: &[f32], ef: usize, accept: &dyn Fn(u32) -> bool) -> Vec<(f32, u32)> {
+    /// `accept` takes, nearest first, as (distance, node).
+    pub fn search(&self, query: &[f32], ef: usize, accept: Filter<'_>) -> Vec<(f32, u32)> {
         let Some(entry) = self.entry else { return Vec::new() };
         if query.len() != self.dimensions() {
             return Vec::new();
@@ -575,7 +611,7 @@ mod tests {
                 .collect();
             exact_order.sort_by(|a, b| a.0.total_cmp(&b.0));
             let truth: BTreeSet<Vec<u8>> = exact_order.iter().take(k).map(|(_, i)| key(*i)).collect();
-            let found = graph.search(&graph.prepare(query), ef.max(k), &|_| true);
+            let found = graph.search(&graph.prepare(query), ef.max(k), &accept_all);
             hits +=
                 found.iter().take(k).filter(|(_, id)| truth.contains(graph.key_of(*id).unwrap_or_default())).count();
         }
@@ -638,7 +674,7 @@ mod tests {
                 exact_order.sort_by(|a, b| a.0.total_cmp(&b.0));
                 let truth: BTreeSet<Vec<u8>> = exact_order.iter().take(10).map(|(_, i)| key(*i)).collect();
                 let mut found: Vec<(f64, Vec<u8>)> = graph
-                    .search(&graph.prepare(query), 40, &|_| true)
+                    .search(&graph.prepare(query), 40, &accept_all)
                     .into_iter()
                     .map(|(_, id)| {
                         let k = graph.key_of(id).unwrap().to_vec();
@@ -664,9 +700,34 @@ mod tests {
             graph.insert(&key(i), v).unwrap();
         }
         let wanted = |id: u32| graph.key_of(id).is_some_and(|k| k[7] % 7 == 0);
-        let found = graph.search(&graph.prepare(&points[5]), 20, &wanted);
+        let filter = |id: u32| if wanted(id) { Verdict::Accept } else { Verdict::Refuse };
+        let found = graph.search(&graph.prepare(&points[5]), 20, &filter);
         assert_eq!(found.len(), 20);
         assert!(found.iter().all(|(_, id)| wanted(*id)));
+        assert!(found.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    /// A filter that says stop ends the walk at once: no node is judged after it,
+    /// and what was accepted before it is returned.
+    #[test]
+    fn a_filter_can_stop_the_walk() {
+        let mut graph = Graph::new(VectorIndex::default());
+        let points = clustered(2_000, 16, 10, 5);
+        for (i, v) in points.iter().enumerate() {
+            graph.insert(&key(i), v).unwrap();
+        }
+        let judged = std::cell::Cell::new(0usize);
+        let filter = |_: u32| {
+            judged.set(judged.get() + 1);
+            match judged.get() {
+                1..=3 => Verdict::Accept,
+                4..=49 => Verdict::Refuse,
+                _ => Verdict::Stop,
+            }
+        };
+        let found = graph.search(&graph.prepare(&points[9]), 100, &filter);
+        assert_eq!(judged.get(), 50, "no node is judged after the stop");
+        assert_eq!(found.len(), 3);
         assert!(found.windows(2).all(|w| w[0].0 <= w[1].0));
     }
 
@@ -690,7 +751,7 @@ mod tests {
         }
         restored.restore_entry(graph.entry());
         let query = restored.prepare(&points[42]);
-        assert_eq!(graph.search(&query, 10, &|_| true), restored.search(&query, 10, &|_| true));
+        assert_eq!(graph.search(&query, 10, &accept_all), restored.search(&query, 10, &accept_all));
         assert!(graph.take_changes().is_empty());
     }
 

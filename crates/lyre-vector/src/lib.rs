@@ -12,5 +12,5 @@ pub mod hnsw;
 mod spec;
 mod vectors;
 
-pub use hnsw::{Changes, Graph, StoredNode};
+pub use hnsw::{Changes, Filter, Graph, StoredNode, Verdict, accept_all};
 pub use spec::{Distance, MAX_DIMENSIONS, VectorIndex};

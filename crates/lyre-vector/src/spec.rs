@@ -58,7 +58,9 @@ pub struct VectorIndex {
     pub optimize_routing: f64,
     /// Stores vectors as int8 for the walk, re-ranking the nearest exactly.
     pub quantization: bool,
-    /// How many more candidates a filtered query walks, per result wanted.
+    /// How many nodes a filtered query's walk may pass over (refused by the
+    /// filter) per unit of its breadth (`ef`) before it ranks exactly what the
+    /// filter matches instead.
     pub filter_expansion: u32,
     /// Writes to the table are refused (503, retryable) while the index is more
     /// than this far behind (ms); `None` never refuses.

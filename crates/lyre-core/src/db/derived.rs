@@ -1,6 +1,7 @@
 //! The derived indexes of one open database as readers and writers meet them: each
-//! live vector index's graph, its phase, its owner epoch, how far it has applied
-//! the log, and whether it is too far behind to take more writes.
+//! live index (of any kind, see `derived/`), its phase, its owner epoch, how far it
+//! has applied the log, and whether it is too far behind to take more writes; and
+//! the writer jobs that store one, each refused unless its epoch still owns it.
 //!
 //! The runner that keeps an index up to date (`services/derived.rs`) installs the
 //! index here and is its only writer. A query asks an index for its coverage
@@ -11,21 +12,38 @@
 //! replicated from elsewhere never are.
 
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::watch;
 
-use std::ops::Bound;
-
-use crate::catalog::{VectorIndex, read_vector};
+use crate::catalog::TableSchema;
 use crate::db::Db;
+use crate::derived::store::{self, IndexState};
+use crate::derived::{Declaration, DerivedIndex, Kind, Writes};
 use crate::error::{Error, Result};
 use crate::record::entry::decode_object_only;
-use crate::vector::Graph;
-use crate::vector::store::{self, IndexState};
+use crate::vector::declared::{self as vector, Declared};
+
+/// Every kind of derived index there is (what is stored of each is listed by its tag).
+pub const KINDS: &[Kind] = &[vector::KIND];
+
+/// The derived indexes `table` declares: one per `@indexed(type: "HNSW")` attribute.
+pub fn declarations(table: &TableSchema) -> Vec<Arc<dyn Declaration>> {
+    table
+        .attributes
+        .iter()
+        .filter_map(|attribute| {
+            let spec = attribute.vector.as_ref()?;
+            let declared: Arc<dyn Declaration> =
+                Arc::new(Declared { attribute: attribute.name.clone(), spec: spec.clone() });
+            Some(declared)
+        })
+        .collect()
+}
 
 /// The most a query may wait for an index (Harper's cap on `waitForIndexMilliseconds`).
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -89,17 +107,15 @@ impl Default for IndexWait {
     }
 }
 
-/// One live vector index.
+/// One live derived index.
 pub struct LiveIndex {
     /// The table it indexes.
     pub table: String,
-    /// The attribute it indexes.
-    pub attribute: String,
     /// The table's incarnation it was built for.
     pub incarnation: u64,
     /// The declaration it follows.
-    pub spec: VectorIndex,
-    graph: RwLock<Graph>,
+    pub declaration: Arc<dyn Declaration>,
+    index: RwLock<Box<dyn DerivedIndex>>,
     phase: Mutex<Phase>,
     epoch: AtomicU64,
     /// The log position applied and durable.
@@ -114,22 +130,22 @@ pub struct LiveIndex {
 }
 
 impl LiveIndex {
-    /// A live index in `phase`, owned by `epoch`, holding `graph`, applied through `applied`.
+    /// A live index of `table` for `declaration` in `phase`, owned by `epoch`,
+    /// holding `index`, applied through `applied`.
     pub fn new(
         table: &str,
-        attribute: &str,
         incarnation: u64,
-        graph: Graph,
+        declaration: Arc<dyn Declaration>,
+        index: Box<dyn DerivedIndex>,
         phase: Phase,
         epoch: u64,
         applied: u64,
     ) -> Self {
         Self {
             table: table.to_string(),
-            attribute: attribute.to_string(),
             incarnation,
-            spec: graph.spec().clone(),
-            graph: RwLock::new(graph),
+            declaration,
+            index: RwLock::new(index),
             phase: Mutex::new(phase),
             epoch: AtomicU64::new(epoch),
             applied: watch::Sender::new(applied),
@@ -137,6 +153,16 @@ impl LiveIndex {
             lag_ms: AtomicU64::new(0),
             retired: AtomicBool::new(false),
         }
+    }
+
+    /// The attribute it indexes.
+    pub fn attribute(&self) -> &str {
+        self.declaration.attribute()
+    }
+
+    /// Names it in messages: "the vector index on Doc.embedding".
+    pub fn describe(&self) -> String {
+        format!("the {} index on {}.{}", self.declaration.kind().name, self.table, self.attribute())
     }
 
     /// Marks the index as no longer kept by its runner, waking queries that wait
@@ -151,21 +177,21 @@ impl LiveIndex {
         self.retired.load(Ordering::Acquire)
     }
 
-    /// The graph, for reading (queries). Take it once per scope: the runner's
+    /// The index, for reading (queries). Take it once per scope: the runner's
     /// write waits behind a held guard, and a second guard of the same thread
     /// would wait behind the runner.
-    pub fn graph(&self) -> parking_lot::RwLockReadGuard<'_, Graph> {
-        self.graph.read()
+    pub fn read(&self) -> RwLockReadGuard<'_, Box<dyn DerivedIndex>> {
+        self.index.read()
     }
 
-    /// The graph, for the runner's changes.
-    pub fn graph_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Graph> {
-        self.graph.write()
+    /// The index, for the runner's changes.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Box<dyn DerivedIndex>> {
+        self.index.write()
     }
 
-    /// Replaces the graph (a rebuild's result).
-    pub fn replace_graph(&self, graph: Graph) {
-        *self.graph.write() = graph;
+    /// Replaces the index (a rebuild's result).
+    pub fn replace(&self, index: Box<dyn DerivedIndex>) {
+        *self.index.write() = index;
     }
 
     /// The phase now.
@@ -262,8 +288,9 @@ impl LiveIndex {
                     other => format!("is {}", other.name()),
                 };
                 return Err(Error::DerivedIndexLagging(format!(
-                    "the vector index on {}.{} {why}, more than the query tolerates ({} ms); retry later",
-                    self.table, self.attribute, wait.tolerance_ms
+                    "{} {why}, more than the query tolerates ({} ms); retry later",
+                    self.describe(),
+                    wait.tolerance_ms
                 )));
             }
             // Woken by the runner's progress; the deadline bounds the wait.
@@ -272,18 +299,20 @@ impl LiveIndex {
     }
 }
 
-/// A vector index as `describe_table` shows it.
+/// A derived index as `describe_table` shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexStatus {
     /// The attribute indexed.
     pub attribute: String,
+    /// Its kind's name.
+    pub kind: &'static str,
     /// Its phase (`building` also while its runner has not started).
     pub phase: Phase,
     /// Its owner epoch (0 before a runner owns it).
     pub epoch: u64,
-    /// Vectors it holds.
+    /// Records it holds.
     pub nodes: usize,
-    /// Bytes its graph holds in memory (vectors, links, keys).
+    /// Bytes it holds in memory.
     pub memory_bytes: usize,
     /// The lag last measured (ms).
     pub lag_ms: u64,
@@ -291,16 +320,23 @@ pub struct IndexStatus {
     pub lagging: bool,
 }
 
+/// Where a live index is found: its table, its kind, its attribute.
+type IndexKey = (String, &'static str, String);
+
+fn key_of(index: &LiveIndex) -> IndexKey {
+    (index.table.clone(), index.declaration.kind().name, index.attribute().to_string())
+}
+
 /// The live derived indexes of one database.
 #[derive(Default)]
 pub struct DerivedIndexes {
-    indexes: RwLock<HashMap<(String, String), Arc<LiveIndex>>>,
+    indexes: RwLock<HashMap<IndexKey, Arc<LiveIndex>>>,
 }
 
 impl DerivedIndexes {
     /// Installs `index` (retiring the one it replaces, if any).
     pub fn install(&self, index: Arc<LiveIndex>) {
-        let replaced = self.indexes.write().insert((index.table.clone(), index.attribute.clone()), index);
+        let replaced = self.indexes.write().insert(key_of(&index), index);
         if let Some(replaced) = replaced {
             replaced.retire();
         }
@@ -310,55 +346,54 @@ impl DerivedIndexes {
     pub fn remove(&self, index: &Arc<LiveIndex>) {
         index.retire();
         let mut indexes = self.indexes.write();
-        let key = (index.table.clone(), index.attribute.clone());
+        let key = key_of(index);
         if indexes.get(&key).is_some_and(|held| Arc::ptr_eq(held, index)) {
             indexes.remove(&key);
         }
     }
 
-    /// The live index on `table.attribute`.
-    pub fn get(&self, table: &str, attribute: &str) -> Option<Arc<LiveIndex>> {
-        self.indexes.read().get(&(table.to_string(), attribute.to_string())).cloned()
+    /// The live `kind` index on `table.attribute`.
+    pub fn get(&self, kind: Kind, table: &str, attribute: &str) -> Option<Arc<LiveIndex>> {
+        self.indexes.read().get(&(table.to_string(), kind.name, attribute.to_string())).cloned()
     }
 
-    /// Every live index of `table`.
-    pub fn of_table(&self, table: &str) -> Vec<Arc<LiveIndex>> {
-        self.indexes.read().values().filter(|index| index.table == table).cloned().collect()
-    }
-
-    /// The status of every vector index `table` declares.
-    pub fn status_of(&self, table: &crate::catalog::TableSchema) -> Vec<IndexStatus> {
-        table
-            .attributes
+    /// The status of every derived index `table` declares.
+    pub fn status_of(&self, table: &TableSchema) -> Vec<IndexStatus> {
+        declarations(table)
             .iter()
-            .filter(|a| a.vector.is_some())
-            .map(|a| match self.get(&table.name, &a.name) {
-                Some(index) => {
-                    // One read guard: a second one taken while the runner waits to
-                    // write would wait behind it, and it behind the first (deadlock).
-                    let (nodes, memory_bytes) = {
-                        let graph = index.graph();
-                        (graph.len(), graph.memory_bytes())
-                    };
-                    IndexStatus {
-                        attribute: a.name.clone(),
-                        phase: index.phase(),
-                        epoch: index.epoch(),
-                        nodes,
-                        memory_bytes,
-                        lag_ms: index.last_lag_ms(),
-                        lagging: index.is_lagging(),
+            .map(|declared| {
+                let kind = declared.kind();
+                let attribute = declared.attribute().to_string();
+                match self.get(kind, &table.name, &attribute) {
+                    Some(index) => {
+                        // One read guard: a second one taken while the runner waits to
+                        // write would wait behind it, and it behind the first (deadlock).
+                        let (nodes, memory_bytes) = {
+                            let held = index.read();
+                            (held.len(), held.memory_bytes())
+                        };
+                        IndexStatus {
+                            attribute,
+                            kind: kind.name,
+                            phase: index.phase(),
+                            epoch: index.epoch(),
+                            nodes,
+                            memory_bytes,
+                            lag_ms: index.last_lag_ms(),
+                            lagging: index.is_lagging(),
+                        }
                     }
+                    None => IndexStatus {
+                        attribute,
+                        kind: kind.name,
+                        phase: Phase::Building,
+                        epoch: 0,
+                        nodes: 0,
+                        memory_bytes: 0,
+                        lag_ms: 0,
+                        lagging: false,
+                    },
                 }
-                None => IndexStatus {
-                    attribute: a.name.clone(),
-                    phase: Phase::Building,
-                    epoch: 0,
-                    nodes: 0,
-                    memory_bytes: 0,
-                    lag_ms: 0,
-                    lagging: false,
-                },
             })
             .collect()
     }
@@ -369,16 +404,16 @@ impl DerivedIndexes {
         match indexes.values().find(|index| index.table == table && index.is_lagging()) {
             None => Ok(()),
             Some(index) => Err(Error::DerivedIndexLagging(format!(
-                "the vector index on {table}.{} is {} ms behind, more than its maxLagMilliseconds ({} ms): writes to {table} wait until it catches up; retry later",
-                index.attribute,
+                "{} is {} ms behind, more than its maxLagMilliseconds ({} ms): writes to {table} wait until it catches up; retry later",
+                index.describe(),
                 index.last_lag_ms(),
-                index.spec.max_lag_ms.unwrap_or(0)
+                index.declaration.max_lag_ms().unwrap_or(0)
             ))),
         }
     }
 }
 
-/// What is stored of one vector index, read from one snapshot.
+/// What is stored of one derived index, read from one snapshot.
 #[derive(Debug, Clone)]
 pub struct StoredIndex {
     /// Its state, if one was ever written.
@@ -393,16 +428,23 @@ pub struct StoredIndex {
     pub log_tail: u64,
 }
 
-/// Entries written per job when a rebuilt graph is stored.
-const NODES_PER_JOB: usize = 2_000;
+/// Entries written per job when a rebuilt index is stored.
+const ENTRIES_PER_JOB: usize = 4_000;
 
-/// The derived entries one apply writes: `(key, Some(value))` to put, `(key, None)`
-/// to delete.
-pub type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+/// What a build from one snapshot made.
+pub struct Built {
+    /// The index.
+    pub index: Box<dyn DerivedIndex>,
+    /// The snapshot's log tail: the log after it holds exactly what the index has
+    /// not seen.
+    pub tail: u64,
+    /// Records whose value the index could not hold, left out of it.
+    pub skipped: usize,
+}
 
 impl Db {
-    /// What is stored of the vector index under `prefix`.
-    pub fn stored_vector_index(&self, prefix: &[u8]) -> Result<StoredIndex> {
+    /// What is stored of the derived index under `prefix`.
+    pub fn stored_index(&self, prefix: &[u8]) -> Result<StoredIndex> {
         let txn = self.snapshot()?;
         Ok(StoredIndex {
             state: store::read_state(&txn, prefix)?,
@@ -413,28 +455,27 @@ impl Db {
         })
     }
 
-    /// Reads the stored graph under `prefix` (blocking: run it off the runtime).
-    pub fn read_vector_graph(&self, prefix: &[u8], spec: &VectorIndex, state: &IndexState) -> Result<Graph> {
-        store::read_graph(&self.snapshot()?, prefix, spec, state)
+    /// Reads the index stored under `prefix` (blocking: run it off the runtime).
+    pub fn load_index(&self, prefix: &[u8], declaration: &dyn Declaration) -> Result<Box<dyn DerivedIndex>> {
+        declaration.load(&self.snapshot()?, &store::data_prefix(prefix))
     }
 
-    /// Builds a graph of every vector of `table.attribute` in one snapshot, and
-    /// answers it with that snapshot's log tail: the log after it holds exactly
-    /// what the graph has not seen. Vectors of other dimensions than the first
-    /// are left out, and counted (blocking: run it off the runtime).
-    pub fn build_vector_graph(
+    /// Builds `declaration`'s index of every record of `table` in one snapshot
+    /// (blocking: run it off the runtime); `stopping` is asked now and then, and a
+    /// build it stops fails.
+    pub fn build_index(
         &self,
         table: &str,
-        attribute: &str,
-        spec: &VectorIndex,
+        declaration: &dyn Declaration,
         stopping: &dyn Fn() -> bool,
-    ) -> Result<(Graph, u64, usize)> {
+    ) -> Result<Built> {
         crate::failpoint::hit("derived-build")?;
         let txn = self.snapshot()?;
         let tail = txn.last_log_seq()?;
-        let mut graph = Graph::new(spec.clone());
+        let mut index = declaration.empty();
         let mut skipped = 0;
-        let Some(records) = txn.table(table)? else { return Ok((graph, tail, 0)) };
+        let Some(records) = txn.table(table)? else { return Ok(Built { index, tail, skipped }) };
+        let attribute = declaration.attribute();
         let names = [attribute.to_string()];
         for (i, item) in txn.records(&records, (Bound::Unbounded, Bound::Unbounded), false)?.enumerate() {
             if i % 1024 == 0 && stopping() {
@@ -442,20 +483,19 @@ impl Db {
             }
             let (key, stored) = item?;
             let object = decode_object_only(stored, &names)?;
-            let Some(value) = object.get(attribute) else { continue };
-            let Ok(vector) = read_vector(value) else { continue };
-            if graph.insert(key, &vector).is_err() {
+            if index.apply(key, object.get(attribute)).is_err() {
                 skipped += 1;
             }
         }
-        Ok((graph, tail, skipped))
+        Ok(Built { index, tail, skipped })
     }
 
-    /// Takes ownership of the vector index under `prefix` for `epoch`: stores the
-    /// state with the new epoch, refusing if a later epoch already owns it.
-    pub async fn claim_vector_index(&self, prefix: &[u8], state: IndexState) -> Result<()> {
+    /// Takes ownership of the derived index under `prefix` for `state`'s epoch:
+    /// stores the state with the new epoch, refusing if that epoch or a later one
+    /// already owns it.
+    pub async fn claim_index(&self, prefix: &[u8], state: IndexState) -> Result<()> {
         let prefix = prefix.to_vec();
-        self.write(&crate::access::Context::system(), "claim_vector_index", move |txn, _| {
+        self.write(&crate::access::Context::system(), "claim_derived_index", move |txn, _| {
             if let Some(stored) = store::read_state_in(txn, &prefix)?
                 && stored.epoch >= state.epoch
             {
@@ -466,14 +506,14 @@ impl Db {
         .await
     }
 
-    /// Condemns the vector index under `prefix` before a rebuild resets it: the
+    /// Condemns the derived index under `prefix` before a rebuild resets it: the
     /// marker is committed on its own, so a crash anywhere after this rebuilds
     /// again and never serves what was condemned, however whole the stored state
-    /// and graph look. An index with no state yet gets one (not ready) for `state`'s
-    /// epoch, which then owns it.
-    pub async fn condemn_vector_index(&self, prefix: &[u8], state: IndexState) -> Result<()> {
+    /// and entries look. An index with no state yet gets one (not ready) for
+    /// `state`'s epoch, which then owns it.
+    pub async fn condemn_index(&self, prefix: &[u8], state: IndexState) -> Result<()> {
         let prefix = prefix.to_vec();
-        self.write(&crate::access::Context::system(), "condemn_vector_index", move |txn, _| {
+        self.write(&crate::access::Context::system(), "condemn_derived_index", move |txn, _| {
             check_owner(txn, &prefix, state.epoch)?;
             store::condemn(txn, &prefix)?;
             if store::read_state_in(txn, &prefix)?.is_none() {
@@ -484,13 +524,13 @@ impl Db {
         .await
     }
 
-    /// Removes the nodes of the (condemned) vector index under `prefix`, in
+    /// Removes the entries of the (condemned) derived index under `prefix`, in
     /// bounded jobs, for owner `epoch`.
-    pub async fn reset_vector_index(&self, prefix: &[u8], epoch: u64) -> Result<()> {
+    pub async fn reset_index(&self, prefix: &[u8], epoch: u64) -> Result<()> {
         loop {
             let prefix = prefix.to_vec();
             let more = self
-                .write(&crate::access::Context::system(), "reset_vector_index", move |txn, _| {
+                .write(&crate::access::Context::system(), "reset_derived_index", move |txn, _| {
                     check_owner(txn, &prefix, epoch)?;
                     store::reset_some(txn, &prefix)
                 })
@@ -503,11 +543,11 @@ impl Db {
 
     /// Removes everything stored under `prefix` (an index no schema declares any
     /// more), in bounded jobs, and then its hold on the log.
-    pub async fn remove_vector_index(&self, prefix: &[u8]) -> Result<()> {
+    pub async fn remove_index(&self, prefix: &[u8]) -> Result<()> {
         loop {
             let prefix = prefix.to_vec();
             let more = self
-                .write(&crate::access::Context::system(), "remove_vector_index", move |txn, _| {
+                .write(&crate::access::Context::system(), "remove_derived_index", move |txn, _| {
                     let more = store::remove_some(txn, &prefix)?;
                     if !more {
                         crate::db::log::release_log_in(txn, &store::consumer_name(&prefix))?;
@@ -521,76 +561,53 @@ impl Db {
         }
     }
 
-    /// The prefixes of every vector index stored in this database.
-    pub fn stored_vector_prefixes(&self) -> Result<Vec<Vec<u8>>> {
+    /// The prefixes of every derived index stored in this database, of every kind.
+    pub fn stored_index_prefixes(&self) -> Result<Vec<Vec<u8>>> {
         let txn = self.snapshot()?;
-        let mut out: Vec<Vec<u8>> = Vec::new();
-        for item in txn.derived_prefix(store::ALL_PREFIX)? {
-            let (key, _) = item?;
-            let Some(prefix) = key.get(..store::PREFIX_LEN) else { continue };
-            if out.last().is_none_or(|last| last.as_slice() != prefix) {
-                out.push(prefix.to_vec());
-            }
+        let mut out = Vec::new();
+        for kind in KINDS {
+            out.extend(store::stored_prefixes(&txn, *kind)?);
         }
         Ok(out)
     }
 
-    /// Stores a rebuilt graph's nodes for owner `epoch`, in bounded jobs (the
-    /// index stays condemned until [`Db::write_vector_progress`] makes it ready).
-    pub async fn write_vector_nodes(&self, prefix: &[u8], epoch: u64, writes: Writes) -> Result<()> {
+    /// Stores a rebuilt index's entries for owner `epoch`, in bounded jobs (the
+    /// index stays condemned until [`Db::write_index_progress`] makes it ready).
+    pub async fn write_index_entries(&self, prefix: &[u8], epoch: u64, writes: Writes) -> Result<()> {
         let mut writes = writes.into_iter().peekable();
         while writes.peek().is_some() {
-            let chunk: Writes = writes.by_ref().take(NODES_PER_JOB * 2).collect();
+            let chunk: Writes = writes.by_ref().take(ENTRIES_PER_JOB).collect();
             let prefix = prefix.to_vec();
-            self.write(&crate::access::Context::system(), "build_vector_index", move |txn, _| {
+            self.write(&crate::access::Context::system(), "build_derived_index", move |txn, _| {
                 check_owner(txn, &prefix, epoch)?;
-                apply_writes(txn, chunk)
+                store::apply_writes(txn, chunk)
             })
             .await?;
         }
         Ok(())
     }
 
-    /// Stores what an apply changed and the state after it (its cursor, entry
-    /// point, readiness) in one job, for owner `epoch`; a ready state clears the
-    /// condemned marker. The log is held for the index under the durable cursor
-    /// `consumer` (see `log.rs`), moved in the same job.
-    pub async fn write_vector_progress(
-        &self,
-        prefix: &[u8],
-        consumer: &str,
-        state: IndexState,
-        writes: Writes,
-    ) -> Result<()> {
+    /// Stores what an apply changed and the state after it (its cursor, readiness)
+    /// in one job, for owner `state.epoch`; a ready state clears the condemned
+    /// marker. The log is held for the index under its durable cursor (see
+    /// `log.rs`), moved in the same job.
+    pub async fn write_index_progress(&self, prefix: &[u8], state: IndexState, writes: Writes) -> Result<()> {
         let prefix = prefix.to_vec();
-        let consumer = consumer.to_string();
-        self.write(&crate::access::Context::system(), "apply_vector_index", move |txn, _| {
+        self.write(&crate::access::Context::system(), "apply_derived_index", move |txn, _| {
             check_owner(txn, &prefix, state.epoch)?;
-            apply_writes(txn, writes)?;
+            store::apply_writes(txn, writes)?;
             if state.ready {
                 store::clear_condemned(txn, &prefix)?;
             }
-            crate::db::log::hold_log_in(txn, &consumer, state.cursor)?;
+            crate::db::log::hold_log_in(txn, &store::consumer_name(&prefix), state.cursor)?;
             store::write_state(txn, &prefix, &state)
         })
         .await
     }
 }
 
-fn apply_writes(txn: &mut lyre_store::WriteTxn<'_, '_>, writes: Writes) -> Result<()> {
-    for (key, value) in writes {
-        match value {
-            Some(value) => txn.put_derived(&key, &value)?,
-            None => {
-                txn.delete_derived(&key)?;
-            }
-        }
-    }
-    Ok(())
-}
-
 fn superseded(mine: u64, stored: u64) -> Error {
-    Error::Conflict(format!("a vector index's owner epoch {mine} was superseded by epoch {stored}"))
+    Error::Conflict(format!("a derived index's owner epoch {mine} was superseded by epoch {stored}"))
 }
 
 /// Refuses the job unless `epoch` owns the index under `prefix` (work of an

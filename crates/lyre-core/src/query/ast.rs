@@ -87,6 +87,10 @@ pub struct VectorSort {
     /// How wide the search is (defaults to the index's `efConstructionSearch`,
     /// and is never below the results wanted).
     pub ef: Option<usize>,
+    /// How many refused nodes a filtered walk passes over per unit of `ef` before
+    /// it ranks what the filter matches exactly instead (defaults to the index's
+    /// `filterExpansion`).
+    pub filter_expansion: Option<u32>,
 }
 
 /// A search over one table.

@@ -21,6 +21,7 @@ use crate::query::related::{Related, target_table};
 use crate::query::select::Select;
 use crate::record::expiry::Live;
 use crate::value::{Object, Value};
+use crate::vector::declared::graph_of;
 
 /// Refuses, before anything is planned, a condition through a relationship into a
 /// table or attribute the searcher may not read: whether it matched would tell what
@@ -143,7 +144,7 @@ fn vector_index(db: &Db, schema: &TableSchema, sort: &VectorSort) -> Result<Arc<
             schema.name, sort.attribute
         )));
     }
-    let index = db.derived().get(&schema.name, &sort.attribute).ok_or_else(|| {
+    let index = db.derived().get(crate::vector::declared::KIND, &schema.name, &sort.attribute).ok_or_else(|| {
         Error::DerivedIndexLagging(format!(
             "the vector index on {}.{} is not loaded yet; retry later",
             schema.name, sort.attribute
@@ -157,7 +158,7 @@ fn vector_index(db: &Db, schema: &TableSchema, sort: &VectorSort) -> Result<Arc<
             index.phase().name()
         )));
     }
-    let dimensions = index.graph().dimensions();
+    let dimensions = graph_of(index.read().as_ref())?.dimensions();
     if dimensions != 0 && dimensions != sort.target.len() {
         return Err(Error::invalid(format!(
             "the target vector has {} dimensions where {}.{} holds vectors of {dimensions}",

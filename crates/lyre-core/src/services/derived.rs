@@ -1,18 +1,19 @@
-//! Derived-index runners: one task per vector index keeps it up to date from the
-//! log, and one supervisor starts, restarts and stops them as schemas change.
+//! Derived-index runners: one task per declared derived index (of any kind, see
+//! `derived/`) keeps it up to date from the log, and one supervisor starts,
+//! restarts and stops them as schemas change.
 //!
 //! A runner owns its index by epoch: at every start it mints the stored epoch plus
 //! one and stores it, and every job it submits is refused if another epoch owns the
 //! index by then, so no work of a superseded runner lands after its successor took
 //! over. It then either loads the stored graph and resumes from the stored cursor,
 //! or rebuilds: it commits the condemned marker first (so a crash anywhere later
-//! rebuilds again and nothing condemned is served), removes the old nodes, builds
-//! a graph from one snapshot, stores it, and becomes ready at that snapshot's log
+//! rebuilds again and nothing condemned is served), removes the old entries, builds
+//! the index from one snapshot, stores it, and becomes ready at that snapshot's log
 //! position, with the marker cleared in the same job.
 //!
 //! Following the log, it wakes on each commit (no polling), reads a bounded batch,
-//! applies each record's last change in it to the graph, and stores the touched
-//! nodes with the new cursor in one job. While it works, a 100 ms tick measures
+//! applies each record's last change in it to the index, and stores what that
+//! changed with the new cursor in one job. While it works, a 100 ms tick measures
 //! its lag: at `maxLagMilliseconds` it sets the flag that turns client writes to
 //! the table into 503s, and it clears the flag once it has caught up to the end of
 //! the log with the lag under half the limit.
@@ -28,16 +29,15 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::access::Context;
-use crate::catalog::{VectorIndex, read_vector};
 use crate::db::Db;
-use crate::db::derived::{LiveIndex, Phase};
+use crate::db::derived::{Built, LiveIndex, Phase, declarations};
 use crate::db::log::{ChangeKind, Cursor, LogBatch, change_record};
+use crate::derived::Declaration;
+use crate::derived::store::{IndexState, prefix};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::services::pause;
 use crate::task::blocking;
-use crate::vector::Graph;
-use crate::vector::store::{IndexState, encode_changes, prefix};
 
 /// How often the supervisor looks for indexes to start or stop.
 const SCAN: Duration = Duration::from_millis(250);
@@ -55,13 +55,21 @@ struct RunnerKey {
     database: String,
     table: String,
     incarnation: u64,
-    attribute: String,
     attribute_id: u32,
-    spec: String,
+    kind: &'static str,
+    attribute: String,
+    fingerprint: Vec<u8>,
 }
 
-/// Starts, restarts and stops the runners of every declared vector index until the
-/// services stop.
+/// One declared index, with the database it lives in.
+struct Wanted {
+    key: RunnerKey,
+    db: Arc<Db>,
+    declaration: Arc<dyn Declaration>,
+}
+
+/// Starts, restarts and stops the runners of every declared derived index until
+/// the services stop.
 pub(crate) async fn supervise(engine: Weak<Engine>, mut stop: watch::Receiver<bool>) {
     let mut running: HashMap<RunnerKey, (tokio::task::Id, watch::Sender<bool>)> = HashMap::new();
     let mut tasks: JoinSet<()> = JoinSet::new();
@@ -72,7 +80,7 @@ pub(crate) async fn supervise(engine: Weak<Engine>, mut stop: watch::Receiver<bo
                 Ok((id, ())) => id,
                 Err(err) => {
                     if err.is_panic() {
-                        tracing::error!(error = %err, "a vector index runner panicked; starting another");
+                        tracing::error!(error = %err, "a derived index runner panicked; starting another");
                     }
                     err.id()
                 }
@@ -82,28 +90,28 @@ pub(crate) async fn supervise(engine: Weak<Engine>, mut stop: watch::Receiver<bo
         let Some(engine_now) = engine.upgrade() else { return };
         let wanted = declared(&engine_now);
         running.retain(|key, (_, stopper)| {
-            let keep = wanted.iter().any(|(k, _)| k == key);
+            let keep = wanted.iter().any(|w| &w.key == key);
             if !keep {
                 stopper.send_replace(true);
             }
             keep
         });
-        for (key, (db, spec)) in &wanted {
-            if running.contains_key(key) {
+        for want in &wanted {
+            if running.contains_key(&want.key) {
                 continue;
             }
             let (stopper, stopped) = watch::channel(false);
-            let runner = Runner { db: Arc::downgrade(db), key: key.clone(), spec: spec.clone() };
+            let runner = Runner::new(&want.db, want.key.clone(), want.declaration.clone());
             let mut services_stop = stop.clone();
             let task = tasks.spawn(async move {
                 tokio::select! {
                     outcome = runner.run(stopped) => if let Err(err) = outcome {
-                        tracing::warn!(table = %runner_name(&runner.key), error = %err, "a vector index runner stopped; starting another");
+                        tracing::warn!(index = %runner.name(), error = %err, "a derived index runner stopped; starting another");
                     },
                     _ = services_stop.wait_for(|s| *s) => {}
                 }
             });
-            running.insert(key.clone(), (task.id(), stopper));
+            running.insert(want.key.clone(), (task.id(), stopper));
         }
         if scans.is_multiple_of(40) {
             remove_undeclared(&engine_now, &wanted).await;
@@ -120,46 +128,45 @@ pub(crate) async fn supervise(engine: Weak<Engine>, mut stop: watch::Receiver<bo
     }
 }
 
-fn runner_name(key: &RunnerKey) -> String {
-    format!("{}.{}.{}", key.database, key.table, key.attribute)
-}
-
-/// Every vector index the open databases' schemas declare.
-fn declared(engine: &Engine) -> Vec<(RunnerKey, (Arc<Db>, VectorIndex))> {
+/// Every derived index the open databases' schemas declare.
+fn declared(engine: &Engine) -> Vec<Wanted> {
     let mut out = Vec::new();
     for db in engine.databases() {
         if db.is_closing() {
             continue;
         }
         for table in db.schema().tables.values() {
-            for attribute in &table.attributes {
-                let Some(spec) = &attribute.vector else { continue };
-                let Ok(incarnation) = db.table_incarnation(&table.name) else { continue };
+            let Ok(incarnation) = db.table_incarnation(&table.name) else { continue };
+            for declaration in declarations(table) {
+                let Some(attribute) = table.attribute(declaration.attribute()) else { continue };
                 let key = RunnerKey {
                     database: db.name().to_string(),
                     table: table.name.clone(),
                     incarnation,
-                    attribute: attribute.name.clone(),
                     attribute_id: attribute.id,
-                    spec: format!("{spec:?}"),
+                    kind: declaration.kind().name,
+                    attribute: attribute.name.clone(),
+                    fingerprint: declaration.fingerprint(),
                 };
-                out.push((key, (db.clone(), spec.clone())));
+                out.push(Wanted { key, db: db.clone(), declaration });
             }
         }
     }
     out
 }
 
-/// Removes what is stored of vector indexes no schema declares any more (a table
+/// Removes what is stored of derived indexes no schema declares any more (a table
 /// dropped, an attribute's index changed to an ordinary one).
-async fn remove_undeclared(engine: &Engine, wanted: &[(RunnerKey, (Arc<Db>, VectorIndex))]) {
-    let declared: HashSet<(String, Vec<u8>)> =
-        wanted.iter().map(|(k, _)| (k.database.clone(), prefix(k.incarnation, k.attribute_id))).collect();
+async fn remove_undeclared(engine: &Engine, wanted: &[Wanted]) {
+    let declared: HashSet<(&str, Vec<u8>)> = wanted
+        .iter()
+        .map(|w| (w.key.database.as_str(), prefix(w.declaration.kind(), w.key.incarnation, w.key.attribute_id)))
+        .collect();
     for db in engine.databases() {
-        let Ok(stored) = db.stored_vector_prefixes() else { continue };
-        for stale in stored.into_iter().filter(|p| !declared.contains(&(db.name().to_string(), p.clone()))) {
-            if let Err(err) = db.remove_vector_index(&stale).await {
-                tracing::warn!(database = db.name(), error = %err, "removing an undeclared vector index failed");
+        let Ok(stored) = db.stored_index_prefixes() else { continue };
+        for stale in stored.into_iter().filter(|p| !declared.contains(&(db.name(), p.clone()))) {
+            if let Err(err) = db.remove_index(&stale).await {
+                tracing::warn!(database = db.name(), error = %err, "removing an undeclared derived index failed");
             }
         }
     }
@@ -172,9 +179,10 @@ struct Installed {
 }
 
 impl Installed {
-    fn new(db: &Arc<Db>, live: &Arc<LiveIndex>) -> Self {
+    fn new(db: &Arc<Db>, live: LiveIndex) -> Self {
+        let live = Arc::new(live);
         db.derived().install(live.clone());
-        Self { db: db.clone(), live: live.clone() }
+        Self { db: db.clone(), live }
     }
 }
 
@@ -185,56 +193,81 @@ impl Drop for Installed {
 }
 
 /// One index's runner.
-struct Runner {
+pub(crate) struct Runner {
     db: Weak<Db>,
     key: RunnerKey,
-    spec: VectorIndex,
+    declaration: Arc<dyn Declaration>,
+    /// Where its entries lie (see `derived/store.rs`).
+    prefix: Vec<u8>,
 }
 
 impl Runner {
-    fn prefix(&self) -> Vec<u8> {
-        prefix(self.key.incarnation, self.key.attribute_id)
+    fn new(db: &Arc<Db>, key: RunnerKey, declaration: Arc<dyn Declaration>) -> Self {
+        let prefix = prefix(declaration.kind(), key.incarnation, key.attribute_id);
+        Self { db: Arc::downgrade(db), key, declaration, prefix }
     }
 
-    /// The durable cursor that holds the log for this index.
-    fn consumer(&self) -> String {
-        crate::vector::store::consumer_name(&self.prefix())
+    /// A runner of `declaration` on `table` of `db`, outside the supervisor (tests
+    /// of the runtime with kinds of their own).
+    #[cfg(test)]
+    pub(crate) fn for_test(db: &Arc<Db>, table: &str, declaration: Arc<dyn Declaration>) -> Result<Self> {
+        let incarnation = db.table_incarnation(table)?;
+        let schema = db.schema();
+        let attribute_id = schema
+            .tables
+            .get(table)
+            .and_then(|t| t.attribute(declaration.attribute()))
+            .map(|a| a.id)
+            .ok_or_else(|| crate::error::Error::invalid("no such attribute"))?;
+        let key = RunnerKey {
+            database: db.name().to_string(),
+            table: table.to_string(),
+            incarnation,
+            attribute_id,
+            kind: declaration.kind().name,
+            attribute: declaration.attribute().to_string(),
+            fingerprint: declaration.fingerprint(),
+        };
+        Ok(Self::new(db, key, declaration))
     }
 
-    async fn run(&self, mut stopped: watch::Receiver<bool>) -> Result<()> {
+    fn name(&self) -> String {
+        format!("{} index on {}.{}.{}", self.key.kind, self.key.database, self.key.table, self.key.attribute)
+    }
+
+    /// Runs until `stopped`, the database closes, or a step fails.
+    pub(crate) async fn run(&self, mut stopped: watch::Receiver<bool>) -> Result<()> {
         let Some(db) = self.db.upgrade() else { return Ok(()) };
-        let _lease = db.lease(format!("the vector index runner of {}", runner_name(&self.key)));
+        let _lease = db.lease(format!("the runner of the {}", self.name()));
         // While it runs, the log it has not consumed is kept for it.
-        let _attachment = db.attach(&self.consumer())?;
+        let _attachment = db.attach(&crate::derived::store::consumer_name(&self.prefix))?;
         let mut closing = db.closing_signal();
-        let prefix = self.prefix();
-        let stored = db.stored_vector_index(&prefix)?;
+        let stored = db.stored_index(&self.prefix)?;
         let epoch = stored.state.as_ref().map_or(0, |s| s.epoch) + 1;
         // A previous owner's state, minted anew for this epoch: the claim.
         if let Some(previous) = &stored.state {
-            db.claim_vector_index(&prefix, IndexState { epoch, ..previous.clone() }).await?;
+            db.claim_index(&self.prefix, IndexState { epoch, ..previous.clone() }).await?;
         }
         let usable = stored.state.as_ref().filter(|state| {
             state.ready
                 && !stored.condemned
-                && state.spec == self.spec
+                && state.declaration == self.key.fingerprint
                 && state.log_epoch == stored.log_epoch
                 && (state.cursor >= stored.log_tail || stored.log_head.is_some_and(|head| head <= state.cursor + 1))
         });
         let loaded = match usable {
             Some(state) => {
-                let state = IndexState { epoch, ..state.clone() };
                 let cursor = state.cursor;
-                let (reader, spec, at) = (db.clone(), self.spec.clone(), prefix.clone());
+                let (reader, declaration, at) = (db.clone(), self.declaration.clone(), self.prefix.clone());
                 let read = blocking(move || {
                     crate::failpoint::hit("derived-load")?;
-                    reader.read_vector_graph(&at, &spec, &state)
+                    reader.load_index(&at, declaration.as_ref())
                 })
                 .await;
                 match read {
-                    Ok(graph) => Some((graph, cursor)),
+                    Ok(index) => Some((index, cursor)),
                     Err(err) => {
-                        tracing::warn!(index = %runner_name(&self.key), error = %err, "a stored vector index cannot be read: rebuilding it");
+                        tracing::warn!(index = %self.name(), error = %err, "a stored derived index cannot be read: rebuilding it");
                         None
                     }
                 }
@@ -242,20 +275,16 @@ impl Runner {
             None => None,
         };
         let (installed, mut cursor) = match loaded {
-            Some((graph, cursor)) => {
-                (Installed::new(&db, &Arc::new(self.live(graph, Phase::Ready, epoch, cursor))), cursor)
-            }
+            Some((index, cursor)) => (Installed::new(&db, self.live(index, Phase::Ready, epoch, cursor)), cursor),
             None => {
                 let phase = if stored.state.is_some() { Phase::Rebuilding } else { Phase::Building };
                 // Installed while it builds, so queries say why they cannot be served.
-                let installed =
-                    Installed::new(&db, &Arc::new(self.live(Graph::new(self.spec.clone()), phase, epoch, 0)));
+                let installed = Installed::new(&db, self.live(self.declaration.empty(), phase, epoch, 0));
                 let state = IndexState {
                     epoch,
                     cursor: 0,
                     log_epoch: stored.log_epoch,
-                    entry: None,
-                    spec: self.spec.clone(),
+                    declaration: self.key.fingerprint.clone(),
                     ready: false,
                 };
                 let cursor = self.rebuild(&db, &installed.live, state, &stopped).await?;
@@ -263,16 +292,16 @@ impl Runner {
             }
         };
         let live = installed.live.clone();
-        tracing::info!(index = %runner_name(&self.key), epoch, nodes = live.graph().len(), "vector index ready");
+        tracing::info!(index = %self.name(), epoch, records = live.read().len(), "derived index ready");
         self.follow(&db, &live, stored.log_epoch, &mut cursor, &mut stopped, &mut closing).await
     }
 
-    fn live(&self, graph: Graph, phase: Phase, epoch: u64, applied: u64) -> LiveIndex {
-        LiveIndex::new(&self.key.table, &self.key.attribute, self.key.incarnation, graph, phase, epoch, applied)
+    fn live(&self, index: Box<dyn crate::derived::DerivedIndex>, phase: Phase, epoch: u64, applied: u64) -> LiveIndex {
+        LiveIndex::new(&self.key.table, self.key.incarnation, self.declaration.clone(), index, phase, epoch, applied)
     }
 
     /// Condemns, resets and rebuilds the index from one snapshot; answers the log
-    /// position the built graph reflects.
+    /// position the built index reflects.
     async fn rebuild(
         &self,
         db: &Arc<Db>,
@@ -280,29 +309,25 @@ impl Runner {
         state: IndexState,
         stopped: &watch::Receiver<bool>,
     ) -> Result<u64> {
-        let prefix = self.prefix();
-        db.condemn_vector_index(&prefix, state.clone()).await?;
+        db.condemn_index(&self.prefix, state.clone()).await?;
         crate::failpoint::hit("derived-condemned")?;
-        db.reset_vector_index(&prefix, state.epoch).await?;
-        let (reader, table, attribute, spec) =
-            (db.clone(), self.key.table.clone(), self.key.attribute.clone(), self.spec.clone());
+        db.reset_index(&self.prefix, state.epoch).await?;
+        let (reader, table, declaration) = (db.clone(), self.key.table.clone(), self.declaration.clone());
         let stop = stopped.clone();
-        let (mut graph, tail, skipped) = blocking(move || {
+        let Built { mut index, tail, skipped } = blocking(move || {
             let stopping = || *stop.borrow();
-            reader.build_vector_graph(&table, &attribute, &spec, &stopping)
+            reader.build_index(&table, declaration.as_ref(), &stopping)
         })
         .await?;
         if skipped > 0 {
-            tracing::warn!(index = %runner_name(&self.key), skipped, "vectors of other dimensions than the index's were left out of it");
+            tracing::warn!(index = %self.name(), skipped, "records whose value the index cannot hold were left out of it");
         }
-        let changes = graph.take_changes();
-        let writes = encode_changes(&prefix, &graph, &changes);
-        let entry = graph.entry();
-        live.replace_graph(graph);
-        db.write_vector_nodes(&prefix, state.epoch, writes).await?;
+        let writes = index.take_writes(&crate::derived::store::data_prefix(&self.prefix));
+        live.replace(index);
+        db.write_index_entries(&self.prefix, state.epoch, writes).await?;
         crate::failpoint::hit("derived-built")?;
-        let ready = IndexState { cursor: tail, entry, ready: true, ..state };
-        db.write_vector_progress(&prefix, &self.consumer(), ready, Vec::new()).await?;
+        let ready = IndexState { cursor: tail, ready: true, ..state };
+        db.write_index_progress(&self.prefix, ready, Vec::new()).await?;
         live.set_applied(tail);
         live.set_phase(Phase::Ready);
         Ok(tail)
@@ -369,26 +394,27 @@ impl Runner {
             blocking(move || reader.read_log(&Context::system(), Cursor::after(cursor), BATCH_ENTRIES, BATCH_BYTES))
                 .await?;
         let next = if batch.entries.is_empty() { *db.committed().borrow() } else { batch.next.seq };
-        let (index, table, incarnation, attribute) =
-            (live.clone(), self.key.table.clone(), self.key.incarnation, self.key.attribute.clone());
-        let prefix = self.prefix();
+        let (index, table, incarnation) = (live.clone(), self.key.table.clone(), self.key.incarnation);
+        let data = crate::derived::store::data_prefix(&self.prefix);
         let writes = blocking(move || {
             crate::failpoint::hit("derived-apply")?;
-            apply_batch(&index, &batch, &table, incarnation, &attribute)?;
-            let mut graph = index.graph_mut();
-            let changes = graph.take_changes();
-            Ok((encode_changes(&prefix, &graph, &changes), graph.entry(), changes.is_empty()))
+            apply_batch(&index, &batch, &table, incarnation)?;
+            Ok(index.write().take_writes(&data))
         })
-        .await;
-        let (writes, entry, unchanged) = writes?;
+        .await?;
         let due = next.saturating_sub(stored_cursor) >= 10_000 || stored_at.elapsed() >= IDLE_CURSOR_EVERY;
-        if unchanged && !due {
+        if writes.is_empty() && !due {
             live.set_applied(next);
             return Ok((next, false));
         }
-        let state =
-            IndexState { epoch: live.epoch(), cursor: next, log_epoch, entry, spec: self.spec.clone(), ready: true };
-        db.write_vector_progress(&self.prefix(), &self.consumer(), state, writes).await?;
+        let state = IndexState {
+            epoch: live.epoch(),
+            cursor: next,
+            log_epoch,
+            declaration: self.key.fingerprint.clone(),
+            ready: true,
+        };
+        db.write_index_progress(&self.prefix, state, writes).await?;
         live.set_applied(next);
         Ok((next, true))
     }
@@ -396,24 +422,24 @@ impl Runner {
     /// Measures the lag and sets or clears the write flag (see the module docs).
     fn watch_lag(&self, db: &Db, live: &LiveIndex) {
         let Ok(lag) = live.measure_lag(db) else { return };
-        let Some(limit) = self.spec.max_lag_ms else { return };
+        let Some(limit) = self.declaration.max_lag_ms() else { return };
         if lag >= limit {
             if !live.is_lagging() {
-                tracing::warn!(index = %runner_name(&self.key), lag_ms = lag, limit_ms = limit, "a vector index is behind: refusing writes to its table until it catches up");
+                tracing::warn!(index = %self.name(), lag_ms = lag, limit_ms = limit, "a derived index is behind: refusing writes to its table until it catches up");
             }
             live.set_lagging(true);
         } else if live.is_lagging() && lag < limit / 2 && live.applied() >= *db.committed().borrow() {
-            tracing::info!(index = %runner_name(&self.key), "a vector index caught up: writes to its table are admitted again");
+            tracing::info!(index = %self.name(), "a derived index caught up: writes to its table are admitted again");
             live.set_lagging(false);
         }
     }
 }
 
-/// Applies a batch's changes to `table.attribute` to the index's graph: each
-/// record's last change in the batch, the graph locked per record so queries
-/// interleave.
-fn apply_batch(index: &LiveIndex, batch: &LogBatch, table: &str, incarnation: u64, attribute: &str) -> Result<()> {
-    let mut last: HashMap<&[u8], Option<Vec<f64>>> = HashMap::new();
+/// Applies a batch's changes to `table` to the index: each record's last change
+/// in the batch, the index locked per record so queries interleave.
+fn apply_batch(index: &LiveIndex, batch: &LogBatch, table: &str, incarnation: u64) -> Result<()> {
+    let attribute = index.attribute();
+    let mut last: HashMap<&[u8], Option<crate::value::Value>> = HashMap::new();
     let mut order: Vec<&[u8]> = Vec::new();
     for entry in &batch.entries {
         for change in &entry.changes {
@@ -422,9 +448,8 @@ fn apply_batch(index: &LiveIndex, batch: &LogBatch, table: &str, incarnation: u6
             }
             match change.kind {
                 ChangeKind::Put => {
-                    let vector = change_record(change)?
-                        .and_then(|record| record.get(attribute).and_then(|v| read_vector(v).ok()));
-                    if last.insert(&change.key, vector).is_none() {
+                    let value = change_record(change)?.and_then(|mut record| record.swap_remove(attribute));
+                    if last.insert(&change.key, value).is_none() {
                         order.push(&change.key);
                     }
                 }
@@ -436,30 +461,210 @@ fn apply_batch(index: &LiveIndex, batch: &LogBatch, table: &str, incarnation: u6
                 ChangeKind::Cleared | ChangeKind::Released => {
                     last.clear();
                     order.clear();
-                    let mut graph = index.graph_mut();
-                    let keys: Vec<Vec<u8>> =
-                        graph.node_ids().filter_map(|id| graph.key_of(id).map(<[u8]>::to_vec)).collect();
-                    for key in keys {
-                        graph.remove(&key);
-                    }
+                    index.write().clear();
                 }
                 ChangeKind::Catalog | ChangeKind::Message => {}
             }
         }
     }
     for key in order {
-        let mut graph = index.graph_mut();
-        match last.get(key).and_then(Option::as_ref) {
-            Some(vector) => {
-                if let Err(problem) = graph.insert(key, vector) {
-                    tracing::warn!(table, attribute, problem, "a vector was left out of its index");
-                    graph.remove(key);
-                }
-            }
-            None => {
-                graph.remove(key);
-            }
+        let value = last.get(key).and_then(Option::as_ref);
+        if let Err(problem) = index.write().apply(key, value) {
+            tracing::warn!(table, attribute, problem, "a record was left out of its derived index");
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The runtime is not the vector index's: a kind of index of its own (a word
+    //! index, as a full-text index would be) is built, follows the log, is stored,
+    //! and is loaded again from storage by the next runner, with nothing of the
+    //! runtime written for it.
+
+    use std::any::Any;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::catalog::TableSpec;
+    use crate::derived::{DerivedIndex, Kind, Writes};
+    use crate::value::{Object, Value};
+
+    const WORDS: Kind = Kind { name: "word", tag: b"word:" };
+
+    /// Which records hold each word of an attribute.
+    #[derive(Default)]
+    struct WordIndex {
+        words: BTreeMap<String, BTreeSet<Vec<u8>>>,
+        of_record: BTreeMap<Vec<u8>, Vec<String>>,
+        changed: BTreeSet<(String, Vec<u8>)>,
+    }
+
+    impl WordIndex {
+        fn entry(prefix: &[u8], word: &str, key: &[u8]) -> Vec<u8> {
+            [prefix, word.as_bytes(), &[0], key].concat()
+        }
+
+        fn records_with(&self, word: &str) -> BTreeSet<Vec<u8>> {
+            self.words.get(word).cloned().unwrap_or_default()
+        }
+    }
+
+    impl DerivedIndex for WordIndex {
+        fn apply(&mut self, key: &[u8], value: Option<&Value>) -> std::result::Result<(), String> {
+            for word in self.of_record.remove(key).unwrap_or_default() {
+                self.words.entry(word.clone()).or_default().remove(key);
+                self.changed.insert((word, key.to_vec()));
+            }
+            let text = match value {
+                None | Some(Value::Null) => return Ok(()),
+                Some(Value::String(text)) => text,
+                Some(_) => return Err("not text".to_string()),
+            };
+            let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+            for word in &words {
+                self.words.entry(word.clone()).or_default().insert(key.to_vec());
+                self.changed.insert((word.clone(), key.to_vec()));
+            }
+            self.of_record.insert(key.to_vec(), words);
+            Ok(())
+        }
+
+        fn clear(&mut self) {
+            let keys: Vec<Vec<u8>> = self.of_record.keys().cloned().collect();
+            for key in keys {
+                let _ = self.apply(&key, None);
+            }
+        }
+
+        fn take_writes(&mut self, prefix: &[u8]) -> Writes {
+            std::mem::take(&mut self.changed)
+                .into_iter()
+                .map(|(word, key)| {
+                    let held = self.words.get(&word).is_some_and(|keys| keys.contains(&key));
+                    (Self::entry(prefix, &word, &key), held.then(Vec::new))
+                })
+                .collect()
+        }
+
+        fn len(&self) -> usize {
+            self.of_record.len()
+        }
+
+        fn memory_bytes(&self) -> usize {
+            0
+        }
+
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    /// The word index of `attribute`, counting how often one was started empty
+    /// (to build) and loaded.
+    #[derive(Debug, Default)]
+    struct Words {
+        attribute: String,
+        built: AtomicUsize,
+        loaded: AtomicUsize,
+    }
+
+    impl Declaration for Words {
+        fn kind(&self) -> Kind {
+            WORDS
+        }
+        fn attribute(&self) -> &str {
+            &self.attribute
+        }
+        fn fingerprint(&self) -> Vec<u8> {
+            b"words v1".to_vec()
+        }
+        fn max_lag_ms(&self) -> Option<u64> {
+            None
+        }
+        fn empty(&self) -> Box<dyn DerivedIndex> {
+            self.built.fetch_add(1, Ordering::SeqCst);
+            Box::new(WordIndex::default())
+        }
+        fn load(&self, txn: &lyre_store::ReadTxn, prefix: &[u8]) -> Result<Box<dyn DerivedIndex>> {
+            self.loaded.fetch_add(1, Ordering::SeqCst);
+            let mut index = WordIndex::default();
+            for item in txn.derived_prefix(prefix)? {
+                let (stored, _) = item?;
+                let rest = &stored[prefix.len()..];
+                let split = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
+                let word = String::from_utf8_lossy(&rest[..split]).into_owned();
+                let key = rest.get(split + 1..).unwrap_or_default().to_vec();
+                index.words.entry(word.clone()).or_default().insert(key.clone());
+                index.of_record.entry(key).or_default().push(word);
+            }
+            Ok(Box::new(index))
+        }
+    }
+
+    fn doc(id: i64, text: &str) -> Object {
+        [("id".to_string(), Value::Int(id)), ("text".to_string(), Value::String(text.to_string()))]
+            .into_iter()
+            .collect()
+    }
+
+    fn key(id: i64) -> Vec<u8> {
+        crate::record::validate::encode_primary_key(&Value::Int(id)).unwrap_or_default()
+    }
+
+    /// Waits until the word index is installed and covers everything committed,
+    /// and answers the records holding `word`.
+    async fn records_with(db: &Arc<Db>, word: &str) -> BTreeSet<Vec<u8>> {
+        let wait = crate::db::derived::IndexWait { tolerance_ms: 0, wait: Duration::from_secs(10) };
+        for _ in 0..400 {
+            // Read apart: a borrow of the watch held across the wait would stall the writer.
+            let target = *db.committed().borrow();
+            if let Some(live) = db.derived().get(WORDS, "t", "text")
+                && let Ok(Some(_)) = live.coverage(db, target, wait).await
+            {
+                let held = live.read();
+                return held.as_any().downcast_ref::<WordIndex>().map(|w| w.records_with(word)).unwrap_or_default();
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the word index never covered the log");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_kind_of_index_is_built_followed_stored_and_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, _) = Engine::open(crate::EngineOptions::for_tests(dir.path())).await.unwrap();
+        let ctx = Context::system();
+        let db = engine.create_database(&ctx, "dev").await.unwrap();
+        db.create_table(&ctx, TableSpec::dynamic("t", "id")).await.unwrap();
+        let table = db.table("t").unwrap();
+        table.insert(&ctx, vec![doc(1, "red fox"), doc(2, "blue fox"), doc(3, "red hen")]).await.unwrap();
+
+        let words = Arc::new(Words { attribute: "text".into(), ..Default::default() });
+        let runner = Runner::for_test(&db, "t", words.clone()).unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let first = tokio::spawn(async move { runner.run(stopped).await });
+        assert_eq!(records_with(&db, "red").await, [key(1), key(3)].into(), "built from the records");
+        let built = words.built.load(Ordering::SeqCst);
+        assert!(built >= 1, "the first runner built the index");
+
+        table.upsert(&ctx, vec![doc(1, "grey fox"), doc(4, "red deer")]).await.unwrap();
+        table.delete(&ctx, vec![Value::Int(2)]).await.unwrap();
+        assert_eq!(records_with(&db, "red").await, [key(3), key(4)].into(), "followed the log");
+        assert_eq!(records_with(&db, "fox").await, [key(1)].into());
+        stop.send_replace(true);
+        first.await.unwrap().unwrap();
+
+        table.insert(&ctx, vec![doc(5, "red kite")]).await.unwrap();
+        let runner = Runner::for_test(&db, "t", words.clone()).unwrap();
+        let (_stop, stopped) = watch::channel(false);
+        let _second = tokio::spawn(async move { runner.run(stopped).await });
+        assert_eq!(records_with(&db, "red").await, [key(3), key(4), key(5)].into(), "loaded, then caught up");
+        assert_eq!(records_with(&db, "fox").await, [key(1)].into());
+        assert_eq!(words.loaded.load(Ordering::SeqCst), 1, "the second runner loaded what the first stored");
+        assert_eq!(words.built.load(Ordering::SeqCst), built, "and built nothing");
+        assert_eq!(db.derived().get(WORDS, "t", "text").unwrap().epoch(), 2);
+    }
 }

@@ -514,7 +514,9 @@ impl Table {
         // Everything committed before the query must be covered (or the lag tolerated).
         let target = *self.db.committed().borrow();
         loop {
-            if let Some(index) = self.db.derived().get(&self.schema.name, &sort.attribute) {
+            if let Some(index) =
+                self.db.derived().get(crate::vector::declared::KIND, &self.schema.name, &sort.attribute)
+            {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 let wait = crate::db::derived::IndexWait { wait: left, ..query.index_wait };
                 match index.coverage(&self.db, target, wait).await? {

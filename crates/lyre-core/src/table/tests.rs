@@ -1,29 +1,16 @@
 //! Writes at explicit versions (how replication will apply them), through the engine
 //! and down to the stored bytes.
 
-use std::time::Duration;
-
 use lyre_store::{Flags, Version};
 
 use crate::catalog::TableSpec;
 use crate::record::{decode_entry, validate};
 use crate::table::{Expect, RecordVersion, Table, WriteMode, WriteOptions};
-use crate::users::AdminBootstrap;
 use crate::value::{Object, Value};
-use crate::{Context, Engine, EngineOptions};
+use crate::{Context, Engine};
 
 async fn table(dir: &std::path::Path) -> (std::sync::Arc<Engine>, Table) {
-    let options = EngineOptions {
-        root: dir.to_path_buf(),
-        node_id: 1,
-        storage: lyre_store::DatabaseOptions { map_size: 1 << 28, durable: false },
-        writer: Default::default(),
-        admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
-        auth_cache_ttl: Duration::from_secs(30),
-        login_limit: Default::default(),
-        databases_dir: None,
-        release_timeout: Duration::from_secs(5),
-    };
+    let options = crate::EngineOptions::for_tests(dir);
     let (engine, _) = Engine::open(options).await.unwrap();
     let ctx = Context::system();
     let db = engine.create_database(&ctx, "dev").await.unwrap();

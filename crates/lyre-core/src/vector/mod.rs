@@ -1,8 +1,9 @@
-//! Vector indexes in storage: how a graph (lyre-vector's) lies in the database's
-//! `derived` sub-database (`store.rs`). The runner that keeps one up to date from
-//! the log is a service (`services/derived.rs`); the live index a query reads is
-//! held by its database (`db/derived.rs`).
+//! Vector indexes: the graph (lyre-vector's) as a kind of derived index
+//! (`declared.rs`) and how it lies in the database's `derived` sub-database
+//! (`store.rs`). The runtime that keeps it up to date from the log is the
+//! derived-index runtime (`derived/`, `db/derived.rs`, `services/derived.rs`).
 
+pub mod declared;
 pub mod store;
 
-pub use lyre_vector::{Changes, Graph, StoredNode, distance};
+pub use lyre_vector::{Changes, Graph, StoredNode, Verdict, distance};

@@ -1,124 +1,27 @@
-//! How a vector index lies in the database's `derived` sub-database: under a
-//! prefix of its own (the table's incarnation and the attribute's id), its state
-//! (cursor, owner epoch, entry point), its condemned marker, and one entry per node
-//! for the node's key, level and vector, another for its links (links change far
-//! more often than vectors, and are a sixth of their size).
+//! How a vector graph lies under its index's data prefix (see `derived/store.rs`
+//! for the prefix, the state and the marker around it): one entry per node for
+//! the node's key, level and vector, another for its links (links change far more
+//! often than vectors, and are a sixth of their size), and one for the entry point.
 
-use lyre_store::{ReadTxn, WriteTxn};
-use serde::{Deserialize, Serialize};
+use lyre_store::ReadTxn;
 
 use crate::catalog::VectorIndex;
+use crate::derived::Writes;
 use crate::error::{Error, Result};
 use crate::vector::{Changes, Graph, StoredNode};
 
-const STATE: u8 = b'S';
-const CONDEMNED: u8 = b'C';
 const NODE: u8 = b'N';
 const LINKS: u8 = b'L';
+const ENTRY: u8 = b'E';
 
-/// Entries deleted per writer job when a graph is reset.
-pub const RESET_BATCH: usize = 20_000;
-
-/// The prefix every entry of the vector index on attribute `attribute_id` of
-/// incarnation `incarnation` of a table lies under.
-pub fn prefix(incarnation: u64, attribute_id: u32) -> Vec<u8> {
-    let mut out = b"hnsw:".to_vec();
-    out.extend_from_slice(&incarnation.to_be_bytes());
-    out.extend_from_slice(&attribute_id.to_be_bytes());
-    out
-}
-
-/// The name of the durable log cursor that holds the log for the index under
-/// `prefix` (see `db/log.rs`), derived from the prefix so removing the index can
-/// release it.
-pub fn consumer_name(prefix: &[u8]) -> String {
-    let id: String = prefix.iter().skip(ALL_PREFIX.len()).map(|b| format!("{b:02x}")).collect();
-    format!("vector-index:{id}")
-}
-
-/// The prefix of every vector index's entries.
-pub const ALL_PREFIX: &[u8] = b"hnsw:";
-
-/// The length of [`prefix`]'s output.
-pub const PREFIX_LEN: usize = 5 + 8 + 4;
-
-fn key(prefix: &[u8], kind: u8, id: Option<u32>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(prefix.len() + 5);
-    out.extend_from_slice(prefix);
+fn key(data: &[u8], kind: u8, id: Option<u32>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 5);
+    out.extend_from_slice(data);
     out.push(kind);
     if let Some(id) = id {
         out.extend_from_slice(&id.to_be_bytes());
     }
     out
-}
-
-/// A vector index's durable state beside its nodes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IndexState {
-    /// The owner epoch of the runner that last wrote it: minted anew on every
-    /// start of a runner and every rebuild; a write from an older epoch is refused.
-    pub epoch: u64,
-    /// The log position its nodes reflect: every entry up to it is applied.
-    pub cursor: u64,
-    /// The log's epoch the cursor counts in (a restored backup starts another).
-    pub log_epoch: u64,
-    /// The graph's entry point.
-    pub entry: Option<u32>,
-    /// The declaration it was built for (another declaration rebuilds).
-    pub spec: VectorIndex,
-    /// Whether a build has finished: a state without it is a build under way.
-    pub ready: bool,
-}
-
-/// The stored state of the index under `prefix`.
-pub fn read_state(txn: &ReadTxn, prefix: &[u8]) -> Result<Option<IndexState>> {
-    txn.derived(&key(prefix, STATE, None))?
-        .map(|bytes| rmp_serde::from_slice(bytes).map_err(|e| Error::Corrupt(format!("a vector index's state: {e}"))))
-        .transpose()
-}
-
-/// The stored state as the write `txn` sees it.
-pub fn read_state_in(txn: &WriteTxn<'_, '_>, prefix: &[u8]) -> Result<Option<IndexState>> {
-    txn.derived(&key(prefix, STATE, None))?
-        .map(|bytes| rmp_serde::from_slice(bytes).map_err(|e| Error::Corrupt(format!("a vector index's state: {e}"))))
-        .transpose()
-}
-
-/// Writes the index's state.
-pub fn write_state(txn: &mut WriteTxn<'_, '_>, prefix: &[u8], state: &IndexState) -> Result<()> {
-    let bytes = rmp_serde::to_vec_named(state).map_err(|e| Error::Corrupt(format!("encoding an index state: {e}")))?;
-    txn.put_derived(&key(prefix, STATE, None), &bytes).map_err(Into::into)
-}
-
-/// Whether the index under `prefix` is condemned: a rebuild began and has not
-/// finished; nothing it holds may be served.
-pub fn is_condemned(txn: &ReadTxn, prefix: &[u8]) -> Result<bool> {
-    Ok(txn.derived(&key(prefix, CONDEMNED, None))?.is_some())
-}
-
-/// Writes the condemned marker (in its own committed job, before any reset).
-pub fn condemn(txn: &mut WriteTxn<'_, '_>, prefix: &[u8]) -> Result<()> {
-    Ok(txn.put_derived(&key(prefix, CONDEMNED, None), &[1])?)
-}
-
-/// Clears the condemned marker (with the first state that is ready again).
-pub fn clear_condemned(txn: &mut WriteTxn<'_, '_>, prefix: &[u8]) -> Result<()> {
-    txn.delete_derived(&key(prefix, CONDEMNED, None))?;
-    Ok(())
-}
-
-/// Deletes up to [`RESET_BATCH`] of the index's node and link entries (not its
-/// state or marker); returns whether any are left.
-pub fn reset_some(txn: &mut WriteTxn<'_, '_>, prefix: &[u8]) -> Result<bool> {
-    let nodes = txn.delete_derived_prefix(&key(prefix, NODE, None), RESET_BATCH)?;
-    let links = txn.delete_derived_prefix(&key(prefix, LINKS, None), RESET_BATCH - nodes.min(RESET_BATCH))?;
-    Ok(nodes + links >= RESET_BATCH)
-}
-
-/// Deletes up to [`RESET_BATCH`] of every entry under `prefix` (an index no schema
-/// declares any more); returns whether any are left.
-pub fn remove_some(txn: &mut WriteTxn<'_, '_>, prefix: &[u8]) -> Result<bool> {
-    Ok(txn.delete_derived_prefix(prefix, RESET_BATCH)? >= RESET_BATCH)
 }
 
 fn encode_node(node: &StoredNode) -> Vec<u8> {
@@ -168,9 +71,13 @@ fn decode_links(bytes: &[u8]) -> Option<Vec<Vec<u32>>> {
 }
 
 /// The puts (`Some`) and deletes (`None`) that store what changed in `graph`
-/// (taken with [`Graph::take_changes`]) under `prefix`.
-pub fn encode_changes(prefix: &[u8], graph: &Graph, changes: &Changes) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+/// (taken with [`Graph::take_changes`]) under the data prefix `prefix`.
+pub fn encode_changes(prefix: &[u8], graph: &Graph, changes: &Changes) -> Writes {
     let mut out = Vec::new();
+    if changes.entry {
+        let entry = graph.entry().map(|id| id.to_be_bytes().to_vec());
+        out.push((key(prefix, ENTRY, None), entry));
+    }
     for &id in &changes.removed {
         out.push((key(prefix, NODE, Some(id)), None));
         out.push((key(prefix, LINKS, Some(id)), None));
@@ -185,9 +92,8 @@ pub fn encode_changes(prefix: &[u8], graph: &Graph, changes: &Changes) -> Vec<(V
     out
 }
 
-/// Reads the graph stored under `prefix` (nodes and links; the entry point from
-/// `state`).
-pub fn read_graph(txn: &ReadTxn, prefix: &[u8], spec: &VectorIndex, state: &IndexState) -> Result<Graph> {
+/// Reads the graph stored under the data prefix `prefix`.
+pub fn read_graph(txn: &ReadTxn, prefix: &[u8], spec: &VectorIndex) -> Result<Graph> {
     let corrupt = |what: &str| Error::Corrupt(format!("a vector index's {what} under {prefix:?} cannot be read"));
     let mut graph = Graph::new(spec.clone());
     let node_prefix = key(prefix, NODE, None);
@@ -219,7 +125,11 @@ pub fn read_graph(txn: &ReadTxn, prefix: &[u8], spec: &VectorIndex, state: &Inde
         let node = StoredNode { key: record_key, level, vector, links: node_links };
         graph.restore(id, node).map_err(|e| Error::Corrupt(format!("a vector index: {e}")))?;
     }
-    graph.restore_entry(state.entry);
+    let entry = match txn.derived(&key(prefix, ENTRY, None))? {
+        None => None,
+        Some(bytes) => Some(bytes.try_into().map(u32::from_be_bytes).map_err(|_| corrupt("entry point"))?),
+    };
+    graph.restore_entry(entry);
     Ok(graph)
 }
 

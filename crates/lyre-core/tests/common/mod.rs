@@ -3,25 +3,14 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::time::Duration;
-
 use lyre_core::db::log::{Cursor, LogEntry};
-use lyre_core::users::AdminBootstrap;
 use lyre_core::{Db, EngineOptions, Object, Value};
 
-/// Engine options for a root at `root`: small maps; `durable` flushes every commit.
+/// Engine options for a root at `root`; `durable` flushes every commit.
 pub fn options_with(root: &std::path::Path, durable: bool) -> EngineOptions {
-    EngineOptions {
-        root: root.to_path_buf(),
-        node_id: 1,
-        storage: lyre_core::StorageOptions { map_size: 1 << 30, durable },
-        writer: Default::default(),
-        admin: AdminBootstrap { username: "admin".into(), password: Some("password".into()) },
-        auth_cache_ttl: Duration::from_secs(30),
-        login_limit: Default::default(),
-        databases_dir: None,
-        release_timeout: Duration::from_secs(5),
-    }
+    let mut options = EngineOptions::for_tests(root);
+    options.storage.durable = durable;
+    options
 }
 
 /// Engine options for a root at `root`, without flushing (tests that do not crash).

@@ -167,6 +167,18 @@ async fn nearest_records_come_first_over_every_interface() {
     assert_eq!(found.as_array().unwrap().len(), 10);
     assert!(found.as_array().unwrap().iter().all(|r| r["tag"] == 1), "{found}");
     assert!(recall(&ids(&found), &exact_top(&records, target, 10, &|i| i % 3 == 1)) >= 0.9);
+    // A filter that refuses more than `filterExpansion × ef` records on the walk
+    // (here 10, where two in three records fail it) is ranked exactly instead:
+    // still the limit, exactly the filtered truth.
+    let selective = nearest(
+        target,
+        10,
+        json!({"sort": {"attribute": "embedding", "target": target, "ef": 10, "filterExpansion": 1},
+            "conditions": [{"attribute": "tag", "value": 1}], "select": ["id", "tag"]}),
+    );
+    let (status, _, found) = op_with_header(&s, &selective).await;
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(ids(&found), exact_top(&records, target, 10, &|i| i % 3 == 1));
 
     // An update moves a record to the target; a delete takes it out.
     let moved = json!({"operation": "update", "database": "vec", "table": "Doc", "records": [{"id": "d7", "embedding": target}]});
@@ -224,6 +236,10 @@ async fn bad_vectors_and_targets_are_refused_naming_the_attribute() {
         s.op(nearest(&[0.5; 16], 5, json!({"sort": {"attribute": "embedding", "target": [1, "x"]}}))).await;
     assert_eq!(status, 400, "{body}");
     assert!(body["error"].as_str().unwrap().contains("'sort.target' holds something other than a number"), "{body}");
+    let sort = json!({"sort": {"attribute": "embedding", "target": vec![0.5; 16], "filterExpansion": 0}});
+    let (status, body) = s.op(nearest(&[0.5; 16], 5, sort)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("'sort.filterExpansion' must be an integer from 1 to 1024"));
 }
 
 /// A declaration Lyre cannot build fails its schema, naming the directive and

@@ -1,6 +1,6 @@
 //! search_by_id, search_by_value, search_by_conditions, and Harper 5's `search`
 //! (the same query object, conditions optional), including vector sorts
-//! (`sort: {attribute, target, ef}`), whose answers carry Harper's
+//! (`sort: {attribute, target, ef, filterExpansion}`), whose answers carry Harper's
 //! `Harper-Index-Coverage` header.
 
 use std::sync::Arc;
@@ -208,7 +208,7 @@ pub(super) fn select(params: &mut Params) -> Result<Select, ApiError> {
 }
 
 /// `sort: {attribute, descending, next: {...}}`, flattened into keys; a sort with
-/// a `target` (and optionally `ef`) orders by distance to that vector.
+/// a `target` (and optionally `ef` and `filterExpansion`) orders by distance to that vector.
 pub(super) fn sort_keys(mut sort: Value) -> Result<(Vec<SortKey>, Option<VectorSort>), ApiError> {
     let mut keys = Vec::new();
     loop {
@@ -232,7 +232,14 @@ pub(super) fn sort_keys(mut sort: Value) -> Result<(Vec<SortKey>, Option<VectorS
                 Some(Value::Int(n)) if (1..=100_000).contains(&n) => Some(n as usize),
                 Some(_) => return Err(ApiError::bad_request("'sort.ef' must be an integer from 1 to 100000")),
             };
-            return Ok((keys, Some(VectorSort { attribute, target, ef })));
+            let filter_expansion = match object.shift_remove("filterExpansion") {
+                None | Some(Value::Null) => None,
+                Some(Value::Int(n)) if (1..=1024).contains(&n) => Some(n as u32),
+                Some(_) => {
+                    return Err(ApiError::bad_request("'sort.filterExpansion' must be an integer from 1 to 1024"));
+                }
+            };
+            return Ok((keys, Some(VectorSort { attribute, target, ef, filter_expansion })));
         }
         keys.push(SortKey { attribute, descending });
         match object.shift_remove("next") {
