@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Vector search side by side (`lyre-bench vector`): Lyre and Harper 4.7.29, each
-# pinned to CPU 0 with one request thread, the load generator on CPU 1; and
-# hnswlib from PyPI, the library anchor, in process on CPU 0 with one thread. All
-# three get the same seeded dataset and the same declaration (L2, M 16,
-# efConstruction 100). Results: bench/results/<date>-vector-<n>x<d>.{md,png} and
+# pinned to CPU 0 with one request thread, the load generator on CPU 1; and two
+# libraries in process on CPU 0 with one thread: hnswlib from PyPI, the anchor,
+# and Lyre's own graph (`lyre-bench vector-library`). All get the same seeded
+# dataset and the same declaration (L2, M 16, efConstruction 100). Results: bench/results/<date>-vector-<n>x<d>.{md,png} and
 # the raw JSON beside them.
 #
 #   bench/vector.sh                                   # 100,000 x 128-d
@@ -42,6 +42,8 @@ if ! "$VENV/bin/python" -c "import hnswlib, numpy" 2>/dev/null; then
   "$VENV/bin/pip" install --quiet hnswlib numpy
 fi
 taskset -c 0 "$VENV/bin/python" "$ROOT/bench/hnswlib-anchor.py" "$DATA" "$EFS" >"$OUT/hnswlib.json"
+# Lyre's own graph measured the same way: the library without the server around it.
+taskset -c 0 "$BENCH" vector-library --data-dir "$DATA" --ef "$EFS" >"$OUT/lyre-vector.json"
 
 if [ "$INT8" = yes ]; then
   app=$WORK/lyre-vector/root/components/vector
@@ -62,7 +64,7 @@ if [ "$HARPER" = yes ]; then
     --compare-pid "$harper_node" --default-ef-only harper)
 fi
 taskset -c 1 "$BENCH" vector "${DATASET[@]}" --data-dir "$DATA" --rounds "$ROUNDS" --settle 5 \
-  --anchor "$OUT/hnswlib.json" --chart "$ROOT/bench/results/$NAME.png" --json "$OUT/vector.json" \
+  --anchor "$OUT/hnswlib.json" --anchor "$OUT/lyre-vector.json" --chart "$ROOT/bench/results/$NAME.png" --json "$OUT/vector.json" \
   --name lyre --url "http://127.0.0.1:$LYRE_PORT" --rest "http://127.0.0.1:$LYRE_REST" --pid "$LYRE_PID" \
   "${COMPARE[@]}" | tee "$OUT/vector.txt"
 cleanup
@@ -82,7 +84,8 @@ cleanup
   echo
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB."
   echo "Servers pinned to CPU 0 with one request thread, load generator on CPU 1, $ROUNDS alternating rounds, medians;"
-  echo "hnswlib in process on CPU 0, one thread, queries one at a time. Same dataset ($CLUSTERS clusters, seeded) and"
+  echo "hnswlib and lyre-vector (Lyre's graph without the server) in process on CPU 0, one thread, queries one at a"
+  echo "time. Same dataset ($CLUSTERS clusters, seeded) and"
   echo "declaration (L2, M 16, efConstruction 100) everywhere."
   echo
   echo '```'

@@ -223,15 +223,26 @@ pub enum Command {
         /// without it: the HTTP ceiling).
         #[arg(long)]
         skip_build: bool,
-        /// The hnswlib anchor's results (`bench/hnswlib-anchor.py`), reported beside.
+        /// Libraries measured in process on the same dataset, reported beside:
+        /// `bench/hnswlib-anchor.py`'s output, `vector-library`'s (repeatable).
         #[arg(long)]
-        anchor: Option<PathBuf>,
+        anchor: Vec<PathBuf>,
         /// Where to draw queries/s against recall (PNG).
         #[arg(long)]
         chart: Option<PathBuf>,
         /// Servers measured at their default breadth only (Harper 4.7 takes no `ef`).
         #[arg(long, value_delimiter = ',')]
         default_ef_only: Vec<String>,
+    },
+    /// Lyre's vector graph in process on a dataset `vector --dataset-only` wrote,
+    /// measured as the hnswlib anchor is; prints the same JSON.
+    VectorLibrary {
+        /// The dataset's directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Search breadths, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10,20,40,80,160")]
+        ef: Vec<usize>,
     },
     /// Print the `schema.graphql` of the `vector` workload.
     VectorSchema {
@@ -478,6 +489,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
             crate::workload::cache::write_app(*server, origin, dir)?;
             return Ok(Vec::new());
         }
+        Command::VectorLibrary { data_dir, ef } => {
+            let measured = crate::workload::vector::library(data_dir, ef)?;
+            println!("{}", serde_json::to_string_pretty(&measured)?);
+        }
         Command::VectorSchema { quantization } => {
             print!("{}", crate::workload::vector::schema(*quantization));
             return Ok(Vec::new());
@@ -640,6 +655,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
         Command::Ceiling { .. }
         | Command::Vector { .. }
         | Command::VectorSchema { .. }
+        | Command::VectorLibrary { .. }
         | Command::CacheApp { .. }
         | Command::TtlChurn { .. }
         | Command::YcsbSchema
@@ -744,15 +760,17 @@ async fn run_vector(cli: &Cli) -> anyhow::Result<()> {
             }
         }
     }
-    let anchor: Option<vector::Anchor> =
-        anchor.as_ref().map(|path| anyhow::Ok(serde_json::from_slice(&std::fs::read(path)?)?)).transpose()?;
-    vector::print(&report, anchor.as_ref());
+    let anchors: Vec<vector::Anchor> = anchor
+        .iter()
+        .map(|path| anyhow::Ok(serde_json::from_slice(&std::fs::read(path)?)?))
+        .collect::<anyhow::Result<_>>()?;
+    vector::print(&report, &anchors);
     if let Some(out) = chart {
-        vector::chart(&report, anchor.as_ref(), out)?;
+        vector::chart(&report, &anchors, out)?;
         println!("wrote {}", out.display());
     }
     if let Some(path) = &cli.json {
-        let document = serde_json::json!({"report": report, "medians": vector::medians(&report), "anchor": anchor});
+        let document = serde_json::json!({"report": report, "medians": vector::medians(&report), "anchors": anchors});
         std::fs::write(path, serde_json::to_vec_pretty(&document)?)?;
     }
     Ok(())

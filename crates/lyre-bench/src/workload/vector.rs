@@ -145,6 +145,75 @@ impl Dataset {
     }
 }
 
+impl Dataset {
+    /// Reads back what [`Dataset::write`] wrote.
+    pub fn read(dir: &Path) -> anyhow::Result<Dataset> {
+        let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("meta.json"))?)?;
+        let field = |name: &str| {
+            meta[name].as_u64().map(|n| n as usize).ok_or_else(|| anyhow::anyhow!("meta.json has no {name}"))
+        };
+        let (dimensions, k) = (field("dimensions")?.max(1), field("k")?.max(1));
+        let rows = |name: &str, width: usize| -> anyhow::Result<Vec<Vec<[u8; 4]>>> {
+            let bytes = std::fs::read(dir.join(name))?;
+            let words: Vec<[u8; 4]> = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
+            Ok(words.chunks(width).map(<[[u8; 4]]>::to_vec).collect())
+        };
+        let floats = |rows: Vec<Vec<[u8; 4]>>| {
+            rows.into_iter().map(|r| r.into_iter().map(f32::from_le_bytes).collect()).collect()
+        };
+        Ok(Dataset {
+            base: floats(rows("base.f32", dimensions)?),
+            queries: floats(rows("queries.f32", dimensions)?),
+            truth: rows("truth.u32", k)?.into_iter().map(|r| r.into_iter().map(u32::from_le_bytes).collect()).collect(),
+        })
+    }
+}
+
+/// Lyre's graph (`lyre-vector`) in process on the dataset in `dir`, one thread,
+/// measured as the hnswlib anchor is (the same declaration: L2, M 16,
+/// efConstruction 100; queries one at a time): what the library costs without
+/// the server around it.
+pub fn library(dir: &Path, efs: &[usize]) -> anyhow::Result<Anchor> {
+    use lyre_vector::{Distance, Graph, VectorIndex, accept_all};
+    let data = Dataset::read(dir)?;
+    let spec = VectorIndex { distance: Distance::Euclidean, m: 16, ef_construction: 100, ..VectorIndex::default() };
+    let resident = || ProcessSample::of_self().map_or(0, |s| s.rss_kib * 1024);
+    let before = resident();
+    let mut graph = Graph::new(spec);
+    let started = Instant::now();
+    for (i, vector) in data.base.iter().enumerate() {
+        let vector: Vec<f64> = vector.iter().map(|&x| f64::from(x)).collect();
+        graph.insert(&(i as u32).to_be_bytes(), &vector).map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let build_seconds = started.elapsed().as_secs_f64();
+    let grown = resident().saturating_sub(before);
+    let mut points = Vec::new();
+    for &ef in efs {
+        let started = Instant::now();
+        let mut hits = 0usize;
+        for (query, truth) in data.queries.iter().zip(&data.truth) {
+            let target: Vec<f64> = query.iter().map(|&x| f64::from(x)).collect();
+            let found = graph.search(&graph.prepare(&target), ef.max(K), &accept_all);
+            hits += found
+                .iter()
+                .take(K)
+                .filter_map(|(_, id)| graph.key_of(*id))
+                .filter_map(|key| key.try_into().ok().map(u32::from_be_bytes))
+                .filter(|i| truth.contains(i))
+                .count();
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let queries = data.queries.len().max(1);
+        points.push((ef, queries as f64 / seconds, hits as f64 / (queries * K) as f64));
+    }
+    Ok(Anchor {
+        name: "lyre-vector".to_string(),
+        build_vectors_per_sec: data.base.len() as f64 / build_seconds,
+        bytes_per_vector: grown as f64 / data.base.len().max(1) as f64,
+        points,
+    })
+}
+
 /// One server's build.
 #[derive(Debug, Clone, Serialize)]
 pub struct Build {
@@ -332,9 +401,13 @@ pub fn default_dir(params: &VectorParams) -> PathBuf {
     std::env::temp_dir().join(format!("lyre-bench-vector-{}x{}-{}", params.vectors, params.dimensions, params.queries))
 }
 
-/// The hnswlib anchor's results (`bench/hnswlib-anchor.py`).
+/// A library measured in process on the same dataset: hnswlib
+/// (`bench/hnswlib-anchor.py`), or Lyre's own graph ([`library`]).
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Anchor {
+    /// What was measured.
+    #[serde(default = "hnswlib")]
+    pub name: String,
     /// Vectors per second while building, one thread.
     pub build_vectors_per_sec: f64,
     /// Resident memory growth over the build, per vector.
@@ -376,8 +449,12 @@ pub fn medians(report: &Report) -> Vec<Medians> {
         .collect()
 }
 
-/// Prints the builds, the query medians, and the anchor beside them.
-pub fn print(report: &Report, anchor: Option<&Anchor>) {
+fn hnswlib() -> String {
+    "hnswlib".to_string()
+}
+
+/// Prints the builds, the query medians, and the anchors beside them.
+pub fn print(report: &Report, anchors: &[Anchor]) {
     let p = &report.params;
     println!(
         "vector: {} x {}-d vectors around {} centres, {} queries, {} in flight",
@@ -397,8 +474,8 @@ pub fn print(report: &Report, anchor: Option<&Anchor>) {
             opt(b.index_bytes_per_vector)
         );
     }
-    if let Some(a) = anchor {
-        println!("hnswlib\t{:.0}\t-\t-\t{:.0}\t-\t-", a.build_vectors_per_sec, a.bytes_per_vector);
+    for a in anchors {
+        println!("{}\t{:.0}\t-\t-\t{:.0}\t-\t-", a.name, a.build_vectors_per_sec, a.bytes_per_vector);
     }
     println!("\nqueries (medians of rounds)\nserver\tef\tqueries/s\trecall@10\tp99 ms\tserver CPU µs/query");
     for (target, ef, qps, recall, p99, cpu) in medians(report) {
@@ -408,15 +485,15 @@ pub fn print(report: &Report, anchor: Option<&Anchor>) {
             cpu.map_or("-".to_string(), |c| format!("{c:.0}"))
         );
     }
-    if let Some(a) = anchor {
+    for a in anchors {
         for (ef, qps, recall) in &a.points {
-            println!("hnswlib\t{ef}\t{qps:.0}\t{recall:.4}\t-\t{:.0}", 1e6 / qps.max(1e-9));
+            println!("{}\t{ef}\t{qps:.0}\t{recall:.4}\t-\t{:.0}", a.name, 1e6 / qps.max(1e-9));
         }
     }
 }
 
-/// QPS against recall@10, one line per server (and the anchor).
-pub fn chart(report: &Report, anchor: Option<&Anchor>, out: &Path) -> anyhow::Result<()> {
+/// QPS against recall@10, one line per server (and per anchor).
+pub fn chart(report: &Report, anchors: &[Anchor], out: &Path) -> anyhow::Result<()> {
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for (target, _, qps, recall, _, _) in medians(report) {
         match series.iter_mut().find(|(name, _)| *name == target) {
@@ -424,8 +501,9 @@ pub fn chart(report: &Report, anchor: Option<&Anchor>, out: &Path) -> anyhow::Re
             None => series.push((target, vec![(recall, qps)])),
         }
     }
-    if let Some(a) = anchor {
-        series.push(("hnswlib (library, in process)".to_string(), a.points.iter().map(|(_, q, r)| (*r, *q)).collect()));
+    for a in anchors {
+        let name = format!("{} (library, in process)", a.name);
+        series.push((name, a.points.iter().map(|(_, q, r)| (*r, *q)).collect()));
     }
     crate::chart::draw_tradeoff(&mut series, out)
 }

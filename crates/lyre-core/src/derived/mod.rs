@@ -43,8 +43,10 @@ pub trait Declaration: Send + Sync + fmt::Debug {
     /// The attribute it indexes: records are decoded with this attribute only.
     fn attribute(&self) -> &str;
 
-    /// The declaration, encoded: stored with the index, and an index stored for
-    /// another encoding is rebuilt.
+    /// What the stored index depends on, encoded: stored with the index, and an
+    /// index stored for another encoding is rebuilt. (Any other change of the
+    /// declaration, seen by its `Debug` form, restarts the runner, which loads
+    /// what is stored.)
     fn fingerprint(&self) -> Vec<u8>;
 
     /// Writes to the table are refused (503, retryable) while the index is more

@@ -122,8 +122,14 @@ pub fn stored_prefixes(txn: &ReadTxn, kind: Kind) -> Result<Vec<Vec<u8>>> {
     let mut out: Vec<Vec<u8>> = Vec::new();
     let mut from = kind.tag.to_vec();
     while let Some((key, _)) = txn.derived_from(&from)? {
-        let Some(prefix) = key.get(..PREFIX_LEN).filter(|p| p.starts_with(kind.tag)) else { break };
-        out.push(prefix.to_vec());
+        if !key.starts_with(kind.tag) {
+            break;
+        }
+        // A key shorter than a prefix (none is written so) is stepped over.
+        let prefix = key.get(..PREFIX_LEN).unwrap_or(key);
+        if prefix.len() == PREFIX_LEN {
+            out.push(prefix.to_vec());
+        }
         match lyre_store::prefix_successor(prefix) {
             Some(next) => from = next,
             None => break,

@@ -6,8 +6,8 @@
 //! walking a graph mostly made of records it refuses. With conditions no index
 //! narrows, the walk itself filters: nodes whose record fails the conditions are
 //! walked through but not returned, so a filter still yields `limit` results. The
-//! walk passes over at most `filterExpansion × ef` refused nodes; a filter that
-//! refuses more is selective enough that the query ranks exactly what it matches.
+//! walk passes over at most `filterExpansion × ef` refused nodes before it has found `ef`
+//! matches; a filter that refuses more ranks exactly what it matches instead.
 //!
 //! Either way each result is read from the query's snapshot (a node the snapshot
 //! does not hold, or holds no longer matching, is dropped), decoding only the
@@ -114,11 +114,12 @@ impl Nearest<'_> {
             // int8 distances only approximate the order: re-rank more, exactly.
             ef = ef.max(wanted.saturating_mul(4));
         }
-        // A filtered walk passes over at most this many refused nodes; past them the
-        // filter is selective enough that ranking what it matches exactly is the
-        // better answer (and the cheaper one, as the walk would go on reading).
+        // Until it has accepted `ef` nodes, a filtered walk passes over at most this
+        // many refused ones; past them the filter is selective enough that ranking
+        // what it matches exactly is the better answer (and the cheaper one, as the
+        // walk would go on reading).
         let budget = ef.saturating_mul(self.vector.filter_expansion.unwrap_or(spec.filter_expansion) as usize);
-        let refused = Cell::new(0usize);
+        let (refused, accepted) = (Cell::new(0usize), Cell::new(0usize));
         let gave_up = Cell::new(false);
         let failed = Cell::new(None::<Error>);
         let hits: Vec<(f32, Vec<u8>)> = {
@@ -131,8 +132,11 @@ impl Nearest<'_> {
                 }
                 let Some(key) = graph.key_of(id) else { return Verdict::Refuse };
                 match self.matching(key, self.live) {
-                    Ok(Some(_)) => Verdict::Accept,
-                    Ok(None) if refused.get() < budget => {
+                    Ok(Some(_)) => {
+                        accepted.set(accepted.get() + 1);
+                        Verdict::Accept
+                    }
+                    Ok(None) if refused.get() < budget || accepted.get() >= ef => {
                         refused.set(refused.get() + 1);
                         Verdict::Refuse
                     }

@@ -35,7 +35,7 @@ use crate::db::log::{ChangeKind, Cursor, LogBatch, change_record};
 use crate::derived::Declaration;
 use crate::derived::store::{IndexState, prefix};
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::services::pause;
 use crate::task::blocking;
 
@@ -58,7 +58,8 @@ struct RunnerKey {
     attribute_id: u32,
     kind: &'static str,
     attribute: String,
-    fingerprint: Vec<u8>,
+    /// The declaration as a whole (its `Debug` form): any change restarts the runner.
+    declared: String,
 }
 
 /// One declared index, with the database it lives in.
@@ -146,7 +147,7 @@ fn declared(engine: &Engine) -> Vec<Wanted> {
                     attribute_id: attribute.id,
                     kind: declaration.kind().name,
                     attribute: attribute.name.clone(),
-                    fingerprint: declaration.fingerprint(),
+                    declared: format!("{declaration:?}"),
                 };
                 out.push(Wanted { key, db: db.clone(), declaration });
             }
@@ -199,12 +200,15 @@ pub(crate) struct Runner {
     declaration: Arc<dyn Declaration>,
     /// Where its entries lie (see `derived/store.rs`).
     prefix: Vec<u8>,
+    /// What its stored entries depend on ([`Declaration::fingerprint`]).
+    fingerprint: Vec<u8>,
 }
 
 impl Runner {
     fn new(db: &Arc<Db>, key: RunnerKey, declaration: Arc<dyn Declaration>) -> Self {
         let prefix = prefix(declaration.kind(), key.incarnation, key.attribute_id);
-        Self { db: Arc::downgrade(db), key, declaration, prefix }
+        let fingerprint = declaration.fingerprint();
+        Self { db: Arc::downgrade(db), key, declaration, prefix, fingerprint }
     }
 
     /// A runner of `declaration` on `table` of `db`, outside the supervisor (tests
@@ -226,7 +230,7 @@ impl Runner {
             attribute_id,
             kind: declaration.kind().name,
             attribute: declaration.attribute().to_string(),
-            fingerprint: declaration.fingerprint(),
+            declared: format!("{declaration:?}"),
         };
         Ok(Self::new(db, key, declaration))
     }
@@ -242,7 +246,16 @@ impl Runner {
         // While it runs, the log it has not consumed is kept for it.
         let _attachment = db.attach(&crate::derived::store::consumer_name(&self.prefix))?;
         let mut closing = db.closing_signal();
-        let stored = db.stored_index(&self.prefix)?;
+        let stored = match db.stored_index(&self.prefix) {
+            Ok(stored) => stored,
+            // Derived state is rebuilt from the records: what cannot be read is removed.
+            Err(Error::Corrupt(problem)) => {
+                tracing::warn!(index = %self.name(), problem, "a stored derived index cannot be read: removing it to rebuild");
+                db.remove_index(&self.prefix).await?;
+                db.stored_index(&self.prefix)?
+            }
+            Err(err) => return Err(err),
+        };
         let epoch = stored.state.as_ref().map_or(0, |s| s.epoch) + 1;
         // A previous owner's state, minted anew for this epoch: the claim.
         if let Some(previous) = &stored.state {
@@ -251,7 +264,7 @@ impl Runner {
         let usable = stored.state.as_ref().filter(|state| {
             state.ready
                 && !stored.condemned
-                && state.declaration == self.key.fingerprint
+                && state.declaration == self.fingerprint
                 && state.log_epoch == stored.log_epoch
                 && (state.cursor >= stored.log_tail || stored.log_head.is_some_and(|head| head <= state.cursor + 1))
         });
@@ -284,7 +297,7 @@ impl Runner {
                     epoch,
                     cursor: 0,
                     log_epoch: stored.log_epoch,
-                    declaration: self.key.fingerprint.clone(),
+                    declaration: self.fingerprint.clone(),
                     ready: false,
                 };
                 let cursor = self.rebuild(&db, &installed.live, state, &stopped).await?;
@@ -411,7 +424,7 @@ impl Runner {
             epoch: live.epoch(),
             cursor: next,
             log_epoch,
-            declaration: self.key.fingerprint.clone(),
+            declaration: self.fingerprint.clone(),
             ready: true,
         };
         db.write_index_progress(&self.prefix, state, writes).await?;
@@ -666,5 +679,39 @@ mod tests {
         assert_eq!(words.loaded.load(Ordering::SeqCst), 1, "the second runner loaded what the first stored");
         assert_eq!(words.built.load(Ordering::SeqCst), built, "and built nothing");
         assert_eq!(db.derived().get(WORDS, "t", "text").unwrap().epoch(), 2);
+    }
+
+    /// A stored state that cannot be read (another format, a torn page) is not
+    /// fatal: derived state comes from the records, so the runner removes what
+    /// is stored and builds the index again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unreadable_state_is_removed_and_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, _) = Engine::open(crate::EngineOptions::for_tests(dir.path())).await.unwrap();
+        let ctx = Context::system();
+        let db = engine.create_database(&ctx, "dev").await.unwrap();
+        db.create_table(&ctx, TableSpec::dynamic("t", "id")).await.unwrap();
+        db.table("t").unwrap().insert(&ctx, vec![doc(1, "red fox")]).await.unwrap();
+        let words = Arc::new(Words { attribute: "text".into(), ..Default::default() });
+        let runner = Runner::for_test(&db, "t", words.clone()).unwrap();
+        let (state_key, stray) = ([runner.prefix.as_slice(), b"S"].concat(), [runner.prefix.as_slice(), b"N1"].concat());
+        db.write(&ctx, "garble", move |txn, _| {
+            txn.put_derived(&state_key, b"not a state")?;
+            Ok(txn.put_derived(&stray, b"an entry of an older layout")?)
+        })
+        .await
+        .unwrap();
+        let (_stop, stopped) = watch::channel(false);
+        let _running = tokio::spawn(async move { runner.run(stopped).await });
+        assert_eq!(records_with(&db, "fox").await, [key(1)].into());
+        let prefix = prefix(WORDS, db.table_incarnation("t").unwrap(), runner_attribute(&db));
+        let stored = db.stored_index(&prefix).unwrap();
+        assert!(stored.state.is_some_and(|s| s.ready && s.epoch == 1), "a fresh state, owned anew");
+        let txn = db.snapshot().unwrap();
+        assert!(txn.derived(&[prefix.as_slice(), b"N1"].concat()).unwrap().is_none(), "the stray entry went with it");
+    }
+
+    fn runner_attribute(db: &Db) -> u32 {
+        db.schema().tables.get("t").and_then(|t| t.attribute("text")).map_or(0, |a| a.id)
     }
 }

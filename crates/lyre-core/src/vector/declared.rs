@@ -35,9 +35,13 @@ impl Declaration for Declared {
     }
 
     fn fingerprint(&self) -> Vec<u8> {
-        // Encoding a struct of numbers and an enum into a Vec cannot fail; were it
-        // to, an empty fingerprint only means one needless rebuild.
-        rmp_serde::to_vec_named(&self.spec).unwrap_or_default()
+        // What the graph is built from; the query-time options (`efConstructionSearch`,
+        // `filterExpansion`, `maxLagMilliseconds`) change without a rebuild. Encoding
+        // numbers and an enum into a Vec cannot fail; were it to, an empty
+        // fingerprint only means one needless rebuild.
+        let s = &self.spec;
+        rmp_serde::to_vec(&(s.distance, s.m, s.ef_construction, s.ml, s.optimize_routing, s.quantization))
+            .unwrap_or_default()
     }
 
     fn max_lag_ms(&self) -> Option<u64> {
