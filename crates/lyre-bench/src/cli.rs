@@ -492,6 +492,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Vec<Measurement>> {
         Command::VectorLibrary { data_dir, ef } => {
             let measured = crate::workload::vector::library(data_dir, ef)?;
             println!("{}", serde_json::to_string_pretty(&measured)?);
+            return Ok(Vec::new());
         }
         Command::VectorSchema { quantization } => {
             print!("{}", crate::workload::vector::schema(*quantization));
