@@ -413,23 +413,52 @@ pub(crate) fn first_of_pair(bytes: &[u8]) -> Option<&[u8]> {
     rest.get(..len)
 }
 
-/// How many bytes the MessagePack value at the start of `bytes` takes.
+/// How many bytes the MessagePack value at the start of `bytes` takes. Skipping
+/// is on every path that reads some attributes of a record (and every record
+/// stored with property versions), so nothing is decoded: each value's size is
+/// read off its marker and length, and only arrays and maps recurse.
 fn value_len(bytes: &[u8], depth: usize) -> Option<usize> {
     if depth > MAX_DEPTH {
         return None;
     }
-    let mut reader = Reader(bytes);
-    let marker = reader.marker().ok()?;
-    let items = match reader.scalar(marker).ok()? {
-        Scalar::Array(len) => len,
-        Scalar::Map(len) => len.checked_mul(2)?,
-        _ => 0,
-    };
-    let mut used = bytes.len() - reader.0.len();
+    let (mut used, items) = head_len(bytes)?;
     for _ in 0..items {
-        used += value_len(bytes.get(used..)?, depth + 1)?;
+        let rest = bytes.get(used..)?;
+        used += match head_len(rest)? {
+            (len, 0) => len,
+            _ => value_len(rest, depth + 1)?,
+        };
     }
     Some(used)
+}
+
+/// The bytes the value at the start of `bytes` takes apart from its elements, and
+/// how many elements follow (an array's items, a map's keys and values); `None`
+/// when they are not all there, or for a type Lyre never writes (extensions).
+fn head_len(bytes: &[u8]) -> Option<(usize, usize)> {
+    let be = |at: usize, width: usize| -> Option<usize> {
+        let field = bytes.get(at..at + width)?;
+        Some(field.iter().fold(0usize, |n, &b| (n << 8) | usize::from(b)))
+    };
+    let (len, items) = match *bytes.first()? {
+        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (1, 0),
+        marker @ 0x80..=0x8f => (1, usize::from(marker & 0x0f) * 2),
+        marker @ 0x90..=0x9f => (1, usize::from(marker & 0x0f)),
+        marker @ 0xa0..=0xbf => (1 + usize::from(marker & 0x1f), 0),
+        0xcc | 0xd0 => (2, 0),
+        0xcd | 0xd1 => (3, 0),
+        0xca | 0xce | 0xd2 => (5, 0),
+        0xcb | 0xcf | 0xd3 => (9, 0),
+        0xc4 | 0xd9 => (2 + be(1, 1)?, 0),
+        0xc5 | 0xda => (3 + be(1, 2)?, 0),
+        0xc6 | 0xdb => (5usize.checked_add(be(1, 4)?)?, 0),
+        0xdc => (3, be(1, 2)?),
+        0xdd => (5, be(1, 4)?),
+        0xde => (3, be(1, 2)? * 2),
+        0xdf => (5, be(1, 4)?.checked_mul(2)?),
+        _ => return None,
+    };
+    (len <= bytes.len()).then_some((len, items))
 }
 
 #[cfg(test)]
@@ -449,6 +478,17 @@ mod tests {
             let mut json = Vec::new();
             write_json(&bytes, &mut json).unwrap();
             prop_assert_eq!(String::from_utf8(json).unwrap(), serde_json::to_string(&v).unwrap());
+        }
+
+        #[test]
+        fn a_value_is_skipped_by_its_encoded_length(v in value()) {
+            let bytes = v.to_msgpack();
+            prop_assert_eq!(value_len(&bytes, 0), Some(bytes.len()));
+            let followed = [bytes.as_slice(), &[0xc0]].concat();
+            prop_assert_eq!(value_len(&followed, 0), Some(bytes.len()));
+            for cut in 0..bytes.len() {
+                prop_assert_eq!(value_len(&bytes[..cut], 0), None, "cut at {}", cut);
+            }
         }
 
         #[test]
@@ -550,6 +590,25 @@ mod tests {
             .unwrap()
             .join();
         assert!(served.is_ok());
+    }
+
+    /// The wider markers (str8/16, bin16, array16, map16, every int width) are
+    /// skipped by their lengths too.
+    #[test]
+    fn wide_values_are_skipped_by_their_encoded_length() {
+        let map: crate::value::Object = (0..20).map(|i| (format!("k{i}"), Value::Int(i * 1_000_003))).collect();
+        for v in [
+            Value::String("s".repeat(40)),
+            Value::String("t".repeat(300)),
+            Value::Bytes(vec![7; 300]),
+            Value::Array((0..20).map(|i| Value::Float(f64::from(i) / 3.0)).collect()),
+            Value::Object(map),
+            Value::Array(vec![Value::Int(-200), Value::Int(70_000), Value::Int(-5_000_000_000), Value::Int(i64::MAX)]),
+        ] {
+            let bytes = v.to_msgpack();
+            assert_eq!(value_len(&bytes, 0), Some(bytes.len()), "{v:?}");
+            assert_eq!(value_len(&bytes[..bytes.len() - 1], 0), None, "{v:?}");
+        }
     }
 
     #[test]

@@ -694,7 +694,8 @@ mod tests {
         db.table("t").unwrap().insert(&ctx, vec![doc(1, "red fox")]).await.unwrap();
         let words = Arc::new(Words { attribute: "text".into(), ..Default::default() });
         let runner = Runner::for_test(&db, "t", words.clone()).unwrap();
-        let (state_key, stray) = ([runner.prefix.as_slice(), b"S"].concat(), [runner.prefix.as_slice(), b"N1"].concat());
+        let (state_key, stray) =
+            ([runner.prefix.as_slice(), b"S"].concat(), [runner.prefix.as_slice(), b"N1"].concat());
         db.write(&ctx, "garble", move |txn, _| {
             txn.put_derived(&state_key, b"not a state")?;
             Ok(txn.put_derived(&stray, b"an entry of an older layout")?)
