@@ -15,6 +15,11 @@ use crate::query::related::Related;
 use crate::record::expiry::Live;
 use crate::value::{Object, Value, object_with_capacity};
 
+/// Receives each result of a search (an object, or a bare value or array for
+/// `select(a)` and `select([a,b])`); returns `Break` to stop early (the client
+/// went away).
+pub type Sink<'a> = dyn FnMut(Value) -> ControlFlow<()> + 'a;
+
 /// The value `record` sorts by for `path`: an attribute, or `rel.attr` (through one
 /// or more relationships) the first related record's.
 pub(crate) fn sort_value(record: &Object, path: &str, related: Option<&Related<'_>>) -> Result<Option<Value>> {

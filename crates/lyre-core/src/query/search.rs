@@ -86,9 +86,7 @@ fn attributes_decoded(schema: &TableSchema, query: &Query) -> Option<Vec<String>
     Some(names)
 }
 
-/// Receives each result (an object, or a bare value or array for `select(a)` and
-/// `select([a,b])`); returns `Break` to stop early (the client went away).
-pub type Sink<'a> = dyn FnMut(Value) -> ControlFlow<()> + 'a;
+pub use crate::query::exec::Sink;
 
 /// One database's read snapshot, shared by every search of one SQL statement so
 /// that all of them (and a self-join's two sides) see the same commit. Cheap to
