@@ -583,19 +583,7 @@ mod tests {
     use super::*;
     use crate::distance::exact;
 
-    /// Clustered vectors: `clusters` centres, each point a centre plus noise.
-    pub(crate) fn clustered(count: usize, dimensions: usize, clusters: usize, seed: u64) -> Vec<Vec<f64>> {
-        let mut state = seed.max(1);
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64
-        };
-        let centres: Vec<Vec<f64>> =
-            (0..clusters).map(|_| (0..dimensions).map(|_| next() * 2.0 - 1.0).collect()).collect();
-        (0..count).map(|i| centres[i % clusters].iter().map(|c| c + (next() - 0.5) * 0.4).collect()).collect()
-    }
+    use crate::testing::clustered;
 
     fn key(i: usize) -> Vec<u8> {
         (i as u64).to_be_bytes().to_vec()

@@ -25,19 +25,7 @@ type Note @table(database: "vec") @export {
 }
 "#;
 
-/// `count` points around `clusters` centres (each a centre plus uniform noise),
-/// the same for the same seed: clustered data, on which recall means something.
-pub fn clustered(count: usize, dimensions: usize, clusters: usize, seed: u64) -> Vec<Vec<f64>> {
-    let mut state = seed.max(1);
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let centres: Vec<Vec<f64>> = (0..clusters).map(|_| (0..dimensions).map(|_| next() * 2.0 - 1.0).collect()).collect();
-    (0..count).map(|i| centres[i % clusters].iter().map(|c| c + (next() - 0.5) * 0.4).collect()).collect()
-}
+pub use lyre_vector::testing::clustered;
 
 fn squared(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
