@@ -74,13 +74,7 @@ pub struct Dataset {
 /// Points around `clusters` centres (centre plus uniform noise), rounded to four
 /// decimals (the request bodies stay small), from a fixed seed.
 fn clustered(count: usize, dimensions: usize, clusters: usize, seed: u64) -> Vec<Vec<f32>> {
-    let mut state = seed.max(1);
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut next = lyre_vector::testing::uniform(seed);
     let centres: Vec<Vec<f64>> = (0..clusters).map(|_| (0..dimensions).map(|_| next() * 2.0 - 1.0).collect()).collect();
     (0..count)
         .map(|i| {
