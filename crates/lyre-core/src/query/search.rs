@@ -150,9 +150,8 @@ fn vector_index(db: &Db, schema: &TableSchema, sort: &VectorSort) -> Result<Arc<
     })?;
     if index.phase() != Phase::Ready {
         return Err(Error::DerivedIndexLagging(format!(
-            "the vector index on {}.{} is {}; retry later",
-            schema.name,
-            sort.attribute,
+            "{} is {}; retry later",
+            index.describe(),
             index.phase().name()
         )));
     }

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::access::Context;
+use crate::catalog::TableSchema;
 use crate::db::Db;
 use crate::db::derived::{Built, LiveIndex, Phase, declarations};
 use crate::db::log::{ChangeKind, Cursor, LogBatch, change_record};
@@ -60,6 +61,23 @@ struct RunnerKey {
     attribute: String,
     /// The declaration as a whole (its `Debug` form): any change restarts the runner.
     declared: String,
+}
+
+impl RunnerKey {
+    /// The runner of `declaration` on `table` of `db` at `incarnation`; `None` when
+    /// the table has no such attribute.
+    fn new(db: &Db, table: &TableSchema, incarnation: u64, declaration: &dyn Declaration) -> Option<RunnerKey> {
+        let attribute = table.attribute(declaration.attribute())?;
+        Some(RunnerKey {
+            database: db.name().to_string(),
+            table: table.name.clone(),
+            incarnation,
+            attribute_id: attribute.id,
+            kind: declaration.kind().name,
+            attribute: attribute.name.clone(),
+            declared: format!("{declaration:?}"),
+        })
+    }
 }
 
 /// One declared index, with the database it lives in.
@@ -139,16 +157,7 @@ fn declared(engine: &Engine) -> Vec<Wanted> {
         for table in db.schema().tables.values() {
             let Ok(incarnation) = db.table_incarnation(&table.name) else { continue };
             for declaration in declarations(table) {
-                let Some(attribute) = table.attribute(declaration.attribute()) else { continue };
-                let key = RunnerKey {
-                    database: db.name().to_string(),
-                    table: table.name.clone(),
-                    incarnation,
-                    attribute_id: attribute.id,
-                    kind: declaration.kind().name,
-                    attribute: attribute.name.clone(),
-                    declared: format!("{declaration:?}"),
-                };
+                let Some(key) = RunnerKey::new(&db, table, incarnation, declaration.as_ref()) else { continue };
                 out.push(Wanted { key, db: db.clone(), declaration });
             }
         }
@@ -216,22 +225,12 @@ impl Runner {
     #[cfg(test)]
     pub(crate) fn for_test(db: &Arc<Db>, table: &str, declaration: Arc<dyn Declaration>) -> Result<Self> {
         let incarnation = db.table_incarnation(table)?;
-        let schema = db.schema();
-        let attribute_id = schema
+        let key = db
+            .schema()
             .tables
             .get(table)
-            .and_then(|t| t.attribute(declaration.attribute()))
-            .map(|a| a.id)
-            .ok_or_else(|| crate::error::Error::invalid("no such attribute"))?;
-        let key = RunnerKey {
-            database: db.name().to_string(),
-            table: table.to_string(),
-            incarnation,
-            attribute_id,
-            kind: declaration.kind().name,
-            attribute: declaration.attribute().to_string(),
-            declared: format!("{declaration:?}"),
-        };
+            .and_then(|schema| RunnerKey::new(db, schema, incarnation, declaration.as_ref()))
+            .ok_or_else(|| Error::invalid("no such table or attribute"))?;
         Ok(Self::new(db, key, declaration))
     }
 
@@ -645,15 +644,23 @@ mod tests {
         panic!("the word index never covered the log");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn another_kind_of_index_is_built_followed_stored_and_loaded() {
-        let dir = tempfile::tempdir().unwrap();
-        let (engine, _) = Engine::open(crate::EngineOptions::for_tests(dir.path())).await.unwrap();
+    /// An engine (kept alive by the returned handles) with table `dev.t` holding `docs`.
+    async fn table_of(dir: &std::path::Path, docs: Vec<Object>) -> (Arc<Engine>, Arc<Db>, crate::table::Table) {
+        let (engine, _) = Engine::open(crate::EngineOptions::for_tests(dir)).await.unwrap();
         let ctx = Context::system();
         let db = engine.create_database(&ctx, "dev").await.unwrap();
         db.create_table(&ctx, TableSpec::dynamic("t", "id")).await.unwrap();
         let table = db.table("t").unwrap();
-        table.insert(&ctx, vec![doc(1, "red fox"), doc(2, "blue fox"), doc(3, "red hen")]).await.unwrap();
+        table.insert(&ctx, docs).await.unwrap();
+        (engine, db, table)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_kind_of_index_is_built_followed_stored_and_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Context::system();
+        let docs = vec![doc(1, "red fox"), doc(2, "blue fox"), doc(3, "red hen")];
+        let (_engine, db, table) = table_of(dir.path(), docs).await;
 
         let words = Arc::new(Words { attribute: "text".into(), ..Default::default() });
         let runner = Runner::for_test(&db, "t", words.clone()).unwrap();
@@ -687,15 +694,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unreadable_state_is_removed_and_rebuilt() {
         let dir = tempfile::tempdir().unwrap();
-        let (engine, _) = Engine::open(crate::EngineOptions::for_tests(dir.path())).await.unwrap();
         let ctx = Context::system();
-        let db = engine.create_database(&ctx, "dev").await.unwrap();
-        db.create_table(&ctx, TableSpec::dynamic("t", "id")).await.unwrap();
-        db.table("t").unwrap().insert(&ctx, vec![doc(1, "red fox")]).await.unwrap();
+        let (_engine, db, _) = table_of(dir.path(), vec![doc(1, "red fox")]).await;
         let words = Arc::new(Words { attribute: "text".into(), ..Default::default() });
         let runner = Runner::for_test(&db, "t", words.clone()).unwrap();
-        let (state_key, stray) =
-            ([runner.prefix.as_slice(), b"S"].concat(), [runner.prefix.as_slice(), b"N1"].concat());
+        let prefix = runner.prefix.clone();
+        let (state_key, stray) = ([prefix.as_slice(), b"S"].concat(), [prefix.as_slice(), b"N1"].concat());
         db.write(&ctx, "garble", move |txn, _| {
             txn.put_derived(&state_key, b"not a state")?;
             Ok(txn.put_derived(&stray, b"an entry of an older layout")?)
@@ -705,14 +709,9 @@ mod tests {
         let (_stop, stopped) = watch::channel(false);
         let _running = tokio::spawn(async move { runner.run(stopped).await });
         assert_eq!(records_with(&db, "fox").await, [key(1)].into());
-        let prefix = prefix(WORDS, db.table_incarnation("t").unwrap(), runner_attribute(&db));
         let stored = db.stored_index(&prefix).unwrap();
         assert!(stored.state.is_some_and(|s| s.ready && s.epoch == 1), "a fresh state, owned anew");
         let txn = db.snapshot().unwrap();
         assert!(txn.derived(&[prefix.as_slice(), b"N1"].concat()).unwrap().is_none(), "the stray entry went with it");
-    }
-
-    fn runner_attribute(db: &Db) -> u32 {
-        db.schema().tables.get("t").and_then(|t| t.attribute("text")).map_or(0, |a| a.id)
     }
 }
