@@ -23,6 +23,73 @@ pub struct ComponentConfig {
     /// `cache/source.rs`).
     #[serde(default)]
     pub sources: std::collections::BTreeMap<String, crate::cache::SourceConfig>,
+    /// `static`: files served over the REST port (see `components/statics.rs`).
+    #[serde(default, rename = "static")]
+    pub static_files: Option<StaticOptions>,
+    /// `dataLoader`: JSON or YAML files of records loaded into tables at each load
+    /// (see `components/data_loader.rs`).
+    #[serde(default)]
+    pub data_loader: Option<PluginFiles>,
+    /// `roles`: YAML files defining roles at each load (see `components/roles.rs`).
+    #[serde(default)]
+    pub roles: Option<PluginFiles>,
+    /// `fastifyRoutes`: Fastify route files, which Lyre cannot run; a component whose
+    /// pattern matches a file fails to load, naming the plugin.
+    #[serde(default)]
+    pub fastify_routes: Option<PluginFiles>,
+}
+
+/// A plugin that only takes files (`{files: ...}`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct PluginFiles {
+    /// The file patterns.
+    pub files: Patterns,
+}
+
+/// Options of the `static` plugin (Harper's `server/static.ts`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaticOptions {
+    /// Which files are served (`web/**`).
+    pub files: Patterns,
+    /// Where they are served: `/` by default; `./x` is `/<component>/x/`.
+    #[serde(default)]
+    pub url_path: Option<String>,
+    /// `dir/` serves `dir/index.html`, and `dir` redirects to `dir/` (default on).
+    #[serde(default = "yes")]
+    pub index: bool,
+    /// Extensions tried in order when a path names no file (`[html]`: `/about` serves
+    /// `about.html`).
+    #[serde(default)]
+    pub extensions: Vec<String>,
+    /// A path that names no file goes on to the REST interface (default on); off, it
+    /// is answered with `notFound`, or 404.
+    #[serde(default = "yes")]
+    pub fallthrough: bool,
+    /// What a miss serves when `fallthrough` is off: a file, or a file and a status
+    /// (an application with client-side routing serves its `index.html` with 200).
+    #[serde(default)]
+    pub not_found: Option<NotFound>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `static.notFound`: a file (served with 404), or a file and the status to serve it with.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum NotFound {
+    /// `notFound: 404.html`.
+    File(String),
+    /// `notFound: {file: index.html, statusCode: 200}`.
+    WithStatus {
+        /// The file, relative to the component.
+        file: String,
+        /// The status it is served with.
+        #[serde(rename = "statusCode")]
+        status_code: u16,
+    },
 }
 
 /// The `rest` plugin: `true`/`false`, or its options (which also turn it on).
@@ -84,7 +151,7 @@ pub struct SchemaFiles {
     pub files: Patterns,
 }
 
-/// One glob or a list of them.
+/// A plugin's `files`: one glob, a list of them, or `{source, ignore}` (Harper's forms).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(untagged)]
 pub enum Patterns {
@@ -92,6 +159,57 @@ pub enum Patterns {
     One(String),
     /// Several patterns.
     Many(Vec<String>),
+    /// Patterns with exceptions.
+    Detailed {
+        /// What to take.
+        source: PatternList,
+        /// What to leave out of it.
+        #[serde(default)]
+        ignore: Option<PatternList>,
+    },
+}
+
+/// One glob or a list of them.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum PatternList {
+    /// A single pattern.
+    One(String),
+    /// Several patterns.
+    Many(Vec<String>),
+}
+
+impl PatternList {
+    fn to_vec(&self) -> Vec<String> {
+        match self {
+            PatternList::One(p) => vec![p.clone()],
+            PatternList::Many(ps) => ps.clone(),
+        }
+    }
+}
+
+impl Patterns {
+    /// The patterns to take.
+    pub fn sources(&self) -> Vec<String> {
+        match self {
+            Patterns::One(p) => vec![p.clone()],
+            Patterns::Many(ps) => ps.clone(),
+            Patterns::Detailed { source, .. } => source.to_vec(),
+        }
+    }
+
+    /// The patterns to leave out.
+    pub fn ignored(&self) -> Vec<String> {
+        match self {
+            Patterns::Detailed { ignore: Some(ignore), .. } => ignore.to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Compiled, to match against a component's files.
+    pub fn globs(&self) -> Result<super::files::Globs, String> {
+        super::files::Globs::new(&self.sources(), &self.ignored())
+    }
 }
 
 impl ComponentConfig {
@@ -108,17 +226,33 @@ impl ComponentConfig {
         }
     }
 
+    /// Harper's configuration for a component without `config.yaml`: REST, schemas
+    /// in `*.graphql`, roles in `roles.yaml`, static files under `web/`, Fastify
+    /// routes in `routes/*.js`.
     fn default_config() -> ComponentConfig {
-        ComponentConfig { rest: Rest::default(), graphql_schema: None, install: None, sources: Default::default() }
+        let files = |pattern: &str| PluginFiles { files: Patterns::One(pattern.to_string()) };
+        ComponentConfig {
+            rest: Rest::default(),
+            graphql_schema: None,
+            install: None,
+            sources: Default::default(),
+            static_files: Some(StaticOptions {
+                files: Patterns::One("web/**".to_string()),
+                url_path: None,
+                index: true,
+                extensions: Vec::new(),
+                fallthrough: true,
+                not_found: None,
+            }),
+            data_loader: None,
+            roles: Some(files("roles.yaml")),
+            fastify_routes: Some(files("routes/*.js")),
+        }
     }
 
-    /// The schema file patterns (`*.graphql` when none are configured).
-    pub fn schema_patterns(&self) -> Vec<String> {
-        match &self.graphql_schema {
-            Some(SchemaFiles { files: Patterns::One(p) }) => vec![p.clone()],
-            Some(SchemaFiles { files: Patterns::Many(ps) }) => ps.clone(),
-            None => vec!["*.graphql".to_string()],
-        }
+    /// The schema files' patterns (`*.graphql` when none are configured).
+    pub fn schema_files(&self) -> Patterns {
+        self.graphql_schema.as_ref().map_or_else(|| Patterns::One("*.graphql".to_string()), |s| s.files.clone())
     }
 }
 
@@ -136,7 +270,7 @@ mod tests {
         .unwrap();
         let config = ComponentConfig::read(dir.path()).unwrap();
         assert!(config.rest.enabled() && !config.rest.last_modified());
-        assert_eq!(config.schema_patterns(), ["schemas/*.graphql"]);
+        assert_eq!(config.schema_files().sources(), ["schemas/*.graphql"]);
         std::fs::write(
             dir.path().join("config.yaml"),
             "graphqlSchema:\n  files: [a.graphql, b.graphql]\nrest: false\n",
@@ -144,13 +278,13 @@ mod tests {
         .unwrap();
         let config = ComponentConfig::read(dir.path()).unwrap();
         assert!(!config.rest.enabled());
-        assert_eq!(config.schema_patterns(), ["a.graphql", "b.graphql"]);
+        assert_eq!(config.schema_files().sources(), ["a.graphql", "b.graphql"]);
         std::fs::write(dir.path().join("config.yaml"), "rest:\n  lastModified: true\n  webSocket: false\n").unwrap();
         let config = ComponentConfig::read(dir.path()).unwrap();
         assert!(config.rest.enabled() && config.rest.last_modified());
         std::fs::write(dir.path().join("config.yaml"), "rest: [oops").unwrap();
         assert!(ComponentConfig::read(dir.path()).unwrap_err().contains("config.yaml"));
         let empty = tempfile::tempdir().unwrap();
-        assert_eq!(ComponentConfig::read(empty.path()).unwrap().schema_patterns(), ["*.graphql"]);
+        assert_eq!(ComponentConfig::read(empty.path()).unwrap().schema_files().sources(), ["*.graphql"]);
     }
 }

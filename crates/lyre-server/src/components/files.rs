@@ -3,41 +3,79 @@
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
-/// Files under `dir` matching any of `patterns` (`*` matches within one path segment;
-/// `**` is not supported), sorted.
-pub fn matching(dir: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, String> {
-    let mut out = Vec::new();
-    for pattern in patterns {
-        let relative = safe_relative(pattern)?;
-        let (parent, name) = match (relative.parent(), relative.file_name().and_then(|n| n.to_str())) {
-            (Some(parent), Some(name)) => (dir.join(parent), name.to_string()),
-            _ => return Err(format!("bad file pattern '{pattern}'")),
-        };
-        let Ok(entries) = std::fs::read_dir(&parent) else { continue };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_file() && path.file_name().and_then(|n| n.to_str()).is_some_and(|n| glob(&name, n)) {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
+/// A plugin's file patterns, compiled: globs relative to the component's directory
+/// (`*` and `?` within one path segment, `**` across segments, `[...]` classes; a
+/// name starting with `.` only matches a pattern that spells the dot), less those
+/// matching an `ignore` pattern. A pattern that leaves the component (`..`, or
+/// starting with `/`) is refused, as Harper refuses it.
+pub struct Globs {
+    /// Each pattern with its base: its leading segments without glob characters.
+    include: Vec<(String, glob::Pattern)>,
+    ignore: Vec<glob::Pattern>,
 }
 
-/// `*` matches any run of characters; everything else literally.
-fn glob(pattern: &str, name: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == name,
-        Some((prefix, rest)) => {
-            let Some(tail) = name.strip_prefix(prefix) else { return false };
-            if rest.is_empty() {
-                return true;
+/// How component globs match: `*` stays within a segment, dot files are hidden.
+const MATCHING: glob::MatchOptions =
+    glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: true };
+
+impl Globs {
+    /// Compiles `patterns` and `ignore` (Harper's `files` and `files.ignore`); `.` is
+    /// every file.
+    pub fn new(patterns: &[String], ignore: &[String]) -> Result<Globs, String> {
+        let compile = |pattern: &String| -> Result<glob::Pattern, String> {
+            if pattern.contains("..") || pattern.starts_with('/') || pattern.contains('\0') {
+                return Err(format!("file pattern '{pattern}' must not contain '..' or start with '/'"));
             }
-            (0..=tail.len()).any(|i| tail.is_char_boundary(i) && glob(rest, &tail[i..]))
-        }
+            let pattern = match pattern.trim_start_matches("./") {
+                "" | "." => "**/*",
+                relative => relative,
+            };
+            glob::Pattern::new(pattern).map_err(|e| format!("bad file pattern '{pattern}': {e}"))
+        };
+        let include = patterns
+            .iter()
+            .map(|p| Ok((pattern_base(p.trim_start_matches("./")), compile(p)?)))
+            .collect::<Result<_, String>>()?;
+        let ignore = ignore.iter().map(compile).collect::<Result<_, String>>()?;
+        Ok(Globs { include, ignore })
     }
+
+    /// The patterns' bases (`web` for `web/**`, the whole pattern when it has no glob
+    /// characters), in the order given.
+    pub fn bases(&self) -> impl Iterator<Item = &str> {
+        self.include.iter().map(|(base, _)| base.as_str())
+    }
+
+    /// The files under `dir` (not in `node_modules`, not through symbolic links) that
+    /// match, as paths relative to `dir`, sorted.
+    pub fn files(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
+        let mut out = Vec::new();
+        if !dir.is_dir() {
+            return Ok(out);
+        }
+        walk(dir, true, u64::MAX, &mut |_, relative, is_dir| {
+            if !is_dir && self.matches(relative) {
+                out.push(relative.to_path_buf());
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        out.sort();
+        Ok(out)
+    }
+
+    fn matches(&self, relative: &Path) -> bool {
+        self.include.iter().any(|(_, p)| p.matches_path_with(relative, MATCHING))
+            && !self.ignore.iter().any(|p| p.matches_path_with(relative, MATCHING))
+    }
+}
+
+/// A pattern's leading segments that hold no glob characters (micromatch's `scan`
+/// base, which Harper strips from URL paths).
+fn pattern_base(pattern: &str) -> String {
+    let segments: Vec<&str> = pattern.split('/').collect();
+    let literal = segments.iter().take_while(|s| !s.contains(['*', '?', '[', '{'])).count();
+    segments[..literal].join("/")
 }
 
 /// A relative path that cannot leave its base: no root, no `..`, no NUL, and naming
@@ -190,11 +228,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn globs_match_within_a_segment() {
-        assert!(glob("*.graphql", "schema.graphql"));
-        assert!(!glob("*.graphql", "schema.graphqlx"));
-        assert!(glob("a*b*c", "axxbyyc"));
-        assert!(glob("schema.graphql", "schema.graphql"));
+    fn globs_match_within_a_segment_and_across_with_two_stars() {
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["schema.graphql", "schema.graphqlx", "web/index.html", "web/css/site.css", "web/.env", "axxbyyc"] {
+            let path = dir.path().join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "x").unwrap();
+        }
+        let files = |patterns: &[&str], ignore: &[&str]| {
+            let strings = |list: &[&str]| list.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+            let found = Globs::new(&strings(patterns), &strings(ignore)).unwrap().files(dir.path()).unwrap();
+            found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(files(&["*.graphql"], &[]), ["schema.graphql"]);
+        assert_eq!(files(&["a*b*c"], &[]), ["axxbyyc"]);
+        assert_eq!(files(&["web/*"], &[]), ["web/index.html"], "* stays within a segment");
+        assert_eq!(files(&["web/**"], &[]), ["web/css/site.css", "web/index.html"], "dot files stay hidden");
+        assert_eq!(files(&["./web/**"], &["**/*.css"]), ["web/index.html"]);
+        assert_eq!(files(&["web/.env"], &[]), ["web/.env"], "a dot spelled out matches");
+        assert_eq!(files(&["."], &[]).len(), 5);
+        for bad in ["../x/*", "/etc/*", "web/../../x"] {
+            assert!(Globs::new(&[bad.to_string()], &[]).is_err(), "{bad}");
+        }
+        assert_eq!(pattern_base("web/**"), "web");
+        assert_eq!(pattern_base("web/static/*.html"), "web/static");
+        assert_eq!(pattern_base("index.html"), "index.html");
+        assert_eq!(pattern_base("*.graphql"), "");
     }
 
     #[test]

@@ -8,8 +8,11 @@
 //! component reloads it at once; no restart is needed.
 
 mod config;
+mod data_loader;
 mod files;
 pub mod ops;
+mod roles;
+mod statics;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,7 @@ use crate::cache::Source;
 use crate::process::{Ended, Supervisor};
 
 pub use config::ComponentConfig;
+pub use statics::{Found, Site};
 
 /// A table served over REST.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,13 +46,21 @@ pub struct Export {
     pub source: Option<Arc<Source>>,
 }
 
-/// Every exported table by URL name. Replaced whole on each reload.
+/// Every exported table by URL name, and the static sites in component order.
+/// Replaced whole on each reload.
 #[derive(Debug, Default)]
 pub struct Exports {
     by_name: BTreeMap<String, Export>,
+    sites: Vec<Arc<Site>>,
 }
 
 impl Exports {
+    /// The components' static sites, in component order (the first with an answer
+    /// for a path gives it).
+    pub fn sites(&self) -> &[Arc<Site>] {
+        &self.sites
+    }
+
     /// The export served at `name`.
     pub fn get(&self, name: &str) -> Option<&Export> {
         self.by_name.get(name)
@@ -63,10 +75,19 @@ impl Exports {
 /// What happened when a component was last loaded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Status {
-    /// Loaded; these tables are exported.
-    Loaded(Vec<Export>),
+    /// Loaded: what it publishes.
+    Loaded(Loaded),
     /// Not loaded, with the reason (naming file and line for schema errors).
     Failed(String),
+}
+
+/// What a loaded component publishes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// Its exported tables.
+    pub exports: Vec<Export>,
+    /// Its static files, when it has any.
+    pub site: Option<Arc<Site>>,
 }
 
 /// The loaded components and the exports they publish.
@@ -153,7 +174,7 @@ impl Components {
         let dir = self.component_dir(name);
         let status = if dir.is_dir() {
             match self.load(name, &dir).await {
-                Ok(exports) => Status::Loaded(exports),
+                Ok(loaded) => Status::Loaded(loaded),
                 Err(message) => {
                     tracing::error!(component = name, error = %message, "component failed to load");
                     Status::Failed(message)
@@ -171,13 +192,40 @@ impl Components {
         status
     }
 
-    async fn load(&self, name: &str, dir: &Path) -> Result<Vec<Export>, String> {
+    /// Loads a component: its install step, its plugins' files checked, its tables
+    /// defined, then its roles and data applied (they name its tables).
+    async fn load(&self, name: &str, dir: &Path) -> Result<Loaded, String> {
         let config = ComponentConfig::read(dir)?;
         if let Some(install) = &config.install {
             self.install(name, dir, install).await?;
         }
+        if let Some(routes) = &config.fastify_routes
+            && let Some(file) = routes.files.globs()?.files(dir)?.first()
+        {
+            return Err(format!(
+                "{name}: the fastifyRoutes plugin is not supported by Lyre ({} is a Fastify route file); \
+                 serve the endpoint from a table or a JavaScript resource instead",
+                file.display()
+            ));
+        }
+        let site = match &config.static_files {
+            Some(options) => {
+                let site = Site::build(name, dir, options).map_err(|e| format!("{name}: {e}"))?;
+                (!site.is_empty() || !options.fallthrough).then(|| Arc::new(site))
+            }
+            None => None,
+        };
+        let data = match &config.data_loader {
+            Some(plugin) => data_loader::read_files(dir, &plugin.files).map_err(|e| format!("{name}: {e}"))?,
+            None => Vec::new(),
+        };
+        let roles = match &config.roles {
+            Some(plugin) => roles::read_files(dir, &plugin.files).map_err(|e| format!("{name}: {e}"))?,
+            None => Vec::new(),
+        };
         let mut definitions: Vec<TableDefinition> = Vec::new();
-        for file in files::matching(dir, &config.schema_patterns())? {
+        for file in config.schema_files().globs()?.files(dir)? {
+            let file = dir.join(file);
             let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
             let shown = file.strip_prefix(dir.parent().unwrap_or(dir)).unwrap_or(&file).display().to_string();
             definitions.extend(parse_sdl(&text, &shown).map_err(|e| e.to_string())?);
@@ -205,7 +253,12 @@ impl Components {
         if !changed.is_empty() {
             tracing::info!(component = name, tables = ?changed, "applied schema changes");
         }
-        Ok(exports)
+        roles::apply(&self.engine, roles).await.map_err(|e| format!("{name}: {e}"))?;
+        for file in data {
+            let outcome = data_loader::load(&self.engine, file).await.map_err(|e| format!("{name}: {e}"))?;
+            tracing::info!(component = name, "{outcome}");
+        }
+        Ok(Loaded { exports, site })
     }
 
     /// Runs a component's install command under supervision.
@@ -231,10 +284,11 @@ impl Components {
         let status = self.status.read();
         let mut exports = Exports::default();
         for outcome in status.values() {
-            if let Status::Loaded(list) = outcome {
-                for export in list {
+            if let Status::Loaded(loaded) = outcome {
+                for export in &loaded.exports {
                     exports.by_name.insert(export.name.clone(), export.clone());
                 }
+                exports.sites.extend(loaded.site.clone());
             }
         }
         drop(status);

@@ -27,7 +27,7 @@ async fn rest_put(s: &TestServer, path: &str, body: Value) -> u16 {
 }
 
 /// A base64 tar of `files` (name, text), as `deploy_component` takes.
-fn payload(files: &[(&str, &str)]) -> String {
+pub fn payload(files: &[(&str, &str)]) -> String {
     let mut builder = tar::Builder::new(Vec::new());
     for (name, text) in files {
         let mut header = tar::Header::new_gnu();

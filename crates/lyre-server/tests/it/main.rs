@@ -21,6 +21,7 @@ mod mqtt;
 mod ops_crud;
 mod ops_schema;
 mod ops_search;
+mod plugins;
 mod realtime;
 mod rest;
 mod s3;

@@ -1,12 +1,14 @@
 //! The REST interface (port 9926): exported tables at `/<name>/...`, Harper's URL
 //! grammar, methods and status codes.
 //!
-//! `url.rs` parses the path, `query.rs` the query string (`http/etag.rs` makes ETags); this
+//! `url.rs` parses the path, `query.rs` the query string (`http/etag.rs` makes ETags),
+//! `statics.rs` serves the components' static files ahead of the tables; this
 //! file dispatches by method. Errors are answered as Harper 4.7 does: a JSON string
 //! `"ClientError: <message>"` with the status (plain text for 404 on unknown paths).
 
 mod openapi;
 pub mod query;
+mod statics;
 pub(crate) mod url;
 
 use std::net::SocketAddr;
@@ -95,6 +97,12 @@ async fn route(
 ) -> Response {
     let state = state.clone();
     let exports = state.components.exports();
+    // Static files come first, as Harper's static plugin runs before everything.
+    if !crate::http::realtime::is_websocket(&parts.headers)
+        && let Some(response) = statics::serve(&exports, &parts).await
+    {
+        return response;
+    }
     if parts.uri.path() == "/openapi" && exports.get("openapi").is_none() {
         if !matches!(parts.method, Method::GET | Method::HEAD) {
             let message = format!("/openapi answers GET and HEAD, not {}", parts.method);
