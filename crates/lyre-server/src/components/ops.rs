@@ -25,6 +25,12 @@ const MAX_FILE_READ: u64 = 5 << 20;
 /// Directories a package is never read from: their files can block forever or never end.
 const NOT_PACKAGES: [&str; 3] = ["/proc", "/sys", "/dev"];
 
+/// Largest tarball `deploy_component` downloads for an HTTP(S) `package`.
+const MAX_DOWNLOAD: u64 = 128 << 20;
+
+/// Longest a package download may take, from connecting to its last byte.
+const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Runs file work on the blocking pool.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
@@ -132,7 +138,8 @@ pub async fn add(components: &Arc<Components>, project: &str) -> Result<Value, A
 }
 
 /// `deploy_component`: replaces the component's files with a base64 tar (optionally
-/// gzipped) `payload`, or a local directory or tarball `package`, then loads it.
+/// gzipped) `payload`, or a `package`: a tarball's HTTP(S) URL, or a local directory
+/// or tarball; then loads it.
 pub async fn deploy(
     components: &Arc<Components>,
     project: &str,
@@ -147,6 +154,9 @@ pub async fn deploy(
                 .decode(payload.trim())
                 .map_err(|e| ApiError::bad_request(format!("'payload' is not valid base64: {e}")))?,
         ),
+        (None, Some(url)) if url.starts_with("http://") || url.starts_with("https://") => {
+            Some(download_package(&url).await?)
+        }
         (None, Some(package)) => {
             let package = PathBuf::from(package);
             let staged = staging.clone();
@@ -205,6 +215,39 @@ async fn deploy_staged(
     Ok(message(format!("Successfully deployed: {project}")))
 }
 
+/// Downloads a package tarball: at most [`MAX_DOWNLOAD`] bytes within
+/// [`DOWNLOAD_TIMEOUT`], through the outbound client (5 redirects at most); fails
+/// with 400 naming the URL and why.
+async fn download_package(url: &str) -> Result<Vec<u8>, ApiError> {
+    use futures_util::StreamExt as _;
+    let failed = |reason: String| ApiError::bad_request(format!("the package {url} could not be downloaded: {reason}"));
+    let parsed = reqwest::Url::parse(url).map_err(|e| failed(e.to_string()))?;
+    let client = crate::outbound::client(crate::bulk::download::CONNECT_TIMEOUT)
+        .read_timeout(crate::bulk::download::READ_TIMEOUT)
+        .timeout(DOWNLOAD_TIMEOUT)
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let response = client.get(parsed).send().await.map_err(|e| failed(crate::outbound::describe(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(failed(format!("it answered {status}")));
+    }
+    let too_large = || failed(format!("it is larger than {MAX_DOWNLOAD} bytes"));
+    if response.content_length().is_some_and(|length| length > MAX_DOWNLOAD) {
+        return Err(too_large());
+    }
+    let mut archive = Vec::new();
+    let mut body = response.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| failed(crate::outbound::describe(&e)))?;
+        if (archive.len() + chunk.len()) as u64 > MAX_DOWNLOAD {
+            return Err(too_large());
+        }
+        archive.extend_from_slice(&chunk);
+    }
+    Ok(archive)
+}
+
 /// Copies a local directory, or unpacks a local tarball, into `staging`.
 fn stage_package(package: &Path, staging: &Path) -> Result<(), String> {
     // The path as given is checked before it is resolved (`/proc/self/cwd` resolves
@@ -226,7 +269,7 @@ fn stage_package(package: &Path, staging: &Path) -> Result<(), String> {
         let archive = std::fs::read(package).map_err(|e| format!("{}: {e}", package.display()))?;
         unpack(&archive, staging, MAX_UNPACKED)
     } else {
-        Err(format!("package '{}' is not a local directory or tarball", package.display()))
+        Err(format!("package '{}' is not a tarball's HTTP(S) URL, a local directory or a local tarball", package.display()))
     }
 }
 

@@ -319,3 +319,71 @@ async fn component_files_stay_inside_and_a_failed_deploy_keeps_the_working_versi
     }
     assert_eq!(std::fs::read_to_string(elsewhere.join("secret.txt")).unwrap(), "untouched");
 }
+
+/// A loopback origin for packages: `/app.tgz` is `archive`; `/huge` announces a
+/// gigabyte; `/endless` streams zeros until the client hangs up; anything else 404.
+async fn package_origin(archive: Vec<u8>) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let archive = archive.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let n = socket.read(&mut buf).await.unwrap_or(0);
+                let path = String::from_utf8_lossy(&buf[..n]).split(' ').nth(1).unwrap_or("").to_string();
+                let _ = match path.as_str() {
+                    "/app.tgz" => {
+                        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", archive.len());
+                        socket.write_all(&[head.as_bytes(), &archive].concat()).await
+                    }
+                    "/huge" => socket.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n").await,
+                    "/endless" => {
+                        let _ = socket.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").await;
+                        let chunk = [b"100000\r\n".as_slice(), &vec![0u8; 0x100000], b"\r\n"].concat();
+                        while socket.write_all(&chunk).await.is_ok() {}
+                        Ok(())
+                    }
+                    _ => socket.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await,
+                };
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_package_deploys_from_an_http_url_within_bounds() {
+    let s = TestServer::start().await;
+    let tar = base64::engine::general_purpose::STANDARD
+        .decode(payload(&[("config.yaml", SHOP_CONFIG), ("schema.graphql", SHOP_SCHEMA)]))
+        .unwrap();
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gzip, &tar).unwrap();
+    let port = package_origin(gzip.finish().unwrap()).await;
+    let deploy = |package: String| json!({"operation": "deploy_component", "project": "shop", "package": package});
+    let answer = s.ok(deploy(format!("http://127.0.0.1:{port}/app.tgz"))).await;
+    assert_eq!(answer, json!({"message": "Successfully deployed: shop"}));
+    assert_eq!(rest_put(&s, "/products/p1", json!({"name": "Foo"})).await, 204);
+
+    let refused = free_port_url();
+    for (package, reason) in [
+        (format!("http://127.0.0.1:{port}/gone"), "404 Not Found".to_string()),
+        (format!("http://127.0.0.1:{port}/huge"), "larger than 134217728 bytes".to_string()),
+        (format!("http://127.0.0.1:{port}/endless"), "larger than 134217728 bytes".to_string()),
+        (refused.clone(), "refused".to_string()),
+        ("http://[::1".to_string(), "invalid".to_string()),
+    ] {
+        let (status, answer) = s.op(deploy(package.clone())).await;
+        assert_eq!(status, 400, "{package}: {answer}");
+        let message = answer["error"].as_str().unwrap().to_lowercase();
+        assert!(message.contains("could not be downloaded") && message.contains(&reason.to_lowercase()), "{message}");
+    }
+    assert_eq!(rest_get(&s, "/products/p1").await.0, 200, "the working version still serves");
+}
+
+/// An HTTP URL on a port nothing listens on.
+fn free_port_url() -> String {
+    format!("http://127.0.0.1:{}/app.tgz", crate::support::free_port())
+}

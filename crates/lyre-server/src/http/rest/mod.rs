@@ -98,9 +98,7 @@ async fn route(
     let state = state.clone();
     let exports = state.components.exports();
     // Static files come first, as Harper's static plugin runs before everything.
-    if !crate::http::realtime::is_websocket(&parts.headers)
-        && let Some(response) = statics::serve(&exports, &parts).await
-    {
+    if let Some(response) = statics::serve(&exports, &parts).await {
         return response;
     }
     if parts.uri.path() == "/openapi" && exports.get("openapi").is_none() {

@@ -17,9 +17,12 @@ use tower::ServiceExt as _;
 use crate::components::{Exports, Found};
 
 /// Answers `parts` from the first site that has something for its path, or `None`
-/// when none does (the request goes on to REST).
+/// when none does (the request goes on to REST; so does a WebSocket upgrade).
 pub async fn serve(exports: &Exports, parts: &Parts) -> Option<Response> {
-    if exports.sites().is_empty() || !matches!(parts.method, Method::GET | Method::HEAD) {
+    if exports.sites().is_empty()
+        || !matches!(parts.method, Method::GET | Method::HEAD)
+        || crate::http::realtime::is_websocket(&parts.headers)
+    {
         return None;
     }
     let path = percent_encoding::percent_decode_str(parts.uri.path()).decode_utf8().ok()?;
