@@ -269,7 +269,10 @@ fn stage_package(package: &Path, staging: &Path) -> Result<(), String> {
         let archive = std::fs::read(package).map_err(|e| format!("{}: {e}", package.display()))?;
         unpack(&archive, staging, MAX_UNPACKED)
     } else {
-        Err(format!("package '{}' is not a tarball's HTTP(S) URL, a local directory or a local tarball", package.display()))
+        Err(format!(
+            "package '{}' is not a tarball's HTTP(S) URL, a local directory or a local tarball",
+            package.display()
+        ))
     }
 }
 

@@ -335,7 +335,10 @@ async fn package_origin(archive: Vec<u8>) -> u16 {
                 let path = String::from_utf8_lossy(&buf[..n]).split(' ').nth(1).unwrap_or("").to_string();
                 let _ = match path.as_str() {
                     "/app.tgz" => {
-                        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", archive.len());
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            archive.len()
+                        );
                         socket.write_all(&[head.as_bytes(), &archive].concat()).await
                     }
                     "/huge" => socket.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n").await,
@@ -345,7 +348,11 @@ async fn package_origin(archive: Vec<u8>) -> u16 {
                         while socket.write_all(&chunk).await.is_ok() {}
                         Ok(())
                     }
-                    _ => socket.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await,
+                    _ => {
+                        socket
+                            .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                            .await
+                    }
                 };
             });
         }

@@ -71,6 +71,15 @@ async fn expired_records_vanish_from_every_read_and_are_swept_away() {
     // Hidden, not yet removed: its eviction is an hour away.
     let described = s.ok(json!({"operation": "describe_table", "database": "ttl", "table": "Temp"})).await;
     assert_eq!(described["record_count"], 2, "{described}");
+    // `exact_count` counts what a read sees, in every describe operation.
+    let exact =
+        s.ok(json!({"operation": "describe_table", "database": "ttl", "table": "Temp", "exact_count": true})).await;
+    assert_eq!(exact["record_count"], 0, "{exact}");
+    let all = s.ok(json!({"operation": "describe_all", "exact_count": true})).await;
+    assert_eq!(all["ttl"]["Temp"]["record_count"], 0, "{all}");
+    let database = s.ok(json!({"operation": "describe_database", "database": "ttl", "exact_count": true})).await;
+    assert_eq!(database["Temp"]["record_count"], 0, "{database}");
+    s.fails(json!({"operation": "describe_all", "exact_count": "yes"}), 400, "'exact_count' must be a boolean").await;
 
     // Its old ETag no longer matches anything, and a delete finds nothing to delete
     // (it does remove the stored copy).

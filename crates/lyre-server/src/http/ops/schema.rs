@@ -144,19 +144,22 @@ pub async fn drop_attribute(
     message(format, format!("successfully deleted attribute '{attribute}'"))
 }
 
+/// `describe_all`: every database the caller may describe (`exact_count: true` counts
+/// only records a read sees, see [`Table::live_count`](lyre_core::Table::live_count)).
 pub async fn describe_all(
     engine: &Arc<Engine>,
     ctx: &Context,
-    _params: Params,
+    mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
+    let exact = exact_count(&mut params)?;
     let mut all = Object::default();
     for db in engine.databases() {
         // Others than super users see only the databases their role grants on.
         if !ctx.user.role.permissions.describes_database(db.name()) {
             continue;
         }
-        all.insert(db.name().to_string(), Value::Object(describe_tables(ctx, &db)?));
+        all.insert(db.name().to_string(), Value::Object(describe_tables(ctx, &db, exact)?));
     }
     reply(format, &Value::Object(all))
 }
@@ -168,11 +171,12 @@ pub async fn describe_database(
     format: Format,
 ) -> Result<Response, ApiError> {
     let database = params.database()?;
+    let exact = exact_count(&mut params)?;
     if !ctx.user.role.permissions.describes_database(&database) {
         return Err(lyre_core::Error::hidden(format!("database '{database}' does not exist")).into());
     }
     let db = engine.database(&database)?;
-    reply(format, &Value::Object(describe_tables(ctx, &db)?))
+    reply(format, &Value::Object(describe_tables(ctx, &db, exact)?))
 }
 
 pub async fn describe_table(
@@ -181,20 +185,40 @@ pub async fn describe_table(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let stats = params.table(engine)?.stats(ctx)?;
-    reply(format, &Value::Object(describe(&stats)))
+    let exact = exact_count(&mut params)?;
+    let table = params.table(engine)?;
+    let stats = table.stats(ctx)?;
+    reply(format, &Value::Object(describe(&counted(ctx, &table, stats, exact)?)))
 }
 
-fn describe_tables(ctx: &Context, db: &Arc<lyre_core::Db>) -> Result<Object, ApiError> {
+/// Harper's `exact_count` (a strict boolean, off by default).
+fn exact_count(params: &mut Params) -> Result<bool, ApiError> {
+    Ok(params.bool(&["exact_count"])?.unwrap_or(false))
+}
+
+fn describe_tables(ctx: &Context, db: &Arc<lyre_core::Db>, exact: bool) -> Result<Object, ApiError> {
     let mut tables = Object::default();
     for name in db.schema().tables.keys() {
         // Tables the user may not read are left out, as Harper filters by role.
-        let Ok(stats) = db.table(name).and_then(|t| t.stats(ctx)) else {
+        let Ok((table, stats)) = db.table(name).and_then(|t| t.stats(ctx).map(|stats| (t, stats))) else {
             continue;
         };
-        tables.insert(name.clone(), Value::Object(describe(&stats)));
+        tables.insert(name.clone(), Value::Object(describe(&counted(ctx, &table, stats, exact)?)));
     }
     Ok(tables)
+}
+
+/// `stats` with `record_count` the records a read sees, when `exact`.
+fn counted(
+    ctx: &Context,
+    table: &lyre_core::Table,
+    mut stats: TableStats,
+    exact: bool,
+) -> Result<TableStats, ApiError> {
+    if exact {
+        stats.record_count = table.live_count(ctx)?;
+    }
+    Ok(stats)
 }
 
 /// A vector attribute's `indexed`: the declaration's options as Harper names them,
