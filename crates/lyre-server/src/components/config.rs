@@ -23,6 +23,10 @@ pub struct ComponentConfig {
     /// `cache/source.rs`).
     #[serde(default)]
     pub sources: std::collections::BTreeMap<String, crate::cache::SourceConfig>,
+    /// `graphql: true`: GraphQL queries over the exported tables at `/graphql` on the
+    /// REST port (`http/graphql.rs`); options, when given as a map, turn it on too.
+    #[serde(default)]
+    pub graphql: Option<serde_json::Value>,
     /// `static`: files served over the REST port (see `components/statics.rs`).
     #[serde(default, rename = "static")]
     pub static_files: Option<StaticOptions>,
@@ -236,6 +240,7 @@ impl ComponentConfig {
             graphql_schema: None,
             install: None,
             sources: Default::default(),
+            graphql: None,
             static_files: Some(StaticOptions {
                 files: Patterns::One("web/**".to_string()),
                 url_path: None,
@@ -248,6 +253,11 @@ impl ComponentConfig {
             roles: Some(files("roles.yaml")),
             fastify_routes: Some(files("routes/*.js")),
         }
+    }
+
+    /// Whether the component turns GraphQL querying on (`graphql: true`, or options).
+    pub fn graphql(&self) -> bool {
+        !matches!(self.graphql, None | Some(serde_json::Value::Bool(false)) | Some(serde_json::Value::Null))
     }
 
     /// The schema files' patterns (`*.graphql` when none are configured).

@@ -52,9 +52,16 @@ pub struct Export {
 pub struct Exports {
     by_name: BTreeMap<String, Export>,
     sites: Vec<Arc<Site>>,
+    graphql: bool,
 }
 
 impl Exports {
+    /// Whether a loaded component turned GraphQL querying on (Harper's endpoint then
+    /// answers for every export, whichever component made it).
+    pub fn graphql(&self) -> bool {
+        self.graphql
+    }
+
     /// The components' static sites, in component order (the first with an answer
     /// for a path gives it).
     pub fn sites(&self) -> &[Arc<Site>] {
@@ -88,6 +95,8 @@ pub struct Loaded {
     pub exports: Vec<Export>,
     /// Its static files, when it has any.
     pub site: Option<Arc<Site>>,
+    /// It turns GraphQL querying on.
+    pub graphql: bool,
 }
 
 /// The loaded components and the exports they publish.
@@ -258,7 +267,7 @@ impl Components {
             let outcome = data_loader::load(&self.engine, file).await.map_err(|e| format!("{name}: {e}"))?;
             tracing::info!(component = name, "{outcome}");
         }
-        Ok(Loaded { exports, site })
+        Ok(Loaded { exports, site, graphql: config.graphql() })
     }
 
     /// Runs a component's install command under supervision.
@@ -289,6 +298,7 @@ impl Components {
                     exports.by_name.insert(export.name.clone(), export.clone());
                 }
                 exports.sites.extend(loaded.site.clone());
+                exports.graphql |= loaded.graphql;
             }
         }
         drop(status);

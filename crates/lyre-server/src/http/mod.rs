@@ -9,6 +9,7 @@ pub(crate) mod error;
 mod etag;
 mod format;
 mod framing;
+mod graphql;
 mod negotiate;
 mod ops;
 mod realtime;

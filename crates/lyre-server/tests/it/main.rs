@@ -12,6 +12,7 @@ mod drop_restore;
 mod envelope;
 mod expiry;
 mod export;
+mod graphql;
 mod harper5;
 mod jobs;
 mod lifecycle;

@@ -126,6 +126,9 @@ async fn route(
         Ok(user) => user,
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
     };
+    if crate::http::graphql::is_endpoint(parts.uri.path()) && exports.graphql() {
+        return crate::http::graphql::handle(&state, &exports, Context::new(user), &parts, body).await;
+    }
     let Some(path) = url::split(parts.uri.path()) else { return not_found() };
     let Some(export) = exports.get(&path.export) else { return not_found() };
     let format = match path.format.map(Ok).unwrap_or_else(|| response_format(&parts.headers)) {

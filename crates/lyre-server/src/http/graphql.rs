@@ -1,0 +1,568 @@
+//! GraphQL querying (`graphql: true` in a component's `config.yaml`): `POST /graphql`
+//! and `GET /graphql?query=…` on the REST port answer queries over the exported
+//! tables, as Harper's `server/graphqlQuerying.ts` does.
+//!
+//! Each top-level field names an export; its arguments are equality conditions (an
+//! object argument reaches through a relationship: `Dog(owner: {name: "Ann"})`);
+//! its selection is the attributes and relationships to return, nested as deep as
+//! the relationships go. Named operations, variables (defaults, non-null checks),
+//! fragments (spread and inline, nested), aliases and `__typename` are understood.
+//! Mutations and subscriptions are refused. Fields are checked against the tables'
+//! schemas before anything runs (a field a schema-defined table does not have is a
+//! validation error, with its line and column); the searches run as the request's
+//! user, so roles apply as over REST.
+//!
+//! Errors take GraphQL's shape (`{"errors": [{"message", "locations"}]}`). Their
+//! status follows GraphQL over HTTP: with `Accept: application/json`, a document
+//! that cannot be run is answered 200; otherwise (`application/graphql-response+json`,
+//! the default) 400. A malformed request (no `query`, bad `variables`) is 400 either
+//! way, a method other than GET and POST 405.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use apollo_compiler::Node;
+use apollo_compiler::ast::{self, Definition, Document, OperationType, Selection};
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use lyre_core::catalog::TableSchema;
+use lyre_core::query::{Comparator, Condition, Field, Operator, Query, Select, Shaped};
+use lyre_core::{Context, Object, Value};
+
+use crate::app::AppState;
+use crate::components::Exports;
+use crate::http::error::ApiError;
+
+/// The largest answer a query may build (its results are held until it is sent).
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// How deep fragments may nest (a spread cycle is refused before this).
+const MAX_DEPTH: usize = 64;
+
+/// The content type of GraphQL answers.
+const GRAPHQL_RESPONSE: &str = "application/graphql-response+json; charset=utf-8";
+
+/// Whether `path` is the GraphQL endpoint.
+pub fn is_endpoint(path: &str) -> bool {
+    path == "/graphql" || path == "/graphql/"
+}
+
+/// What went wrong, and how it is answered.
+#[derive(Debug)]
+enum Failure {
+    /// The HTTP request itself (status, message).
+    Request(StatusCode, String),
+    /// The document cannot be run: a syntax error, an unknown field, a missing
+    /// variable (message, line and column when known).
+    Document(String, Option<(usize, usize)>),
+    /// Running it failed (a refused permission, a storage error).
+    Run(ApiError),
+}
+
+impl From<ApiError> for Failure {
+    fn from(err: ApiError) -> Self {
+        Failure::Run(err)
+    }
+}
+
+impl From<lyre_core::Error> for Failure {
+    fn from(err: lyre_core::Error) -> Self {
+        Failure::Run(err.into())
+    }
+}
+
+/// Where a node is in the document (line and column), when known.
+type Locate<'a> = &'a dyn Fn(Option<apollo_compiler::parser::SourceSpan>) -> Option<(usize, usize)>;
+
+fn invalid(message: impl Into<String>, at: Option<(usize, usize)>) -> Failure {
+    Failure::Document(message.into(), at)
+}
+
+/// Answers a GraphQL request; `body` is taken only by a POST.
+pub async fn handle(
+    state: &Arc<AppState>,
+    exports: &Exports,
+    ctx: Context,
+    parts: &Parts,
+    body: &mut Option<Body>,
+) -> Response {
+    let json_errors_ok = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/json") && !accept.contains("graphql-response"));
+    let answered = async {
+        let request = read_request(state, parts, body).await?;
+        let operation = Operation::plan(state, exports, &request)?;
+        operation.run(&ctx).await
+    }
+    .await;
+    match answered {
+        Ok(bytes) => ([(header::CONTENT_TYPE, GRAPHQL_RESPONSE)], bytes).into_response(),
+        Err(failure) => failure_response(failure, json_errors_ok),
+    }
+}
+
+fn failure_response(failure: Failure, json_errors_ok: bool) -> Response {
+    let (status, message, at) = match failure {
+        Failure::Request(status, message) => (status, message, None),
+        Failure::Document(message, at) => {
+            (if json_errors_ok { StatusCode::OK } else { StatusCode::BAD_REQUEST }, message, at)
+        }
+        Failure::Run(err) => (
+            StatusCode::from_u16(err.code().status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            err.message().to_string(),
+            None,
+        ),
+    };
+    let mut error = serde_json::json!({ "message": message });
+    if let Some((line, column)) = at {
+        error["locations"] = serde_json::json!([{ "line": line, "column": column }]);
+    }
+    let content_type = if json_errors_ok { "application/json; charset=utf-8" } else { GRAPHQL_RESPONSE };
+    let mut response =
+        (status, [(header::CONTENT_TYPE, content_type)], serde_json::json!({ "errors": [error] }).to_string())
+            .into_response();
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST"));
+    }
+    response
+}
+
+/// A GraphQL request: the document, its variables, which operation to run.
+struct GraphqlRequest {
+    query: String,
+    variables: Object,
+    operation_name: Option<String>,
+}
+
+/// Reads the request from the query string (GET) or the body (POST: JSON, CBOR or
+/// MessagePack, as any REST body).
+async fn read_request(state: &AppState, parts: &Parts, body: &mut Option<Body>) -> Result<GraphqlRequest, Failure> {
+    let bad = |message: &str| Failure::Request(StatusCode::BAD_REQUEST, message.to_string());
+    let mut fields = Object::default();
+    match parts.method {
+        Method::GET => {
+            for pair in parts.uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                let (key, value) = (crate::http::rest::query::decode(key), crate::http::rest::query::decode(value));
+                let value = match key.as_str() {
+                    "variables" | "extensions" => serde_json::from_str::<Value>(&value)
+                        .map_err(|e| Failure::Request(StatusCode::BAD_REQUEST, format!("`{key}` is not JSON: {e}")))?,
+                    _ => Value::from(value),
+                };
+                fields.insert(key, value);
+            }
+        }
+        Method::POST => {
+            let decoded =
+                crate::http::body::read_and_decode(state, &parts.headers, body, state.rest_body_limit).await?;
+            match decoded.value {
+                Value::Object(object) => fields = object,
+                _ => return Err(bad("Request body must be an object.")),
+            }
+        }
+        _ => return Err(Failure::Request(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed".into())),
+    }
+    let query = match fields.shift_remove("query") {
+        Some(Value::String(query)) => query.to_string(),
+        Some(_) => return Err(bad("Request body `query` field must be a string.")),
+        None => return Err(bad("Request body must contain a `query` field.")),
+    };
+    let variables = match fields.shift_remove("variables") {
+        None | Some(Value::Null) => Object::default(),
+        Some(Value::Object(variables)) => variables,
+        Some(_) => return Err(bad("Request body `variables` field must be an object.")),
+    };
+    let operation_name = match fields.shift_remove("operationName") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name.to_string()),
+        Some(_) => return Err(bad("Request body `operationName` field must be a string.")),
+    };
+    Ok(GraphqlRequest { query, variables, operation_name })
+}
+
+/// One top-level field, planned: the search to run and how to shape its results.
+struct Root {
+    /// The key it answers under (its alias, or its name).
+    key: String,
+    table: lyre_core::Table,
+    query: Query,
+    shape: Vec<Shape>,
+}
+
+/// How one selected field appears in a result: under `key`, the record's `name`,
+/// and for objects the selection inside it.
+#[derive(Debug, Clone, PartialEq)]
+struct Shape {
+    key: String,
+    name: String,
+    /// `__typename`: this type's name, not a stored value.
+    typename: Option<String>,
+    nested: Option<Vec<Shape>>,
+}
+
+/// A document's chosen operation, planned.
+struct Operation {
+    roots: Vec<Root>,
+}
+
+impl Operation {
+    /// Parses the document, picks the operation, resolves its variables and plans
+    /// every top-level field against the exports.
+    fn plan(state: &AppState, exports: &Exports, request: &GraphqlRequest) -> Result<Operation, Failure> {
+        let document = Document::parse(request.query.as_str(), "query.graphql").map_err(|with_errors| {
+            let first = with_errors.errors.iter().next();
+            let at = first.as_ref().and_then(|d| d.line_column_range()).map(|r| (r.start.line, r.start.column));
+            let message = first.map(|d| format!("Syntax Error: {}", d.error)).unwrap_or_else(|| "Syntax Error".into());
+            invalid(message, at)
+        })?;
+        let locate = |node: Option<apollo_compiler::parser::SourceSpan>| {
+            node.and_then(|span| span.line_column_range(&document.sources)).map(|r| (r.start.line, r.start.column))
+        };
+        let mut operations: Vec<&Node<ast::OperationDefinition>> = Vec::new();
+        let mut fragments = HashMap::new();
+        for definition in &document.definitions {
+            match definition {
+                Definition::OperationDefinition(operation) => {
+                    if operation.name.is_none() && document.definitions.len() > 1 {
+                        return Err(invalid(
+                            "Unnamed operations are only allowed when there is a single operation in the document.",
+                            locate(operation.location()),
+                        ));
+                    }
+                    if operations.iter().any(|o| o.name.is_some() && o.name == operation.name) {
+                        let name = operation.name.as_ref().map_or("", |n| n.as_str());
+                        return Err(invalid(
+                            format!("Duplicate operation definition: {name}"),
+                            locate(operation.location()),
+                        ));
+                    }
+                    operations.push(operation);
+                }
+                Definition::FragmentDefinition(fragment) => {
+                    fragments.insert(fragment.name.as_str(), fragment);
+                }
+                other => {
+                    return Err(invalid(
+                        "Unexpected non-executable definition: a query document holds operations and fragments.",
+                        locate(other.location()),
+                    ));
+                }
+            }
+        }
+        let operation = match &request.operation_name {
+            None if operations.len() == 1 => operations[0],
+            None => {
+                return Err(invalid(
+                    "Operation name is required when there are multiple operations in the document.",
+                    None,
+                ));
+            }
+            Some(name) => operations
+                .iter()
+                .find(|o| o.name.as_ref().is_some_and(|n| n.as_str() == name))
+                .copied()
+                .ok_or_else(|| invalid(format!("Operation `{name}` not found."), None))?,
+        };
+        match operation.operation_type {
+            OperationType::Query => {}
+            OperationType::Mutation => {
+                return Err(invalid("Mutations are not supported yet.", locate(operation.location())));
+            }
+            OperationType::Subscription => {
+                return Err(invalid("Subscriptions are not supported.", locate(operation.location())));
+            }
+        }
+        let variables = resolve_variables(operation, &request.variables, &locate)?;
+        let planner = Planner { state, fragments: &fragments, variables: &variables, locate: &locate };
+        let mut roots = Vec::new();
+        for field in planner.fields(&operation.selection_set, 0)? {
+            let Some(export) = exports.get(field.name.as_str()) else {
+                return Err(invalid(format!("Resource `{}` not found.", field.name), locate(field.location())));
+            };
+            let table = state.engine.database(&export.database).and_then(|db| db.table(&export.table))?;
+            let (select, shape) = planner.selection(Some(table.schema()), &field.selection_set, 0)?;
+            let conditions = planner.conditions(table.schema(), &field.arguments)?;
+            let query = Query {
+                conditions,
+                select: Select::Fields { fields: select, shape: Shaped::Object },
+                ..Default::default()
+            };
+            let key = field.alias.as_ref().unwrap_or(&field.name).to_string();
+            roots.push(Root { key, table, query, shape });
+        }
+        Ok(Operation { roots })
+    }
+
+    /// Runs every top-level search (on the blocking pool) and writes the answer.
+    async fn run(self, ctx: &Context) -> Result<Vec<u8>, Failure> {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"data\":{");
+        for (index, root) in self.roots.into_iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            let Root { key, table, query, shape } = root;
+            serde_json::to_writer(&mut out, &key)
+                .map_err(|e| ApiError::new(lyre_core::Code::Internal, e.to_string()))?;
+            out.push(b':');
+            let ctx = ctx.clone();
+            let budget = MAX_ANSWER_BYTES.saturating_sub(out.len());
+            let part = crate::http::blocking::blocking("a GraphQL query", move || -> Result<Vec<u8>, ApiError> {
+                let mut part = vec![b'['];
+                let mut first = true;
+                let mut too_large = false;
+                let mut failed = None;
+                table.search(&ctx, query)?.run(&mut |value| {
+                    if !first {
+                        part.push(b',');
+                    }
+                    first = false;
+                    let shaped = reshape(value, &shape);
+                    if let Err(err) = serde_json::to_writer(&mut part, &shaped) {
+                        failed = Some(err);
+                        return std::ops::ControlFlow::Break(());
+                    }
+                    if part.len() > budget {
+                        too_large = true;
+                        return std::ops::ControlFlow::Break(());
+                    }
+                    std::ops::ControlFlow::Continue(())
+                })?;
+                if let Some(err) = failed {
+                    return Err(ApiError::new(lyre_core::Code::Internal, err.to_string()));
+                }
+                if too_large {
+                    return Err(ApiError::bad_request(format!(
+                        "the answer is larger than {MAX_ANSWER_BYTES} bytes; narrow the query with arguments"
+                    )));
+                }
+                part.push(b']');
+                Ok(part)
+            })
+            .await?;
+            out.extend_from_slice(&part);
+        }
+        out.extend_from_slice(b"}}");
+        Ok(out)
+    }
+}
+
+/// The operation's variables: each declared one from the request, else its default,
+/// else null; a non-null one with neither is an error. Undeclared ones are ignored.
+fn resolve_variables(
+    operation: &ast::OperationDefinition,
+    given: &Object,
+    locate: Locate<'_>,
+) -> Result<HashMap<String, Value>, Failure> {
+    let mut resolved = HashMap::new();
+    for definition in &operation.variables {
+        let name = definition.name.as_str();
+        let value = match (given.get(name), &definition.default_value) {
+            (Some(value), _) => value.clone(),
+            (None, Some(default)) => constant(default, locate)?,
+            (None, None) if definition.ty.is_non_null() => {
+                return Err(invalid(
+                    format!("Variable ${name} is required, but not provided."),
+                    locate(definition.location()),
+                ));
+            }
+            (None, None) => Value::Null,
+        };
+        resolved.insert(name.to_string(), value);
+    }
+    Ok(resolved)
+}
+
+/// A literal value (no variables: a default).
+fn constant(value: &Node<ast::Value>, locate: Locate<'_>) -> Result<Value, Failure> {
+    literal(value, &HashMap::new(), locate)
+}
+
+/// A GraphQL value as a record value: numbers, strings, booleans, null, objects and
+/// variables (lists and enums are not supported, as in Harper).
+fn literal(value: &Node<ast::Value>, variables: &HashMap<String, Value>, locate: Locate<'_>) -> Result<Value, Failure> {
+    let at = locate(value.location());
+    Ok(match &**value {
+        ast::Value::Null => Value::Null,
+        ast::Value::Boolean(b) => Value::Bool(*b),
+        ast::Value::String(s) => Value::from(s.as_str()),
+        ast::Value::Int(i) => match i.as_str().parse::<i64>() {
+            Ok(n) => Value::Int(n),
+            Err(_) => Value::Float(i.as_str().parse::<f64>().map_err(|e| invalid(e.to_string(), at))?),
+        },
+        ast::Value::Float(f) => Value::Float(f.try_to_f64().map_err(|e| invalid(e.to_string(), at))?),
+        ast::Value::Variable(name) => variables
+            .get(name.as_str())
+            .cloned()
+            .ok_or_else(|| invalid(format!("Variable ${name} is not defined."), at))?,
+        ast::Value::Object(fields) => {
+            let mut object = Object::default();
+            for (name, value) in fields {
+                object.insert(name.to_string(), literal(value, variables, locate)?);
+            }
+            Value::Object(object)
+        }
+        ast::Value::List(_) => return Err(invalid("Value type, List, is not supported.", at)),
+        ast::Value::Enum(_) => return Err(invalid("Value type, Enum, is not supported.", at)),
+    })
+}
+
+/// What planning a field's selection and arguments needs.
+struct Planner<'a> {
+    state: &'a AppState,
+    fragments: &'a HashMap<&'a str, &'a Node<ast::FragmentDefinition>>,
+    variables: &'a HashMap<String, Value>,
+    locate: Locate<'a>,
+}
+
+impl Planner<'_> {
+    /// The fields of a selection set, fragments (spread or inline) filled in.
+    fn fields<'s>(&'s self, selections: &'s [Selection], depth: usize) -> Result<Vec<&'s Node<ast::Field>>, Failure> {
+        if depth > MAX_DEPTH {
+            return Err(invalid("Fragments nest too deeply (a fragment spread cycle?).", None));
+        }
+        let mut out = Vec::new();
+        for selection in selections {
+            match selection {
+                Selection::Field(field) => out.push(field),
+                Selection::FragmentSpread(spread) => {
+                    let name = spread.fragment_name.as_str();
+                    let Some(fragment) = self.fragments.get(name) else {
+                        return Err(invalid(format!("Fragment `{name}` not found."), (self.locate)(spread.location())));
+                    };
+                    out.extend(self.fields(&fragment.selection_set, depth + 1)?);
+                }
+                Selection::InlineFragment(inline) => out.extend(self.fields(&inline.selection_set, depth + 1)?),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A selection on `table`: the core projection (relationships with their own)
+    /// and the shape results are rebuilt in (keys, order, nested selections).
+    /// `table` is `None` inside a nested object attribute, where any field may be
+    /// selected.
+    fn selection(
+        &self,
+        table: Option<&TableSchema>,
+        selections: &[Selection],
+        depth: usize,
+    ) -> Result<(Vec<Field>, Vec<Shape>), Failure> {
+        let mut select: Vec<Field> = Vec::new();
+        let mut shape = Vec::new();
+        for field in self.fields(selections, depth)? {
+            let name = field.name.as_str();
+            let key = field.alias.as_ref().unwrap_or(&field.name).to_string();
+            if name == "__typename" {
+                let typename = table.map_or("Object", |t| t.name.as_str()).to_string();
+                shape.push(Shape { key, name: name.into(), typename: Some(typename), nested: None });
+                continue;
+            }
+            let at = (self.locate)(field.location());
+            let relationship = table.and_then(|t| t.relationships.iter().find(|r| r.name == name));
+            if let Some(table) = table
+                && table.schema_defined
+                && relationship.is_none()
+                && table.attribute(name).is_none()
+                && name != "$id"
+            {
+                return Err(invalid(format!("Cannot query field \"{name}\" on type \"{}\".", table.name), at));
+            }
+            let (nested_select, nested_shape) = match (relationship, field.selection_set.is_empty()) {
+                (Some(relationship), false) => {
+                    let related = self
+                        .state
+                        .engine
+                        .database(&relationship.database)
+                        .and_then(|db| db.table(&relationship.table))
+                        .map_err(ApiError::from)?;
+                    let (inner, shape) = self.selection(Some(related.schema()), &field.selection_set, depth + 1)?;
+                    (Some(inner), Some(shape))
+                }
+                // A nested object attribute: the whole value is read, the selection
+                // picked out of it.
+                (None, false) => {
+                    let (_, shape) = self.selection(None, &field.selection_set, depth + 1)?;
+                    (None, Some(shape))
+                }
+                (_, true) => (None, None),
+            };
+            if !select.iter().any(|f| f.name == name && f.nested == nested_select) {
+                select.push(Field { name: name.to_string(), nested: nested_select });
+            }
+            shape.push(Shape { key, name: name.to_string(), typename: None, nested: nested_shape });
+        }
+        Ok((select, shape))
+    }
+
+    /// A field's arguments as conditions: each an equality on an attribute; an object
+    /// on a relationship holds conditions on the related records.
+    fn conditions(&self, table: &TableSchema, arguments: &[Node<ast::Argument>]) -> Result<Vec<Condition>, Failure> {
+        arguments
+            .iter()
+            .map(|argument| {
+                let value = literal(&argument.value, self.variables, self.locate)?;
+                condition(table, argument.name.as_str(), value, (self.locate)(argument.location()))
+            })
+            .collect()
+    }
+}
+
+/// An equality on `name`, or (an object on a relationship) conditions on its records.
+fn condition(table: &TableSchema, name: &str, value: Value, at: Option<(usize, usize)>) -> Result<Condition, Failure> {
+    match value {
+        Value::Object(fields) => {
+            if !table.relationships.iter().any(|r| r.name == name) {
+                return Err(invalid(
+                    format!("Argument `{name}` is an object, but \"{}\" has no relationship \"{name}\".", table.name),
+                    at,
+                ));
+            }
+            let conditions = fields
+                .into_iter()
+                .map(|(attribute, value)| match value {
+                    Value::Object(_) => Err(invalid(
+                        format!("Argument `{name}.{attribute}`: conditions reach one relationship deep."),
+                        at,
+                    )),
+                    value => Ok(Condition::Compare { attribute, comparator: Comparator::Equals, value }),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Condition::Related {
+                relationship: name.to_string(),
+                condition: Box::new(Condition::Group { operator: Operator::And, conditions }),
+            })
+        }
+        value => Ok(Condition::Compare { attribute: name.to_string(), comparator: Comparator::Equals, value }),
+    }
+}
+
+/// A projected record rebuilt in the selection's shape: its keys (aliases), its
+/// order, `null` where the record has nothing, nested selections applied.
+fn reshape(value: Value, shape: &[Shape]) -> Value {
+    let Value::Object(mut record) = value else { return value };
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut out = Object::default();
+    for field in shape {
+        let value = if let Some(name) = &field.typename {
+            Value::from(name.as_str())
+        } else if seen.insert(field.name.as_str()) && shape.iter().filter(|f| f.name == field.name).count() == 1 {
+            record.shift_remove(&field.name).unwrap_or(Value::Null)
+        } else {
+            record.get(&field.name).cloned().unwrap_or(Value::Null)
+        };
+        let value = match &field.nested {
+            Some(nested) => match value {
+                Value::Array(items) => Value::Array(items.into_iter().map(|v| reshape(v, nested)).collect()),
+                other => reshape(other, nested),
+            },
+            None => value,
+        };
+        out.insert(field.key.clone(), value);
+    }
+    Value::Object(out)
+}
