@@ -204,12 +204,13 @@ impl Search {
     pub(crate) fn plan(
         db: Arc<Db>,
         schema: Arc<TableSchema>,
-        query: Query,
+        mut query: Query,
         lease: Lease,
         ctx: &Context,
         access: TableAccess,
         snapshot: Option<&SharedSnapshot>,
     ) -> Result<Search> {
+        query.select = std::mem::take(&mut query.select).resolve(&schema);
         access.require_attributes(query.attributes_read(), &[Action::Read], &schema.primary_key)?;
         for condition in &query.conditions {
             require_related_reads(ctx, &db, &schema, condition)?;

@@ -57,9 +57,25 @@ pub enum Shaped {
     Value,
     /// `select([a,b])`: an array of values per result.
     Array,
+    /// `get_attributes` naming a relationship (or `{name, select}`): an object per
+    /// result with every field, `null` where the record has none.
+    Filled,
 }
 
 impl Select {
+    /// The projection as `table` answers it: `get_attributes` naming a relationship
+    /// of the table becomes a [`Select::Fields`] projection ([`Shaped::Filled`]), so
+    /// the relationship's records are read (whole); anything else is unchanged.
+    pub fn resolve(self, table: &TableSchema) -> Select {
+        match self {
+            Select::Attributes(names) if names.iter().any(|n| table.relationships.iter().any(|r| &r.name == n)) => {
+                let fields = names.into_iter().map(|name| Field { name, nested: None }).collect();
+                Select::Fields { fields, shape: Shaped::Filled }
+            }
+            other => other,
+        }
+    }
+
     /// The attributes of the record the projection names (none for the whole record).
     pub fn attributes_named(&self) -> Vec<&str> {
         match self {
@@ -93,6 +109,18 @@ impl Select {
                     }
                 }
             }
+            // `get_attributes` is strict: every field is an attribute, a
+            // relationship or a computed name.
+            Select::Fields { fields, shape: Shaped::Filled } => {
+                for field in fields {
+                    let known = table.attribute(&field.name).is_some()
+                        || table.relationships.iter().any(|r| r.name == field.name)
+                        || is_computed(&field.name);
+                    if !known {
+                        return Err(Error::UnknownAttribute(field.name.clone()));
+                    }
+                }
+            }
             // Unknown fields are left out (or null in a bare or array result), as
             // Harper 5's `select(nosuch)` does.
             Select::Fields { .. } | Select::Raw | Select::All => {}
@@ -111,7 +139,7 @@ impl Select {
         let Select::Fields { fields, shape } = self else { return Ok(Value::Object(self.project(table, record))) };
         let values = project_fields(fields, table, &record, related, *shape != Shaped::Object)?;
         Ok(match shape {
-            Shaped::Object => Value::Object(values),
+            Shaped::Object | Shaped::Filled => Value::Object(values),
             Shaped::Value => values.into_iter().next().map(|(_, v)| v).unwrap_or(Value::Null),
             Shaped::Array => Value::Array(values.into_iter().map(|(_, v)| v).collect()),
         })

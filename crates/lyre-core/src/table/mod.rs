@@ -293,6 +293,7 @@ impl Table {
     /// attributes the role may not read are left out (and naming one is refused).
     pub fn get_many(&self, ctx: &Context, ids: &[Value], select: &Select) -> Result<Vec<Object>> {
         let access = self.access(ctx, &[Action::Read])?;
+        let select = select.clone().resolve(&self.schema);
         access.require_attributes(select.attributes_named(), &[Action::Read], &self.schema.primary_key)?;
         select.validate(&self.schema)?;
         let txn = self.db.store().read()?;
@@ -300,6 +301,9 @@ impl Table {
             return Ok(Vec::new());
         };
         let live = Live::of(&self.schema);
+        // Relationship fields read the related tables in the same snapshot.
+        let related = matches!(select, Select::Fields { .. })
+            .then(|| crate::query::Related::new(&txn, &self.db, &self.schema).viewed_by(ctx));
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if !is_primary_key_value(id) {
@@ -309,7 +313,13 @@ impl Table {
             let Ok(key) = validate::encode_primary_key(id) else { continue };
             if let Some(record) = txn.get_record(&store, &key)?.map(|stored| live.decode(stored)).transpose()?.flatten()
             {
-                let mut record = select.project(&self.schema, record);
+                let mut record = match &related {
+                    Some(related) => match select.project_value(&self.schema, record, Some(related))? {
+                        Value::Object(projected) => projected,
+                        _ => Object::default(),
+                    },
+                    None => select.project(&self.schema, record),
+                };
                 access.strip(&mut record, &self.schema.primary_key);
                 out.push(record);
             }

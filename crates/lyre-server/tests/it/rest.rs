@@ -31,7 +31,7 @@ type Plain @table(database: "shop") { id: ID @primaryKey }
 pub const SHOP_CONFIG: &str = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n";
 
 /// A server with the shop application and some records.
-async fn shop() -> TestServer {
+pub async fn shop() -> TestServer {
     let s = TestServer::start_app(
         &[("components/shop/config.yaml", SHOP_CONFIG), ("components/shop/schema.graphql", SHOP_SCHEMA)],
         &[],
@@ -931,4 +931,75 @@ async fn a_panicking_read_is_a_500_and_the_server_lives() {
     }
     assert_eq!(send(&s, Method::GET, "/products/", None).await.0, 200, "other requests are served");
     assert_eq!(s.client.get(s.url("/health")).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn one_query_model_answers_rest_query_search_and_search_by_conditions_alike() {
+    let s = shop().await;
+    // (REST query string, the same as a query object's conditions)
+    let cases = [
+        ("brandId==b1", json!([{"attribute": "brandId", "comparator": "equals", "value": "b1"}]), json!("and")),
+        (
+            "price=gt=5&price=lt=12",
+            json!([{"attribute": "price", "comparator": "greater_than", "value": 5},
+                   {"attribute": "price", "comparator": "less_than", "value": 12}]),
+            json!("and"),
+        ),
+        (
+            "name==Foo|name==Bar",
+            json!([{"attribute": "name", "comparator": "equals", "value": "Foo"},
+                   {"attribute": "name", "comparator": "equals", "value": "Bar"}]),
+            json!("or"),
+        ),
+        (
+            "brand.name==Globex",
+            json!([{"attribute": ["brand", "name"], "comparator": "equals", "value": "Globex"}]),
+            json!("and"),
+        ),
+    ];
+    for (query_string, conditions, operator) in cases {
+        let (status, _, rest) =
+            send(&s, Method::GET, &format!("/products/?{query_string}&select(id,name)&sort(+id)"), None).await;
+        assert_eq!(status, 200, "{query_string}: {rest}");
+        assert!(!rest.as_array().unwrap().is_empty(), "{query_string} finds something");
+        let object = json!({"conditions": conditions, "operator": operator, "select": ["id", "name"], "sort": {"attribute": "id"}});
+        let (status, _, by_query) =
+            send(&s, Method::from_bytes(b"QUERY").unwrap(), "/products/", Some(object.clone())).await;
+        assert_eq!((status, &by_query), (200, &rest), "QUERY {object}");
+        let mut operation = object.as_object().unwrap().clone();
+        operation.extend([("database".into(), json!("shop")), ("table".into(), json!("Product"))]);
+        operation.insert("operation".into(), json!("search"));
+        assert_eq!(s.ok(Value::Object(operation.clone())).await, rest, "search {object}");
+        operation.insert("operation".into(), json!("search_by_conditions"));
+        operation.insert("get_attributes".into(), operation["select"].clone());
+        operation.remove("select");
+        assert_eq!(s.ok(Value::Object(operation)).await, rest, "search_by_conditions {object}");
+    }
+}
+
+#[tokio::test]
+async fn get_attributes_reach_through_relationships() {
+    let s = shop().await;
+    let by_conditions = |get_attributes: Value| {
+        json!({"operation": "search_by_conditions", "database": "shop", "table": "Product", "get_attributes": get_attributes,
+               "conditions": [{"attribute": "id", "comparator": "equals", "value": "p1"}]})
+    };
+    // A relationship by name is its whole record; `{name, select}` picks from it.
+    let whole = s.ok(by_conditions(json!(["name", "brand"]))).await;
+    assert_eq!(whole[0]["name"], "Foo");
+    assert_eq!((whole[0]["brand"]["id"].clone(), whole[0]["brand"]["name"].clone()), (json!("b1"), json!("Acme")));
+    let picked = s.ok(by_conditions(json!(["name", "count", {"name": "brand", "select": ["name"]}]))).await;
+    assert_eq!(picked, json!([{"name": "Foo", "count": 5, "brand": {"name": "Acme"}}]));
+    s.fails(by_conditions(json!(["name", "nothing_here"])), 400, "unknown attribute 'nothing_here'").await;
+    // The other way round, a list; and by id.
+    let brand = s
+        .ok(json!({"operation": "search_by_id", "database": "shop", "table": "Brand", "ids": ["b2"],
+                   "get_attributes": ["name", {"name": "products", "select": ["id"]}]}))
+        .await;
+    assert_eq!(brand, json!([{"name": "Globex", "products": [{"id": "p2"}, {"id": "p4"}]}]));
+    // Unknown names and malformed entries are refused.
+    let (status, answer) = s.op(by_conditions(json!(["name", {"name": "nope", "select": ["x"]}]))).await;
+    assert_eq!(status, 400, "{answer}");
+    let (status, answer) = s.op(by_conditions(json!(["name", {"select": ["x"]}]))).await;
+    assert_eq!((status, answer["error"].as_str().unwrap().contains("get_attributes")), (400, true), "{answer}");
 }

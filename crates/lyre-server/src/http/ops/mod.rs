@@ -254,7 +254,7 @@ async fn dispatch(
 
 /// Harper operations Lyre will not offer, each with the reason a client is told
 /// (a 400 that says so, rather than "not found", which reads as a typo).
-const NOT_OFFERED: [(&[&str], &str); 3] = [
+const NOT_OFFERED: [(&[&str], &str); 4] = [
     (
         &["install_node_modules"],
         "components run no npm install here; ship a component's node_modules with it \
@@ -282,6 +282,11 @@ const NOT_OFFERED: [(&[&str], &str); 3] = [
             "get_ssh_known_hosts",
         ],
         "components are deployed with deploy_component, not fetched from git over SSH",
+    ),
+    (
+        &["catchup"],
+        "it replays another node's transactions during replication, and this server runs alone \
+         (replication has not landed)",
     ),
 ];
 

@@ -197,14 +197,38 @@ pub(super) fn select(params: &mut Params) -> Result<Select, ApiError> {
     if attributes.is_empty() {
         return Err(ApiError::bad_request("'get_attributes' must contain at least 1 item"));
     }
-    let names = attributes
+    if attributes.iter().all(|a| matches!(a, Value::String(_))) {
+        let names: Vec<String> = attributes.into_iter().filter_map(|a| a.as_str().map(str::to_string)).collect();
+        return Ok(if names.iter().any(|n| n == "*") { Select::All } else { Select::Attributes(names) });
+    }
+    Ok(Select::Fields { fields: selected_fields(attributes, 0)?, shape: lyre_core::query::Shaped::Filled })
+}
+
+/// `get_attributes` entries as fields: names, and Harper 5's `{name, select: [...]}`
+/// for a relationship's (or nested object's) own selection.
+fn selected_fields(entries: Vec<Value>, depth: usize) -> Result<Vec<lyre_core::query::Field>, ApiError> {
+    const MAX_DEPTH: usize = 16;
+    let wrong =
+        || ApiError::bad_request("'get_attributes' must hold names or {\"name\": ..., \"select\": [...]} objects");
+    if depth > MAX_DEPTH {
+        return Err(ApiError::bad_request(format!("'get_attributes' nests more than {MAX_DEPTH} levels")));
+    }
+    entries
         .into_iter()
-        .map(|a| match a {
-            Value::String(s) => Ok(s),
-            _ => Err(ApiError::bad_request("'get_attributes' must contain only strings")),
+        .map(|entry| match entry {
+            Value::String(name) => Ok(lyre_core::query::Field { name, nested: None }),
+            Value::Object(mut object) => {
+                let Some(Value::String(name)) = object.shift_remove("name") else { return Err(wrong()) };
+                let nested = match object.shift_remove("select") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Array(inner)) if !inner.is_empty() => Some(selected_fields(inner, depth + 1)?),
+                    Some(_) => return Err(wrong()),
+                };
+                Ok(lyre_core::query::Field { name, nested })
+            }
+            _ => Err(wrong()),
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(if names.iter().any(|n| n == "*") { Select::All } else { Select::Attributes(names) })
+        .collect()
 }
 
 /// `sort: {attribute, descending, next: {...}}`, flattened into keys; a sort with
@@ -269,13 +293,19 @@ pub(super) fn condition(value: Value) -> Result<Condition, ApiError> {
         let conditions = nested.into_iter().map(condition).collect::<Result<Vec<_>, _>>()?;
         return Ok(Condition::Group { operator, conditions });
     }
-    let attribute = match params.value(&["attribute", "search_attribute"]) {
-        Some(Value::String(a)) => a,
+    // An attribute path (`["brand", "name"]`) reaches through relationships, as
+    // REST's `brand.name==…` does: the condition applies to the related records.
+    let mut path = match params.value(&["attribute", "search_attribute"]) {
+        Some(Value::String(a)) => vec![a],
+        Some(Value::Array(path)) if !path.is_empty() && path.iter().all(|p| matches!(p, Value::String(_))) => {
+            path.into_iter().filter_map(|p| p.as_str().map(str::to_string)).collect()
+        }
         Some(Value::Array(path)) => return Err(not_defined(&path)),
         _ => {
             return Err(ApiError::bad_request("each condition needs an 'attribute' string"));
         }
     };
+    let attribute = path.pop().unwrap_or_default();
     let comparator = match params.value(&["comparator", "search_type"]) {
         None => Comparator::Equals,
         Some(Value::String(name)) => {
@@ -286,7 +316,11 @@ pub(super) fn condition(value: Value) -> Result<Condition, ApiError> {
     let value = params
         .value_or_null(&["value", "search_value"])
         .ok_or_else(|| ApiError::bad_request(format!("Search condition for {attribute} must have a value")))?;
-    Ok(Condition::Compare { attribute, comparator, value })
+    let compare = Condition::Compare { attribute, comparator, value };
+    Ok(path
+        .into_iter()
+        .rev()
+        .fold(compare, |inner, relationship| Condition::Related { relationship, condition: Box::new(inner) }))
 }
 
 fn not_defined(path: &[Value]) -> ApiError {
