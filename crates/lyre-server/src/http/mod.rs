@@ -53,11 +53,43 @@ pub fn rest_service(state: Arc<AppState>, compression_threshold: u16) -> impl se
         let answer = std::panic::AssertUnwindSafe(Box::pin(rest::handle(state.clone(), request))).catch_unwind();
         async move { Ok::<_, std::convert::Infallible>(answer.await.unwrap_or_else(error::panic_response)) }
     });
-    let compression = tower_http::compression::CompressionLayer::new()
+    use tower::Layer as _;
+    let predicate = CompressAbove::new(compression_threshold);
+    let compressing = tower_http::compression::CompressionLayer::new()
         .br(true)
         .gzip(true)
-        .compress_when(CompressAbove::new(compression_threshold));
-    tower::ServiceBuilder::new().layer(compression).service(handler)
+        .compress_when(predicate)
+        .layer(handler.clone());
+    // A request that names no encoding skips the compression layer: its response
+    // could only be sent as it is, and the layer's body (its encoders' state, over a
+    // kilobyte) was moved at every hand-over of every response. What the layer adds
+    // to such a response, `Vary: Accept-Encoding` when it was compressible, is added
+    // here (the same headers: `tests/it/rest.rs`, compression).
+    tower::service_fn(move |request: axum::extract::Request| {
+        use tower::ServiceExt as _;
+        let negotiates = request.headers().contains_key(axum::http::header::ACCEPT_ENCODING);
+        let (compressing, handler) = (compressing.clone(), handler.clone());
+        async move {
+            if negotiates {
+                let Ok(response) = compressing.oneshot(request).await;
+                return Ok::<_, std::convert::Infallible>(response.map(axum::body::Body::new));
+            }
+            let Ok(mut response) = handler.oneshot(request).await;
+            let headers = response.headers();
+            let compressible = !headers.contains_key(header::CONTENT_ENCODING)
+                && !headers.contains_key(header::CONTENT_RANGE)
+                && tower_http::compression::Predicate::should_compress(&predicate, &response);
+            let varies = response
+                .headers()
+                .get_all(header::VARY)
+                .iter()
+                .any(|value| value.to_str().is_ok_and(|v| v.to_ascii_lowercase().contains("accept-encoding")));
+            if compressible && !varies {
+                response.headers_mut().append(header::VARY, axum::http::HeaderValue::from_static("accept-encoding"));
+            }
+            Ok(response)
+        }
+    })
 }
 
 /// Which REST responses are compressed: those above the threshold (none when it is

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# A GraphQL query with one relationship level against the equivalent REST query, on
+# one Lyre server (pinned to CPU 0, one request thread) with `wrk -t1 -c32` on CPU 1:
+#
+#   rest     GET /Product/?id==<random>&select(name,price,brand{name})
+#   graphql  POST /graphql {"query": "{ Product(id: \"<random>\") { name price brand { name } } }"}
+#
+# Both with Basic auth, over PRODUCTS (default 10,000) products of 100 brands, for
+# DURATION seconds (default 8) per round, ROUNDS (default 5) rounds alternating.
+# Reported: requests/s, p50, p99 and the server's CPU per request (from /proc),
+# medians (min–max), and GraphQL's ratio to REST. The target is GraphQL within 1.5×
+# of REST.
+#
+#   bench/graphql.sh
+# Writes bench/results/<date>-graphql.md (REPORT overrides).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=${ROUNDS:-5}
+SECONDS_PER_ROUND=${DURATION:-8}
+PRODUCTS=${PRODUCTS:-10000}
+REPORT=${REPORT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-graphql.md}
+WORK=$(mktemp -d /tmp/lyre-graphql.XXXXXX)
+
+source "$ROOT/bench/lib.sh"
+command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
+(cd "$ROOT" && cargo build --release --locked -p lyre-server)
+
+APP=$WORK/lyre-graphql/root/components/shop
+mkdir -p "$APP"
+printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\ngraphql: true\n" >"$APP/config.yaml"
+cat >"$APP/schema.graphql" <<'GRAPHQL'
+type Product @table(database: "shop") @export {
+  id: ID @primaryKey
+  name: String
+  price: Float
+  brandId: ID @indexed
+  brand: Brand @relationship(from: brandId)
+}
+type Brand @table(database: "shop") @export {
+  id: ID @primaryKey
+  name: String
+}
+GRAPHQL
+start_lyre graphql
+AUTH="admin:password"
+OPS="http://127.0.0.1:$LYRE_PORT"
+brands=$(seq 0 99 | awk '{printf "%s{\"id\":\"b%d\",\"name\":\"Brand %d\"}", (NR > 1 ? "," : ""), $1, $1}')
+curl -fsS -u "$AUTH" -H 'content-type: application/json' "$OPS" \
+  -d "{\"operation\":\"upsert\",\"database\":\"shop\",\"table\":\"Brand\",\"records\":[$brands]}" >/dev/null
+products=$(seq 0 $((PRODUCTS - 1)) | awk '{printf "%s{\"id\":\"p%d\",\"name\":\"Product %d\",\"price\":%d.5,\"brandId\":\"b%d\"}", (NR > 1 ? "," : ""), $1, $1, $1 % 97, $1 % 100}')
+curl -fsS -u "$AUTH" -H 'content-type: application/json' "$OPS" \
+  -d "{\"operation\":\"upsert\",\"database\":\"shop\",\"table\":\"Product\",\"records\":[$products]}" >/dev/null
+
+common="wrk.headers[\"Authorization\"] = \"Basic YWRtaW46cGFzc3dvcmQ=\"
+local products = $PRODUCTS"
+cat >"$WORK/rest.lua" <<LUA
+$common
+request = function()
+  return wrk.format("GET", "/Product/?id==p" .. math.random(0, products - 1) .. "&select(name,price,brand%7Bname%7D)")
+end
+LUA
+cat >"$WORK/graphql.lua" <<LUA
+$common
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  local body = '{"query": "{ Product(id: \\\\"p' .. math.random(0, products - 1) .. '\\\\") { name price brand { name } } }"}'
+  return wrk.format("POST", "/graphql", nil, body)
+end
+LUA
+
+# Both answer the same record before anything is measured.
+rest_answer=$(curl -fsS -u "$AUTH" "http://127.0.0.1:$LYRE_REST/Product/?id==p7&select(name,price,brand%7Bname%7D)")
+graphql_answer=$(curl -fsS -u "$AUTH" -H 'content-type: application/json' "http://127.0.0.1:$LYRE_REST/graphql" \
+  -d '{"query": "{ Product(id: \"p7\") { name price brand { name } } }"}')
+echo "REST: $rest_answer"
+echo "GraphQL: $graphql_answer"
+[ "{\"data\":{\"Product\":$rest_answer}}" = "$graphql_answer" ] || { echo "the answers differ" >&2; exit 1; }
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+to_us() { awk -v t="$1" 'BEGIN { n = t + 0; if (t ~ /us$/) print n; else if (t ~ /ms$/) print n * 1000; else print n * 1000000 }'; }
+TICK=$(getconf CLK_TCK)
+: >"$WORK/rounds.tsv"
+for round in $(seq 1 "$ROUNDS"); do
+  for name in rest graphql; do
+    before=$(cpu_ticks "$LYRE_PID")
+    out=$(taskset -c 1 wrk -t1 -c32 -d"${SECONDS_PER_ROUND}s" --latency -s "$WORK/$name.lua" "http://127.0.0.1:$LYRE_REST")
+    after=$(cpu_ticks "$LYRE_PID")
+    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+    requests=$(awk '/requests in/ {print $1}' <<<"$out")
+    errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+    p50=$(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")")
+    p99=$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")
+    cpu=$(awk -v a="$before" -v b="$after" -v t="$TICK" -v n="$requests" 'BEGIN { printf "%.2f", (b - a) * 1e6 / t / n }')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$rps" "$p50" "$p99" "$cpu" "${errors:-0}" | tee -a "$WORK/rounds.tsv"
+  done
+done
+
+{
+  echo "# GraphQL against REST, one relationship level — $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git -C "$ROOT" rev-parse --short HEAD)"
+  echo
+  echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared. Lyre on CPU 0 with one"
+  echo "request thread, \`wrk -t1 -c32 -d${SECONDS_PER_ROUND}s\` on CPU 1, $PRODUCTS products of 100 brands, a random product"
+  echo "with its brand's name per request, Basic auth, $ROUNDS alternating rounds. Medians (min–max); CPU is the"
+  echo "server's user + system time per request; the ratio is REST's requests/s over GraphQL's."
+  echo
+  echo "| query | requests/s | p50 µs | p99 µs | CPU µs/request | non-2xx |"
+  echo "|---|---|---|---|---|---|"
+  awk -F'\t' '
+    function median(list,   n, a, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function span(list,   n, a, i, lo, hi) {
+      n = split(list, a, " "); lo = a[1]; hi = a[1]
+      for (i = 2; i <= n; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
+      return sprintf("%.0f–%.0f", lo, hi)
+    }
+    { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7 }
+    END {
+      split("rest graphql", names, " ")
+      for (k = 1; k <= 2; k++) {
+        s = names[k]
+        printf "| %s | %.0f (%s) | %.0f | %.0f | %.2f | %d |\n", s, median(rps[s]), span(rps[s]), median(p50[s]), median(p99[s]), median(cpu[s]), err[s]
+      }
+      printf "\nREST / GraphQL: %.2f× (target: at most 1.5×)\n", median(rps["rest"]) / median(rps["graphql"])
+    }' "$WORK/rounds.tsv"
+  echo
+  echo "Per round (round, query, requests/s, p50 µs, p99 µs, CPU µs/request, non-2xx):"
+  echo
+  echo '```'
+  cat "$WORK/rounds.tsv"
+  echo '```'
+} >"$REPORT"
+cat "$REPORT"
