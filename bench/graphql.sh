@@ -24,7 +24,7 @@ WORK=$(mktemp -d /tmp/lyre-graphql.XXXXXX)
 
 source "$ROOT/bench/lib.sh"
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
-(cd "$ROOT" && cargo build --release --locked -p lyre-server)
+(cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
 
 APP=$WORK/lyre-graphql/root/components/shop
 mkdir -p "$APP"
@@ -49,8 +49,8 @@ brands=$(seq 0 99 | awk '{printf "%s{\"id\":\"b%d\",\"name\":\"Brand %d\"}", (NR
 curl -fsS -u "$AUTH" -H 'content-type: application/json' "$OPS" \
   -d "{\"operation\":\"upsert\",\"database\":\"shop\",\"table\":\"Brand\",\"records\":[$brands]}" >/dev/null
 products=$(seq 0 $((PRODUCTS - 1)) | awk '{printf "%s{\"id\":\"p%d\",\"name\":\"Product %d\",\"price\":%d.5,\"brandId\":\"b%d\"}", (NR > 1 ? "," : ""), $1, $1, $1 % 97, $1 % 100}')
-curl -fsS -u "$AUTH" -H 'content-type: application/json' "$OPS" \
-  -d "{\"operation\":\"upsert\",\"database\":\"shop\",\"table\":\"Product\",\"records\":[$products]}" >/dev/null
+echo "{\"operation\":\"upsert\",\"database\":\"shop\",\"table\":\"Product\",\"records\":[$products]}" |
+  curl -fsS -u "$AUTH" -H 'content-type: application/json' "$OPS" --data-binary @- >/dev/null
 
 common="wrk.headers[\"Authorization\"] = \"Basic YWRtaW46cGFzc3dvcmQ=\"
 local products = $PRODUCTS"

@@ -309,46 +309,70 @@ impl Operation {
             serde_json::to_writer(&mut out, &key)
                 .map_err(|e| ApiError::new(lyre_core::Code::Internal, e.to_string()))?;
             out.push(b':');
-            let ctx = ctx.clone();
             let budget = MAX_ANSWER_BYTES.saturating_sub(out.len());
-            let part = crate::http::blocking::blocking("a GraphQL query", move || -> Result<Vec<u8>, ApiError> {
-                let mut part = vec![b'['];
-                let mut first = true;
-                let mut too_large = false;
-                let mut failed = None;
-                table.search(&ctx, query)?.run(&mut |value| {
-                    if !first {
-                        part.push(b',');
-                    }
-                    first = false;
-                    let shaped = reshape(value, &shape);
-                    if let Err(err) = serde_json::to_writer(&mut part, &shaped) {
-                        failed = Some(err);
-                        return std::ops::ControlFlow::Break(());
-                    }
-                    if part.len() > budget {
-                        too_large = true;
-                        return std::ops::ControlFlow::Break(());
-                    }
-                    std::ops::ControlFlow::Continue(())
-                })?;
-                if let Some(err) = failed {
-                    return Err(ApiError::new(lyre_core::Code::Internal, err.to_string()));
-                }
-                if too_large {
-                    return Err(ApiError::bad_request(format!(
-                        "the answer is larger than {MAX_ANSWER_BYTES} bytes; narrow the query with arguments"
-                    )));
-                }
-                part.push(b']');
-                Ok(part)
-            })
-            .await?;
+            // One record by its primary key (and what it relates to) is answered
+            // here: the hand-off to a blocking thread cost more than the search.
+            let part = if names_one_record(&query, &table.schema().primary_key) {
+                answer(&table, ctx, query, &shape, budget)?
+            } else {
+                let ctx = ctx.clone();
+                crate::http::blocking::blocking("a GraphQL query", move || answer(&table, &ctx, query, &shape, budget))
+                    .await?
+            };
             out.extend_from_slice(&part);
         }
         out.extend_from_slice(b"}}");
         Ok(out)
     }
+}
+
+/// Whether `query` is an equality on the primary key (under an AND): at most one
+/// record.
+fn names_one_record(query: &Query, primary_key: &str) -> bool {
+    query.operator == Operator::And
+        && query.conditions.iter().any(|c| {
+            matches!(c, Condition::Compare { attribute, comparator: Comparator::Equals, .. } if attribute == primary_key)
+        })
+}
+
+/// Runs one top-level field's search and writes its results, in `shape`, as a JSON
+/// array of at most `budget` bytes.
+fn answer(
+    table: &lyre_core::Table,
+    ctx: &Context,
+    query: Query,
+    shape: &[Shape],
+    budget: usize,
+) -> Result<Vec<u8>, ApiError> {
+    let mut part = vec![b'['];
+    let mut first = true;
+    let mut too_large = false;
+    let mut failed = None;
+    table.search(ctx, query)?.run(&mut |value| {
+        if !first {
+            part.push(b',');
+        }
+        first = false;
+        if let Err(err) = serde_json::to_writer(&mut part, &reshape(value, shape)) {
+            failed = Some(err);
+            return std::ops::ControlFlow::Break(());
+        }
+        if part.len() > budget {
+            too_large = true;
+            return std::ops::ControlFlow::Break(());
+        }
+        std::ops::ControlFlow::Continue(())
+    })?;
+    if let Some(err) = failed {
+        return Err(ApiError::new(lyre_core::Code::Internal, err.to_string()));
+    }
+    if too_large {
+        return Err(ApiError::bad_request(format!(
+            "the answer is larger than {MAX_ANSWER_BYTES} bytes; narrow the query with arguments"
+        )));
+    }
+    part.push(b']');
+    Ok(part)
 }
 
 /// The operation's variables: each declared one from the request, else its default,
