@@ -312,7 +312,7 @@ impl Operation {
             let budget = MAX_ANSWER_BYTES.saturating_sub(out.len());
             // One record by its primary key (and what it relates to) is answered
             // here: the hand-off to a blocking thread cost more than the search.
-            let part = if names_one_record(&query, &table.schema().primary_key) {
+            let part = if query.names_one_record(&table.schema().primary_key) {
                 answer(&table, ctx, query, &shape, budget)?
             } else {
                 let ctx = ctx.clone();
@@ -324,15 +324,6 @@ impl Operation {
         out.extend_from_slice(b"}}");
         Ok(out)
     }
-}
-
-/// Whether `query` is an equality on the primary key (under an AND): at most one
-/// record.
-fn names_one_record(query: &Query, primary_key: &str) -> bool {
-    query.operator == Operator::And
-        && query.conditions.iter().any(|c| {
-            matches!(c, Condition::Compare { attribute, comparator: Comparator::Equals, .. } if attribute == primary_key)
-        })
 }
 
 /// Runs one top-level field's search and writes its results, in `shape`, as a JSON

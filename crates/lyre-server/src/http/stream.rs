@@ -4,7 +4,8 @@
 //! encoding records into chunks sent through a small bounded channel, so a slow
 //! client slows the walk instead of growing a buffer. A result that fits in the first
 //! chunk is answered with a `Content-Length`; a planning error (unknown attribute,
-//! ...) is answered with its status because nothing has been sent yet.
+//! ...) is answered with its status because nothing has been sent yet. A search
+//! bounded to one record is answered where it stands ([`answer_bounded`]).
 
 use std::ops::ControlFlow;
 
@@ -64,6 +65,24 @@ where
         Ok(Start::Failed(err)) => Err(err.into()),
         Err(_) => Err(ApiError::new(Code::Internal, "the search stopped unexpectedly")),
     }
+}
+
+/// Runs a bounded search (one that [`Query::names_one_record`](lyre_core::query::Query::names_one_record))
+/// where the request stands and answers it as [`stream_search`] would: the same
+/// bytes, with their length. Handing so small a search to a blocking thread cost
+/// more than the search itself.
+pub fn answer_bounded(
+    format: Format,
+    framing: Framing,
+    search: lyre_core::Result<Search>,
+) -> Result<Response, ApiError> {
+    let search = search?;
+    let mut writer = ArrayWriter::new(format, framing);
+    search.run(&mut |record| {
+        writer.push(record);
+        ControlFlow::Continue(())
+    })?;
+    Ok(([(header::CONTENT_TYPE, format.content_type())], writer.finish()).into_response())
 }
 
 fn produce<F>(

@@ -33,7 +33,7 @@ use crate::http::error::ApiError;
 use crate::http::etag;
 use crate::http::format::Format;
 use crate::http::negotiate::response_format;
-use crate::http::stream::{Framing, stream_search};
+use crate::http::stream::{Framing, answer_bounded, stream_search};
 use url::Target;
 
 /// The peer of a request that came without one.
@@ -402,10 +402,13 @@ impl RestRequest<'_> {
             }
             Target::Table | Target::Collection => {
                 let query = self.search_query()?;
-                let (table, ctx) = (self.table.clone(), self.ctx.clone());
                 let framing = Framing::Sequence;
-                let search = stream_search(self.format, framing, move || table.search(&ctx, query));
-                let mut response = Box::pin(search).await?;
+                let mut response = if query.names_one_record(&self.table.schema().primary_key) {
+                    answer_bounded(self.format, framing, self.table.search(&self.ctx, query))?
+                } else {
+                    let (table, ctx) = (self.table.clone(), self.ctx.clone());
+                    Box::pin(stream_search(self.format, framing, move || table.search(&ctx, query))).await?
+                };
                 self.content_type(&mut response);
                 Ok(response)
             }
