@@ -15,6 +15,6 @@ pub use crate::error::Denial;
 pub use crate::error::PermissionErrors;
 pub use check::{Action, TableAccess, check_table, require_structure, require_super_user, require_super_user_for};
 pub use context::Context;
-pub use permission::{AttributeGrant, Permissions, Structure, TableGrant};
+pub use permission::{AttributeGrant, Permissions, RESERVED_KEYS, Structure, TableGrant};
 pub use user::{Role, User};
 pub use validate::{CatalogView, validate_permission};

@@ -116,7 +116,7 @@ pub struct Permissions {
 }
 
 /// Keys of a permission document that are not database names.
-pub(crate) const RESERVED_KEYS: [&str; 3] = ["super_user", "cluster_user", "structure_user"];
+pub const RESERVED_KEYS: [&str; 3] = ["super_user", "cluster_user", "structure_user"];
 
 impl Permissions {
     /// Reads a stored permission document. Stored documents were validated when the

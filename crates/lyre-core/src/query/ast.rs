@@ -129,18 +129,6 @@ impl Condition {
 }
 
 impl Query {
-    /// Whether the query can match at most one record: an equality on the table's
-    /// primary key among conditions that must all hold (and no vector sort). Such a
-    /// search is bounded, so a server may run it where it stands instead of handing
-    /// it to a blocking thread.
-    pub fn names_one_record(&self, primary_key: &str) -> bool {
-        self.operator == Operator::And
-            && self.vector.is_none()
-            && self.conditions.iter().any(|c| {
-                matches!(c, Condition::Compare { attribute, comparator: Comparator::Equals, .. } if attribute == primary_key)
-            })
-    }
-
     /// The attributes of the searched table the query reads: those its conditions
     /// compare (a relationship's field for conditions through it), the first step of
     /// each sort key, and those its projection names. What a role must be able to

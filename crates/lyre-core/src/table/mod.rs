@@ -29,6 +29,10 @@ pub use current::{CurrentPage, CurrentRecord, KeyScope};
 pub use crate::record::WriteMode;
 pub use write::{DeleteSummary, Expect, WriteOptions, WriteSummary};
 
+/// How deep a projection [`Table::answers_one_record`] accepts may follow to-one
+/// relationships (REST's own bound on relationship paths).
+pub const MAX_BOUNDED_DEPTH: usize = 6;
+
 /// Records deleted per writer job by [`Table::delete_created_before`].
 pub const DELETE_CHUNK: usize = 10_000;
 
@@ -513,6 +517,45 @@ impl Table {
             std::ops::ControlFlow::Continue(())
         })?;
         Ok(count)
+    }
+
+    /// Whether `query` reads at most one record of this table and a bounded number
+    /// of related ones: an equality on the primary key with a key value, among
+    /// conditions on this table's own attributes that must all hold, no vector
+    /// sort, and a projection reaching only to-one relationships within this
+    /// database, at most [`MAX_BOUNDED_DEPTH`] deep. A server may run such a search
+    /// where the request stands instead of handing it to a blocking thread.
+    pub fn answers_one_record(&self, query: &Query) -> bool {
+        use crate::query::{Comparator, Condition, Operator};
+        let keyed = query.conditions.iter().any(|c| {
+            matches!(c, Condition::Compare { attribute, comparator: Comparator::Equals, value }
+                if *attribute == self.schema.primary_key && value.as_key().is_some())
+        });
+        let own = query.conditions.iter().all(|c| matches!(c, Condition::Compare { .. }));
+        if query.operator != Operator::And || query.vector.is_some() || !keyed || !own {
+            return false;
+        }
+        match query.select.clone().resolve(&self.schema) {
+            Select::Fields { fields, .. } => self.bounded_projection(&self.schema, &fields, 0),
+            Select::Raw | Select::All | Select::Attributes(_) => true,
+        }
+    }
+
+    /// Whether `fields` on `schema` reach only to-one relationships in this
+    /// database, at most [`MAX_BOUNDED_DEPTH`] deep.
+    fn bounded_projection(&self, schema: &TableSchema, fields: &[crate::query::Field], depth: usize) -> bool {
+        if depth > MAX_BOUNDED_DEPTH {
+            return false;
+        }
+        fields.iter().all(|field| {
+            let Some(relationship) = schema.relationships.iter().find(|r| r.name == field.name) else { return true };
+            if relationship.list || relationship.database != self.database() {
+                return false;
+            }
+            let catalog = self.db.schema();
+            let Some(target) = catalog.table(&relationship.table) else { return false };
+            field.nested.as_ref().is_none_or(|nested| self.bounded_projection(target, nested, depth + 1))
+        })
     }
 
     /// Projects one record (as returned by [`Table::get`]) through `select`,

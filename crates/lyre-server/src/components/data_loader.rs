@@ -120,24 +120,52 @@ fn shape(file: &str, parsed: serde_json::Value) -> Result<DataFile, String> {
     Ok(DataFile { file: file.to_string(), database, table, records })
 }
 
-/// Loads one file's records (see the module's comment); returns Harper's summary.
-pub async fn load(engine: &Engine, data: DataFile) -> Result<String, String> {
-    let system = Context::system();
-    let file = data.file.clone();
-    let failed = |e: Error| format!("{file}: {e}");
-    let table = target_table(engine, &data).await.map_err(failed)?;
+/// A data file checked against its table: every record has a primary key and
+/// values its attributes accept.
+pub struct Checked {
+    data: DataFile,
+    table: Table,
+    ids: Vec<Value>,
+}
+
+/// Checks one file's records against its table (created when missing), before
+/// anything of the component is written.
+pub async fn check(engine: &Engine, data: DataFile) -> Result<Checked, String> {
+    let table = target_table(engine, &data).await.map_err(|e| format!("{}: {e}", data.file))?;
     let key = table.schema().primary_key.clone();
     let mut ids = Vec::with_capacity(data.records.len());
     for (index, record) in data.records.iter().enumerate() {
         let id = match record.get(&key) {
-            Some(id) if !matches!(id, Value::Null) => id.clone(),
-            _ => return Err(format!("{file}: record {index} has no '{key}'")),
+            Some(id) if id.as_key().is_some() && !matches!(id, Value::Null) => id.clone(),
+            _ => return Err(format!("{}: record {index} has no '{key}'", data.file)),
         };
         table
             .check_record(WriteMode::Upsert, record)
-            .map_err(|e| format!("{file}: record {index} ({key} {}): {e}", json(&id)))?;
+            .map_err(|e| format!("{}: record {index} ({key} {}): {e}", data.file, json(&id)))?;
         ids.push(id);
     }
+    Ok(Checked { data, table, ids })
+}
+
+/// What to do with one record of a file.
+enum Step {
+    /// Write it (new, or changed in the file and untouched since it was loaded).
+    Write,
+    /// Leave the record; remember it as loaded (it is what the file says, though
+    /// the loader's memory of it was lost).
+    Adopt(String),
+    /// Leave it.
+    Skip,
+}
+
+/// Loads one checked file's records (see the module's comment); returns Harper's
+/// summary.
+pub async fn load(engine: &Engine, checked: Checked) -> Result<String, String> {
+    let Checked { data, table, ids } = checked;
+    let system = Context::system();
+    let file = data.file.clone();
+    let failed = |e: Error| format!("{file}: {e}");
+    let key = table.schema().primary_key.clone();
     let hashes = engine
         .database(SYSTEM_DATABASE)
         .map_err(failed)?
@@ -151,42 +179,54 @@ pub async fn load(engine: &Engine, data: DataFile) -> Result<String, String> {
     let name = data.table_name();
     let (mut new, mut updated, mut skipped) = (0usize, 0usize, 0usize);
     let mut writes = Vec::new();
+    let mut entries = Vec::new();
     for ((record, id), hash_key) in data.records.into_iter().zip(&ids).zip(&hash_ids) {
         let file_hash = hash(&record);
-        match existing.get(&json(id)) {
-            None => new += 1,
-            Some(stored) => {
-                let loaded = remembered.get(&json(hash_key));
-                let unchanged_since = loaded
-                    .and_then(|l| l.get("stored"))
-                    .and_then(Value::as_str)
-                    .is_some_and(|h| h == hash(&subset(stored, &record)));
-                let file_changed = loaded.and_then(|l| l.get("hash")).and_then(Value::as_str) != Some(&file_hash);
-                if !(unchanged_since && file_changed) {
-                    skipped += 1;
-                    continue;
-                }
-                updated += 1;
+        let step = match existing.get(&json(id)) {
+            None => {
+                new += 1;
+                Step::Write
             }
+            Some(stored) => {
+                let now = hash(&subset(stored, &record));
+                let loaded = remembered.get(&json(hash_key));
+                let loaded_hash = loaded.and_then(|l| l.get("hash")).and_then(Value::as_str);
+                // Harper's entries hold the file's hash alone: it stands for the stored form.
+                let loaded_stored = loaded.and_then(|l| l.get("stored")).and_then(Value::as_str).or(loaded_hash);
+                match (loaded_hash, loaded_stored) {
+                    (None, _) if now == file_hash => Step::Adopt(now),
+                    (None, _) => Step::Skip,
+                    (_, Some(stored_hash)) if stored_hash != now => Step::Skip,
+                    (Some(loaded_hash), _) if loaded_hash == file_hash => Step::Skip,
+                    _ => {
+                        updated += 1;
+                        Step::Write
+                    }
+                }
+            }
+        };
+        match step {
+            Step::Write => writes.push((record, hash_key.clone(), file_hash)),
+            Step::Adopt(stored) => {
+                skipped += 1;
+                entries.push(hash_entry(hash_key, &file_hash, Some(stored)));
+            }
+            Step::Skip => skipped += 1,
         }
-        writes.push((record, hash_key.clone(), file_hash));
     }
     if !writes.is_empty() {
         let records: Vec<Object> = writes.iter().map(|(record, ..)| record.clone()).collect();
         table.write_with(&system, WriteMode::Upsert, records, Default::default()).await.map_err(failed)?;
         let written_ids: Vec<Value> = writes.iter().filter_map(|(record, ..)| record.get(&key).cloned()).collect();
         let stored = by_id(table.get_many(&system, &written_ids, &Select::Raw).map_err(failed)?, &key);
-        let entries = writes
-            .iter()
-            .map(|(record, hash_key, file_hash)| {
-                let as_stored = record.get(&key).and_then(|id| stored.get(&json(id))).map(|s| hash(&subset(s, record)));
-                let mut entry = Object::default();
-                entry.insert("id".into(), hash_key.clone());
-                entry.insert("hash".into(), Value::from(file_hash.as_str()));
-                entry.insert("stored".into(), as_stored.map_or(Value::Null, Value::from));
-                entry
-            })
-            .collect();
+        for (record, hash_key, file_hash) in &writes {
+            let as_stored = record.get(&key).and_then(|id| stored.get(&json(id))).map(|s| hash(&subset(s, record)));
+            entries.push(hash_entry(hash_key, file_hash, as_stored));
+        }
+    }
+    // Written after the records (they live in another database): a failure between
+    // the two leaves records the next load adopts, since they are what the file says.
+    if !entries.is_empty() {
         hashes.upsert(&system, entries).await.map_err(failed)?;
     }
     Ok(if new + updated > 0 {
@@ -197,6 +237,15 @@ pub async fn load(engine: &Engine, data: DataFile) -> Result<String, String> {
     } else {
         format!("No records to process in {name}")
     })
+}
+
+/// The hash table's entry for one record.
+fn hash_entry(hash_key: &Value, file_hash: &str, stored: Option<String>) -> Object {
+    let mut entry = Object::default();
+    entry.insert("id".into(), hash_key.clone());
+    entry.insert("hash".into(), Value::from(file_hash));
+    entry.insert("stored".into(), stored.map_or(Value::Null, Value::from));
+    entry
 }
 
 /// The file's table, created (dynamic, keyed by `id`) when it does not exist.

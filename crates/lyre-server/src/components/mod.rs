@@ -262,8 +262,13 @@ impl Components {
         if !changed.is_empty() {
             tracing::info!(component = name, tables = ?changed, "applied schema changes");
         }
-        roles::apply(&self.engine, roles).await.map_err(|e| format!("{name}: {e}"))?;
+        // Every data file is checked before the roles or any record are written.
+        let mut checked = Vec::with_capacity(data.len());
         for file in data {
+            checked.push(data_loader::check(&self.engine, file).await.map_err(|e| format!("{name}: {e}"))?);
+        }
+        roles::apply(&self.engine, roles).await.map_err(|e| format!("{name}: {e}"))?;
+        for file in checked {
             let outcome = data_loader::load(&self.engine, file).await.map_err(|e| format!("{name}: {e}"))?;
             tracing::info!(component = name, "{outcome}");
         }

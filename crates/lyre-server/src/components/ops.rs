@@ -154,7 +154,11 @@ pub async fn deploy(
                 .decode(payload.trim())
                 .map_err(|e| ApiError::bad_request(format!("'payload' is not valid base64: {e}")))?,
         ),
-        (None, Some(url)) if url.starts_with("http://") || url.starts_with("https://") => {
+        (None, Some(url))
+            if ["http://", "https://"]
+                .iter()
+                .any(|s| url.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s))) =>
+        {
             Some(download_package(&url).await?)
         }
         (None, Some(package)) => {
@@ -220,9 +224,26 @@ async fn deploy_staged(
 /// with 400 naming the URL and why.
 async fn download_package(url: &str) -> Result<Vec<u8>, ApiError> {
     use futures_util::StreamExt as _;
-    let failed = |reason: String| ApiError::bad_request(format!("the package {url} could not be downloaded: {reason}"));
-    let parsed = reqwest::Url::parse(url).map_err(|e| failed(e.to_string()))?;
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| ApiError::bad_request(format!("the package URL could not be downloaded: it is invalid: {e}")))?;
+    // Messages name the URL without its credentials.
+    let mut shown = parsed.clone();
+    let _ = shown.set_password(None);
+    let _ = shown.set_username("");
+    let failed =
+        |reason: String| ApiError::bad_request(format!("the package {shown} could not be downloaded: {reason}"));
+    // A package fetched over HTTPS is never handed over to plain HTTP by a redirect.
+    let redirects = reqwest::redirect::Policy::custom(|attempt| {
+        if attempt.previous().len() >= 5 {
+            attempt.error("more than 5 redirects")
+        } else if attempt.url().scheme() == "http" && attempt.previous().iter().any(|u| u.scheme() == "https") {
+            attempt.error("a redirect from HTTPS to HTTP was refused")
+        } else {
+            attempt.follow()
+        }
+    });
     let client = crate::outbound::client(crate::bulk::download::CONNECT_TIMEOUT)
+        .redirect(redirects)
         .read_timeout(crate::bulk::download::READ_TIMEOUT)
         .timeout(DOWNLOAD_TIMEOUT)
         .build()

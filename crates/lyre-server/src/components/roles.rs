@@ -13,9 +13,6 @@ use serde_json::{Map, Value as Json};
 
 use super::config::Patterns;
 
-/// Permission keys that are flags, not databases.
-const NOT_DATABASES: [&str; 2] = ["super_user", "structure_user"];
-
 /// One role as a roles file defines it.
 #[derive(Debug)]
 pub struct RoleDefinition {
@@ -80,19 +77,22 @@ fn normalize(role: Json) -> Result<Json, String> {
     let Json::Object(mut role) = role else { return Err("a role must be a map".into()) };
     let mut permission = match role.remove("permission") {
         Some(Json::Object(permission)) => permission,
-        Some(_) => return Err("'permission' must be a map".into()),
-        None => {
+        Some(Json::Null) | None => {
             // The short form: the role is its permission; `access` is Harper's
             // application-defined flags, not a database.
             role.remove("access");
             role
         }
+        Some(_) => return Err("'permission' must be a map".into()),
     };
     for (database, grant) in permission.iter_mut() {
-        if NOT_DATABASES.contains(&database.as_str()) {
+        if lyre_core::access::RESERVED_KEYS.contains(&database.as_str()) {
             continue;
         }
         let Json::Object(grant) = grant else { return Err(format!("database '{database}' must be a map")) };
+        if grant.get("tables").is_some_and(Json::is_null) {
+            grant.insert("tables".into(), Json::Object(Map::new()));
+        }
         if !grant.contains_key("tables") {
             let tables = std::mem::take(grant);
             grant.insert("tables".into(), Json::Object(tables));
@@ -106,7 +106,7 @@ fn normalize(role: Json) -> Result<Json, String> {
                 let value = truthy(flags.get(flag));
                 flags.insert(flag.into(), Json::Bool(value));
             }
-            if let Some(attributes) = flags.remove("attributes") {
+            if let Some(attributes) = flags.remove("attributes").filter(|a| !a.is_null()) {
                 let Json::Object(attributes) = attributes else {
                     return Err(format!("'{database}.{table}.attributes' must be a map"));
                 };
@@ -184,5 +184,10 @@ mod tests {
         assert!(normalize(json!({"shop": {"t": {"attribute_permissions": {"a": 1}}}})).unwrap_err().contains("array"));
         assert!(normalize(json!(["not", "a", "map"])).is_err());
         assert!(normalize(json!({"shop": 3})).unwrap_err().contains("'shop'"));
+        // Harper's flags are not databases; nulls are as good as absent.
+        let flags = normalize(json!({"cluster_user": false, "permission": null, "shop": {"tables": null}})).unwrap();
+        assert_eq!(flags, json!({"cluster_user": false, "shop": {"tables": {}}}));
+        let no_attributes = normalize(json!({"shop": {"t": {"read": true, "attributes": null}}})).unwrap();
+        assert_eq!(no_attributes["shop"]["tables"]["t"]["attribute_permissions"], Json::Null);
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! A [`Site`] is built at each load from the files that match then; a request's path
 //! is looked up in it exactly, so nothing outside those files (`..`, links, dot
-//! files) can be reached. `http/rest/statics.rs` sends what [`Site::find`] names.
+//! files) can be reached; a file replaced by a link afterwards is refused when asked for. `http/rest/statics.rs` sends what [`Site::find`] names.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +15,8 @@ use super::files::{no_links, safe_relative};
 /// One component's static files.
 #[derive(Debug, PartialEq)]
 pub struct Site {
+    /// The component's directory.
+    dir: PathBuf,
     /// Where the site is served (`/`, `/docs/`): always starts and ends with `/`.
     base: String,
     /// URL path to file.
@@ -74,14 +76,36 @@ impl Site {
         };
         let extensions = options.extensions.iter().map(|e| e.trim_start_matches('.').to_string()).collect();
         let indexes = if options.index { indexes } else { HashMap::new() };
-        Ok(Site { base, files, indexes, extensions, fallthrough: options.fallthrough, not_found })
+        Ok(Site {
+            dir: dir.to_path_buf(),
+            base,
+            files,
+            indexes,
+            extensions,
+            fallthrough: options.fallthrough,
+            not_found,
+        })
     }
 
     /// What `path` (percent-decoded) gets: the file it names; its directory's index
     /// (or a redirect to the directory with a slash); the file with one of the
     /// extensions appended; else, under this site's URL path with `fallthrough` off,
     /// the `notFound` file or a 404; else nothing, and the request goes on.
+    /// A file that has become a symbolic link (or sits under one) since the site
+    /// was built is not served: 404.
     pub fn find(&self, path: &str) -> Found<'_> {
+        match self.lookup(path) {
+            Found::File(file, _) if self.linked(file) => Found::Missing,
+            found => found,
+        }
+    }
+
+    /// Whether `file`, or a directory between the component's and it, is a link.
+    fn linked(&self, file: &Path) -> bool {
+        file.strip_prefix(&self.dir).map_or(true, |relative| no_links(&self.dir, relative).is_err())
+    }
+
+    fn lookup(&self, path: &str) -> Found<'_> {
         if let Some(file) = self.files.get(path) {
             return Found::File(file, 200);
         }

@@ -38,8 +38,12 @@ use crate::http::error::ApiError;
 /// The largest answer a query may build (its results are held until it is sent).
 const MAX_ANSWER_BYTES: usize = 64 << 20;
 
-/// How deep fragments may nest (a spread cycle is refused before this).
-const MAX_DEPTH: usize = 64;
+/// How deep selections may nest through relationships and objects (REST's bound).
+const MAX_DEPTH: usize = crate::http::rest::query::MAX_PATH_DEPTH;
+
+/// The most fields an operation may select, fragments spread out (a document of a
+/// few lines can otherwise spread to billions).
+const MAX_FIELDS: usize = 10_000;
 
 /// The content type of GraphQL answers.
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json; charset=utf-8";
@@ -277,9 +281,15 @@ impl Operation {
             }
         }
         let variables = resolve_variables(operation, &request.variables, &locate)?;
-        let planner = Planner { state, fragments: &fragments, variables: &variables, locate: &locate };
+        let planner = Planner {
+            state,
+            fragments: &fragments,
+            variables: &variables,
+            locate: &locate,
+            planned: Default::default(),
+        };
         let mut roots = Vec::new();
-        for field in planner.fields(&operation.selection_set, 0)? {
+        for field in planner.fields(&operation.selection_set)? {
             let Some(export) = exports.get(field.name.as_str()) else {
                 return Err(invalid(format!("Resource `{}` not found.", field.name), locate(field.location())));
             };
@@ -292,6 +302,12 @@ impl Operation {
                 ..Default::default()
             };
             let key = field.alias.as_ref().unwrap_or(&field.name).to_string();
+            if roots.iter().any(|r: &Root| r.key == key) {
+                return Err(invalid(
+                    format!("Fields \"{key}\" conflict: give one of them an alias."),
+                    locate(field.location()),
+                ));
+            }
             roots.push(Root { key, table, query, shape });
         }
         Ok(Operation { roots })
@@ -312,7 +328,7 @@ impl Operation {
             let budget = MAX_ANSWER_BYTES.saturating_sub(out.len());
             // One record by its primary key (and what it relates to) is answered
             // here: the hand-off to a blocking thread cost more than the search.
-            let part = if query.names_one_record(&table.schema().primary_key) {
+            let part = if table.answers_one_record(&query) {
                 answer(&table, ctx, query, &shape, budget)?
             } else {
                 let ctx = ctx.clone();
@@ -432,29 +448,56 @@ struct Planner<'a> {
     fragments: &'a HashMap<&'a str, &'a Node<ast::FragmentDefinition>>,
     variables: &'a HashMap<String, Value>,
     locate: Locate<'a>,
+    /// Fields selected so far, fragments spread out.
+    planned: std::cell::Cell<usize>,
 }
 
 impl Planner<'_> {
-    /// The fields of a selection set, fragments (spread or inline) filled in.
-    fn fields<'s>(&'s self, selections: &'s [Selection], depth: usize) -> Result<Vec<&'s Node<ast::Field>>, Failure> {
-        if depth > MAX_DEPTH {
-            return Err(invalid("Fragments nest too deeply (a fragment spread cycle?).", None));
-        }
+    /// The fields of a selection set, fragments (spread or inline) filled in; a
+    /// fragment that spreads itself, or more than [`MAX_FIELDS`] fields in the whole
+    /// operation, is refused.
+    fn fields<'s>(&'s self, selections: &'s [Selection]) -> Result<Vec<&'s Node<ast::Field>>, Failure> {
         let mut out = Vec::new();
+        self.spread(selections, &mut Vec::new(), &mut out)?;
+        Ok(out)
+    }
+
+    fn spread<'s>(
+        &'s self,
+        selections: &'s [Selection],
+        visiting: &mut Vec<&'s str>,
+        out: &mut Vec<&'s Node<ast::Field>>,
+    ) -> Result<(), Failure> {
         for selection in selections {
             match selection {
-                Selection::Field(field) => out.push(field),
+                Selection::Field(field) => {
+                    let planned = self.planned.get() + 1;
+                    self.planned.set(planned);
+                    if planned > MAX_FIELDS {
+                        return Err(invalid(
+                            format!("The operation selects more than {MAX_FIELDS} fields."),
+                            (self.locate)(field.location()),
+                        ));
+                    }
+                    out.push(field);
+                }
                 Selection::FragmentSpread(spread) => {
                     let name = spread.fragment_name.as_str();
+                    let at = (self.locate)(spread.location());
                     let Some(fragment) = self.fragments.get(name) else {
-                        return Err(invalid(format!("Fragment `{name}` not found."), (self.locate)(spread.location())));
+                        return Err(invalid(format!("Fragment `{name}` not found."), at));
                     };
-                    out.extend(self.fields(&fragment.selection_set, depth + 1)?);
+                    if visiting.contains(&name) {
+                        return Err(invalid(format!("Cannot spread fragment \"{name}\" within itself."), at));
+                    }
+                    visiting.push(name);
+                    self.spread(&fragment.selection_set, visiting, out)?;
+                    visiting.pop();
                 }
-                Selection::InlineFragment(inline) => out.extend(self.fields(&inline.selection_set, depth + 1)?),
+                Selection::InlineFragment(inline) => self.spread(&inline.selection_set, visiting, out)?,
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// A selection on `table`: the core projection (relationships with their own)
@@ -467,9 +510,12 @@ impl Planner<'_> {
         selections: &[Selection],
         depth: usize,
     ) -> Result<(Vec<Field>, Vec<Shape>), Failure> {
+        if depth > MAX_DEPTH {
+            return Err(invalid(format!("Selections nest deeper than {MAX_DEPTH} levels."), None));
+        }
         let mut select: Vec<Field> = Vec::new();
         let mut shape = Vec::new();
-        for field in self.fields(selections, depth)? {
+        for field in self.fields(selections)? {
             let name = field.name.as_str();
             let key = field.alias.as_ref().unwrap_or(&field.name).to_string();
             if name == "__typename" {
@@ -506,9 +552,7 @@ impl Planner<'_> {
                 }
                 (_, true) => (None, None),
             };
-            if !select.iter().any(|f| f.name == name && f.nested == nested_select) {
-                select.push(Field { name: name.to_string(), nested: nested_select });
-            }
+            merge(&mut select, Field { name: name.to_string(), nested: nested_select });
             shape.push(Shape { key, name: name.to_string(), typename: None, nested: nested_shape });
         }
         Ok((select, shape))
@@ -524,6 +568,23 @@ impl Planner<'_> {
                 condition(table, argument.name.as_str(), value, (self.locate)(argument.location()))
             })
             .collect()
+    }
+}
+
+/// Adds `field` to a projection; a field selected twice (under two aliases, say) is
+/// read once with both selections: a whole record wins over a selection of it.
+fn merge(select: &mut Vec<Field>, field: Field) {
+    let Some(existing) = select.iter_mut().find(|f| f.name == field.name) else {
+        select.push(field);
+        return;
+    };
+    match (&mut existing.nested, field.nested) {
+        (Some(inner), Some(more)) => {
+            for nested in more {
+                merge(inner, nested);
+            }
+        }
+        (slot, _) => *slot = None,
     }
 }
 

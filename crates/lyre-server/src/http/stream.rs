@@ -67,8 +67,8 @@ where
     }
 }
 
-/// Runs a bounded search (one that [`Query::names_one_record`](lyre_core::query::Query::names_one_record))
-/// where the request stands and answers it as [`stream_search`] would: the same
+/// Runs a bounded search (one [`Table::answers_one_record`](lyre_core::Table::answers_one_record)
+/// accepts) where the request stands and answers it as [`stream_search`] would: the same
 /// bytes, with their length. Handing so small a search to a blocking thread cost
 /// more than the search itself.
 pub fn answer_bounded(

@@ -380,12 +380,14 @@ async fn a_package_deploys_from_an_http_url_within_bounds() {
         (format!("http://127.0.0.1:{port}/huge"), "larger than 134217728 bytes".to_string()),
         (format!("http://127.0.0.1:{port}/endless"), "larger than 134217728 bytes".to_string()),
         (refused.clone(), "refused".to_string()),
+        (format!("http://user:hunter2@127.0.0.1:{port}/gone"), "http://127.0.0.1".to_string()),
         ("http://[::1".to_string(), "invalid".to_string()),
     ] {
         let (status, answer) = s.op(deploy(package.clone())).await;
         assert_eq!(status, 400, "{package}: {answer}");
         let message = answer["error"].as_str().unwrap().to_lowercase();
         assert!(message.contains("could not be downloaded") && message.contains(&reason.to_lowercase()), "{message}");
+        assert!(!message.contains("hunter2"), "credentials are not repeated: {message}");
     }
     assert_eq!(rest_get(&s, "/products/p1").await.0, 200, "the working version still serves");
 }

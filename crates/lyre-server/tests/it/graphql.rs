@@ -132,9 +132,23 @@ async fn variables_operations_and_fragments() {
     assert_eq!(failed["message"], "Operation name is required when there are multiple operations in the document.");
     let (_, failed) = error(&s, run("Nope", json!({})), None).await;
     assert_eq!(failed["message"], "Operation `Nope` not found.");
-    let cycle = "{ products { ...A } } fragment A on Product { ...B } fragment B on Product { ...A }";
-    let (status, _) = error(&s, json!({"query": cycle}), None).await;
-    assert_eq!(status, 400, "a fragment cycle is refused");
+    let cycle = "query Q { products { ...A } } fragment A on Product { ...B } fragment B on Product { ...A }";
+    let (status, failed) = error(&s, json!({"query": cycle}), None).await;
+    assert_eq!((status, failed["message"].clone()), (400, json!("Cannot spread fragment \"A\" within itself.")));
+    // Fragments that spread each other twice over double at every step.
+    let mut fan = String::from("query Q { products { ...F0 } }");
+    for i in 0..40 {
+        fan.push_str(&format!(" fragment F{i} on Product {{ ...F{next} ...F{next} }}", next = i + 1));
+    }
+    fan.push_str(" fragment F40 on Product { id }");
+    let (status, failed) = error(&s, json!({"query": fan}), None).await;
+    assert_eq!((status, failed["message"].clone()), (400, json!("The operation selects more than 10000 fields.")));
+    // One relationship under two aliases, each with its own selection; one key twice.
+    let (_, answer) =
+        post(&s, json!({"query": r#"{ products(id: "p1") { a: brand { id } b: brand { name } } }"#}), None).await;
+    assert_eq!(answer, json!({"data": {"products": [{"a": {"id": "b1"}, "b": {"name": "Acme"}}]}}));
+    let (_, failed) = error(&s, json!({"query": "{ products { id } products { name } }"}), None).await;
+    assert_eq!(failed["message"], "Fields \"products\" conflict: give one of them an alias.");
 }
 
 #[tokio::test]

@@ -262,6 +262,12 @@ async fn malformed_conditions_are_rejected_with_the_reason() {
         "owner is not a defined attribute",
     )
     .await;
+    s.fails(
+        base(json!({"conditions": [{"attribute": ["a", "b", "c", "d", "e", "f", "g", "h"], "value": 1}]})),
+        400,
+        "an attribute path reaches through at most 6 relationships",
+    )
+    .await;
     s.fails(json!({"operation": "search_by_conditions", "database": "dev", "table": "nope", "conditions": [{"attribute": "a", "value": 1}]}), 404, "Table 'dev.nope' does not exist").await;
 }
 

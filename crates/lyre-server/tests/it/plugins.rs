@@ -123,6 +123,16 @@ async fn static_files_are_served_with_index_etags_ranges_and_fallthrough() {
     assert_eq!(dogs.status(), 200);
     assert_eq!(get(&s, "/dogs/", &[]).await.status(), 401, "REST still needs credentials");
 
+    // A file replaced by a symbolic link after the load is not followed.
+    let outside = s.root().join("outside.txt");
+    std::fs::write(&outside, "secret").unwrap();
+    let css = s.root().join("components/kennel/web/css/site.css");
+    std::fs::remove_file(&css).unwrap();
+    std::os::unix::fs::symlink(&outside, &css).unwrap();
+    let linked = get(&s, "/css/site.css", &[]).await;
+    assert_eq!(linked.status(), 404);
+    assert_ne!(linked.text().await.unwrap(), "secret");
+
     // A file changed on disk is served as it is now, with a new validator.
     let file = s.root().join("components/kennel/web/index.html");
     std::fs::write(&file, "changed").unwrap();
@@ -301,6 +311,30 @@ async fn roles_files_define_roles_at_each_load() {
     assert_eq!(s.rest_as("reader", "pw", reqwest::Method::GET, "/cats/", None).await.0, 200);
     let roles_now = s.ok(json!({"operation": "list_roles"})).await;
     assert_eq!(roles_now.as_array().unwrap().iter().filter(|r| r["role"] == "dog_reader").count(), 1);
+    let stored = |roles: &Value| roles.as_array().unwrap().iter().find(|r| r["role"] == "dog_reader").cloned();
+    let (status, answer) =
+        deploy(&s, "kennel", &[("config.yaml", config), ("schema.graphql", SCHEMA), ("roles.yaml", wider)]).await;
+    assert_eq!(status, 200, "{answer}");
+    let again = s.ok(json!({"operation": "list_roles"})).await;
+    assert_eq!(stored(&again), stored(&roles_now), "the same file again writes nothing (its times stand)");
+
+    // A load that fails on a later file applies no role at all.
+    let dogs_config =
+        "graphqlSchema:\n  files: '*.graphql'\nroles:\n  files: roles.yaml\ndataLoader:\n  files: 'data/*'\n";
+    let (status, answer) = deploy(
+        &s,
+        "kennel",
+        &[
+            ("config.yaml", dogs_config),
+            ("schema.graphql", SCHEMA),
+            ("roles.yaml", "temporary:\n  kennel:\n    Dog:\n      read: true\n"),
+            ("data/dogs.json", r#"{"database": "kennel", "table": "Dog", "records": [{"id": "x", "age": "old"}]}"#),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    let after = s.ok(json!({"operation": "list_roles"})).await;
+    assert!(!after.to_string().contains("temporary"), "{after}");
 
     // A role naming a table nobody defined, or a file that is not a map, fails the load.
     for (bad, named) in

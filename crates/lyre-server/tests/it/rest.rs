@@ -605,6 +605,29 @@ async fn compression_above_the_threshold() {
     assert!(small.headers().get("content-encoding").is_none(), "small bodies are sent as they are");
 }
 
+/// GETs `path` with the admin's credentials and `headers`: the status, the response
+/// headers but `date` (sorted), and the body's bytes, to compare two answers whole.
+async fn answer_of(
+    s: &TestServer,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (reqwest::StatusCode, Vec<(String, String)>, bytes::Bytes) {
+    let mut request = s.client.get(s.rest(path)).basic_auth(USER, Some(PASSWORD));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let mut kept: Vec<(String, String)> = response
+        .headers()
+        .iter()
+        .filter(|(name, _)| *name != "date")
+        .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+        .collect();
+    kept.sort();
+    (status, kept, response.bytes().await.unwrap())
+}
+
 #[tokio::test]
 async fn a_request_naming_no_encoding_gets_what_the_compression_layer_would_send() {
     let s = shop().await;
@@ -618,25 +641,12 @@ async fn a_request_naming_no_encoding_gets_what_the_compression_layer_would_send
     // Without Accept-Encoding the request skips the compression layer; with
     // `identity` it goes through it. Everything but the date must be the same.
     let fetch = |path: &'static str, extra: Option<(&'static str, &'static str)>, identity: bool| {
-        let mut request = s.client.get(s.rest(path)).basic_auth(USER, Some(PASSWORD));
+        let mut headers: Vec<(&'static str, &'static str)> = extra.into_iter().collect();
         if identity {
-            request = request.header("accept-encoding", "identity");
+            headers.push(("accept-encoding", "identity"));
         }
-        if let Some((name, value)) = extra {
-            request = request.header(name, value);
-        }
-        async move {
-            let response = request.send().await.unwrap();
-            let status = response.status();
-            let mut headers: Vec<(String, String)> = response
-                .headers()
-                .iter()
-                .filter(|(name, _)| *name != "date")
-                .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
-                .collect();
-            headers.sort();
-            (status, headers, response.bytes().await.unwrap())
-        }
+        let s = &s;
+        async move { answer_of(s, path, &headers).await }
     };
     let etag = s.rest_send(Method::GET, "/products/p1", None, &[]).await.1["etag"].to_str().unwrap().to_string();
     let etag: &'static str = Box::leak(etag.into_boxed_str());
@@ -1071,22 +1081,8 @@ async fn a_query_naming_one_record_answers_as_the_streamed_search_does() {
         for select in ["", "&select(name,brand{name})", "&select(name)"] {
             let bounded = format!("/products/?id==p1{select}");
             let streamed = format!("/products/?id=ge=p1&id=le=p1{select}");
-            let fetch = |path: String| {
-                let request = s.client.get(s.rest(&path)).basic_auth(USER, Some(PASSWORD)).header("accept", accept);
-                async move {
-                    let response = request.send().await.unwrap();
-                    let status = response.status();
-                    let mut headers: Vec<(String, String)> = response
-                        .headers()
-                        .iter()
-                        .filter(|(name, _)| *name != "date")
-                        .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
-                        .collect();
-                    headers.sort();
-                    (status, headers, response.bytes().await.unwrap())
-                }
-            };
-            let (one, all) = (fetch(bounded).await, fetch(streamed).await);
+            let headers = [("accept", accept)];
+            let (one, all) = (answer_of(&s, &bounded, &headers).await, answer_of(&s, &streamed, &headers).await);
             assert_eq!(one.0, 200, "{accept} {select}");
             assert_eq!(one, all, "{accept} {select}");
             assert!(!one.2.is_empty());

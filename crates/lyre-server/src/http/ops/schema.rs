@@ -153,17 +153,36 @@ pub async fn describe_all(
     format: Format,
 ) -> Result<Response, ApiError> {
     let exact = exact_count(&mut params)?;
-    let mut all = Object::default();
-    for db in engine.databases() {
-        // Others than super users see only the databases their role grants on.
-        if !ctx.user.role.permissions.describes_database(db.name()) {
-            continue;
+    let (engine, ctx) = (engine.clone(), ctx.clone());
+    let all = counting(exact, move || {
+        let mut all = Object::default();
+        for db in engine.databases() {
+            // Others than super users see only the databases their role grants on.
+            if !ctx.user.role.permissions.describes_database(db.name()) {
+                continue;
+            }
+            all.insert(db.name().to_string(), Value::Object(describe_tables(&ctx, &db, exact)?));
         }
-        all.insert(db.name().to_string(), Value::Object(describe_tables(ctx, &db, exact)?));
-    }
+        Ok(all)
+    })
+    .await?;
     reply(format, &Value::Object(all))
 }
 
+/// Runs `describe` where it stands, or with `exact` counts (which may walk whole
+/// tables) on the blocking pool.
+async fn counting(
+    exact: bool,
+    describe: impl FnOnce() -> Result<Object, ApiError> + Send + 'static,
+) -> Result<Object, ApiError> {
+    match exact {
+        true => crate::http::blocking::blocking("an exact count", describe).await,
+        false => describe(),
+    }
+}
+
+/// `describe_database` (`describe_schema`): the database's tables, as `describe_table`
+/// gives each.
 pub async fn describe_database(
     engine: &Arc<Engine>,
     ctx: &Context,
@@ -175,10 +194,12 @@ pub async fn describe_database(
     if !ctx.user.role.permissions.describes_database(&database) {
         return Err(lyre_core::Error::hidden(format!("database '{database}' does not exist")).into());
     }
-    let db = engine.database(&database)?;
-    reply(format, &Value::Object(describe_tables(ctx, &db, exact)?))
+    let (db, ctx) = (engine.database(&database)?, ctx.clone());
+    let tables = counting(exact, move || describe_tables(&ctx, &db, exact)).await?;
+    reply(format, &Value::Object(tables))
 }
 
+/// `describe_table`: Harper's description of one table, with counts and sizes.
 pub async fn describe_table(
     engine: &Arc<Engine>,
     ctx: &Context,
@@ -186,9 +207,13 @@ pub async fn describe_table(
     format: Format,
 ) -> Result<Response, ApiError> {
     let exact = exact_count(&mut params)?;
-    let table = params.table(engine)?;
-    let stats = table.stats(ctx)?;
-    reply(format, &Value::Object(describe(&counted(ctx, &table, stats, exact)?)))
+    let (table, ctx) = (params.table(engine)?, ctx.clone());
+    let described = counting(exact, move || {
+        let stats = table.stats(&ctx)?;
+        Ok(describe(&counted(&ctx, &table, stats, exact)?))
+    })
+    .await?;
+    reply(format, &Value::Object(described))
 }
 
 /// Harper's `exact_count` (a strict boolean, off by default).

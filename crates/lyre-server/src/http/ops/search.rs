@@ -13,6 +13,7 @@ use lyre_core::{Code, Context, Engine, Value};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::ops::{Params, reply};
+use crate::http::rest::query::MAX_PATH_DEPTH;
 use crate::http::stream::{Framing, stream_search};
 
 /// Id lists longer than this are read on a blocking thread.
@@ -207,7 +208,7 @@ pub(super) fn select(params: &mut Params) -> Result<Select, ApiError> {
 /// `get_attributes` entries as fields: names, and Harper 5's `{name, select: [...]}`
 /// for a relationship's (or nested object's) own selection.
 fn selected_fields(entries: Vec<Value>, depth: usize) -> Result<Vec<lyre_core::query::Field>, ApiError> {
-    const MAX_DEPTH: usize = 16;
+    const MAX_DEPTH: usize = MAX_PATH_DEPTH;
     let wrong =
         || ApiError::bad_request("'get_attributes' must hold names or {\"name\": ..., \"select\": [...]} objects");
     if depth > MAX_DEPTH {
@@ -297,6 +298,11 @@ pub(super) fn condition(value: Value) -> Result<Condition, ApiError> {
     // REST's `brand.name==…` does: the condition applies to the related records.
     let mut path = match params.value(&["attribute", "search_attribute"]) {
         Some(Value::String(a)) => vec![a],
+        Some(Value::Array(path)) if path.len() > MAX_PATH_DEPTH + 1 => {
+            return Err(ApiError::bad_request(format!(
+                "an attribute path reaches through at most {MAX_PATH_DEPTH} relationships"
+            )));
+        }
         Some(Value::Array(path)) if !path.is_empty() && path.iter().all(|p| matches!(p, Value::String(_))) => {
             path.into_iter().filter_map(|p| p.as_str().map(str::to_string)).collect()
         }

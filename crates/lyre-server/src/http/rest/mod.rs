@@ -403,7 +403,7 @@ impl RestRequest<'_> {
             Target::Table | Target::Collection => {
                 let query = self.search_query()?;
                 let framing = Framing::Sequence;
-                let mut response = if query.names_one_record(&self.table.schema().primary_key) {
+                let mut response = if self.table.answers_one_record(&query) {
                     answer_bounded(self.format, framing, self.table.search(&self.ctx, query))?
                 } else {
                     let (table, ctx) = (self.table.clone(), self.ctx.clone());
