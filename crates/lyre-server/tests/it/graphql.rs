@@ -194,6 +194,22 @@ async fn errors_take_graphql_shape_with_their_location() {
         s.client.post(s.rest("/graphql")).basic_auth("b", Some("pw")).body(json!({ "query": query }).to_string()).send()
     };
     assert_eq!(as_b("{ Brand { name } }").await.unwrap().status(), 200);
+    // A role that reads products but not brands learns nothing of a product's brand.
+    s.ok(json!({"operation": "add_role", "role": "products_only", "permission": {"shop": {"tables": {
+        "Product": {"read": true, "insert": false, "update": false, "delete": false, "attribute_permissions": []}}}}}))
+        .await;
+    s.ok(json!({"operation": "add_user", "username": "p", "password": "pw", "role": "products_only", "active": true}))
+        .await;
+    let nested = s
+        .client
+        .post(s.rest("/graphql"))
+        .basic_auth("p", Some("pw"))
+        .body(json!({"query": r#"{ products(id: "p1") { name brand { name } } }"#}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let text = nested.text().await.unwrap();
+    assert!(!text.contains("Acme"), "a brand the role cannot read leaked: {text}");
     let refused = as_b("{ products { id } }").await.unwrap();
     assert_eq!(refused.status(), 403);
     assert!(refused.json::<Value>().await.unwrap()["errors"][0]["message"].is_string());
