@@ -3,7 +3,8 @@
 # one Lyre server (pinned to CPU 0, one request thread) with `wrk -t1 -c32` on CPU 1:
 #
 #   rest     GET /Product/?id==<random>&select(name,price,brand{name})
-#   graphql  POST /graphql {"query": "{ Product(id: \"<random>\") { name price brand { name } } }"}
+#   graphql  POST /graphql {"query": "query P($id: ID) { Product(id: $id) { name price brand { name } } }",
+#                           "variables": {"id": "<random>"}}   (one document, as clients send it)
 #
 # Both with Basic auth, over PRODUCTS (default 10,000) products of 100 brands, for
 # DURATION seconds (default 8) per round, ROUNDS (default 5) rounds alternating.
@@ -64,7 +65,7 @@ cat >"$WORK/graphql.lua" <<LUA
 $common
 wrk.headers["Content-Type"] = "application/json"
 request = function()
-  local body = '{"query": "{ Product(id: \\\\"p' .. math.random(0, products - 1) .. '\\\\") { name price brand { name } } }"}'
+  local body = '{"query": "query P($id: ID) { Product(id: $id) { name price brand { name } } }", "variables": {"id": "p' .. math.random(0, products - 1) .. '"}}'
   return wrk.format("POST", "/graphql", nil, body)
 end
 LUA

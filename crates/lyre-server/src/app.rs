@@ -58,6 +58,8 @@ pub struct AppState {
     pub mqtt: std::sync::OnceLock<std::sync::Weak<dyn MqttService>>,
     /// The caching tables' calls to their sources and the origins' notes.
     pub cache: Arc<crate::cache::Cache>,
+    /// GraphQL documents already parsed, by their text.
+    pub graphql_documents: crate::http::graphql::Documents,
 }
 
 /// Serves MQTT over a byte stream: the broker, as the HTTP side sees it (MQTT

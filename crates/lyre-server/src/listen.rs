@@ -177,6 +177,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         stopping: stop_rx.clone(),
         mqtt: std::sync::OnceLock::new(),
         cache: Arc::new(crate::cache::Cache::new().context("setting up the HTTP client of caching tables")?),
+        graphql_documents: Default::default(),
     });
 
     let tls = crate::tls::acceptor(&config).context("setting up TLS")?;

@@ -9,7 +9,7 @@ pub(crate) mod error;
 mod etag;
 mod format;
 mod framing;
-mod graphql;
+pub(crate) mod graphql;
 mod negotiate;
 mod ops;
 mod realtime;
