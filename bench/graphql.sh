@@ -65,7 +65,7 @@ cat >"$WORK/graphql.lua" <<LUA
 $common
 wrk.headers["Content-Type"] = "application/json"
 request = function()
-  local body = '{"query": "query P($id: ID) { Product(id: $id) { name price brand { name } } }", "variables": {"id": "p' .. math.random(0, products - 1) .. '"}}'
+  local body = '{"query": "query P(\$id: ID) { Product(id: \$id) { name price brand { name } } }", "variables": {"id": "p' .. math.random(0, products - 1) .. '"}}'
   return wrk.format("POST", "/graphql", nil, body)
 end
 LUA
