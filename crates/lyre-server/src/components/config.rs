@@ -24,7 +24,7 @@ pub struct ComponentConfig {
     #[serde(default)]
     pub sources: std::collections::BTreeMap<String, crate::cache::SourceConfig>,
     /// `graphql: true`: GraphQL queries over the exported tables at `/graphql` on the
-    /// REST port (`http/graphql.rs`); options, when given as a map, turn it on too.
+    /// REST port (`http/graphql/`); options, when given as a map, turn it on too.
     #[serde(default)]
     pub graphql: Option<serde_json::Value>,
     /// `static`: files served over the REST port (see `components/statics.rs`).

@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use apollo_compiler::Node;
-use apollo_compiler::ast::{self, Definition, Document, OperationType, Selection};
+use apollo_compiler::ast::{self, Definition, OperationType, Selection};
 use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -30,6 +30,11 @@ use axum::response::{IntoResponse, Response};
 use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Comparator, Condition, Field, Operator, Query, Select, Shaped};
 use lyre_core::{Context, Object, Value};
+
+mod documents;
+
+pub use documents::Documents;
+use documents::SyntaxError;
 
 use crate::app::AppState;
 use crate::components::Exports;
@@ -44,44 +49,6 @@ const MAX_DEPTH: usize = crate::http::rest::query::MAX_PATH_DEPTH;
 /// The most fields an operation may select, fragments spread out (a document of a
 /// few lines can otherwise spread to billions).
 const MAX_FIELDS: usize = 10_000;
-
-/// How many parsed documents are kept (clients send the same few queries again and
-/// again); past it the cache starts over.
-const CACHED_DOCUMENTS: usize = 512;
-
-/// The longest document text kept parsed.
-const CACHED_TEXT: usize = 16 << 10;
-
-/// GraphQL documents already parsed, by their text: parsing took a fifth of a
-/// small query's CPU.
-#[derive(Default)]
-pub struct Documents {
-    parsed: parking_lot::Mutex<HashMap<String, Arc<Document>>>,
-}
-
-impl Documents {
-    /// The document `text` parses to, from the cache when it was parsed before;
-    /// a syntax error is a GraphQL error with its line and column.
-    fn parse(&self, text: &str) -> Result<Arc<Document>, Failure> {
-        if let Some(document) = self.parsed.lock().get(text) {
-            return Ok(document.clone());
-        }
-        let document = Arc::new(Document::parse(text, "query.graphql").map_err(|with_errors| {
-            let first = with_errors.errors.iter().next();
-            let at = first.as_ref().and_then(|d| d.line_column_range()).map(|r| (r.start.line, r.start.column));
-            let message = first.map(|d| format!("Syntax Error: {}", d.error)).unwrap_or_else(|| "Syntax Error".into());
-            invalid(message, at)
-        })?);
-        if text.len() <= CACHED_TEXT {
-            let mut parsed = self.parsed.lock();
-            if parsed.len() >= CACHED_DOCUMENTS {
-                parsed.clear();
-            }
-            parsed.insert(text.to_string(), document.clone());
-        }
-        Ok(document)
-    }
-}
 
 /// The content type of GraphQL answers.
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json; charset=utf-8";
@@ -255,7 +222,10 @@ impl Operation {
     /// Parses the document, picks the operation, resolves its variables and plans
     /// every top-level field against the exports.
     fn plan(state: &AppState, exports: &Exports, request: &GraphqlRequest) -> Result<Operation, Failure> {
-        let document = state.graphql_documents.parse(&request.query)?;
+        let document = state
+            .graphql_documents
+            .parse(&request.query)
+            .map_err(|SyntaxError { message, at }| invalid(message, at))?;
         let locate = |node: Option<apollo_compiler::parser::SourceSpan>| {
             node.and_then(|span| span.line_column_range(&document.sources)).map(|r| (r.start.line, r.start.column))
         };
@@ -674,26 +644,4 @@ fn reshape(value: Value, shape: &[Shape]) -> Value {
         out.insert(field.key.clone(), value);
     }
     Value::Object(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn documents_are_parsed_once_and_the_cache_stays_bounded() {
-        let documents = Documents::default();
-        let first = documents.parse("{ products { id } }").unwrap();
-        let again = documents.parse("{ products { id } }").unwrap();
-        assert!(Arc::ptr_eq(&first, &again), "the second request reuses the parse");
-        assert!(matches!(documents.parse("{ products { id "), Err(Failure::Document(_, Some(_)))));
-        assert_eq!(documents.parsed.lock().len(), 1, "a document that fails to parse is not kept");
-        for i in 0..CACHED_DOCUMENTS + 10 {
-            documents.parse(&format!("{{ t{i} {{ id }} }}")).unwrap();
-        }
-        assert!(documents.parsed.lock().len() <= CACHED_DOCUMENTS);
-        let long = format!("{{ products {{ {} }} }}", "id ".repeat(CACHED_TEXT));
-        documents.parse(&long).unwrap();
-        assert!(!documents.parsed.lock().contains_key(&long), "long documents are not kept");
-    }
 }
