@@ -59,7 +59,7 @@ pub struct AppState {
     /// The caching tables' calls to their sources and the origins' notes.
     pub cache: Arc<crate::cache::Cache>,
     /// GraphQL documents already parsed, by their text.
-    pub graphql_documents: crate::http::graphql::Documents,
+    pub graphql_documents: crate::http::graphql::documents::Documents,
 }
 
 /// Serves MQTT over a byte stream: the broker, as the HTTP side sees it (MQTT

@@ -31,9 +31,8 @@ use lyre_core::catalog::TableSchema;
 use lyre_core::query::{Comparator, Condition, Field, Operator, Query, Select, Shaped};
 use lyre_core::{Context, Object, Value};
 
-mod documents;
+pub(crate) mod documents;
 
-pub use documents::Documents;
 use documents::SyntaxError;
 
 use crate::app::AppState;
