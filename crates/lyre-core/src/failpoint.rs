@@ -32,8 +32,9 @@ pub(crate) fn hit_io(step: &str) -> std::io::Result<()> {
 }
 
 /// Marks the step `step`: dies or fails here when a test asked for it (a failure is
-/// [`Error::Failpoint`], an internal fault).
-pub(crate) fn hit(step: &str) -> Result<()> {
+/// [`Error::Failpoint`], an internal fault). Public for the server's own protocols
+/// (the data loader's read-then-write).
+pub fn hit(step: &str) -> Result<()> {
     for point in configured() {
         let (point, times) = match point.rsplit_once('*') {
             Some((point, n)) => (point, n.parse::<u64>().ok()),

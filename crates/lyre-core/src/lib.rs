@@ -29,7 +29,7 @@ pub mod db;
 pub mod derived;
 mod engine;
 mod error;
-mod failpoint;
+pub mod failpoint;
 mod footprint;
 mod index;
 pub mod lifecycle;

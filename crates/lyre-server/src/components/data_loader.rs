@@ -11,6 +11,10 @@
 //! (`stored`: the table may have coerced them, so the stored form is what a later
 //! comparison sees).
 //!
+//! Each record the loader updates is written only if it is still the version it
+//! read: one changed through the API in between fails the load (nothing of the file
+//! is written) instead of being overwritten.
+//!
 //! Unlike Harper, which logs a bad record and loads the rest, a bad record fails the
 //! component's load naming the file and the record, and nothing of that file is
 //! written: every record is checked first, and a file's records are written in one
@@ -18,10 +22,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use lyre_core::catalog::TableSpec;
 use lyre_core::query::Select;
-use lyre_core::{Context, Engine, Error, Object, SYSTEM_DATABASE, Table, Value, WriteMode};
+
+use lyre_core::{
+    Context, Engine, Error, Expect, Object, RecordVersion, SYSTEM_DATABASE, Table, Value, WriteMode, WriteOptions,
+};
 
 use super::config::Patterns;
 
@@ -173,7 +181,15 @@ pub async fn load(engine: &Engine, checked: Checked) -> Result<String, String> {
         .await
         .map_err(failed)?;
     let hash_ids: Vec<Value> = ids.iter().map(|id| Value::from(hash_id(&data, id))).collect();
-    let existing = by_id(table.get_many(&system, &ids, &Select::Raw).map_err(failed)?, &key);
+    // Each existing record with the version it was read at: a record changed
+    // between this read and the write fails the write (412) instead of being
+    // overwritten.
+    let mut existing = HashMap::new();
+    for id in &ids {
+        if let Some((record, version)) = table.get(&system, id).map_err(failed)? {
+            existing.insert(json(id), (record, version.time));
+        }
+    }
     let remembered = by_id(hashes.get_many(&system, &hash_ids, &Select::Raw).map_err(failed)?, "id");
 
     let name = data.table_name();
@@ -182,12 +198,13 @@ pub async fn load(engine: &Engine, checked: Checked) -> Result<String, String> {
     let mut entries = Vec::new();
     for ((record, id), hash_key) in data.records.into_iter().zip(&ids).zip(&hash_ids) {
         let file_hash = hash(&record);
-        let step = match existing.get(&json(id)) {
+        let read = existing.get(&json(id));
+        let step = match read {
             None => {
                 new += 1;
                 Step::Write
             }
-            Some(stored) => {
+            Some((stored, _)) => {
                 let now = hash(&subset(stored, &record));
                 let loaded = remembered.get(&json(hash_key));
                 let loaded_hash = loaded.and_then(|l| l.get("hash")).and_then(Value::as_str);
@@ -206,7 +223,7 @@ pub async fn load(engine: &Engine, checked: Checked) -> Result<String, String> {
             }
         };
         match step {
-            Step::Write => writes.push((record, hash_key.clone(), file_hash)),
+            Step::Write => writes.push((record, hash_key.clone(), file_hash, read.map(|(_, version)| *version))),
             Step::Adopt(stored) => {
                 skipped += 1;
                 entries.push(hash_entry(hash_key, &file_hash, Some(stored)));
@@ -216,10 +233,23 @@ pub async fn load(engine: &Engine, checked: Checked) -> Result<String, String> {
     }
     if !writes.is_empty() {
         let records: Vec<Object> = writes.iter().map(|(record, ..)| record.clone()).collect();
-        table.write_with(&system, WriteMode::Upsert, records, Default::default()).await.map_err(failed)?;
+        let expect = writes
+            .iter()
+            .map(|(.., read_at)| {
+                read_at.map(|read_at| Expect::Version(Arc::new(move |now: RecordVersion| now.time == read_at)))
+            })
+            .collect();
+        let options = WriteOptions { expect, ..Default::default() };
+        lyre_core::failpoint::hit("data-loader-write").map_err(failed)?;
+        table.write_with(&system, WriteMode::Upsert, records, options).await.map_err(|e| match e.code() {
+            lyre_core::Code::PreconditionFailed => {
+                format!("{file}: records changed while the file was loading; nothing of it was written (load it again)")
+            }
+            _ => failed(e),
+        })?;
         let written_ids: Vec<Value> = writes.iter().filter_map(|(record, ..)| record.get(&key).cloned()).collect();
         let stored = by_id(table.get_many(&system, &written_ids, &Select::Raw).map_err(failed)?, &key);
-        for (record, hash_key, file_hash) in &writes {
+        for (record, hash_key, file_hash, _) in &writes {
             let as_stored = record.get(&key).and_then(|id| stored.get(&json(id))).map(|s| hash(&subset(s, record)));
             entries.push(hash_entry(hash_key, file_hash, as_stored));
         }

@@ -361,3 +361,29 @@ async fn fastify_routes_are_refused_by_name_only_when_there_are_some() {
     let message = answer["error"].as_str().unwrap();
     assert!(message.contains("fastifyRoutes") && message.contains("routes/index.js"), "{message}");
 }
+
+#[tokio::test]
+async fn a_record_changed_while_its_file_loads_is_not_overwritten() {
+    // The loader's first three writes (the first deploy's two files, then the
+    // second deploy's dogs) wait 1.5 s between reading the records and writing them
+    // (on a request thread: the server gets two); a change through the API lands
+    // in the last gap.
+    let s =
+        TestServer::start_with(&[("LYRE_FAILPOINT", "stall:data-loader-write=1500*3"), ("THREADS_COUNT", "2")]).await;
+    let first = json!({"database": "kennel", "table": "Dog", "records": [{"id": "d1", "name": "Rex", "age": 3}]});
+    let (status, answer) = deploy_kennel(&s, &first.to_string()).await;
+    assert_eq!(status, 200, "{answer}");
+    let changed = json!({"database": "kennel", "table": "Dog", "records": [{"id": "d1", "name": "Rex", "age": 4}]});
+    let changed = changed.to_string();
+    let loading = deploy_kennel(&s, &changed);
+    let meanwhile = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        s.ok(json!({"operation": "update", "database": "kennel", "table": "Dog", "records": [{"id": "d1", "name": "Mine"}]}))
+            .await
+    };
+    let ((status, answer), _) = tokio::join!(loading, meanwhile);
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("changed while the file was loading"), "{answer}");
+    let now = records(&s, "/dogs/").await;
+    assert_eq!((now["d1"]["name"].clone(), now["d1"]["age"].clone()), (json!("Mine"), json!(3)));
+}
