@@ -125,25 +125,11 @@ ORDER+=(lyre)
 [ "${HARPER:-0}" = 1 ] && ORDER+=(harper)
 sleep 5
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# Converts wrk's latency ("612.00us", "1.23ms", "2.01s") to µs.
-to_us() { awk -v t="$1" 'BEGIN { n = t + 0; if (t ~ /us$/) print n; else if (t ~ /ms$/) print n * 1000; else print n * 1000000 }'; }
-
-TICK=$(getconf CLK_TCK)
 : >"$WORK/rounds.tsv"
 for round in $(seq 1 "$ROUNDS"); do
   for name in "${ORDER[@]}"; do
     read -r pid port <<<"${SERVERS[$name]}"
-    before=$(cpu_ticks "$pid")
-    out=$(taskset -c 1 wrk -t1 -c32 -d"${SECONDS_PER_ROUND}s" --latency -s "$WORK/requests.lua" "http://127.0.0.1:$port")
-    after=$(cpu_ticks "$pid")
-    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-    requests=$(awk '/requests in/ {print $1}' <<<"$out")
-    errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-    p50=$(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")")
-    p99=$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")
-    cpu=$(awk -v a="$before" -v b="$after" -v t="$TICK" -v n="$requests" 'BEGIN { printf "%.2f", (b - a) * 1e6 / t / n }')
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$rps" "$p50" "$p99" "$cpu" "${errors:-0}" | tee -a "$WORK/rounds.tsv"
+    wrk_round "$round" "$name" "$pid" "$port" "$WORK/requests.lua"
   done
 done
 
@@ -164,17 +150,7 @@ esac
   echo
   echo "| server | requests/s | of ceiling | of Harper | p50 µs | p99 µs | p99 vs ceiling | CPU µs/request | non-2xx |"
   echo "|---|---|---|---|---|---|---|---|---|"
-  awk -F'\t' '
-    function median(list,   n, a, i, j, t) {
-      n = split(list, a, " ")
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function span(list,   n, a, i, lo, hi) {
-      n = split(list, a, " "); lo = a[1]; hi = a[1]
-      for (i = 2; i <= n; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
-      return sprintf("%.0f–%.0f", lo, hi)
-    }
+  awk -F'\t' "$ROUND_STATS"'
     { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7
       if (!($2 in seen)) { seen[$2] = 1; order[++count] = $2 } }
     END {

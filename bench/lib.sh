@@ -136,3 +136,40 @@ workload_args() {
     *) echo "unknown workload $1" >&2; return 2 ;;
   esac
 }
+
+# One wrk round (`wrk -t1 -c32` on CPU 1 for SECONDS_PER_ROUND seconds with Lua script
+# $5) against the server of process $3 on port $4: appends "round, name, requests/s,
+# p50 µs, p99 µs, server CPU µs per request (from /proc), non-2xx" to
+# $WORK/rounds.tsv and prints it. Round $1, server name $2.
+wrk_round() {
+  local round=$1 name=$2 pid=$3 port=$4 script=$5 before after out rps requests errors p50 p99 cpu
+  before=$(cpu_ticks "$pid")
+  out=$(taskset -c 1 wrk -t1 -c32 -d"${SECONDS_PER_ROUND}s" --latency -s "$script" "http://127.0.0.1:$port")
+  after=$(cpu_ticks "$pid")
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+  p50=$(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")")
+  p99=$(to_us "$(awk '$1 == "99%" {print $2}' <<<"$out")")
+  cpu=$(awk -v a="$before" -v b="$after" -v t="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", (b - a) * 1e6 / t / n }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$rps" "$p50" "$p99" "$cpu" "${errors:-0}" | tee -a "$WORK/rounds.tsv"
+}
+
+# A process's user + system time so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Converts wrk's latency ("612.00us", "1.23ms", "2.01s") to µs.
+to_us() { awk -v t="$1" 'BEGIN { n = t + 0; if (t ~ /us$/) print n; else if (t ~ /ms$/) print n * 1000; else print n * 1000000 }'; }
+
+# awk functions for reports over rounds.tsv: median(list) and span(list) ("min–max")
+# of a space-separated list of numbers. Prepend to an awk program.
+ROUND_STATS='
+    function median(list,   n, a, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function span(list,   n, a, i, lo, hi) {
+      n = split(list, a, " "); lo = a[1]; hi = a[1]
+      for (i = 2; i <= n; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
+      return sprintf("%.0f–%.0f", lo, hi)
+    }'
