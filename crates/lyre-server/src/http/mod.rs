@@ -79,12 +79,17 @@ pub fn rest_service(state: Arc<AppState>, compression_threshold: u16) -> impl se
             let compressible = !headers.contains_key(header::CONTENT_ENCODING)
                 && !headers.contains_key(header::CONTENT_RANGE)
                 && tower_http::compression::Predicate::should_compress(&predicate, &response);
-            let varies = response
-                .headers()
-                .get_all(header::VARY)
-                .iter()
-                .any(|value| value.to_str().is_ok_and(|v| v.to_ascii_lowercase().contains("accept-encoding")));
-            if compressible && !varies {
+            // Checked only for a compressible response, without allocating: this is
+            // every plain GET's path.
+            let varies = || {
+                response.headers().get_all(header::VARY).iter().any(|value| {
+                    value
+                        .as_bytes()
+                        .windows(b"accept-encoding".len())
+                        .any(|w| w.eq_ignore_ascii_case(b"accept-encoding"))
+                })
+            };
+            if compressible && !varies() {
                 response.headers_mut().append(header::VARY, axum::http::HeaderValue::from_static("accept-encoding"));
             }
             Ok(response)
