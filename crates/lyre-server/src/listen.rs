@@ -274,7 +274,16 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
     services.shutdown().await;
     engine.shutdown().await;
     // A stop asked for while a restart shut down wins: the new image would not
-    // hear it.
+    // hear it. From here until the new image listens, a SIGTERM takes its default
+    // action (the process ends, its data already committed) instead of falling into
+    // this image's handler and being lost; one that came before is seen below.
+    if exit == Exit::Restart {
+        // SAFETY: setting a signal's disposition to its default has no preconditions,
+        // and nothing in this process relies on the handler from here on.
+        unsafe {
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+        }
+    }
     let stop_during_restart = exit == Exit::Restart
         && terminate.as_mut().is_some_and(|signal| futures_util::FutureExt::now_or_never(signal.recv()).is_some());
     let exit = if stop_during_restart {
