@@ -9,6 +9,7 @@ use lyre_store::{DatabaseOptions, Layout, VersionClock, WriterOptions};
 use parking_lot::{Mutex, RwLock};
 
 use crate::access::{CatalogView, Context, Structure, require_structure, require_super_user, require_super_user_for};
+use crate::blobs::BlobStore;
 use crate::catalog::{
     SYSTEM_DATABASE, TableDefinition, TableSpec, check_name_length, validate_attribute_name, validate_database_name,
     validate_table_name,
@@ -16,7 +17,7 @@ use crate::catalog::{
 use crate::db::Db;
 use crate::error::{Error, LifecycleError, Result};
 use crate::failpoint;
-use crate::lifecycle::files::{self, FileLock, refuse_symlink};
+use crate::lifecycle::files::{self, FileLock};
 use crate::lifecycle::marker::{Kind, Targets};
 use crate::lifecycle::{self, Blocked};
 use crate::task::blocking;
@@ -44,6 +45,9 @@ pub struct EngineOptions {
     /// How long a drop or restore waits for a database's users to leave before it
     /// gives up with 409.
     pub release_timeout: Duration,
+    /// Where blobs live (Harper's `storage.blobPaths`), each database under its
+    /// name; `<root>/blobs` when empty.
+    pub blob_paths: Vec<PathBuf>,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -62,6 +66,7 @@ impl EngineOptions {
             login_limit: Default::default(),
             databases_dir: None,
             release_timeout: Duration::from_secs(5),
+            blob_paths: Vec::new(),
         }
     }
 }
@@ -70,6 +75,8 @@ impl EngineOptions {
 pub struct Engine {
     layout: Layout,
     options: EngineOptions,
+    /// The blob paths, absolute (see [`EngineOptions::blob_paths`]).
+    blob_paths: Vec<PathBuf>,
     clock: Arc<VersionClock>,
     databases: RwLock<BTreeMap<String, Arc<Db>>>,
     /// Databases not loaded because an interrupted drop or restore could not be
@@ -88,6 +95,11 @@ pub struct Engine {
     _server_lock: FileLock,
 }
 
+/// The blob store of database `name` under `paths`.
+fn blob_store(paths: &[PathBuf], name: &str, storage: &DatabaseOptions) -> Arc<BlobStore> {
+    BlobStore::new(paths.iter().map(|path| path.join(name)).collect(), storage.durable)
+}
+
 impl Engine {
     /// Opens every database under the root and the user store. Returns the engine and
     /// the super user's generated password when one was created.
@@ -101,6 +113,7 @@ impl Engine {
         // Interrupted drops and restores are finished (or refused) before any database
         // is opened, so a half-deleted database never loads as healthy.
         let blocked = lifecycle::recover(&layout)?;
+        let blob_paths = crate::blobs::resolve_paths(layout.root(), &options.blob_paths)?;
         let clock = Arc::new(VersionClock::new(options.node_id, 0.0));
         let mut databases = BTreeMap::new();
         for entry in std::fs::read_dir(layout.databases_dir()).map_err(lyre_store::Error::from)? {
@@ -115,7 +128,9 @@ impl Engine {
             if !lifecycle::is_database_dir_name(&name) || blocked.contains_key(&name) {
                 continue;
             }
-            let db = Db::open(&name, &entry.path(), options.storage.clone(), options.writer.clone(), clock.clone())?;
+            let blobs = blob_store(&blob_paths, &name, &options.storage);
+            let db =
+                Db::open(&name, &entry.path(), options.storage.clone(), options.writer.clone(), clock.clone(), blobs)?;
             databases.insert(name, db);
         }
         let system = match databases.get(SYSTEM_DATABASE) {
@@ -127,6 +142,7 @@ impl Engine {
                     options.storage.clone(),
                     options.writer.clone(),
                     clock.clone(),
+                    blob_store(&blob_paths, SYSTEM_DATABASE, &options.storage),
                 )?;
                 databases.insert(SYSTEM_DATABASE.to_string(), db.clone());
                 db
@@ -137,6 +153,7 @@ impl Engine {
         let engine = Engine {
             layout,
             options,
+            blob_paths,
             clock,
             databases: RwLock::new(databases),
             blocked: RwLock::new(blocked),
@@ -148,6 +165,17 @@ impl Engine {
         };
         // The engine starts no background work: that is the services' (`services/`).
         Ok((Arc::new(engine), generated))
+    }
+
+    /// Database `name`'s blob store: its directory under each blob path.
+    fn blob_store(&self, name: &str) -> Arc<BlobStore> {
+        blob_store(&self.blob_paths, name, &self.options.storage)
+    }
+
+    /// Database `name`'s blob directories (a drop deletes them, a restore replaces
+    /// them).
+    pub fn blob_roots(&self, name: &str) -> Vec<PathBuf> {
+        self.blob_paths.iter().map(|path| path.join(name)).collect()
     }
 
     /// The user store.
@@ -226,6 +254,7 @@ impl Engine {
             self.options.storage.clone(),
             self.options.writer.clone(),
             self.clock.clone(),
+            self.blob_store(name),
         )?;
         let mut databases = self.databases.write();
         databases.insert(name.to_string(), db.clone());
@@ -296,8 +325,8 @@ impl Engine {
         }
         let db = self.database(name)?;
         let dir = lifecycle::absolute(db.store().dir())?;
-        refuse_symlink(&dir)?;
-        let targets = Targets { database: dir, staged: None, previous: None };
+        let targets = Targets { database: dir, staged: None, previous: None, blob_roots: Some(self.blob_roots(name)) };
+        lifecycle::refuse_links(&targets)?;
         let (marker, resumed) = lifecycle::begin(&self.layout, name, Kind::Drop, targets)?;
         failpoint::hit("drop-marked")?;
         if let Err(err) = self.release(&db).await {
@@ -349,8 +378,8 @@ impl Engine {
         let _guard = self.lifecycle.lock().await;
         let _lock = lifecycle::lock(&self.layout, name)?;
         self.check_not_blocked(name)?;
-        let targets = lifecycle::restore_targets(&self.layout, name)?;
-        refuse_symlink(&targets.database)?;
+        let targets = lifecycle::restore_targets(&self.layout, name, self.blob_roots(name))?;
+        lifecycle::refuse_links(&targets)?;
         let layout = self.layout.clone();
         let restoring = name.to_string();
         let marker = blocking(move || lifecycle::begin_restore(&layout, &restoring, targets)).await?;

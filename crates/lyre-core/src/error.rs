@@ -238,6 +238,9 @@ pub enum Error {
     /// A stored value failed to decode.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A value larger than its configured limit (a blob past `storage.maxBlobSize`).
+    #[error("{0}")]
+    TooLarge(String),
     /// Work on the blocking pool ended without an answer (it panicked).
     #[error("a background step stopped unexpectedly: {0}")]
     Stopped(String),
@@ -274,6 +277,7 @@ impl Error {
                 _ => Code::Internal,
             },
             Error::Corrupt(_) | Error::Stopped(_) => Code::Internal,
+            Error::TooLarge(_) => Code::PayloadTooLarge,
         }
     }
 

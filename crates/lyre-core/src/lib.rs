@@ -6,10 +6,11 @@
 //! (`crates/lyre-server/tests/tidy.rs` checks this), bottom to top:
 //!
 //! 1. foundation: `error`, `value`, `raw` (stored MessagePack served undecoded),
-//!    `footprint`, `time`, `failpoint`, `task`, `testing` (for tests only);
+//!    `footprint`, `time`, `failpoint`, `task`, `durable`, `testing` (for tests only);
 //! 2. model: `catalog` (schema, names, `schema.graphql`), `access` (user, context,
 //!    the permission check);
-//! 3. `record`: the stored entry codec, merges, validation, expiry rules;
+//! 3. `record`: the stored entry codec, merges, validation, expiry rules; `blobs`:
+//!    blob files beside the database;
 //! 4. `index`: secondary-index entries kept inside each write;
 //! 5. `db`: one open database (writer, leases, published schema, DDL, the log API);
 //! 6. `query`: planning and running searches;
@@ -24,9 +25,11 @@
 //! wire shapes: those live in lyre-server.
 
 pub mod access;
+pub mod blobs;
 pub mod catalog;
 pub mod db;
 pub mod derived;
+mod durable;
 mod engine;
 mod error;
 pub mod failpoint;
@@ -66,4 +69,4 @@ pub use table::{
     WriteMode, WriteOptions, WriteSummary,
 };
 pub use time::{now_ms, parse_iso8601};
-pub use value::{Object, Value, object_with_capacity};
+pub use value::{BlobRef, Object, Value, object_with_capacity};

@@ -19,7 +19,7 @@ use rmp::Marker;
 use serde::ser::{Error as _, SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
-use crate::value::{Object, Value, object_with_capacity, serialize_float};
+use crate::value::{BLOB_EXT, BlobRef, Object, Value, object_with_capacity, serialize_float};
 
 /// Nesting deeper than this is refused as corrupt, so a damaged record cannot
 /// exhaust the stack. No stored value is deeper: MessagePack bodies, the deepest a
@@ -65,6 +65,7 @@ impl Serialize for Next<'_, '_> {
             Scalar::Float(f) => serialize_float(f, serializer),
             Scalar::Str(s) => serializer.serialize_str(s),
             Scalar::Bin(b) => serializer.serialize_bytes(b),
+            Scalar::Blob(blob) => blob.placeholder().serialize(serializer),
             Scalar::Array(len) => {
                 let mut seq = serializer.serialize_seq(Some(len))?;
                 for _ in 0..len {
@@ -105,6 +106,7 @@ enum Scalar<'a> {
     Float(f64),
     Str(&'a str),
     Bin(&'a [u8]),
+    Blob(BlobRef),
     Array(usize),
     Map(usize),
 }
@@ -172,6 +174,7 @@ impl<'a> Reader<'a> {
             Scalar::Float(f) => Value::Float(f),
             Scalar::Str(s) => Value::String(s.to_owned()),
             Scalar::Bin(b) => Value::Bytes(b.to_vec()),
+            Scalar::Blob(blob) => Value::Blob(Box::new(blob)),
             Scalar::Array(len) => {
                 // Every element takes at least a byte, and a level reserves at most
                 // 4,096 (as serde does): corrupt lengths, nested or not, cannot
@@ -213,6 +216,22 @@ impl<'a> Reader<'a> {
         Ok(object)
     }
 
+    /// An extension whose length field is `width` bytes: only a blob reference.
+    fn sized_blob(&mut self, width: usize) -> Result<Scalar<'a>, &'static str> {
+        let len = self.length(width)?;
+        self.blob(len)
+    }
+
+    /// An extension of `len` data bytes after its type: only a blob reference.
+    fn blob(&mut self, len: usize) -> Result<Scalar<'a>, &'static str> {
+        let ext = self.take(1)?[0] as i8;
+        let data = self.take(len)?;
+        match ext {
+            BLOB_EXT => BlobRef::decode_ext(data).map(Scalar::Blob).ok_or("stored blob reference is malformed"),
+            _ => Err("stored value holds a MessagePack type Lyre never writes"),
+        }
+    }
+
     fn scalar(&mut self, marker: Marker) -> Result<Scalar<'a>, &'static str> {
         let utf8 = |bytes: &'a [u8]| std::str::from_utf8(bytes).map_err(|_| "stored string is not UTF-8");
         Ok(match marker {
@@ -247,6 +266,14 @@ impl<'a> Reader<'a> {
             Marker::FixMap(n) => Scalar::Map(usize::from(n)),
             Marker::Map16 => Scalar::Map(self.length(2)?),
             Marker::Map32 => Scalar::Map(self.length(4)?),
+            Marker::FixExt1 => self.blob(1)?,
+            Marker::FixExt2 => self.blob(2)?,
+            Marker::FixExt4 => self.blob(4)?,
+            Marker::FixExt8 => self.blob(8)?,
+            Marker::FixExt16 => self.blob(16)?,
+            Marker::Ext8 => self.sized_blob(1)?,
+            Marker::Ext16 => self.sized_blob(2)?,
+            Marker::Ext32 => self.sized_blob(4)?,
             _ => return Err("stored value holds a MessagePack type Lyre never writes"),
         })
     }
@@ -286,6 +313,9 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
         }
         Scalar::Float(_) => out.extend_from_slice(b"null"),
         Scalar::Str(s) => json_string(s, out),
+        Scalar::Blob(blob) => {
+            serde_json::to_writer(&mut *out, &blob.placeholder()).map_err(|_| "a blob did not render")?;
+        }
         Scalar::Bin(b) => {
             out.push(b'[');
             for (i, byte) in b.iter().enumerate() {
@@ -456,6 +486,14 @@ fn head_len(bytes: &[u8]) -> Option<(usize, usize)> {
         0xdd => (5, be(1, 4)?),
         0xde => (3, be(1, 2)? * 2),
         0xdf => (5, be(1, 4)?.checked_mul(2)?),
+        0xd4 => (3, 0),
+        0xd5 => (4, 0),
+        0xd6 => (6, 0),
+        0xd7 => (10, 0),
+        0xd8 => (18, 0),
+        0xc7 => (3 + be(1, 1)?, 0),
+        0xc8 => (4 + be(1, 2)?, 0),
+        0xc9 => (6usize.checked_add(be(1, 4)?)?, 0),
         _ => return None,
     };
     (len <= bytes.len()).then_some((len, items))

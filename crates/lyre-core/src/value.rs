@@ -44,6 +44,68 @@ pub enum Value {
     Array(Vec<Value>),
     /// An object.
     Object(Object),
+    /// A reference to a blob: a large value stored in a file beside the database
+    /// (`blobs/`). Only the server makes one (a write to a `Blob` attribute); no
+    /// request format decodes to it, so a client cannot point a record at a file.
+    Blob(Box<BlobRef>),
+}
+
+/// Where a blob's bytes are and what they are: stored in the record (MessagePack
+/// extension type [`BLOB_EXT`]) in place of the bytes themselves.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlobRef {
+    /// Which of the database's blob roots (`storage.blobPaths`) holds the file.
+    pub root: u8,
+    /// The file's id, unique within the database (random).
+    pub id: u64,
+    /// The blob's length in bytes.
+    pub size: u64,
+    /// Its media type (`application/octet-stream` when none was given).
+    pub content_type: String,
+}
+
+/// The MessagePack extension type a stored [`BlobRef`] carries.
+pub const BLOB_EXT: i8 = 11;
+
+/// The version byte that starts a stored [`BlobRef`]'s extension data.
+const BLOB_FORMAT: u8 = 1;
+
+/// What JSON shows for a blob that is not text (Harper's words).
+pub const BLOB_DESCRIPTION: &str = "Blobs that are not of type text/* can not be directly serialized as JSON, use as the body of a response or convert to another type";
+
+impl BlobRef {
+    /// The extension data: format, root, id, size, then the media type.
+    pub fn encode_ext(&self) -> Vec<u8> {
+        let mut data = Vec::with_capacity(18 + self.content_type.len());
+        data.push(BLOB_FORMAT);
+        data.push(self.root);
+        data.extend_from_slice(&self.id.to_be_bytes());
+        data.extend_from_slice(&self.size.to_be_bytes());
+        data.extend_from_slice(self.content_type.as_bytes());
+        data
+    }
+
+    /// Reads [`BlobRef::encode_ext`]'s data back; `None` when it is not that.
+    pub fn decode_ext(data: &[u8]) -> Option<BlobRef> {
+        let (&BLOB_FORMAT, rest) = data.split_first()? else { return None };
+        let (&root, rest) = rest.split_first()?;
+        let id = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+        let size = u64::from_be_bytes(rest.get(8..16)?.try_into().ok()?);
+        let content_type = std::str::from_utf8(rest.get(16..)?).ok()?.to_string();
+        Some(BlobRef { root, id, size, content_type })
+    }
+
+    /// How a blob shows inside a record rendered as JSON, CBOR or MessagePack: a
+    /// text blob as `[blob: <type>, <size> bytes]`, any other as Harper's
+    /// description object. The bytes themselves are served by `GET /T/<id>.<attr>`.
+    pub fn placeholder(&self) -> Value {
+        if self.content_type.starts_with("text") {
+            return Value::String(format!("[blob: {}, {} bytes]", self.content_type, self.size));
+        }
+        let mut object = object_with_capacity(1);
+        object.insert("description".to_string(), Value::String(BLOB_DESCRIPTION.to_string()));
+        Value::Object(object)
+    }
 }
 
 impl Value {
@@ -86,6 +148,7 @@ impl Value {
             Value::Bytes(_) => "bytes",
             Value::Array(_) => "array",
             Value::Object(_) => "object",
+            Value::Blob(_) => "blob",
         }
     }
 
@@ -182,6 +245,12 @@ pub(crate) fn write_msgpack(value: &Value, out: &mut Vec<u8>) {
         Value::Float(f) => encode::write_f64(out, *f).map_err(|_| ()),
         Value::String(s) => encode::write_str(out, s).map_err(|_| ()),
         Value::Bytes(b) => encode::write_bin(out, b).map_err(|_| ()),
+        Value::Blob(blob) => {
+            let data = blob.encode_ext();
+            let _ = encode::write_ext_meta(out, data.len() as u32, BLOB_EXT);
+            out.extend_from_slice(&data);
+            Ok(())
+        }
         Value::Array(items) => {
             let _ = encode::write_array_len(out, items.len() as u32);
             items.iter().for_each(|item| write_msgpack(item, out));
@@ -249,6 +318,7 @@ impl fmt::Display for Value {
             Value::Float(x) => write!(f, "{x}"),
             Value::String(s) => f.write_str(s),
             Value::Bytes(b) => write!(f, "<{} bytes>", b.len()),
+            Value::Blob(blob) => write!(f, "[blob: {}, {} bytes]", blob.content_type, blob.size),
             Value::Array(_) => f.write_str("[array]"),
             Value::Object(_) => f.write_str("[object]"),
         }
@@ -264,6 +334,7 @@ impl Serialize for Value {
             Value::Float(f) => serialize_float(*f, serializer),
             Value::String(s) => serializer.serialize_str(s),
             Value::Bytes(b) => serializer.serialize_bytes(b),
+            Value::Blob(blob) => blob.placeholder().serialize(serializer),
             Value::Array(items) => items.serialize(serializer),
             Value::Object(map) => map.serialize(serializer),
         }

@@ -268,7 +268,8 @@ async fn a_consumer_follows_a_restore_into_the_restored_log_under_a_new_epoch() 
     insert(1).await;
     let (first_epoch, first_seq) = next_seen(&mut rx).await;
     let backup = dir.path().join("dev.backup");
-    engine.database("dev").unwrap().backup_to(&ctx, &mut std::fs::File::create(&backup).unwrap()).unwrap();
+    let format = lyre_core::db::backup::BackupFormat::Mdb;
+    engine.database("dev").unwrap().backup_to(&ctx, format, &mut std::fs::File::create(&backup).unwrap()).unwrap();
     insert(2).await;
     let (epoch, seq) = next_seen(&mut rx).await;
     assert_eq!(epoch, first_epoch);

@@ -34,6 +34,8 @@ pub struct AppState {
     pub ops_body_limit: usize,
     /// Largest REST body, in bytes.
     pub rest_body_limit: usize,
+    /// The largest blob an upload may store (`storage.maxBlobSize`).
+    pub max_blob_size: u64,
     /// How long a request body may take to arrive (`http.timeout`).
     pub body_timeout: std::time::Duration,
     /// The memory request bodies may hold, across every request.

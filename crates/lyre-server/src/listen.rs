@@ -70,16 +70,27 @@ enum Port {
     Operations,
 }
 
-/// `lyre backup`: a consistent copy of `database` under the configured root.
-pub fn backup(config: &Config, database: &str, out: &std::path::Path) -> anyhow::Result<()> {
-    lyre_core::lifecycle::backup_offline(&layout(config), database, out, &storage_options(config))
+/// `lyre backup`: a consistent copy of `database` under the configured root (a
+/// tar when it has blobs); answers the format written.
+pub fn backup(
+    config: &Config,
+    database: &str,
+    out: &std::path::Path,
+) -> anyhow::Result<lyre_core::db::backup::BackupFormat> {
+    lyre_core::lifecycle::backup_offline(&layout(config), database, out, &storage_options(config), &blob_paths(config))
         .with_context(|| format!("backing up '{database}'"))
 }
 
 /// `lyre restore`: replaces `database` with a backup, the server not running.
 pub fn restore(config: &Config, database: &str, backup: &std::path::Path) -> anyhow::Result<()> {
-    lyre_core::lifecycle::restore_offline(&layout(config), database, backup, &storage_options(config))
+    let options = storage_options(config);
+    lyre_core::lifecycle::restore_offline(&layout(config), database, backup, &options, &blob_paths(config))
         .with_context(|| format!("restoring '{database}'"))
+}
+
+/// The configured blob paths, relative ones under the root (as Harper resolves them).
+fn blob_paths(config: &Config) -> Vec<PathBuf> {
+    config.storage.blob_paths.iter().map(|path| config.root().join(path)).collect()
 }
 
 fn layout(config: &Config) -> lyre_core::Layout {
@@ -113,6 +124,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         },
         databases_dir: config.storage.path.clone(),
         release_timeout: Duration::from_millis(config.storage.release_timeout),
+        blob_paths: blob_paths(&config),
     };
     let (engine, generated) = Engine::open(options).await.context("opening the databases")?;
     if let Some(password) = generated {
@@ -163,6 +175,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         verifying: tokio::sync::Mutex::new(()),
         ops_body_limit: config.operations_api.network.max_request_body_size,
         rest_body_limit: config.http.max_request_body_size,
+        max_blob_size: config.storage.max_blob_size,
         body_timeout: Duration::from_millis(config.http.timeout.max(1)),
         body_memory: http::body::BodyMemory::new(
             config.http.request_memory(),

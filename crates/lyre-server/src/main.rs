@@ -20,8 +20,8 @@ fn main() -> anyhow::Result<()> {
     let config = lyre_server::config::Config::load(args.root, &|name| std::env::var(name).ok())?;
     match &cli.command {
         Some(Command::Backup { database, out, .. }) => {
-            lyre_server::backup(&config, database, out)?;
-            println!("wrote a backup of '{database}' to {}", out.display());
+            let format = lyre_server::backup(&config, database, out)?;
+            println!("wrote a backup of '{database}' ({}) to {}", format.extension(), out.display());
             return Ok(());
         }
         Some(Command::Restore { database, from, .. }) => {

@@ -23,7 +23,7 @@ pub fn truth(value: &Value) -> Truth {
         Value::Int(i) => Some(*i != 0),
         Value::Float(f) => Some(*f != 0.0 && !f.is_nan()),
         Value::String(s) => Some(!s.is_empty()),
-        Value::Bytes(_) | Value::Array(_) | Value::Object(_) => Some(true),
+        Value::Bytes(_) | Value::Blob(_) | Value::Array(_) | Value::Object(_) => Some(true),
     }
 }
 
@@ -66,7 +66,7 @@ fn rank(value: &Value) -> u8 {
         Value::Bool(_) => 1,
         Value::Int(_) | Value::Float(_) => 2,
         Value::String(_) => 3,
-        Value::Bytes(_) => 4,
+        Value::Bytes(_) | Value::Blob(_) => 4,
         Value::Array(_) => 5,
         Value::Object(_) => 6,
     }
@@ -96,7 +96,7 @@ pub fn text(value: &Value) -> String {
         Value::Int(i) => i.to_string(),
         Value::Float(f) => float_text(*f),
         Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::Array(_) | Value::Object(_) => serde_json::to_string(value).unwrap_or_default(),
+        Value::Array(_) | Value::Object(_) | Value::Blob(_) => serde_json::to_string(value).unwrap_or_default(),
     }
 }
 

@@ -202,6 +202,7 @@ impl Db {
                 return Err(Error::TableNotFound { database, table: name });
             }
             if let Some(store) = txn.table(&name)? {
+                crate::blobs::queue_table_freed(txn, &store, &name)?;
                 CatalogChange::DropTable.log(txn, &store)?;
                 txn.release_table(&store)?;
             }

@@ -2,6 +2,8 @@
 //! its published schema and the leases of those using it. Table DDL is in `ddl.rs`;
 //! the transaction log's reading API and durable cursors are in `log.rs`.
 
+pub mod backup;
+mod blobs;
 mod ddl;
 pub mod derived;
 pub mod log;
@@ -18,6 +20,7 @@ use tokio::sync::watch;
 pub use ddl::CatalogChange;
 
 use crate::access::{Context, require_super_user};
+use crate::blobs::BlobStore;
 use crate::catalog::{DatabaseSchema, SYSTEM_DATABASE, SchemaState, TableSchema};
 use crate::error::{Error, Result};
 
@@ -43,6 +46,8 @@ pub struct Db {
     opened_at: f64,
     /// The live derived (vector) indexes, installed by their runners.
     derived: derived::DerivedIndexes,
+    /// The database's blob files.
+    blobs: Arc<BlobStore>,
 }
 
 /// Who holds a lease. Described only when asked (a refused drop naming its
@@ -110,6 +115,7 @@ impl Db {
         options: DatabaseOptions,
         writer: WriterOptions,
         clock: Arc<VersionClock>,
+        blobs: Arc<BlobStore>,
     ) -> Result<Arc<Db>> {
         let store = Database::open(name, dir, options)?;
         let schema = {
@@ -138,7 +144,13 @@ impl Db {
             attached: Mutex::new(Default::default()),
             opened_at: crate::time::now_ms(),
             derived: Default::default(),
+            blobs,
         }))
+    }
+
+    /// The database's blob files.
+    pub fn blobs(&self) -> &Arc<BlobStore> {
+        &self.blobs
     }
 
     /// The database's name.
@@ -307,11 +319,19 @@ impl Db {
         self.closing_signal.subscribe()
     }
 
+    /// The format a backup of this database takes now: a tar once it has blob
+    /// files ([`backup`]).
+    pub fn backup_format(&self) -> Result<backup::BackupFormat> {
+        backup::BackupFormat::for_store(&self.blobs)
+    }
+
     /// Writes a compacted, consistent copy of the database (one snapshot; writes
-    /// carry on) to `file`: what `get_backup` streams and `restore` reads back.
-    pub fn backup_to(&self, ctx: &Context, file: &mut std::fs::File) -> Result<()> {
+    /// carry on), in `format` (with its blob files when a tar), to `file`: what
+    /// `get_backup` streams and `restore` reads back.
+    pub fn backup_to(&self, ctx: &Context, format: backup::BackupFormat, file: &mut std::fs::File) -> Result<()> {
         require_super_user(ctx)?;
-        Ok(self.store.copy_to(file)?)
+        let scratch = self.store.dir().parent().unwrap_or(self.store.dir()).to_path_buf();
+        backup::write(&self.store, &self.blobs, format, &scratch, file)
     }
 
     /// Stops the writer after the queued writes are applied.

@@ -9,7 +9,7 @@
 //! ```text
 //! <database name>
 //! <drop|restore> started <RFC 3339 time>
-//! targets 1 {"database":"<absolute path>","staged":"<absolute path>"?,"previous":"<absolute path>"?}
+//! targets 1 {"database":"<absolute path>","staged":"<absolute path>"?,"previous":"<absolute path>"?,"blobRoots":["<absolute path>",…]}
 //! ```
 //!
 //! Publication is crash-safe: write `<key>.marker.staged`, fsync it, rename it over
@@ -54,6 +54,21 @@ pub struct Targets {
     /// Where a restore moves the replaced copy before deleting it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<PathBuf>,
+    /// The database's blob directories (one per blob path, each named after the
+    /// database): a drop deletes them after the database directory, a restore
+    /// replaces them. A marker without them is unreadable (the configured paths at
+    /// recovery time may not be the ones that held this database's blobs).
+    #[serde(rename = "blobRoots", default, skip_serializing_if = "Option::is_none")]
+    pub blob_roots: Option<Vec<PathBuf>>,
+}
+
+impl Targets {
+    /// Where a restore prepares the new content of blob root `root` of database
+    /// `name`: beside it, under a name no database can have.
+    pub fn staged_blobs(root: &Path, name: &str) -> PathBuf {
+        let parent = root.parent().unwrap_or(root);
+        parent.join(format!("`restore`{}.staged", key(name)))
+    }
 }
 
 /// A parsed, validated marker.
@@ -152,6 +167,24 @@ impl Marker {
         if database.components().any(|c| c == std::path::Component::ParentDir) {
             return Err(MarkerError::Unreadable(format!("the recorded path {} contains '..'", database.display())));
         }
+        let Some(blob_roots) = &self.targets.blob_roots else {
+            return Err(MarkerError::Unreadable("the marker does not record the database's blob roots".into()));
+        };
+        for root in blob_roots {
+            if !root.is_absolute() || root.components().any(|c| c == std::path::Component::ParentDir) {
+                return Err(MarkerError::Unreadable(format!(
+                    "the recorded blob root {} is not an absolute path without '..'",
+                    root.display()
+                )));
+            }
+            if root.file_name().and_then(|n| n.to_str()) != Some(self.name.as_str()) {
+                return Err(MarkerError::Unreadable(format!(
+                    "the recorded blob root {} is not named after database '{}'",
+                    root.display(),
+                    self.name
+                )));
+            }
+        }
         if self.kind == Kind::Restore && (self.targets.staged.is_none() || self.targets.previous.is_none()) {
             return Err(MarkerError::Unreadable("a restore marker must record its staging paths".into()));
         }
@@ -230,10 +263,7 @@ pub fn remove(dir: &Path, key: &str) -> std::io::Result<()> {
     }
 }
 
-/// fsyncs a directory, making renames and removals in it durable.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
+pub use crate::durable::sync_dir;
 
 #[cfg(test)]
 mod tests {
@@ -243,7 +273,12 @@ mod tests {
         Marker::new(
             name,
             Kind::Drop,
-            Targets { database: PathBuf::from(format!("/data/database/{name}")), staged: None, previous: None },
+            Targets {
+                database: PathBuf::from(format!("/data/database/{name}")),
+                staged: None,
+                previous: None,
+                blob_roots: Some(vec![PathBuf::from(format!("/data/blobs/{name}"))]),
+            },
         )
     }
 
@@ -271,6 +306,11 @@ mod tests {
         assert!(unreadable(&format!("{good}extra\n")), "trailing content");
         assert!(Marker::parse(&good, &key("other")).is_err(), "the name must match the file key");
         assert!(unreadable(&good.replace("/data/database/sales", "/data/x/../database/sales")), "'..'");
+        // The blob roots: recorded, absolute, named after the database.
+        assert!(unreadable(&good.replace(",\"blobRoots\":[\"/data/blobs/sales\"]", "")), "no blob roots");
+        assert!(unreadable(&good.replace("/data/blobs/sales", "blobs/sales")), "a relative blob root");
+        assert!(unreadable(&good.replace("/data/blobs/sales", "/data/blobs/other")), "a foreign blob root");
+        assert!(unreadable(&good.replace("/data/blobs/sales", "/data/x/../blobs/sales")), "'..' in a blob root");
     }
 
     #[test]
@@ -278,8 +318,12 @@ mod tests {
         let k = key("sales");
         let area = |suffix: &str| PathBuf::from(format!("/data/database/`restore`{k}.{suffix}"));
         let restore = |staged: PathBuf, previous: PathBuf| {
-            let targets =
-                Targets { database: "/data/database/sales".into(), staged: Some(staged), previous: Some(previous) };
+            let targets = Targets {
+                database: "/data/database/sales".into(),
+                staged: Some(staged),
+                previous: Some(previous),
+                blob_roots: Some(Vec::new()),
+            };
             Marker::parse(&Marker::new("sales", Kind::Restore, targets).encode(), &k)
         };
         assert!(restore(area("staged"), area("previous")).is_ok());

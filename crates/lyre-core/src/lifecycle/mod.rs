@@ -17,6 +17,11 @@
 //! marker that cannot be fully validated is never acted on: the database stays
 //! unloaded ("blocked") with the reason, and nothing is deleted. A restore follows the
 //! same steps, preparing the backup beside the database and swapping it in at 5.
+//!
+//! A database's blob directories (one under each blob path) are part of it: the
+//! marker records them, a drop deletes them after the database directory, and a
+//! restore prepares their new content beside them and swaps it in right after the
+//! database directory (the moment a restore commits to its new content).
 
 pub(crate) mod files;
 pub mod marker;
@@ -66,15 +71,27 @@ pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
 
 /// Where a restore prepares `name`'s copy, and where the replaced copy waits to be
 /// deleted: beside the database directories, under names no database can have (a
-/// backtick is not allowed in a database name), so a scan never loads them.
-pub(crate) fn restore_targets(layout: &Layout, name: &str) -> Result<Targets> {
+/// backtick is not allowed in a database name), so a scan never loads them. Its
+/// blob directories are `blob_roots`.
+pub(crate) fn restore_targets(layout: &Layout, name: &str, blob_roots: Vec<PathBuf>) -> Result<Targets> {
     let dir = absolute(&layout.databases_dir())?;
     let key = marker::key(name);
     Ok(Targets {
         database: dir.join(name),
         staged: Some(dir.join(format!("`restore`{key}.staged"))),
         previous: Some(dir.join(format!("`restore`{key}.previous"))),
+        blob_roots: Some(blob_roots),
     })
+}
+
+/// The blob directories `marker` records.
+fn blob_roots(marker: &Marker) -> &[PathBuf] {
+    marker.targets.blob_roots.as_deref().unwrap_or_default()
+}
+
+/// Where a restore prepares the new content of each of `marker`'s blob roots.
+fn staged_blob_dirs(marker: &Marker) -> Vec<PathBuf> {
+    blob_roots(marker).iter().map(|root| Targets::staged_blobs(root, &marker.name)).collect()
 }
 
 /// Publishes a new marker for `name`, or resumes the one left by an earlier attempt
@@ -121,25 +138,55 @@ pub(crate) fn end(layout: &Layout, name: &str) -> Result<()> {
         .map_err(|e| LifecycleError::failed("removing the lifecycle marker", e))
 }
 
-/// Step 5 of a drop: deletes exactly the recorded directory.
+/// Step 5 of a drop: deletes exactly the recorded directories: the database's,
+/// then its blob roots.
 pub(crate) fn delete_recorded(marker: &Marker) -> Result<()> {
     crate::failpoint::hit("drop-delete")?;
-    remove_dir_strictly(&marker.targets.database)
+    remove_dir_strictly(&marker.targets.database)?;
+    for root in blob_roots(marker) {
+        crate::failpoint::hit("drop-remove-blobs")?;
+        remove_dir_strictly(root)?;
+    }
+    Ok(())
 }
 
-/// Copies the backup file `backup` into the marker's staging directory and checks it
-/// is a Lyre database that opens, before anything live is touched.
+/// Refuses a recorded database directory or blob root that is a symbolic link,
+/// before anything is closed or deleted.
+pub(crate) fn refuse_links(targets: &Targets) -> Result<()> {
+    refuse_symlink(&targets.database)?;
+    targets.blob_roots.iter().flatten().try_for_each(|root| refuse_symlink(root))
+}
+
+/// Copies the backup file `backup` (a data file, or a tar with blobs) into the
+/// marker's staging directories and checks it is a Lyre database that opens,
+/// before anything live is touched. Every blob root gets a staged directory, empty
+/// when the backup has no blobs for it.
 pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -> Result<()> {
     let staged = staged_dir(marker)?;
     remove_dir_strictly(staged)?;
+    let staged_blobs = staged_blob_dirs(marker);
+    for dir in &staged_blobs {
+        remove_dir_strictly(dir)?;
+    }
     let io =
         |e: std::io::Error| LifecycleError::failed(format_args!("preparing the restore in {}", staged.display()), e);
     std::fs::create_dir_all(staged).map_err(io)?;
+    for dir in &staged_blobs {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
     let data = staged.join("data.mdb");
-    std::fs::copy(backup, &data).map_err(io)?;
+    if crate::db::backup::is_tar(backup)? {
+        crate::db::backup::extract(backup, staged, &staged_blobs)?;
+    } else {
+        std::fs::copy(backup, &data).map_err(io)?;
+    }
     crate::failpoint::hit("restore-copied")?;
     std::fs::File::open(&data).and_then(|f| f.sync_all()).map_err(io)?;
     sync_dir(staged).map_err(io)?;
+    for dir in &staged_blobs {
+        sync_dir(dir).map_err(io)?;
+        sync_parent(dir).map_err(io)?;
+    }
     let check = lyre_store::Database::open(&marker.name, staged, options.clone())
         .map_err(Error::from)
         .and_then(|db| {
@@ -179,11 +226,13 @@ pub(crate) fn stage(marker: &Marker, backup: &Path, options: &DatabaseOptions) -
 const STAGED_READY: &str = "restore-ready";
 
 /// Step 5 of a restore: the prepared copy replaces the live directory (which must be
-/// closed). Each rename is made durable before the next.
+/// closed), then the prepared blob directories replace the live ones. Each rename is
+/// made durable before the next. The copy's ready sentinel, moved in with it, stays
+/// until the blobs are in place: recovery finds it there and finishes the blobs.
 pub(crate) fn swap(marker: &Marker) -> Result<()> {
     let (live, staged, previous) = (&marker.targets.database, staged_dir(marker)?, previous_dir(marker)?);
     let io = |e: std::io::Error| LifecycleError::failed("swapping in the restored database", e);
-    refuse_symlink(live)?;
+    refuse_links(&marker.targets)?;
     remove_dir_strictly(previous)?;
     if live.exists() {
         std::fs::rename(live, previous).map_err(io)?;
@@ -192,21 +241,59 @@ pub(crate) fn swap(marker: &Marker) -> Result<()> {
     crate::failpoint::hit("restore-swap")?;
     std::fs::rename(staged, live).map_err(io)?;
     sync_parent(live).map_err(io)?;
-    let _ = std::fs::remove_file(live.join(STAGED_READY));
+    swap_blobs(marker)?;
     remove_dir_strictly(previous)
 }
 
+/// After the restored database is in place: each staged blob directory replaces
+/// its live one (whose blobs only the replaced database referenced), then the
+/// ready sentinel goes. Safe to repeat after a crash at any step: a staged
+/// directory still there has not been moved in yet.
+fn swap_blobs(marker: &Marker) -> Result<()> {
+    let io = |e: std::io::Error| LifecycleError::failed("swapping in the restored blobs", e);
+    for root in blob_roots(marker) {
+        let staged = Targets::staged_blobs(root, &marker.name);
+        if !staged.exists() {
+            continue;
+        }
+        remove_dir_strictly(root)?;
+        crate::failpoint::hit("restore-swap-blobs")?;
+        std::fs::rename(&staged, root).map_err(io)?;
+        sync_parent(root).map_err(io)?;
+    }
+    let ready = marker.targets.database.join(STAGED_READY);
+    match std::fs::remove_file(&ready) {
+        Ok(()) => sync_dir(&marker.targets.database).map_err(io),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(io(err)),
+    }
+}
+
+/// Deletes a restore's staged blob directories (the restore was undone).
+fn remove_staged_blobs(marker: &Marker) -> Result<()> {
+    staged_blob_dirs(marker).iter().try_for_each(|dir| remove_dir_strictly(dir))
+}
+
 /// `lyre restore`: replaces database `name` under a root no server is running on
-/// with the backup file `backup`, through the marker protocol.
-pub fn restore_offline(layout: &Layout, name: &str, backup: &Path, options: &DatabaseOptions) -> Result<()> {
+/// with the backup file `backup` (its blobs going under `blob_paths`, the
+/// configured `storage.blobPaths`), through the marker protocol.
+pub fn restore_offline(
+    layout: &Layout,
+    name: &str,
+    backup: &Path,
+    options: &DatabaseOptions,
+    blob_paths: &[PathBuf],
+) -> Result<()> {
     validate_database_name(name)?;
     let _server = server_lock(layout).map_err(|_| {
         busy(format!("a server is running on {}; use the restore_backup operation instead", layout.root().display()))
     })?;
     let _lock = lock(layout, name)?;
-    let marker = begin_restore(layout, name, restore_targets(layout, name)?)?;
+    let roots = crate::blobs::resolve_paths(layout.root(), blob_paths)?.iter().map(|p| p.join(name)).collect();
+    let marker = begin_restore(layout, name, restore_targets(layout, name, roots)?)?;
     if let Err(err) = stage(&marker, backup, options) {
         let _ = remove_dir_strictly(staged_dir(&marker)?);
+        let _ = remove_staged_blobs(&marker);
         end(layout, name)?;
         return Err(err);
     }
@@ -214,19 +301,29 @@ pub fn restore_offline(layout: &Layout, name: &str, backup: &Path, options: &Dat
     end(layout, name)
 }
 
-/// `lyre backup`: writes a compacted, consistent copy of database `name` to `out`.
+/// `lyre backup`: writes a compacted, consistent copy of database `name` (with its
+/// blobs, from under `blob_paths`: then a tar) to `out`; answers the format written.
 /// Safe while a server runs on the root (LMDB allows readers in other processes).
-pub fn backup_offline(layout: &Layout, name: &str, out: &Path, options: &DatabaseOptions) -> Result<()> {
+pub fn backup_offline(
+    layout: &Layout,
+    name: &str,
+    out: &Path,
+    options: &DatabaseOptions,
+    blob_paths: &[PathBuf],
+) -> Result<crate::db::backup::BackupFormat> {
     validate_database_name(name)?;
     let dir = layout.database_dir(name);
     if !dir.join("data.mdb").exists() {
         return Err(Error::DatabaseNotFound(name.to_string()));
     }
     let db = lyre_store::Database::open(name, &dir, options.clone())?;
+    let roots = crate::blobs::resolve_paths(layout.root(), blob_paths)?.iter().map(|p| p.join(name)).collect();
+    let blobs = crate::blobs::BlobStore::new(roots, options.durable);
+    let format = crate::db::backup::BackupFormat::for_store(&blobs)?;
     let mut file = std::fs::File::create(out).map_err(|e| Error::Store(lyre_store::Error::from(e)))?;
-    db.copy_to(&mut file)?;
+    crate::db::backup::write(&db, &blobs, format, layout.databases_dir().as_path(), &mut file)?;
     file.sync_all().map_err(|e| Error::Store(lyre_store::Error::from(e)))?;
-    Ok(())
+    Ok(format)
 }
 
 /// Finishes or undoes every interrupted drop and restore under `layout`, before any
@@ -299,11 +396,15 @@ fn settle(layout: &Layout, found: &Marker) -> Result<()> {
         }
         Kind::Restore => {
             let (live, staged) = (&found.targets.database, staged_dir(found)?);
-            if !live.exists() && staged.join(STAGED_READY).exists() {
+            if live.join(STAGED_READY).exists() {
+                // It crashed after the restored database went in: put its blobs in.
+                swap_blobs(found)?;
+                tracing::info!(database = %found.name, "finished an interrupted restore's blobs");
+            } else if !live.exists() && staged.join(STAGED_READY).exists() {
                 // It crashed mid-swap: complete it.
                 std::fs::rename(staged, live).map_err(|e| LifecycleError::failed("finishing a restore", e))?;
                 sync_parent(live).map_err(|e| LifecycleError::failed("finishing a restore", e))?;
-                let _ = std::fs::remove_file(live.join(STAGED_READY));
+                swap_blobs(found)?;
                 tracing::info!(database = %found.name, "finished an interrupted restore");
             } else if !live.exists() && previous_dir(found)?.exists() {
                 // The replaced database was moved aside but no checked copy is ready
@@ -312,10 +413,12 @@ fn settle(layout: &Layout, found: &Marker) -> Result<()> {
                     .map_err(|e| LifecycleError::failed("undoing a restore", e))?;
                 sync_parent(live).map_err(|e| LifecycleError::failed("undoing a restore", e))?;
                 remove_dir_strictly(staged)?;
+                remove_staged_blobs(found)?;
                 tracing::info!(database = %found.name, "undid an interrupted restore; the database was put back");
             } else {
                 // It never reached the swap: the live database is intact.
                 remove_dir_strictly(staged)?;
+                remove_staged_blobs(found)?;
                 tracing::info!(database = %found.name, "undid an interrupted restore; the database is unchanged");
             }
             remove_dir_strictly(previous_dir(found)?)?;
@@ -366,7 +469,7 @@ mod tests {
         // that validate when read back.
         std::fs::create_dir(dir.path().join("x")).unwrap();
         let layout = Layout::new(dir.path().join("x/../root"));
-        let targets = restore_targets(&layout, "sales").unwrap();
+        let targets = restore_targets(&layout, "sales", Vec::new()).unwrap();
         assert!(!targets.database.to_string_lossy().contains(".."), "{}", targets.database.display());
         let marker = Marker::new("sales", Kind::Restore, targets);
         assert!(Marker::parse(&marker.encode(), &marker::key("sales")).is_ok());
@@ -382,7 +485,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
         std::fs::create_dir_all(layout.databases_dir()).unwrap();
-        let targets = restore_targets(&layout, "sales").unwrap();
+        let targets = restore_targets(&layout, "sales", Vec::new()).unwrap();
         let previous = targets.previous.clone().unwrap();
         let staged = targets.staged.clone().unwrap();
         // Crashed after moving the live database aside, with an unchecked staged copy.

@@ -156,6 +156,7 @@ pub(crate) fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value
         "Boolean" => matches!(value, Value::Bool(_)),
         "Date" => matches!(value, Value::Int(_) | Value::Float(_) | Value::String(_)),
         "Bytes" => matches!(value, Value::Bytes(_)),
+        "Blob" => matches!(value, Value::String(_) | Value::Bytes(_) | Value::Blob(_)),
         _ => true,
     };
     if ok {
@@ -170,6 +171,7 @@ pub(crate) fn validate_scalar(path: &str, type_name: Option<&str>, value: &Value
         "Boolean" => "must be a boolean".to_string(),
         "Date" => "must be a date".to_string(),
         "Bytes" => "must be binary data".to_string(),
+        "Blob" => "must be a blob (text or binary data)".to_string(),
         other => format!("must be of type {other}"),
     };
     Err(Error::invalid(format!("Value {} in property {path} {expected}", shown(value))))

@@ -5,6 +5,7 @@
 //! * `retention.rs`: removes log entries older than `logging.auditRetention`, never
 //!   past the slowest durable cursor, and drops cursors whose consumers are gone.
 //! * `expiry.rs`: the sweeper that evicts expired records.
+//! * `blobs.rs`: the reclaimer that removes the files of blobs writes freed.
 //! * `consistency.rs`: the checker that walks indexes against records.
 //! * `jobs.rs`: operations answered with a job id, run as tasks of the services.
 //! * `derived.rs`: the runners that keep vector indexes up to date from the log,
@@ -22,6 +23,7 @@
 //! ([`Tasks`]), so none outlives the services.
 
 mod audit;
+mod blobs;
 mod consistency;
 mod derived;
 mod expiry;
@@ -174,6 +176,7 @@ impl Services {
         let jobs = Jobs::open(engine, tasks.clone()).await?;
         tasks.spawn(expiry::sweep_forever(Arc::downgrade(engine), tasks.stopping()));
         tasks.spawn(derived::supervise(Arc::downgrade(engine), tasks.stopping()));
+        tasks.spawn(blobs::reclaim_forever(Arc::downgrade(engine), tasks.stopping()));
         if let Some(retention) = options.audit_retention {
             let limits = retention::Limits { retention, consumer_timeout: options.consumer_timeout };
             tasks.spawn(retention::keep_within(Arc::downgrade(engine), limits, tasks.stopping()));

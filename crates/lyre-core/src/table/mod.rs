@@ -137,9 +137,22 @@ impl Table {
         records: Vec<Object>,
         options: WriteOptions,
     ) -> Result<WriteSummary> {
-        // Insert needs insert permission, update needs update, the rest need both, on
-        // the table and on every attribute a record sets: a record touching one the
-        // role may not write refuses the whole request.
+        // A record touching an attribute the role may not write refuses the request.
+        let access = self.write_access(ctx, mode, records.iter().flat_map(|r| r.keys().map(String::as_str)))?;
+        let mut prepared = write::prepare(&self.schema, mode, records, options.expect)?;
+        let blobs = write::store_blobs(self, &mut prepared).await?;
+        write::apply(self, ctx, mode, prepared, options.at, access, blobs).await
+    }
+
+    /// What `ctx` may write here in `mode`, refused unless it may set every one of
+    /// the attributes `names`: insert needs insert permission, update needs update,
+    /// the rest need both, on the table and on every attribute a record sets.
+    fn write_access<'n>(
+        &self,
+        ctx: &Context,
+        mode: WriteMode,
+        names: impl Iterator<Item = &'n str>,
+    ) -> Result<TableAccess> {
         let actions: &[Action] = match mode {
             WriteMode::Insert => &[Action::Insert],
             WriteMode::Update => &[Action::Update],
@@ -147,11 +160,51 @@ impl Table {
         };
         let access = self.access(ctx, actions)?;
         if access.restricts_attributes() {
-            let names = records.iter().flat_map(|r| r.keys().map(String::as_str));
             access.require_attributes(names, actions, &self.schema.primary_key)?;
         }
-        let prepared = write::prepare(&self.schema, mode, records, options.expect)?;
-        write::apply(self, ctx, mode, prepared, options.at, access).await
+        Ok(access)
+    }
+
+    /// The blob files of this table's database (uploads are written there before
+    /// [`Table::put_blob`] stores their reference; reads open them there).
+    pub fn blobs(&self) -> &Arc<crate::blobs::BlobStore> {
+        self.db().blobs()
+    }
+
+    /// Refuses, before a blob upload is read, one `ctx` could not store in
+    /// attribute `attribute` of record `id` ([`Table::put_blob`]): the attribute
+    /// must be a declared `Blob` the role may write.
+    pub fn check_blob_write(&self, ctx: &Context, attribute: &str) -> Result<()> {
+        let declared = self.schema.attribute(attribute).and_then(|a| a.type_name.as_deref());
+        if declared != Some(crate::blobs::BLOB_TYPE) {
+            return Err(Error::invalid(format!(
+                "{}.{attribute} is not a Blob attribute; only a Blob takes an upload",
+                self.schema.name
+            )));
+        }
+        self.write_access(ctx, WriteMode::Upsert, std::iter::once(attribute)).map(drop)
+    }
+
+    /// Stores the uploaded blob `blob` as attribute `attribute` of record `id`
+    /// (creating the record if absent; the blob it replaces is freed), under the
+    /// conditions in `options`. The blob's file stays only if the write commits its
+    /// reference.
+    pub async fn put_blob(
+        &self,
+        ctx: &Context,
+        id: Value,
+        attribute: &str,
+        blob: crate::blobs::PendingBlob,
+        options: WriteOptions,
+    ) -> Result<WriteSummary> {
+        self.check_blob_write(ctx, attribute)?;
+        let access = self.write_access(ctx, WriteMode::Upsert, std::iter::once(attribute))?;
+        let reference = blob.reference().cloned().ok_or_else(|| Error::Corrupt("a kept blob was uploaded".into()))?;
+        let mut body = Object::default();
+        body.insert(attribute.to_string(), Value::Blob(Box::new(reference)));
+        let records = vec![with_key(&self.schema, id, body)];
+        let prepared = write::prepare(&self.schema, WriteMode::Upsert, records, options.expect)?;
+        write::apply(self, ctx, WriteMode::Upsert, prepared, options.at, access, blob.into()).await
     }
 
     /// Publishes `message` to the record with primary key `id` without changing any
@@ -687,10 +740,12 @@ impl RecordBody {
     pub fn into_object(self) -> Result<Object> {
         match self {
             RecordBody::Decoded(record) => Ok(record),
-            RecordBody::Stored(bytes) => match Value::from_msgpack(&bytes)? {
-                Value::Object(record) => Ok(record),
-                other => Err(Error::Corrupt(format!("a stored record is a {}", other.type_name()))),
-            },
+            RecordBody::Stored(bytes) => {
+                match crate::raw::decode_value(&bytes).map_err(|e| Error::Corrupt(e.into()))? {
+                    Value::Object(record) => Ok(record),
+                    other => Err(Error::Corrupt(format!("a stored record is a {}", other.type_name()))),
+                }
+            }
         }
     }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use lyre_store::{OwnedKey, RecordHeader, TableStore, Version, WriteTxn, decode_key};
 
 use crate::access::{Context, TableAccess};
+use crate::blobs::{self, PendingBlobs};
 use crate::catalog::{Attribute, AttributeSpec, CREATED_TIME, SchemaState, Stamp, TableSchema, UPDATED_TIME};
 use crate::db::{CatalogChange, last_updated_key};
 use crate::error::{Error, Result};
@@ -119,6 +120,25 @@ pub(crate) fn prepare(
         .collect()
 }
 
+/// Writes the blob files the prepared records bring (values of `Blob` attributes,
+/// copies of references) before their job is queued; the records then hold the
+/// references. Nothing to do, and nothing spent, for records without blobs.
+pub(crate) async fn store_blobs(table: &Table, prepared: &mut Vec<Prepared>) -> Result<PendingBlobs> {
+    let schema = table.schema().clone();
+    if !blobs::brings_blobs(&schema, prepared.iter().map(|p| &p.record)) {
+        return Ok(PendingBlobs::default());
+    }
+    let store = table.db().blobs().clone();
+    let mut taken = std::mem::take(prepared);
+    let (taken, pending) = crate::task::blocking(move || {
+        let pending = blobs::materialize(&store, &schema, taken.iter_mut().map(|p| &mut p.record))?;
+        Ok((taken, pending))
+    })
+    .await?;
+    *prepared = taken;
+    Ok(pending)
+}
+
 /// What [`prepare`] refuses in one record, checked alone: its attributes and values,
 /// and the primary key a write in `mode` (or a `conditional` one) needs.
 pub(crate) fn check(table: &TableSchema, mode: WriteMode, record: &Object, conditional: bool) -> Result<()> {
@@ -154,6 +174,7 @@ pub(crate) async fn apply(
     records: Vec<Prepared>,
     at: Option<Version>,
     access: TableAccess,
+    blobs: PendingBlobs,
 ) -> Result<WriteSummary> {
     let name = table.schema().name.clone();
     let database = table.database().to_string();
@@ -161,40 +182,59 @@ pub(crate) async fn apply(
     table
         .db()
         .write(ctx, mode.operation(), move |txn, state| {
-            if let Some(at) = at {
-                txn.set_version(at);
-            }
-            let mut job = WriteJob::start(txn, state, &database, &name, at.is_some())?;
-            job.keep_unwritable = access.restricts_attributes().then_some(access);
-            // Keys first, so the checks see the records the writes will write.
-            let mut records = records;
-            job.assign_keys(txn, &mut records)?;
-            // Check every condition and increment before the first write (the
-            // writer's contract: a job that fails after writing aborts its batch).
-            for prepared in &records {
-                if let (Some(expect), Some((key, id))) = (&prepared.expect, &prepared.key) {
-                    job.check(txn, key, id, expect)?;
-                }
-            }
-            if records.len() > 1 {
-                // A single record's sums are checked in `write_one`, before it writes.
-                job.check_increments(txn, mode, &records)?;
-            }
-            // The last check: it records the dimensions a first vector sets.
-            job.check_vector_dimensions(txn, &records)?;
-            let mut summary = WriteSummary {
-                written: Vec::new(),
-                skipped: Vec::new(),
-                new_attributes: Vec::new(),
-                txn_time: txn.version().time,
-            };
-            for prepared in records {
-                job.write_one(txn, state, mode, prepared, &mut summary)?;
-            }
-            job.finish(txn, state)?;
-            Ok(summary)
+            // The blob files the records name stay only if this job runs; if it
+            // fails (or never runs: `blobs` is dropped with the closure) they go.
+            let written = apply_job(txn, state, &database, &name, mode, records, at, access);
+            blobs.settle(&written);
+            written
         })
         .await
+}
+
+/// The body of [`apply`]'s writer job.
+#[allow(clippy::too_many_arguments)]
+fn apply_job(
+    txn: &mut WriteTxn<'_, '_>,
+    state: &mut SchemaState,
+    database: &str,
+    name: &str,
+    mode: WriteMode,
+    records: Vec<Prepared>,
+    at: Option<Version>,
+    access: TableAccess,
+) -> Result<WriteSummary> {
+    if let Some(at) = at {
+        txn.set_version(at);
+    }
+    let mut job = WriteJob::start(txn, state, database, name, at.is_some())?;
+    job.keep_unwritable = access.restricts_attributes().then_some(access);
+    // Keys first, so the checks see the records the writes will write.
+    let mut records = records;
+    job.assign_keys(txn, &mut records)?;
+    // Check every condition and increment before the first write (the
+    // writer's contract: a job that fails after writing aborts its batch).
+    for prepared in &records {
+        if let (Some(expect), Some((key, id))) = (&prepared.expect, &prepared.key) {
+            job.check(txn, key, id, expect)?;
+        }
+    }
+    if records.len() > 1 {
+        // A single record's sums are checked in `write_one`, before it writes.
+        job.check_increments(txn, mode, &records)?;
+    }
+    // The last check: it records the dimensions a first vector sets.
+    job.check_vector_dimensions(txn, &records)?;
+    let mut summary = WriteSummary {
+        written: Vec::new(),
+        skipped: Vec::new(),
+        new_attributes: Vec::new(),
+        txn_time: txn.version().time,
+    };
+    for prepared in records {
+        job.write_one(txn, state, mode, prepared, &mut summary)?;
+    }
+    job.finish(txn, state)?;
+    Ok(summary)
 }
 
 /// Deletes records by primary key as one logical transaction; each may carry a
@@ -242,6 +282,7 @@ pub(crate) async fn delete(
                     continue;
                 }
                 update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old.record), None)?;
+                blobs::queue_freed(txn, &job.table.name, Some(&old.record), None)?;
                 txn.delete_record(&job.store, &key)?;
                 job.changed = true;
                 // An expired record is removed all the same, but it was not there to delete.
@@ -300,6 +341,7 @@ pub(crate) async fn evict(table: &Table, ctx: &Context, keys: Vec<Vec<u8>>, now:
                     continue;
                 }
                 update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old.record), None)?;
+                blobs::queue_freed(txn, &job.table.name, Some(&old.record), None)?;
                 txn.delete_record(&job.store, &key)?;
                 removed += 1;
             }
@@ -534,6 +576,7 @@ impl WriteJob {
         let mut new = merged.record;
         self.stamp(&mut new, existing.map(|e| &e.record), merged.version.time);
         let old = stored.as_ref().map(|e| &e.record);
+        blobs::queue_freed(txn, &self.table.name, old, Some(&new))?;
         let newly_multi = update_record_indexes(&mut self.index_changes, &self.table, &key, old, Some(&new))?;
         if !newly_multi.is_empty() {
             let schema = Arc::make_mut(state);

@@ -400,6 +400,33 @@ pub struct StorageConfig {
     /// searches, requests) to finish, in milliseconds, before answering 409.
     #[serde(default = "default_release_timeout")]
     pub release_timeout: u64,
+    /// Where blobs live (Harper's key: one path or a list; new blobs go to the one
+    /// with the most free space); `<rootPath>/blobs` when unset.
+    #[serde(default, deserialize_with = "one_or_many_paths")]
+    pub blob_paths: Vec<PathBuf>,
+    /// The largest blob an upload (`PUT /T/<id>.<attr>`) may store, in bytes
+    /// (Lyre's own key); past it the upload is refused with 413.
+    #[serde(default = "default_max_blob_size")]
+    pub max_blob_size: u64,
+}
+
+fn default_max_blob_size() -> u64 {
+    1 << 30
+}
+
+/// A path or a list of paths (Harper accepts either for `storage.blobPaths`).
+fn one_or_many_paths<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(PathBuf),
+        Many(Vec<PathBuf>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(deserializer)? {
+        None => Vec::new(),
+        Some(OneOrMany::One(path)) => vec![path],
+        Some(OneOrMany::Many(paths)) => paths,
+    })
 }
 
 fn default_release_timeout() -> u64 {
@@ -464,6 +491,8 @@ impl Default for Config {
                 max_database_size: 256 << 30,
                 path: None,
                 release_timeout: default_release_timeout(),
+                blob_paths: Vec::new(),
+                max_blob_size: default_max_blob_size(),
             },
             tls: TlsConfig::default(),
             analytics: AnalyticsConfig::default(),

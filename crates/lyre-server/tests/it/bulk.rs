@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TestServer, finished_job, run_job as load};
+use crate::support::{TestServer, anonymous_kib, finished_job, run_job as load, status_kib};
 
 /// The records of dev.`table`, in id order.
 async fn records(s: &TestServer, table: &str) -> Value {
@@ -181,22 +181,6 @@ async fn a_file_loads_for_a_super_user_only_and_other_loads_need_write_permissio
     }
     let found = s.ok(json!({"operation": "search_by_id", "database": "dev", "table": "dog", "ids": [7]})).await;
     assert_eq!(found, json!([]));
-}
-
-/// Anonymous memory (heap) the server holds now, in KiB: file-backed pages (the
-/// database's map) are left out, since they belong to the OS cache.
-fn anonymous_kib(pid: u32) -> u64 {
-    status_kib(pid, "RssAnon:")
-}
-
-/// A `/proc/<pid>/status` figure in KiB (0 when unreadable).
-fn status_kib(pid: u32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(key))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 #[tokio::test]

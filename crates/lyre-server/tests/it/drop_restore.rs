@@ -170,19 +170,32 @@ fn base64_basic(user: &str, password: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
 }
 
-/// A crash at each step of a drop: the next start finishes it.
+/// A blob file of database `database` (what a `Blob` attribute stores), written
+/// straight into its blob root.
+fn seed_blob(s: &TestServer, database: &str) -> std::path::PathBuf {
+    let file = s.root().join(format!("blobs/{database}/00/0000000000000001"));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, b"blob bytes").unwrap();
+    file
+}
+
+/// A crash at each step of a drop: the next start finishes it, blob root included.
 #[tokio::test]
 async fn a_crash_at_any_drop_step_is_finished_at_restart() {
-    for step in ["drop-marked", "drop-closed", "drop-deleted"] {
+    for step in ["drop-marked", "drop-closed", "drop-remove-blobs", "drop-deleted"] {
         let mut s = TestServer::start_with(&[("LYRE_FAILPOINT", &format!("crash:{step}"))]).await;
         seed(&s, "doomed", 100).await;
         seed(&s, "kept", 10).await;
+        seed_blob(&s, "doomed");
+        let kept_blob = seed_blob(&s, "kept");
         crash_on(&s, json!({"operation": "drop_database", "database": "doomed"})).await;
         s.wait_exit();
         assert!(marker_path(s.root(), "doomed").exists(), "{step}: the marker survives the crash");
         s.set_env("LYRE_FAILPOINT", None);
         s.start_again().await;
         assert!(!s.root().join("database/doomed").exists(), "{step}: the drop was finished");
+        assert!(!s.root().join("blobs/doomed").exists(), "{step}: with its blob root");
+        assert!(kept_blob.exists(), "{step}: another database's blobs stay");
         assert!(!marker_path(s.root(), "doomed").exists(), "{step}: the marker is gone");
         let listed = databases(&s).await;
         assert!(!listed.contains(&"doomed".to_string()) && listed.contains(&"kept".to_string()), "{step}: {listed:?}");
@@ -196,19 +209,30 @@ async fn a_crash_at_any_drop_step_is_finished_at_restart() {
 async fn recovery_deletes_what_the_marker_recorded_not_what_the_config_says() {
     let base = tempfile::tempdir().unwrap();
     let (old, new) = (base.path().join("old"), base.path().join("new"));
-    let mut s =
-        TestServer::start_with(&[("STORAGE_PATH", old.to_str().unwrap()), ("LYRE_FAILPOINT", "crash:drop-marked")])
-            .await;
+    let (old_blobs, new_blobs) = (base.path().join("old-blobs"), base.path().join("new-blobs"));
+    let mut s = TestServer::start_with(&[
+        ("STORAGE_PATH", old.to_str().unwrap()),
+        ("STORAGE_BLOBPATHS", old_blobs.to_str().unwrap()),
+        ("LYRE_FAILPOINT", "crash:drop-marked"),
+    ])
+    .await;
     seed(&s, "dev", 10).await;
+    std::fs::create_dir_all(old_blobs.join("dev/00")).unwrap();
+    std::fs::write(old_blobs.join("dev/00/0000000000000001"), "a blob").unwrap();
     crash_on(&s, json!({"operation": "drop_database", "database": "dev"})).await;
     s.wait_exit();
-    std::fs::create_dir_all(new.join("dev")).unwrap();
-    std::fs::write(new.join("dev/sentinel.txt"), "unrelated").unwrap();
+    for dir in [&new, &new_blobs] {
+        std::fs::create_dir_all(dir.join("dev")).unwrap();
+        std::fs::write(dir.join("dev/sentinel.txt"), "unrelated").unwrap();
+    }
     s.set_env("LYRE_FAILPOINT", None);
     s.set_env("STORAGE_PATH", Some(new.to_str().unwrap()));
+    s.set_env("STORAGE_BLOBPATHS", Some(new_blobs.to_str().unwrap()));
     s.start_again().await;
     assert!(!old.join("dev").exists(), "the recorded directory was deleted");
+    assert!(!old_blobs.join("dev").exists(), "the recorded blob root was deleted");
     assert_eq!(std::fs::read_to_string(new.join("dev/sentinel.txt")).unwrap(), "unrelated");
+    assert_eq!(std::fs::read_to_string(new_blobs.join("dev/sentinel.txt")).unwrap(), "unrelated");
     assert!(!marker_path(s.root(), "dev").exists());
 }
 
@@ -256,6 +280,25 @@ async fn a_symlinked_database_is_never_deleted_through() {
     assert!(!marker_path(s.root(), "linked").exists());
     let found = s.ok(json!({"operation": "search_by_id", "database": "linked", "table": "t", "ids": [1]})).await;
     assert_eq!(found.as_array().unwrap().len(), 1, "the database still works");
+}
+
+/// A blob root that is a symbolic link is refused too, before anything changes.
+#[tokio::test]
+async fn a_symlinked_blob_root_is_never_deleted_through() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let s = TestServer::start().await;
+    seed(&s, "linked", 10).await;
+    let real = elsewhere.path().join("linked");
+    std::fs::create_dir_all(&real).unwrap();
+    std::fs::write(real.join("sentinel.txt"), "keep me").unwrap();
+    std::fs::create_dir_all(s.root().join("blobs")).unwrap();
+    std::os::unix::fs::symlink(&real, s.root().join("blobs/linked")).unwrap();
+    let (status, body) = s.op(json!({"operation": "drop_database", "database": "linked"})).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("is a symbolic link"), "{body}");
+    assert_eq!(std::fs::read_to_string(real.join("sentinel.txt")).unwrap(), "keep me");
+    assert!(s.root().join("database/linked/data.mdb").exists(), "nothing was deleted");
+    assert!(!marker_path(s.root(), "linked").exists());
 }
 
 /// A failed removal keeps the marker and reports the error; the database stays

@@ -2,6 +2,7 @@
 
 mod admin;
 mod bench_smoke;
+mod blobs;
 mod bulk;
 mod cache;
 mod cli;

@@ -348,3 +348,20 @@ pub fn basic(user: &str, password: &str) -> String {
     use base64::Engine as _;
     format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
 }
+
+/// Anonymous memory (heap) process `pid` holds now, in KiB: file-backed pages (the
+/// database's map, files read or written) are left out, since they belong to the
+/// OS cache.
+pub fn anonymous_kib(pid: u32) -> u64 {
+    status_kib(pid, "RssAnon:")
+}
+
+/// A `/proc/<pid>/status` figure in KiB (0 when unreadable).
+pub fn status_kib(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}

@@ -110,7 +110,7 @@ pub async fn describe_metric(state: &Arc<AppState>, mut params: Params, format: 
             Value::String(_) => "string",
             Value::Bool(_) => "boolean",
             Value::Int(_) | Value::Float(_) => "number",
-            Value::Null | Value::Array(_) | Value::Object(_) | Value::Bytes(_) => "object",
+            Value::Null | Value::Array(_) | Value::Object(_) | Value::Bytes(_) | Value::Blob(_) => "object",
         };
         let mut attribute = Object::default();
         attribute.insert("name".into(), name.into());

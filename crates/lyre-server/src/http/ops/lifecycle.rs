@@ -1,4 +1,5 @@
-//! get_backup, restore_backup, and Lyre's get_lifecycle_status.
+//! get_backup, restore_backup, cleanup_orphan_blobs, and Lyre's
+//! get_lifecycle_status.
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -8,6 +9,7 @@ use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use lyre_core::db::backup::BackupFormat;
 use lyre_core::{Code, Context, Object, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -19,13 +21,15 @@ use crate::http::ops::{Params, message, reply};
 /// Bytes read from the copy per chunk sent to the socket.
 const CHUNK: usize = 256 * 1024;
 
-/// `get_backup`: streams a compacted, consistent copy of the database (its LMDB data
-/// file) while writes continue. The copy holds a lease on the database, so a drop
-/// waits for it (or answers 409 naming it).
+/// `get_backup`: streams a compacted, consistent copy of the database while writes
+/// continue: its LMDB data file (`<db>.mdb`), or, once it has blobs, a tar of the
+/// data file and the blob files (`<db>.tar`). The copy holds a lease on the
+/// database, so a drop waits for it (or answers 409 naming it).
 pub async fn get_backup(state: &Arc<AppState>, ctx: &Context, mut params: Params) -> Result<Response, ApiError> {
     let name = params.database()?;
     lyre_core::access::require_super_user(ctx)?;
     let db = state.engine.database(&name)?;
+    let backup_format = db.backup_format()?;
     let lease = db.lease(format!("a backup of '{name}' for {}", ctx.username()));
     let (reader, writer) =
         std::io::pipe().map_err(|e| ApiError::new(Code::Internal, format!("starting the backup failed: {e}")))?;
@@ -33,7 +37,7 @@ pub async fn get_backup(state: &Arc<AppState>, ctx: &Context, mut params: Params
     let copy_ctx = ctx.clone();
     tokio::task::spawn_blocking(move || {
         let mut file = std::fs::File::from(OwnedFd::from(writer));
-        let copied = lease.db().backup_to(&copy_ctx, &mut file);
+        let copied = lease.db().backup_to(&copy_ctx, backup_format, &mut file);
         drop(file); // end of stream for the reader
         drop(lease);
         let _ = done_tx.send(copied);
@@ -41,11 +45,12 @@ pub async fn get_backup(state: &Arc<AppState>, ctx: &Context, mut params: Params
     let (chunk_tx, mut chunk_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || forward(reader, chunk_tx, done_rx));
     let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| chunk_rx.poll_recv(cx)));
-    let disposition = format!("attachment; filename=\"{name}.mdb\"");
-    Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream".to_string()), (header::CONTENT_DISPOSITION, disposition)],
-        body,
-    )
+    let disposition = format!("attachment; filename=\"{name}.{}\"", backup_format.extension());
+    let content_type = match backup_format {
+        BackupFormat::Tar => "application/x-tar",
+        BackupFormat::Mdb => "application/octet-stream",
+    };
+    Ok(([(header::CONTENT_TYPE, content_type.to_string()), (header::CONTENT_DISPOSITION, disposition)], body)
         .into_response())
 }
 
@@ -99,6 +104,41 @@ pub async fn restore_backup(
     let backup = std::path::PathBuf::from(&file);
     detached(async move { engine.restore_database(&ctx, &database, &backup).await }).await?;
     message(format, format!("database '{name}' restored from {file}"))
+}
+
+/// `cleanup_orphan_blobs`: starts a job removing the database's blob files that no
+/// record references (a crash between writing a blob and committing its record
+/// leaves them). Answers at once, with Harper's message and the job's id; the job's
+/// result says how many files went.
+pub async fn cleanup_orphan_blobs(
+    state: &Arc<AppState>,
+    ctx: &Context,
+    mut params: Params,
+    format: Format,
+) -> Result<Response, ApiError> {
+    let Some(name) = params.string(&["database", "schema"])? else {
+        return Err(ApiError::bad_request("Must provide \"database\" name for search for orphaned blobs"));
+    };
+    let db = state.engine.database(&name)?;
+    lyre_core::access::require_super_user(ctx)?;
+    let mut body = Object::default();
+    body.insert("operation".into(), "cleanup_orphan_blobs".into());
+    body.insert("database".into(), name.into());
+    let job_ctx = ctx.clone();
+    let id = state
+        .services
+        .jobs()
+        .start(ctx.username(), "cleanup_orphan_blobs", Value::Object(body), async move {
+            match db.cleanup_orphan_blobs(&job_ctx).await {
+                Ok(removed) => Ok(format!("Orphaned blobs cleanup finished: removed {removed} orphaned blob files")),
+                Err(err) => Err(err.to_string()),
+            }
+        })
+        .await?;
+    let mut out = Object::default();
+    out.insert("message".into(), "Orphaned blobs cleanup started, check logs for progress".into());
+    out.insert("job_id".into(), id.into());
+    reply(format, &Value::Object(out))
 }
 
 /// Runs a drop or restore as a task of its own. A request handler is dropped when

@@ -232,6 +232,7 @@ async fn dispatch(
         "get_backup" => lifecycle::get_backup(state, ctx, params).await,
         "restore_backup" => lifecycle::restore_backup(state, ctx, params, format).await,
         "get_lifecycle_status" => lifecycle::get_lifecycle_status(state, ctx, format).await,
+        "cleanup_orphan_blobs" => lifecycle::cleanup_orphan_blobs(state, ctx, params, format).await,
         "add_component" | "deploy_component" | "package_component" | "drop_component" | "get_components"
         | "get_component_file" | "set_component_file" => {
             components::dispatch(state, ctx, operation, params, format).await
@@ -292,7 +293,7 @@ const NOT_OFFERED: [(&[&str], &str); 4] = [
 
 /// Operations only a super user may run, refused here by name before anything is
 /// read (core refuses them too, for callers other than this API).
-const SUPER_USER_ONLY: [&str; 42] = [
+const SUPER_USER_ONLY: [&str; 43] = [
     // Harper lets any user with insert permission load a server file, and so read
     // any file the server can (each line comes back as a record), or have the
     // server fetch any address it can reach (a metadata service, an internal API).
@@ -330,6 +331,7 @@ const SUPER_USER_ONLY: [&str; 42] = [
     "get_backup",
     "restore_backup",
     "get_lifecycle_status",
+    "cleanup_orphan_blobs",
     "add_component",
     "deploy_component",
     "package_component",

@@ -6,6 +6,7 @@
 //! file dispatches by method. Errors are answered as Harper 4.7 does: a JSON string
 //! `"ClientError: <message>"` with the status (plain text for 404 on unknown paths).
 
+mod blob;
 mod openapi;
 pub mod query;
 mod statics;
@@ -226,6 +227,7 @@ impl RestRequest<'_> {
             | ("PATCH" | "DELETE", Target::Record(_))
             | ("POST" | "DELETE", Target::Collection) => Box::pin(self.write(method, body)).await,
             ("QUERY", Target::Collection | Target::Table) => Box::pin(self.query_body(body)).await,
+            ("PUT", Target::Property(..)) => Box::pin(self.put_property(body)).await,
             ("OPTIONS", _) => {
                 let mut response = StatusCode::NO_CONTENT.into_response();
                 response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
@@ -349,6 +351,37 @@ impl RestRequest<'_> {
         }
     }
 
+    /// `PUT /T/<id>.<attr>`: a `Blob` attribute takes the body's bytes as they
+    /// arrive (its `Content-Type` becomes the blob's); any other declared attribute
+    /// takes the decoded body as its value. The record is created if absent.
+    async fn put_property(self, slot: &mut Option<Body>) -> Result<Response, ApiError> {
+        let Target::Property(id, name) = &self.target else {
+            return Err(ApiError::new(Code::Internal, "a property write without a property"));
+        };
+        if self.source.is_some() {
+            return Err(ApiError::bad_request("a caching table's properties are written through their record"));
+        }
+        let declared = self.table.schema().attribute(name).and_then(|a| a.type_name.as_deref());
+        if declared == Some(lyre_core::blobs::BLOB_TYPE) {
+            // Refused before a byte is stored when the role may not write it.
+            self.table.check_blob_write(&self.ctx, name)?;
+            let body = slot.take().unwrap_or_default();
+            let store = self.table.blobs().clone();
+            let pending =
+                blob::receive(&store, self.headers, body, self.state.max_blob_size, self.state.body_timeout).await?;
+            self.table.put_blob(&self.ctx, id.clone(), name, pending, self.conditions()).await?;
+            return Ok(blob::stored());
+        }
+        if self.table.schema().relationships.iter().any(|r| &r.name == name) {
+            return Err(ApiError::bad_request(format!("{name} is a relationship; write the related records instead")));
+        }
+        let DecodedBody { value, memory: _memory } = self.body(slot).await?;
+        let mut record = Object::default();
+        record.insert(name.clone(), value);
+        self.table.patch(&self.ctx, id.clone(), record, self.conditions()).await?;
+        Ok(StatusCode::NO_CONTENT.into_response())
+    }
+
     /// Sends a write of record `id` of a caching table to its origin first, when
     /// the source writes through: after checking the role may make it, so an
     /// origin never takes a write the role may not make; an origin that refuses it
@@ -453,6 +486,13 @@ impl RestRequest<'_> {
                     shape: lyre_core::query::Shaped::Value,
                 };
                 let value = self.table.project(&self.ctx, record, &select)?;
+                if let Value::Blob(blob) = &value {
+                    if let Some(response) = self.not_modified(&version) {
+                        return Ok(response);
+                    }
+                    let etag = version.unique.then(|| header_value(&etag::etag(version.time)));
+                    return blob::send(self.table.blobs(), blob, self.headers, etag).await;
+                }
                 if value == Value::Null {
                     let mut response = self.reply(&Value::Null)?;
                     *response.status_mut() = StatusCode::NOT_FOUND;
