@@ -489,6 +489,24 @@ mod tests {
     }
 
     #[test]
+    fn a_blob_reference_is_stored_but_never_decoded_from_a_request() {
+        let blob = BlobRef { root: 2, id: 0xfeed_beef, size: 12_345, content_type: "image/png".into() };
+        let mut record = object_with_capacity(1);
+        record.insert("image".into(), Value::Blob(Box::new(blob.clone())));
+        let stored = Value::Object(record).to_msgpack();
+        // Storage reads it back as the reference...
+        let read = crate::raw::decode_value(&stored).unwrap();
+        let Value::Object(fields) = &read else { panic!("{read:?}") };
+        assert_eq!(fields["image"], Value::Blob(Box::new(blob)));
+        // ...but a MessagePack request body carrying the same bytes does not
+        // decode: a client cannot point a record at a blob file.
+        assert!(Value::from_msgpack(&stored).is_err());
+        // Rendered, it is described, not shown.
+        let json = serde_json::to_string(&read).unwrap();
+        assert!(json.contains(BLOB_DESCRIPTION), "{json}");
+    }
+
+    #[test]
     fn json_keeps_integers_and_key_order() {
         let v: Value = serde_json::from_str(r#"{"b":1,"a":2.5,"c":[true,null,"x"]}"#).unwrap();
         assert_eq!(serde_json::to_string(&v).unwrap(), r#"{"b":1,"a":2.5,"c":[true,null,"x"]}"#);

@@ -50,6 +50,15 @@ pub const MAX_CONTENT_TYPE: usize = 200;
 /// The declared attribute type whose values are stored as blobs.
 pub const BLOB_TYPE: &str = "Blob";
 
+/// Values given whole for a `Blob` attribute (text or bytes in a record) shorter
+/// than this stay in the record, as Harper keeps them (its `FILE_STORAGE_THRESHOLD`):
+/// a file per small value would cost more than it holds, and JSON shows them as
+/// the text they are. Uploads always go to a file.
+pub const INLINE_LIMIT: usize = 8192;
+
+/// The media type Harper gives a blob made from text or bytes in a record.
+pub const INLINE_CONTENT_TYPE: &str = "text/plain";
+
 /// Metadata keys of blobs queued for removal: the prefix, then the root's index
 /// and the id.
 const FREED_PREFIX: &[u8] = b"blob-freed/";
@@ -344,7 +353,7 @@ fn free_space(path: &Path) -> Option<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled `stats`.
     let stats = unsafe { stats.assume_init() };
-    Some((stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64))
+    Some(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
 /// A blob being written. Dropped before [`BlobWriter::finish`], its file is removed.
@@ -458,7 +467,8 @@ impl PendingBlobs {
 }
 
 /// Stores the blobs `records` bring before their write is queued: a value of a
-/// `Blob` attribute given as text or bytes becomes a new blob file, and a reference
+/// `Blob` attribute given as text or bytes of [`INLINE_LIMIT`] or more becomes a new
+/// blob file (of type `text/plain`, as Harper types them), and a reference
 /// anywhere in a record that the write did not make (a copied record) becomes a
 /// reference to a copy of the file. Answers the new files, pending.
 pub fn materialize<'r>(
@@ -477,8 +487,12 @@ pub fn materialize<'r>(
         for (name, value) in record.iter_mut() {
             if blob_attributes.contains(&name.as_str()) {
                 let written = match value {
-                    Value::String(text) => Some(store.write_whole(text.as_bytes(), "")?),
-                    Value::Bytes(bytes) => Some(store.write_whole(bytes, "")?),
+                    Value::String(text) if text.len() >= INLINE_LIMIT => {
+                        Some(store.write_whole(text.as_bytes(), INLINE_CONTENT_TYPE)?)
+                    }
+                    Value::Bytes(bytes) if bytes.len() >= INLINE_LIMIT => {
+                        Some(store.write_whole(bytes, INLINE_CONTENT_TYPE)?)
+                    }
                     _ => None,
                 };
                 if let Some(written) = written {
@@ -531,8 +545,12 @@ pub fn brings_blobs<'r>(table: &TableSchema, mut records: impl Iterator<Item = &
         .collect();
     records.any(|record| {
         record.iter().any(|(name, value)| {
-            (declared.contains(&name.as_str()) && matches!(value, Value::String(_) | Value::Bytes(_)))
-                || holds_blob(value)
+            let large = match value {
+                Value::String(text) => text.len() >= INLINE_LIMIT,
+                Value::Bytes(bytes) => bytes.len() >= INLINE_LIMIT,
+                _ => false,
+            };
+            (large && declared.contains(&name.as_str())) || holds_blob(value)
         })
     })
 }

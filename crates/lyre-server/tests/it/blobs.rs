@@ -140,7 +140,7 @@ async fn a_blob_survives_a_restart_and_goes_with_its_record_or_its_replacement()
     assert_ne!(replaced, written, "the old file went, a new one came");
     assert_eq!(download(&s, "/Media/a.image", &[]).await.bytes().await.unwrap().as_ref(), &second[..]);
     // So does replacing the whole record without it, through the Operations API.
-    s.ok(json!({"operation": "upsert", "database": "media", "table": "Media", "records": [{"id": "b", "image": "text as a blob"}]}))
+    s.ok(json!({"operation": "upsert", "database": "media", "table": "Media", "records": [{"id": "b", "image": "t".repeat(9_000)}]}))
         .await;
     settle_to(&s, 2).await;
     let (status, _, _) = s.rest_send(reqwest::Method::PUT, "/Media/a", Some(&json!({"title": "no image"})), &[]).await;
@@ -155,24 +155,58 @@ async fn a_blob_survives_a_restart_and_goes_with_its_record_or_its_replacement()
 #[tokio::test]
 async fn text_given_for_a_blob_attribute_is_stored_as_a_blob() {
     let s = media(&[]).await;
-    s.ok(json!({"operation": "insert", "database": "media", "table": "Media", "records": [{"id": "t", "image": "hello, blob"}]}))
+    // Small text stays in the record (as Harper keeps blobs under 8 KiB) and reads
+    // back as itself; large text goes to a file.
+    let large = "l".repeat(20_000);
+    s.ok(json!({"operation": "insert", "database": "media", "table": "Media", "records": [
+        {"id": "small", "image": "hello, blob"}, {"id": "large", "image": large}]}))
         .await;
     assert_eq!(blob_files(&s).len(), 1);
-    let response = download(&s, "/Media/t.image", &[]).await;
-    assert_eq!(response.headers()["content-type"], "application/octet-stream");
-    assert_eq!(response.text().await.unwrap(), "hello, blob");
-    // Searches show the blob described, not its bytes.
+    for (id, text) in [("small", "hello, blob"), ("large", large.as_str())] {
+        let response = download(&s, &format!("/Media/{id}.image"), &[]).await;
+        assert_eq!(response.status(), 200, "{id}");
+        assert_eq!(response.headers()["content-type"], "text/plain", "{id}");
+        assert_eq!(response.text().await.unwrap(), text, "{id}");
+    }
     let found = s
-        .ok(json!({"operation": "search_by_id", "database": "media", "table": "Media", "ids": ["t"], "get_attributes": ["*"]}))
+        .ok(json!({"operation": "search_by_id", "database": "media", "table": "Media", "ids": ["small", "large"], "get_attributes": ["*"]}))
         .await;
-    assert!(found[0]["image"]["description"].is_string(), "{found}");
+    assert_eq!(found[0]["image"], "hello, blob", "{found}");
+    assert_eq!(found[1]["image"], "[blob: text/plain, 20000 bytes]", "{found}");
     // A value that is neither text nor bytes is refused, and nothing is stored.
     let (status, answer) = s
         .op(json!({"operation": "insert", "database": "media", "table": "Media", "records": [{"id": "n", "image": 5}]}))
         .await;
     assert_eq!(status, 400, "{answer}");
     assert!(answer["error"].as_str().unwrap().contains("must be a blob"), "{answer}");
+    // A write that fails in the writer (its condition does not hold) leaves no file
+    // behind: the file is written first, then removed with the failed job.
+    let body = json!({"title": "conditional", "image": "n".repeat(10_000)});
+    let (status, _, answer) =
+        s.rest_send(reqwest::Method::PUT, "/Media/small", Some(&body), &[("if-match", "\"AAAAAAAAAA\"")]).await;
+    assert_eq!(status, 412, "{answer}");
     assert_eq!(blob_files(&s).len(), 1);
+}
+
+#[tokio::test]
+async fn a_copied_record_gets_its_own_copy_of_the_blob() {
+    let s = media(&[]).await;
+    let image = bytes(40_000, 15);
+    assert_eq!(upload(&s, "/Media/1.image", image.clone(), "image/gif").await.0, 204);
+    let sql = "INSERT INTO media.Media (id, image) SELECT 'copy', image FROM media.Media WHERE id = '1'";
+    let inserted = s.ok(json!({"operation": "sql", "sql": sql})).await;
+    assert_eq!(inserted["inserted_hashes"], json!(["copy"]), "{inserted}");
+    settle_to(&s, 2).await;
+    // Deleting the original frees its file only; the copy still reads.
+    let (status, _, _) = s.rest_send(reqwest::Method::DELETE, "/Media/1", None, &[]).await;
+    assert_eq!(status, 200);
+    settle_to(&s, 1).await;
+    let response = download(&s, "/Media/copy.image", &[]).await;
+    assert_eq!(response.headers()["content-type"], "image/gif");
+    assert_eq!(response.bytes().await.unwrap().as_ref(), &image[..]);
+    // SQL shows the blob described.
+    let rows = s.ok(json!({"operation": "sql", "sql": "SELECT image FROM media.Media"})).await;
+    assert!(rows[0]["image"]["description"].is_string(), "{rows}");
 }
 
 #[tokio::test]

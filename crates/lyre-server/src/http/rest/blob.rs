@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use lyre_core::blobs::{BlobStore, BlobWriter, PendingBlob};
-use lyre_core::{BlobRef, Code};
+use lyre_core::{BlobRef, Code, Value};
 use std::sync::Arc;
 use tower::ServiceExt as _;
 
@@ -55,6 +55,24 @@ pub async fn send(
         headers.insert(header::ETAG, etag);
     }
     Ok(response)
+}
+
+/// Sends a small blob kept in its record (text or bytes under the inline limit) as
+/// a stored one is sent: its bytes, as `text/plain` (the type Harper gives them).
+/// `None` for any other value.
+pub fn send_inline(value: &Value, etag: Option<HeaderValue>) -> Option<Response> {
+    let bytes = match value {
+        Value::String(text) => bytes::Bytes::copy_from_slice(text.as_bytes()),
+        Value::Bytes(bytes) => bytes::Bytes::copy_from_slice(bytes),
+        _ => return None,
+    };
+    let mut response = (StatusCode::OK, bytes).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(lyre_core::blobs::INLINE_CONTENT_TYPE));
+    if let Some(etag) = etag {
+        headers.insert(header::ETAG, etag);
+    }
+    Some(response)
 }
 
 /// Streams `body` into a new blob of `store` whose content type is the request's,

@@ -486,12 +486,18 @@ impl RestRequest<'_> {
                     shape: lyre_core::query::Shaped::Value,
                 };
                 let value = self.table.project(&self.ctx, record, &select)?;
+                let etag = version.unique.then(|| header_value(&etag::etag(version.time)));
                 if let Value::Blob(blob) = &value {
                     if let Some(response) = self.not_modified(&version) {
                         return Ok(response);
                     }
-                    let etag = version.unique.then(|| header_value(&etag::etag(version.time)));
                     return blob::send(self.table.blobs(), blob, self.headers, etag).await;
+                }
+                let declared = self.table.schema().attribute(name).and_then(|a| a.type_name.as_deref());
+                if declared == Some(lyre_core::blobs::BLOB_TYPE)
+                    && let Some(response) = blob::send_inline(&value, etag)
+                {
+                    return Ok(self.not_modified(&version).unwrap_or(response));
                 }
                 if value == Value::Null {
                     let mut response = self.reply(&Value::Null)?;
