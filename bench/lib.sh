@@ -137,14 +137,14 @@ workload_args() {
   esac
 }
 
-# One wrk round (`wrk -t1 -c32` on CPU 1 for SECONDS_PER_ROUND seconds with Lua script
+# One wrk round (`wrk -t1 -c32` on CPU 1, CONNECTIONS overriding 32, for SECONDS_PER_ROUND seconds with Lua script
 # $5) against the server of process $3 on port $4: appends "round, name, requests/s,
 # p50 µs, p99 µs, server CPU µs per request (from /proc), non-2xx" to
 # $WORK/rounds.tsv and prints it. Round $1, server name $2.
 wrk_round() {
   local round=$1 name=$2 pid=$3 port=$4 script=$5 before after out rps requests errors p50 p99 cpu
   before=$(cpu_ticks "$pid")
-  out=$(taskset -c 1 wrk -t1 -c32 -d"${SECONDS_PER_ROUND}s" --latency -s "$script" "http://127.0.0.1:$port")
+  out=$(taskset -c 1 wrk -t1 -c"${CONNECTIONS:-32}" -d"${SECONDS_PER_ROUND}s" --latency -s "$script" "http://127.0.0.1:$port")
   after=$(cpu_ticks "$pid")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")

@@ -58,8 +58,8 @@ pub async fn send(
 }
 
 /// Sends a small blob kept in its record (text or bytes under the inline limit) as
-/// a stored one is sent: its bytes, as `text/plain` (the type Harper gives them).
-/// `None` for any other value.
+/// a stored one is sent: its bytes, as `application/octet-stream` (what Harper 5
+/// answers for them). `None` for any other value.
 pub fn send_inline(value: &Value, etag: Option<HeaderValue>) -> Option<Response> {
     let bytes = match value {
         Value::String(text) => bytes::Bytes::copy_from_slice(text.as_bytes()),
@@ -68,7 +68,7 @@ pub fn send_inline(value: &Value, etag: Option<HeaderValue>) -> Option<Response>
     };
     let mut response = (StatusCode::OK, bytes).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(lyre_core::blobs::INLINE_CONTENT_TYPE));
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(lyre_core::blobs::DEFAULT_CONTENT_TYPE));
     if let Some(etag) = etag {
         headers.insert(header::ETAG, etag);
     }
