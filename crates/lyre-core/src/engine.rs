@@ -425,6 +425,8 @@ impl Engine {
         if let Some(staged) = marker.targets.staged.clone() {
             let _ = blocking(move || files::remove_dir_strictly(&staged)).await;
         }
+        let staged_blobs = marker.clone();
+        let _ = blocking(move || lifecycle::remove_staged_blobs(&staged_blobs)).await;
         lifecycle::end(&self.layout, name)
     }
 

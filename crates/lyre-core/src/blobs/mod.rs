@@ -86,6 +86,10 @@ pub struct BlobStore {
     /// Backups copying the files now: while any runs, no file is removed (a
     /// backup's snapshot may reference a blob a later write freed).
     holds: std::sync::atomic::AtomicUsize,
+    /// Taken shared by each removal (which checks `holds` under it) and exclusively
+    /// by [`BlobStore::hold`]: once a hold is taken, no removal is under way or
+    /// starts.
+    removal: parking_lot::RwLock<()>,
 }
 
 /// Keeps every file of a [`BlobStore`] in place while it lives ([`BlobStore::hold`]).
@@ -120,7 +124,13 @@ impl BlobStore {
     /// in the database's name; at most 256). Nothing is created until a blob is
     /// written.
     pub fn new(roots: Vec<PathBuf>, durable: bool) -> Arc<BlobStore> {
-        Arc::new(BlobStore { roots, durable, pending: Mutex::new(HashSet::new()), holds: Default::default() })
+        Arc::new(BlobStore {
+            roots,
+            durable,
+            pending: Mutex::new(HashSet::new()),
+            holds: Default::default(),
+            removal: Default::default(),
+        })
     }
 
     /// The roots, in reference order.
@@ -130,8 +140,43 @@ impl BlobStore {
 
     /// Keeps every file in place until the hold is dropped (a backup copying them).
     pub fn hold(self: &Arc<Self>) -> BlobHold {
+        let _no_removal = self.removal.write();
         self.holds.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         BlobHold(self.clone())
+    }
+
+    /// Removes the unused blob file `path` unless a backup holds the files or a
+    /// write is using blob `(root, id)`; answers whether it is gone (a file
+    /// already gone counts).
+    pub fn remove_unused(&self, path: &Path, root: u8, id: u64) -> std::io::Result<bool> {
+        let _removing = self.removal.read();
+        if self.held() || self.pending.lock().contains(&(root, id)) {
+            return Ok(false);
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(true),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Whether any blob file exists under the roots (stops at the first).
+    pub fn has_files(&self) -> Result<bool> {
+        for root in &self.roots {
+            let shards = match std::fs::read_dir(root) {
+                Ok(shards) => shards,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(io(err)),
+            };
+            for shard in shards.flatten() {
+                if let Ok(mut files) = std::fs::read_dir(shard.path())
+                    && files.next().is_some()
+                {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     fn held(&self) -> bool {
@@ -170,8 +215,7 @@ impl BlobStore {
             let blob = BlobRef { root, id: rand::random(), size: 0, content_type: content_type.clone() };
             let path = self.path(&blob)?;
             let dir = path.parent().ok_or_else(|| Error::Corrupt("a blob path has no directory".into()))?;
-            let created_dir = !dir.exists();
-            std::fs::create_dir_all(dir).map_err(io)?;
+            let created_dir = make_dirs(dir)?;
             match OpenOptions::new().write(true).create_new(true).open(&path) {
                 Ok(file) => {
                     let pending = self.pend(blob);
@@ -199,17 +243,22 @@ impl BlobStore {
             let copy = BlobRef { id: rand::random(), ..blob.clone() };
             let target = self.path(&copy)?;
             let dir = target.parent().ok_or_else(|| Error::Corrupt("a blob path has no directory".into()))?;
-            std::fs::create_dir_all(dir).map_err(io)?;
-            let linked = std::fs::hard_link(&source, &target).or_else(|err| match err.kind() {
-                std::io::ErrorKind::AlreadyExists => Err(err),
-                std::io::ErrorKind::NotFound => Err(err),
-                _ => std::fs::copy(&source, &target).map(drop),
-            });
+            let created = make_dirs(dir)?;
+            let linked = std::fs::hard_link(&source, &target)
+                .or_else(|err| match err.kind() {
+                    std::io::ErrorKind::AlreadyExists => Err(err),
+                    std::io::ErrorKind::NotFound => Err(err),
+                    // Another file system (or one without links): a real copy, flushed.
+                    _ => std::fs::copy(&source, &target).and_then(|_| File::open(&target)?.sync_all()),
+                })
+                // A link shares its source's modification time, which may be old: made
+                // new, the orphan cleanup's grace covers the copy until its write commits.
+                .and_then(|()| OpenOptions::new().write(true).open(&target)?.set_modified(SystemTime::now()));
             match linked {
                 Ok(()) => {
                     let pending = self.pend(copy);
                     if self.durable {
-                        sync_dir(dir).map_err(io)?;
+                        sync_created(dir, &created).map_err(io)?;
                     }
                     return Ok(pending);
                 }
@@ -244,13 +293,10 @@ impl BlobStore {
                 done.push(key.clone()); // not a key this build writes: drop it
                 continue;
             };
-            if self.pending.lock().contains(&(root, id)) {
-                continue;
-            }
             let blob = BlobRef { root, id, size: 0, content_type: String::new() };
-            match self.path(&blob).map(|path| std::fs::remove_file(&path)) {
-                Ok(Ok(())) => done.push(key.clone()),
-                Ok(Err(err)) if err.kind() == std::io::ErrorKind::NotFound => done.push(key.clone()),
+            match self.path(&blob).map(|path| self.remove_unused(&path, root, id)) {
+                Ok(Ok(true)) => done.push(key.clone()),
+                Ok(Ok(false)) => {}
                 Ok(Err(err)) => {
                     tracing::warn!(error = %err, "a freed blob's file could not be removed; retrying later")
                 }
@@ -277,6 +323,7 @@ impl BlobStore {
                 return; // not a blob file: never touched
             };
             let Ok(meta) = entry.metadata() else { return };
+            // A copy (a hard link) renews the time when it is made: see `copy`.
             let age = meta.modified().ok().and_then(|modified| now.duration_since(modified).ok());
             if age.is_none_or(|age| age < ORPHAN_GRACE) || self.pending.lock().contains(&(root, id)) {
                 return;
@@ -338,6 +385,25 @@ impl BlobStore {
     }
 }
 
+/// Creates `dir` and any missing ancestors; answers those it created, deepest first.
+fn make_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let missing: Vec<PathBuf> = dir.ancestors().take_while(|d| !d.exists()).map(Path::to_path_buf).collect();
+    std::fs::create_dir_all(dir).map_err(io)?;
+    Ok(missing)
+}
+
+/// Flushes `dir` (which holds a new file) and the parent of every directory in
+/// `created`, so each new entry on the way to the file survives a crash.
+fn sync_created(dir: &Path, created: &[PathBuf]) -> std::io::Result<()> {
+    sync_dir(dir)?;
+    for made in created {
+        if let Some(parent) = made.parent() {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
 /// Bytes free for an unprivileged writer in the file system holding `path` (or its
 /// nearest existing ancestor).
 fn free_space(path: &Path) -> Option<u64> {
@@ -361,7 +427,8 @@ pub struct BlobWriter {
     file: File,
     pending: PendingBlob,
     limit: u64,
-    created_dir: bool,
+    /// The directories making this blob created (whose entries must be flushed too).
+    created_dir: Vec<PathBuf>,
 }
 
 impl BlobWriter {
@@ -394,10 +461,7 @@ impl BlobWriter {
             file.sync_all().map_err(io)?;
             let path = pending.path()?;
             if let Some(dir) = path.parent() {
-                sync_dir(dir).map_err(io)?;
-                if created_dir && let Some(root) = dir.parent() {
-                    sync_dir(root).map_err(io)?;
-                }
+                sync_created(dir, &created_dir).map_err(io)?;
             }
         }
         Ok(pending)
@@ -458,10 +522,32 @@ impl PendingBlobs {
         self.0.is_empty()
     }
 
-    /// Keeps every file (the job ran) or removes them all (it failed before writing).
-    pub fn settle<T>(self, outcome: &Result<T>) {
+    /// Keeps every file (the job ran: the answer, [`KeptBlobs`], still shields them
+    /// from the orphan cleanup until it is dropped after the commit) or removes
+    /// them all (the job failed before writing).
+    pub fn settle<T>(self, outcome: &Result<T>) -> KeptBlobs {
+        let mut kept = KeptBlobs::default();
         if outcome.is_ok() {
-            self.0.into_iter().for_each(PendingBlob::keep);
+            for mut blob in self.0 {
+                if let Some(reference) = blob.blob.take() {
+                    kept.0.push((blob.store.clone(), reference.root, reference.id));
+                }
+            }
+        }
+        kept
+    }
+}
+
+/// Blob files a write job kept, still counted as in use (so the orphan cleanup
+/// passes over them) until dropped: after the job's commit, whether anyone waits
+/// for its answer or not.
+#[derive(Default)]
+pub struct KeptBlobs(Vec<(Arc<BlobStore>, u8, u64)>);
+
+impl Drop for KeptBlobs {
+    fn drop(&mut self) {
+        for (store, root, id) in self.0.drain(..) {
+            store.pending.lock().remove(&(root, id));
         }
     }
 }

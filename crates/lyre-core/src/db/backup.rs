@@ -32,9 +32,9 @@ impl BackupFormat {
     /// The format a backup of a database with blob store `blobs` takes now: a tar
     /// once it has any blob file.
     pub fn for_store(blobs: &BlobStore) -> Result<BackupFormat> {
-        Ok(match blobs.files()?.is_empty() {
-            true => BackupFormat::Mdb,
-            false => BackupFormat::Tar,
+        Ok(match blobs.has_files()? {
+            false => BackupFormat::Mdb,
+            true => BackupFormat::Tar,
         })
     }
 

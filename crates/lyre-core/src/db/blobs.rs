@@ -65,9 +65,9 @@ impl Db {
                 if referenced.contains(&(blob.root, blob.id)) {
                     continue;
                 }
-                match std::fs::remove_file(&path) {
-                    Ok(()) => removed += 1,
-                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                match db.blobs().remove_unused(&path, blob.root, blob.id) {
+                    Ok(true) => removed += 1,
+                    Ok(false) => {}
                     Err(err) => {
                         tracing::warn!(path = %path.display(), error = %err, "an orphaned blob could not be removed")
                     }

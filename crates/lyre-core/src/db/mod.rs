@@ -320,9 +320,19 @@ impl Db {
     }
 
     /// The format a backup of this database takes now: a tar once it has blob
-    /// files ([`backup`]).
+    /// files, or a table that declares a `Blob` attribute (so a first blob
+    /// committed while the backup starts is not left out) ([`backup`]). Reads the
+    /// blob directories: call it off the async workers.
     pub fn backup_format(&self) -> Result<backup::BackupFormat> {
-        backup::BackupFormat::for_store(&self.blobs)
+        let declares_blobs = self
+            .schema()
+            .tables
+            .values()
+            .any(|table| table.attributes.iter().any(|a| a.type_name.as_deref() == Some(crate::blobs::BLOB_TYPE)));
+        match declares_blobs {
+            true => Ok(backup::BackupFormat::Tar),
+            false => backup::BackupFormat::for_store(&self.blobs),
+        }
     }
 
     /// Writes a compacted, consistent copy of the database (one snapshot; writes

@@ -270,7 +270,7 @@ fn swap_blobs(marker: &Marker) -> Result<()> {
 }
 
 /// Deletes a restore's staged blob directories (the restore was undone).
-fn remove_staged_blobs(marker: &Marker) -> Result<()> {
+pub(crate) fn remove_staged_blobs(marker: &Marker) -> Result<()> {
     staged_blob_dirs(marker).iter().try_for_each(|dir| remove_dir_strictly(dir))
 }
 
@@ -320,6 +320,14 @@ pub fn backup_offline(
     let roots = crate::blobs::resolve_paths(layout.root(), blob_paths)?.iter().map(|p| p.join(name)).collect();
     let blobs = crate::blobs::BlobStore::new(roots, options.durable);
     let format = crate::db::backup::BackupFormat::for_store(&blobs)?;
+    // A running server may remove a freed blob while this process copies them (its
+    // hold on the files is in its own memory): blobs are backed up through it.
+    if format == crate::db::backup::BackupFormat::Tar && server_lock(layout).is_err() {
+        return Err(busy(format!(
+            "database '{name}' has blobs and a server is running on {}; use the get_backup operation instead",
+            layout.root().display()
+        )));
+    }
     let mut file = std::fs::File::create(out).map_err(|e| Error::Store(lyre_store::Error::from(e)))?;
     crate::db::backup::write(&db, &blobs, format, layout.databases_dir().as_path(), &mut file)?;
     file.sync_all().map_err(|e| Error::Store(lyre_store::Error::from(e)))?;

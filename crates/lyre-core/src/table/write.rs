@@ -185,10 +185,11 @@ pub(crate) async fn apply(
             // The blob files the records name stay only if this job runs; if it
             // fails (or never runs: `blobs` is dropped with the closure) they go.
             let written = apply_job(txn, state, &database, &name, mode, records, at, access);
-            blobs.settle(&written);
-            written
+            let kept = blobs.settle(&written);
+            written.map(|summary| (summary, kept))
         })
         .await
+        .map(|(summary, _kept)| summary)
 }
 
 /// The body of [`apply`]'s writer job.

@@ -254,6 +254,20 @@ async fn a_role_that_may_not_write_the_attribute_stores_nothing() {
         .unwrap();
     assert_eq!(response.status(), 403);
     assert_eq!(blob_files(&s), Vec::<PathBuf>::new());
+    // The refusal comes before the body is read: an upload announcing a gigabyte
+    // and sending ten bytes is answered at once, not after waiting for the rest.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", s.http_port)).await.unwrap();
+    let credentials = crate::support::basic("v", "pw");
+    let head = format!(
+        "PUT /Media/x.image HTTP/1.1\r\nhost: x\r\nauthorization: {credentials}\r\ncontent-type: image/png\r\ncontent-length: 1000000000\r\n\r\n0123456789"
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut answer)).await;
+    let read = read.expect("answered without waiting for the body").unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
 }
 
 #[tokio::test]
@@ -262,6 +276,7 @@ async fn a_hundred_megabytes_stream_through_in_bounded_memory() {
     const SIZE: usize = 100 << 20;
     let data = bytes(SIZE, 7);
     let before = anonymous_kib(s.pid());
+    assert!(before > 0, "the server's memory is readable from /proc");
     let pid = s.pid();
     let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let sampler = {
@@ -357,10 +372,15 @@ async fn back_up(s: &TestServer, path: &Path) -> String {
 #[tokio::test]
 async fn a_backup_carries_the_blobs_and_a_restore_brings_them_back() {
     let mut s = media(&[]).await;
-    // Before any blob exists, a backup is the data file alone, as it always was.
+    // A table declaring a Blob is backed up as a tar before its first blob exists (a
+    // first blob committed as the backup starts is not left out); a database
+    // without blobs is backed up as its data file alone, as it always was.
     s.ok(json!({"operation": "insert", "database": "media", "table": "Media", "records": [{"id": "0", "title": "none"}]}))
         .await;
-    assert_eq!(back_up(&s, &s.root().join("plain.mdb")).await, "application/octet-stream");
+    assert_eq!(back_up(&s, &s.root().join("early.tar")).await, "application/x-tar");
+    s.ok(json!({"operation": "create_table", "database": "plain", "table": "t", "primary_key": "id"})).await;
+    let response = s.op_request(&json!({"operation": "get_backup", "database": "plain"})).send().await.unwrap();
+    assert_eq!(response.headers()["content-type"], "application/octet-stream");
     let image = bytes(300_000, 11);
     assert_eq!(upload(&s, "/Media/1.image", image.clone(), "image/jpeg").await.0, 204);
     let backup = s.root().join("media-backup.tar");

@@ -29,7 +29,8 @@ pub async fn get_backup(state: &Arc<AppState>, ctx: &Context, mut params: Params
     let name = params.database()?;
     lyre_core::access::require_super_user(ctx)?;
     let db = state.engine.database(&name)?;
-    let backup_format = db.backup_format()?;
+    let probed = db.clone();
+    let backup_format = crate::http::blocking::blocking("a backup", move || probed.backup_format()).await?;
     let lease = db.lease(format!("a backup of '{name}' for {}", ctx.username()));
     let (reader, writer) =
         std::io::pipe().map_err(|e| ApiError::new(Code::Internal, format!("starting the backup failed: {e}")))?;

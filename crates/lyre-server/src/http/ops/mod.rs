@@ -255,7 +255,7 @@ async fn dispatch(
 
 /// Harper operations Lyre will not offer, each with the reason a client is told
 /// (a 400 that says so, rather than "not found", which reads as a typo).
-const NOT_OFFERED: [(&[&str], &str); 4] = [
+const NOT_OFFERED: [(&[&str], &str); 6] = [
     (
         &["install_node_modules"],
         "components run no npm install here; ship a component's node_modules with it \
@@ -288,6 +288,36 @@ const NOT_OFFERED: [(&[&str], &str); 4] = [
         &["catchup"],
         "it replays another node's transactions during replication, and this server runs alone \
          (replication has not landed)",
+    ),
+    (
+        &[
+            "add_node",
+            "update_node",
+            "remove_node",
+            "set_node_replication",
+            "cluster_status",
+            "cluster_network",
+            "cluster_set_routes",
+            "cluster_get_routes",
+            "cluster_delete_routes",
+            "purge_stream",
+        ],
+        "it manages replication between nodes, and this server runs alone (replication has not landed)",
+    ),
+    (
+        &[
+            "custom_functions_status",
+            "get_custom_functions",
+            "get_custom_function",
+            "set_custom_function",
+            "drop_custom_function",
+            "add_custom_function_project",
+            "drop_custom_function_project",
+            "package_custom_function_project",
+            "deploy_custom_function_project",
+        ],
+        "Harper's legacy custom functions run JavaScript, which Lyre does not run yet; \
+         components (schemas, static files, data) deploy with deploy_component",
     ),
 ];
 
