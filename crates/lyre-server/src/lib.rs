@@ -19,6 +19,7 @@ mod metrics;
 mod mqtt;
 mod outbound;
 mod process;
+mod script;
 mod telemetry;
 mod tls;
 mod tokens;

@@ -43,17 +43,22 @@ pub fn run(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Request-handling threads: `threads.count`, or one per CPU this process may run on.
+/// `available_parallelism` counts the CPUs this process may run on (its affinity
+/// mask and cgroup quota), not the machine's: a server pinned to one core gets one
+/// request thread instead of several taking turns on it.
+fn request_threads(config: &Config) -> usize {
+    match config.threads.count {
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+        n => n,
+    }
+}
+
 /// One run of the server, until it is asked to stop or restart.
 fn run_once(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit> {
     let _log_guard =
         telemetry::init(&config.root().join("log"), &config.logging.level).context("opening the log directory")?;
-    // `available_parallelism` counts the CPUs this process may run on (its affinity
-    // mask and cgroup quota), not the machine's: a server pinned to one core gets one
-    // request thread instead of several taking turns on it.
-    let threads = match config.threads.count {
-        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
-        n => n,
-    };
+    let threads = request_threads(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
@@ -133,6 +138,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
             env("HDB_ADMIN_USERNAME").unwrap_or_else(|| "HDB_ADMIN".into())
         );
     }
+    let development = dev_app.is_some();
     let mut extra = BTreeMap::new();
     if let Some(app) = dev_app {
         let name = app.file_name().and_then(|n| n.to_str()).unwrap_or("app").to_string();
@@ -156,7 +162,20 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
             }
         }
     });
-    let components = Arc::new(Components::new(engine.clone(), config.root().join("components"), extra));
+    let scripts = Arc::new(crate::script::Scripts::new(
+        engine.clone(),
+        Arc::new(crate::http::rest::script::Grammar::new(engine.clone())),
+        crate::script::ScriptSettings {
+            workers: match config.javascript.threads {
+                0 => request_threads(&config),
+                n => n,
+            },
+            memory_limit: config.javascript.memory_limit,
+            timeout: config.javascript.timeout.0,
+            expose_errors: development,
+        },
+    ));
+    let components = Arc::new(Components::new(engine.clone(), config.root().join("components"), extra, scripts));
     components.load_all().await;
     let tokens = Tokens::open(
         &config.root().join("keys"),

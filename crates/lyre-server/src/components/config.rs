@@ -37,6 +37,10 @@ pub struct ComponentConfig {
     /// `roles`: YAML files defining roles at each load (see `components/roles.rs`).
     #[serde(default)]
     pub roles: Option<PluginFiles>,
+    /// `jsResource`: JavaScript modules whose exported classes are served as
+    /// resources (see `script/`); Harper's default loads `resources.js`.
+    #[serde(default)]
+    pub js_resource: Option<PluginFiles>,
     /// `fastifyRoutes`: Fastify route files, which Lyre cannot run; a component whose
     /// pattern matches a file fails to load, naming the plugin.
     #[serde(default)]
@@ -231,8 +235,8 @@ impl ComponentConfig {
     }
 
     /// Harper's configuration for a component without `config.yaml`: REST, schemas
-    /// in `*.graphql`, roles in `roles.yaml`, static files under `web/`, Fastify
-    /// routes in `routes/*.js`.
+    /// in `*.graphql`, roles in `roles.yaml`, static files under `web/`, JavaScript
+    /// resources in `resources.js`, Fastify routes in `routes/*.js`.
     fn default_config() -> ComponentConfig {
         let files = |pattern: &str| PluginFiles { files: Patterns::One(pattern.to_string()) };
         ComponentConfig {
@@ -251,6 +255,7 @@ impl ComponentConfig {
             }),
             data_loader: None,
             roles: Some(files("roles.yaml")),
+            js_resource: Some(files("resources.js")),
             fastify_routes: Some(files("routes/*.js")),
         }
     }

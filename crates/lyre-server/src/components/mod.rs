@@ -5,7 +5,9 @@
 //! define (in core), and publishes the `@export`ed tables for REST. A component that
 //! fails to load (a malformed schema) is reported with the file, line and problem,
 //! and every other component keeps serving. Deploying, changing or dropping a
-//! component reloads it at once; no restart is needed.
+//! component reloads it at once; no restart is needed. A component's JavaScript
+//! (`jsResource`) is loaded by the script host (`script/`) after its tables are
+//! defined; its exported classes are served beside the tables.
 
 mod config;
 mod data_loader;
@@ -25,6 +27,7 @@ use parking_lot::RwLock;
 
 use crate::cache::Source;
 use crate::process::{Ended, Supervisor};
+use crate::script::{ScriptComponent, ScriptExport, Scripts};
 
 pub use config::ComponentConfig;
 pub use statics::{Found, Site};
@@ -51,6 +54,8 @@ pub struct Export {
 #[derive(Debug, Default)]
 pub struct Exports {
     by_name: BTreeMap<String, Export>,
+    /// The resources scripts export, by path.
+    scripts: BTreeMap<String, ScriptExport>,
     sites: Vec<Arc<Site>>,
     graphql: bool,
 }
@@ -77,6 +82,11 @@ impl Exports {
     pub fn iter(&self) -> impl Iterator<Item = &Export> {
         self.by_name.values()
     }
+
+    /// The resource a script exports at `path`.
+    pub fn script(&self, path: &str) -> Option<&ScriptExport> {
+        self.scripts.get(path)
+    }
 }
 
 /// What happened when a component was last loaded.
@@ -97,6 +107,8 @@ pub struct Loaded {
     pub site: Option<Arc<Site>>,
     /// It turns GraphQL querying on.
     pub graphql: bool,
+    /// The resources its scripts export.
+    pub scripts: Vec<ScriptExport>,
 }
 
 /// The loaded components and the exports they publish.
@@ -113,11 +125,16 @@ pub struct Components {
     processes: Supervisor,
     /// Where install commands' output goes.
     log_dir: PathBuf,
+    /// Runs the components' JavaScript.
+    scripts: Arc<Scripts>,
+    /// The components with scripts, as the script host last loaded them.
+    scripted: parking_lot::Mutex<BTreeMap<String, ScriptComponent>>,
 }
 
 impl Components {
-    /// Components under `dir`, plus `extra` directories loaded by name.
-    pub fn new(engine: Arc<Engine>, dir: PathBuf, extra: BTreeMap<String, PathBuf>) -> Self {
+    /// Components under `dir`, plus `extra` directories loaded by name; their
+    /// scripts run on `scripts`.
+    pub fn new(engine: Arc<Engine>, dir: PathBuf, extra: BTreeMap<String, PathBuf>, scripts: Arc<Scripts>) -> Self {
         let log_dir = dir.parent().map_or_else(|| PathBuf::from("log"), |root| root.join("log"));
         Self {
             engine,
@@ -125,15 +142,23 @@ impl Components {
             extra,
             processes: Supervisor::default(),
             log_dir,
+            scripts,
+            scripted: parking_lot::Mutex::new(BTreeMap::new()),
             status: RwLock::new(BTreeMap::new()),
             exports: RwLock::new(Arc::new(Exports::default())),
             loading: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Kills every install command still running (server shutdown).
+    /// Kills every install command still running and stops the scripts (server shutdown).
     pub fn stop_processes(&self) {
         self.processes.stop_all();
+        self.scripts.stop();
+    }
+
+    /// The script host, which answers requests for the resources scripts export.
+    pub fn scripts(&self) -> &Scripts {
+        &self.scripts
     }
 
     /// The directory holding deployed components.
@@ -186,10 +211,12 @@ impl Components {
                 Ok(loaded) => Status::Loaded(loaded),
                 Err(message) => {
                     tracing::error!(component = name, error = %message, "component failed to load");
+                    self.unload_scripts(name).await;
                     Status::Failed(message)
                 }
             }
         } else {
+            self.unload_scripts(name).await;
             let mut status = self.status.write();
             status.remove(name);
             drop(status);
@@ -272,7 +299,69 @@ impl Components {
             let outcome = data_loader::load(&self.engine, file).await.map_err(|e| format!("{name}: {e}"))?;
             tracing::info!(component = name, "{outcome}");
         }
-        Ok(Loaded { exports, site, graphql: config.graphql() })
+        let script_files = match &config.js_resource {
+            Some(plugin) => plugin.files.globs()?.files(dir)?,
+            None => Vec::new(),
+        };
+        let scripts = if script_files.is_empty() {
+            self.unload_scripts(name).await;
+            Vec::new()
+        } else {
+            let wanted = ScriptComponent { name: name.to_string(), dir: dir.to_path_buf(), files: script_files };
+            self.load_scripts(wanted).await?
+        };
+        let mut exports = exports;
+        if config.rest.enabled() {
+            // A script's class of a table serves the table's own handlers at its path.
+            for script in &scripts {
+                if let Some((database, table)) = &script.table
+                    && !exports.iter().any(|e| e.name == script.path)
+                {
+                    exports.push(Export {
+                        name: script.path.clone(),
+                        database: database.clone(),
+                        table: table.clone(),
+                        component: name.to_string(),
+                        last_modified: config.rest.last_modified(),
+                        source: sources.get(table).cloned(),
+                    });
+                }
+            }
+        }
+        Ok(Loaded { exports, site, graphql: config.graphql(), scripts })
+    }
+
+    /// Loads the scripts of every scripted component, `wanted` among them, into a
+    /// new generation of the script host; `wanted`'s exports, or its load error.
+    async fn load_scripts(&self, wanted: ScriptComponent) -> Result<Vec<ScriptExport>, String> {
+        let name = wanted.name.clone();
+        let all = {
+            let mut scripted = self.scripted.lock();
+            scripted.insert(name.clone(), wanted);
+            scripted.values().cloned().collect()
+        };
+        let mut report = self.scripts.load(all).await;
+        match report.remove(&name) {
+            Some(Ok(exports)) => Ok(exports),
+            Some(Err(message)) => {
+                // A component whose scripts fail serves none of them; the others go on.
+                self.scripted.lock().remove(&name);
+                Err(message)
+            }
+            None => Err(format!("{name}: its scripts were not loaded")),
+        }
+    }
+
+    /// Stops serving component `name`'s scripts, when it had any.
+    async fn unload_scripts(&self, name: &str) {
+        let remaining = {
+            let mut scripted = self.scripted.lock();
+            if scripted.remove(name).is_none() {
+                return;
+            }
+            scripted.values().cloned().collect()
+        };
+        self.scripts.load(remaining).await;
     }
 
     /// Runs a component's install command under supervision.
@@ -301,6 +390,9 @@ impl Components {
             if let Status::Loaded(loaded) = outcome {
                 for export in &loaded.exports {
                     exports.by_name.insert(export.name.clone(), export.clone());
+                }
+                for script in &loaded.scripts {
+                    exports.scripts.insert(script.path.clone(), script.clone());
                 }
                 exports.sites.extend(loaded.site.clone());
                 exports.graphql |= loaded.graphql;

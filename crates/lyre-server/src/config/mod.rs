@@ -51,6 +51,44 @@ pub struct Config {
     /// The `sql` operation.
     #[serde(default)]
     pub sql: SqlConfig,
+    /// JavaScript applications (`resources.js`).
+    #[serde(default)]
+    pub javascript: JavascriptConfig,
+}
+
+/// `javascript.*` (Lyre's keys): the runtimes components' scripts run in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JavascriptConfig {
+    /// Worker threads, each with its own runtime and one request at a time; `0`
+    /// means as many as request threads.
+    #[serde(default)]
+    pub threads: usize,
+    /// Bytes each runtime may allocate; a script past it fails (500) and its
+    /// runtime is rebuilt.
+    #[serde(default = "default_javascript_memory")]
+    pub memory_limit: usize,
+    /// How long one request (or one component's load) may run before it is stopped.
+    #[serde(default = "default_javascript_timeout")]
+    pub timeout: ConfigDuration,
+}
+
+impl Default for JavascriptConfig {
+    fn default() -> Self {
+        JavascriptConfig {
+            threads: 0,
+            memory_limit: default_javascript_memory(),
+            timeout: default_javascript_timeout(),
+        }
+    }
+}
+
+fn default_javascript_memory() -> usize {
+    256 << 20
+}
+
+fn default_javascript_timeout() -> ConfigDuration {
+    ConfigDuration(std::time::Duration::from_secs(30))
 }
 
 /// `sql.*` (Lyre's keys): limits of the `sql` operation.
@@ -497,6 +535,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             analytics: AnalyticsConfig::default(),
             sql: SqlConfig::default(),
+            javascript: JavascriptConfig::default(),
         }
     }
 }

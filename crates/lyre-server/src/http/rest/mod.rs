@@ -9,6 +9,7 @@
 mod blob;
 mod openapi;
 pub mod query;
+pub(crate) mod script;
 mod statics;
 pub(crate) mod url;
 
@@ -120,12 +121,23 @@ async fn route(
     if parts.method == Method::GET && crate::http::realtime::is_event_stream(&parts.headers) {
         return crate::http::realtime::sse::stream(&state, peer, parts).await;
     }
+    // A script's resource answers the methods it handles itself, and decides who
+    // may (Harper's `allowRead`, …): a request without credentials reaches it.
+    let scripted = url::split(parts.uri.path())
+        .and_then(|path| exports.script(&path.export).filter(|s| s.handles(parts.method.as_str())).cloned().map(|s| (path, s)));
     // Credentials first: a client that is not logged in learns nothing, not even
     // which tables exist.
     let client = parts.extensions.get::<crate::tls::ClientCertificate>();
     let user = match authenticate(&state, &parts.headers, peer, client).await {
-        Ok(user) => user,
+        Ok(user) => Some(user),
+        Err(err) if scripted.is_some() && err.code() == Code::MustLogin => None,
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
+    };
+    if let Some((path, export)) = scripted {
+        return script::serve(&state, &export, user, &parts, body, path).await;
+    }
+    let Some(user) = user else {
+        return ApiError::new(Code::MustLogin, "Must login").render_rest(Format::Json);
     };
     if crate::http::graphql::is_endpoint(parts.uri.path()) && exports.graphql() {
         return crate::http::graphql::handle(&state, &exports, Context::new(user), &parts, body).await;
@@ -598,23 +610,11 @@ impl RestRequest<'_> {
 
     /// The query string as a search.
     fn search_query(&self) -> Result<Query, ApiError> {
-        let parsed = query::parse(self.query, self.table.schema(), &|table, name| self.related_schema(table, name))?;
-        Ok(Query {
-            operator: parsed.operator,
-            conditions: parsed.conditions,
-            sort: parsed.sort,
-            descending: false,
-            offset: parsed.offset,
-            limit: parsed.limit,
-            select: parsed.select.unwrap_or_default(),
-            ..Default::default()
-        })
+        search_query(&self.state.engine, self.table.schema(), self.query)
     }
 
     fn related_schema(&self, table: &TableSchema, name: &str) -> Option<Arc<TableSchema>> {
-        let relationship = table.relationships.iter().find(|r| r.name == name)?;
-        let db = self.state.engine.database(&relationship.database).ok()?;
-        db.schema().table(&relationship.table).cloned()
+        related_schema(&self.state.engine, table, name)
     }
 
     /// The primary keys of the records a query matches.
@@ -680,8 +680,30 @@ impl RestRequest<'_> {
     }
 }
 
+/// A REST query string (`raw`, without `?`) on `schema`'s table as a core query.
+pub(crate) fn search_query(engine: &lyre_core::Engine, schema: &TableSchema, raw: &str) -> Result<Query, ApiError> {
+    let parsed = query::parse(raw, schema, &|table, name| related_schema(engine, table, name))?;
+    Ok(Query {
+        operator: parsed.operator,
+        conditions: parsed.conditions,
+        sort: parsed.sort,
+        descending: false,
+        offset: parsed.offset,
+        limit: parsed.limit,
+        select: parsed.select.unwrap_or_default(),
+        ..Default::default()
+    })
+}
+
+/// The schema of the table `table`'s relationship `name` leads to.
+fn related_schema(engine: &lyre_core::Engine, table: &TableSchema, name: &str) -> Option<Arc<TableSchema>> {
+    let relationship = table.relationships.iter().find(|r| r.name == name)?;
+    let db = engine.database(&relationship.database).ok()?;
+    db.schema().table(&relationship.table).cloned()
+}
+
 /// Harper's table description at `/T`.
-fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Result<Value, ApiError> {
+pub(crate) fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Result<Value, ApiError> {
     let stats = table.stats(ctx)?;
     let mut out = Object::default();
     out.insert("records".into(), "./".into());

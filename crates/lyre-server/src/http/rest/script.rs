@@ -1,0 +1,162 @@
+//! REST requests for the resources components' scripts export (`script/`): the
+//! request made a [`ScriptRequest`], the script's answer made a response in the
+//! format the client asked for; and the parts of REST's grammar scripts use
+//! ([`Grammar`], given to the script host when the server starts).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use lyre_core::access::User;
+use lyre_core::query::Query;
+use lyre_core::{Code, Context, Engine, Object, Table, Value};
+
+use crate::app::AppState;
+use crate::http::body::{DecodedBody, read_and_decode};
+use crate::http::error::ApiError;
+use crate::http::format::Format;
+use crate::http::negotiate::response_format;
+use crate::http::rest::query::decode;
+use crate::http::rest::url::{RestPath, Target};
+use crate::script::{ReplyBody, RestGrammar, ScriptError, ScriptExport, ScriptReply, ScriptRequest};
+
+/// REST's query grammar and table description, for scripts' table calls.
+pub struct Grammar {
+    engine: Arc<Engine>,
+}
+
+impl Grammar {
+    /// The grammar over `engine`'s tables (relationships lead to other tables).
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self { engine }
+    }
+}
+
+fn parts(err: ApiError) -> (Code, String) {
+    (err.code(), err.message().to_string())
+}
+
+impl RestGrammar for Grammar {
+    fn query_string(&self, table: &Table, raw: &str) -> Result<Query, (Code, String)> {
+        super::search_query(&self.engine, table.schema(), raw).map_err(parts)
+    }
+
+    fn query_object(&self, _table: &Table, object: Object) -> Result<Query, (Code, String)> {
+        let mut params = crate::http::ops::Params::from_object(object);
+        crate::http::ops::search::query_object(&mut params).map_err(parts)
+    }
+
+    fn describe(&self, table: &Table, ctx: &Context) -> Result<Value, (Code, String)> {
+        super::describe(table.schema(), table, ctx).map_err(parts)
+    }
+}
+
+/// Answers a request for `export` with its script.
+pub async fn serve(
+    state: &AppState,
+    export: &ScriptExport,
+    user: Option<Arc<User>>,
+    parts: &axum::http::request::Parts,
+    body: &mut Option<Body>,
+    path: RestPath,
+) -> Response {
+    let format = match path.format.map(Ok).unwrap_or_else(|| response_format(&parts.headers)) {
+        Ok(format) => format,
+        Err(err) => return err.render_rest(Format::Json),
+    };
+    let answered = async {
+        let (id, collection) = target(state, export, path.rest.as_deref())?;
+        let body = if carries_body(&parts.headers) {
+            let DecodedBody { value, memory: _memory } =
+                read_and_decode(state, &parts.headers, body, state.rest_body_limit).await?;
+            Some(value)
+        } else {
+            None
+        };
+        let headers = parts
+            .headers
+            .iter()
+            .filter_map(|(name, value)| Some((name.as_str().to_string(), value.to_str().ok()?.to_string())))
+            .collect();
+        let request = ScriptRequest {
+            export: export.path.clone(),
+            method: parts.method.as_str().to_string(),
+            id,
+            collection,
+            query: parts.uri.query().unwrap_or("").to_string(),
+            pathname: parts.uri.path().to_string(),
+            user,
+            headers,
+            body,
+        };
+        let reply = state.components.scripts().call(request).await.map_err(refusal)?;
+        respond(reply, format)
+    };
+    match answered.await {
+        Ok(response) => response,
+        Err(err) => err.render_rest(format),
+    }
+}
+
+/// The id the rest of the path names (typed by the table's key for a table's
+/// class), and whether it names the collection.
+fn target(state: &AppState, export: &ScriptExport, rest: Option<&str>) -> Result<(Option<Value>, bool), ApiError> {
+    let Some(rest) = rest else { return Ok((None, false)) };
+    if rest.is_empty() {
+        return Ok((None, true));
+    }
+    let Some((database, table)) = &export.table else { return Ok((Some(Value::String(decode(rest))), false)) };
+    let table = state.engine.database(database)?.table(table)?;
+    Ok(match super::url::target(Some(rest), table.schema())? {
+        Target::Table => (None, false),
+        Target::Collection => (None, true),
+        Target::Record(id) | Target::Property(id, _) => (Some(id), false),
+        Target::Prefix(prefix) => (Some(Value::String(prefix)), false),
+    })
+}
+
+/// Whether the request declares a body.
+fn carries_body(headers: &axum::http::HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
+/// A script host's refusal as the error it is answered with.
+fn refusal(err: ScriptError) -> ApiError {
+    let code = match err.status() {
+        404 => Code::NotFound,
+        503 => Code::Overloaded,
+        _ => Code::Internal,
+    };
+    ApiError::new(code, err.to_string())
+}
+
+/// The script's reply as a response: a value in the client's format, raw bytes as
+/// given, or nothing.
+fn respond(reply: ScriptReply, format: Format) -> Result<Response, ApiError> {
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = match reply.body {
+        ReplyBody::Empty => status.into_response(),
+        ReplyBody::Value(value) => {
+            let mut response = (status, format.encode(&value)?).into_response();
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+            headers.insert(header::VARY, HeaderValue::from_static("Accept, Accept-Encoding"));
+            response
+        }
+        ReplyBody::Raw(bytes) => (status, bytes).into_response(),
+    };
+    for (name, value) in reply.headers {
+        let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) else {
+            tracing::warn!(header = %name, "a script set a header that is not valid HTTP; it was left out");
+            continue;
+        };
+        response.headers_mut().insert(name, value);
+    }
+    Ok(response)
+}

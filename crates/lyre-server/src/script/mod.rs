@@ -1,0 +1,278 @@
+//! JavaScript applications: a component's `resources.js` (Harper's `jsResource`)
+//! run on QuickJS-NG, with Harper's Resource API.
+//!
+//! The host ([`Scripts`]) keeps a *generation*: worker threads, each with its own
+//! JavaScript runtime and module state (as Harper's workers each have theirs), that
+//! loaded every component's scripts. Loading a component builds a new generation
+//! and swaps it in; the old one finishes the requests it holds and ends. A request
+//! for a JavaScript resource goes to the next free worker, which runs it alone (so
+//! the request's user is the one every table call it makes is checked as), within a
+//! time budget (an interrupt stops runaway code) and the runtime's memory limit; a
+//! worker whose script ran out of either is rebuilt before it serves again.
+//!
+//! `prelude.js` is the API scripts see (`Resource`, `tables`, `databases`,
+//! `logger`, …); `native.rs` is what it calls in Lyre; `worker.rs` one runtime;
+//! `modules.rs` where imports lead; `convert.rs` values crossing over.
+
+mod convert;
+mod modules;
+mod native;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lyre_core::access::User;
+use lyre_core::query::Query;
+use lyre_core::{Code, Engine, Object, Table, Value};
+use parking_lot::RwLock;
+use tokio::sync::{mpsc, oneshot};
+
+/// Requests waiting for a worker, per generation; past it a request is refused (503).
+const QUEUE_DEPTH: usize = 1024;
+
+/// The parts of Harper's REST grammar scripts reach through table calls; the HTTP
+/// layer provides them (`http/rest/script.rs`), so this module does not depend on it.
+pub trait RestGrammar: Send + Sync {
+    /// A query string (`name=x&select(a)&limit(5)`, without `?`) as a query on `table`.
+    fn query_string(&self, table: &Table, raw: &str) -> Result<Query, (Code, String)>;
+    /// A query object (`{conditions, operator, select, sort, limit, offset}`) as a query.
+    fn query_object(&self, table: &Table, object: Object) -> Result<Query, (Code, String)>;
+    /// Harper's description of a table (`GET /T`).
+    fn describe(&self, table: &Table, ctx: &lyre_core::Context) -> Result<Value, (Code, String)>;
+}
+
+/// Limits of the JavaScript runtimes (`javascript.*` in the configuration).
+#[derive(Debug, Clone)]
+pub struct ScriptSettings {
+    /// Worker threads, each with its own runtime.
+    pub workers: usize,
+    /// Bytes one runtime may allocate.
+    pub memory_limit: usize,
+    /// How long one request (or one component's load) may run.
+    pub timeout: Duration,
+    /// Whether a failing request's message is sent to the client even when the
+    /// script gave it no status (development); otherwise only the log has it.
+    pub expose_errors: bool,
+}
+
+/// A component with scripts to load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptComponent {
+    /// The component's name.
+    pub name: String,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its `jsResource` files, relative to `dir`, in load order.
+    pub files: Vec<PathBuf>,
+}
+
+/// A resource a script exports, served over REST at its path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptExport {
+    /// The URL path (`Greeting`, `api/v1/Dog`).
+    pub path: String,
+    /// The component that exports it.
+    pub component: String,
+    /// The table it extends (database, table), when it is a table's class.
+    pub table: Option<(String, String)>,
+    /// For a table's class: the HTTP methods' handlers (`get`, `put`, `patch`,
+    /// `post`, `delete`) the script defines itself (or their permission hooks); the
+    /// others are the table's own and are served without JavaScript.
+    pub overrides: Vec<String>,
+}
+
+impl ScriptExport {
+    /// Whether JavaScript answers `method` (an HTTP method) for this export.
+    pub fn handles(&self, method: &str) -> bool {
+        if self.table.is_none() {
+            return true;
+        }
+        let handler = match method {
+            "GET" | "HEAD" => "get",
+            "PUT" => "put",
+            "PATCH" => "patch",
+            "POST" => "post",
+            "DELETE" => "delete",
+            _ => return false,
+        };
+        self.overrides.iter().any(|o| o == handler)
+    }
+}
+
+/// One REST request for a script's resource.
+#[derive(Debug, Clone)]
+pub struct ScriptRequest {
+    /// The export's path.
+    pub export: String,
+    /// The HTTP method.
+    pub method: String,
+    /// The record id the URL names (typed by the table's key, for a table's class),
+    /// `None` for the collection or the resource itself.
+    pub id: Option<Value>,
+    /// Whether the URL names the collection (`/Name/` or `/Name/?query`).
+    pub collection: bool,
+    /// The query string, without `?`.
+    pub query: String,
+    /// The request's path.
+    pub pathname: String,
+    /// The authenticated user; `None` for a request without credentials.
+    pub user: Option<Arc<User>>,
+    /// The request's headers (names in lower case).
+    pub headers: Vec<(String, String)>,
+    /// The decoded body, when it had one.
+    pub body: Option<Value>,
+}
+
+/// What a script answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptReply {
+    /// The HTTP status.
+    pub status: u16,
+    /// Headers the script set.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: ReplyBody,
+}
+
+/// A reply's body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplyBody {
+    /// No body.
+    Empty,
+    /// A value, encoded in the format the client asked for.
+    Value(Value),
+    /// Bytes sent as they are (a `{status, headers, body}` response's body).
+    Raw(Vec<u8>),
+}
+
+/// Why a script's request has no reply of its own.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    /// Every worker is busy and the queue is full.
+    #[error("every JavaScript worker is busy; try again shortly")]
+    Busy,
+    /// No loaded component exports this path.
+    #[error("no JavaScript resource is exported at '{0}'")]
+    NotExported(String),
+    /// The request ran past the time budget and was stopped.
+    #[error("the JavaScript resource ran past its {0:?} time budget and was stopped")]
+    Timeout(Duration),
+    /// The runtime ran out of memory; it is rebuilt.
+    #[error("the JavaScript resource ran out of memory ({0} bytes per runtime) and was stopped")]
+    OutOfMemory(usize),
+    /// The worker ended (the server is stopping, or its runtime could not be rebuilt).
+    #[error("the JavaScript worker stopped before answering")]
+    Stopped,
+    /// The engine failed outside the script (a conversion, an engine error).
+    #[error("{0}")]
+    Engine(String),
+}
+
+impl ScriptError {
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> u16 {
+        match self {
+            ScriptError::Busy | ScriptError::Stopped => 503,
+            ScriptError::NotExported(_) => 404,
+            ScriptError::Timeout(_) | ScriptError::OutOfMemory(_) | ScriptError::Engine(_) => 500,
+        }
+    }
+}
+
+/// What loading each component's scripts gave: its exports, or why it failed
+/// (file, line and message).
+pub type LoadReport = BTreeMap<String, Result<Vec<ScriptExport>, String>>;
+
+/// One set of workers that loaded the same scripts.
+struct Generation {
+    jobs: mpsc::Sender<worker::Job>,
+    /// The paths its scripts export.
+    exports: BTreeMap<String, ScriptExport>,
+}
+
+/// The JavaScript host: the current generation of workers.
+pub struct Scripts {
+    engine: Arc<Engine>,
+    grammar: Arc<dyn RestGrammar>,
+    settings: ScriptSettings,
+    current: RwLock<Option<Arc<Generation>>>,
+}
+
+impl Scripts {
+    /// A host with no scripts loaded yet.
+    pub fn new(engine: Arc<Engine>, grammar: Arc<dyn RestGrammar>, settings: ScriptSettings) -> Self {
+        Self { engine, grammar, settings, current: RwLock::new(None) }
+    }
+
+    /// Loads `components`' scripts into a new generation of workers and serves
+    /// from it; the previous generation ends once its requests are answered.
+    /// Components whose scripts fail are reported and left out; the rest serve.
+    pub async fn load(&self, components: Vec<ScriptComponent>) -> LoadReport {
+        if components.is_empty() {
+            *self.current.write() = None;
+            return LoadReport::new();
+        }
+        let (jobs, receiver) = mpsc::channel(QUEUE_DEPTH);
+        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+        let spec = Arc::new(worker::Spec {
+            components,
+            engine: self.engine.clone(),
+            grammar: self.grammar.clone(),
+            settings: self.settings.clone(),
+        });
+        let mut reports = Vec::new();
+        for index in 0..self.settings.workers.max(1) {
+            let (loaded, report) = oneshot::channel();
+            if let Err(err) = worker::spawn(index, spec.clone(), receiver.clone(), loaded) {
+                tracing::error!(error = %err, "could not start a JavaScript worker thread");
+                continue;
+            }
+            reports.push(report);
+        }
+        // Every worker loads the same files; the first report stands for all.
+        let mut report = None;
+        for pending in reports {
+            if let Ok(outcome) = pending.await
+                && report.is_none()
+            {
+                report = Some(outcome);
+            }
+        }
+        let report = report.unwrap_or_else(|| {
+            spec.components
+                .iter()
+                .map(|c| (c.name.clone(), Err(format!("{}: no JavaScript worker could start", c.name))))
+                .collect()
+        });
+        let exports = report
+            .values()
+            .filter_map(|outcome| outcome.as_ref().ok())
+            .flatten()
+            .map(|export| (export.path.clone(), export.clone()))
+            .collect();
+        *self.current.write() = Some(Arc::new(Generation { jobs, exports }));
+        report
+    }
+
+    /// Answers `request` with the resource its export names.
+    pub async fn call(&self, request: ScriptRequest) -> Result<ScriptReply, ScriptError> {
+        let generation = self.current.read().clone().ok_or_else(|| ScriptError::NotExported(request.export.clone()))?;
+        if !generation.exports.contains_key(&request.export) {
+            return Err(ScriptError::NotExported(request.export));
+        }
+        let (reply, answer) = oneshot::channel();
+        generation.jobs.try_send(worker::Job { request, reply }).map_err(|err| match err {
+            mpsc::error::TrySendError::Full(_) => ScriptError::Busy,
+            mpsc::error::TrySendError::Closed(_) => ScriptError::Stopped,
+        })?;
+        answer.await.map_err(|_| ScriptError::Stopped)?
+    }
+
+    /// Stops serving scripts: the workers end once the requests they hold are answered.
+    pub fn stop(&self) {
+        *self.current.write() = None;
+    }
+}

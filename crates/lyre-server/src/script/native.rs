@@ -1,0 +1,354 @@
+//! What scripts call in Lyre: the table operations behind `tables.X.get`, `put`,
+//! `search`, … and the log. `prelude.js` receives these functions once, when a
+//! runtime starts, and keeps them out of the scripts' reach.
+//!
+//! Every table call names whom it runs as: a request's handle (its user, checked
+//! as every protocol checks users) or `0`, the script's own access, which is not
+//! checked (as Harper runs a script's direct table calls). A handle stays valid
+//! while its request runs; afterwards its calls fail.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use lyre_core::access::{Action, User};
+use lyre_core::{Code, Context, Engine, Object, Table, Value, WriteOptions};
+use rquickjs::function::{Async, Opt};
+use rquickjs::{Ctx, Exception, Function, Object as JsObject};
+
+use super::RestGrammar;
+use super::convert::{from_js, to_js};
+
+/// The most records one search from a script returns; past it the script is told
+/// to page (a limit), so a runaway query cannot hold the whole table in memory.
+pub const MAX_SEARCH_RESULTS: usize = 100_000;
+
+/// The handle of the script's own, unchecked access.
+pub const UNCHECKED: u32 = 0;
+
+/// What the native functions share within one runtime.
+pub struct Bridge {
+    engine: Arc<Engine>,
+    grammar: Arc<dyn RestGrammar>,
+    /// The requests running on this runtime, by handle: their user's context, or
+    /// `None` for a request without credentials.
+    requests: RefCell<HashMap<u32, Option<Context>>>,
+    next_handle: std::cell::Cell<u32>,
+    /// The script's own access: a super user that is not the server itself (it
+    /// cannot change the `system` database).
+    unchecked: Context,
+    /// The component each log line is attributed to.
+    component_of: RefCell<String>,
+}
+
+impl Bridge {
+    /// A bridge to `engine`'s tables.
+    pub fn new(engine: Arc<Engine>, grammar: Arc<dyn RestGrammar>) -> Self {
+        Self {
+            engine,
+            grammar,
+            requests: RefCell::new(HashMap::new()),
+            next_handle: std::cell::Cell::new(UNCHECKED),
+            unchecked: Context::new(Arc::new(User::system())),
+            component_of: RefCell::new(String::new()),
+        }
+    }
+
+    /// Registers a request's user for the calls its script makes; the handle is
+    /// given to the script with the request.
+    pub fn begin(&self, user: Option<Arc<User>>) -> u32 {
+        let mut handle = self.next_handle.get().wrapping_add(1);
+        if handle == UNCHECKED {
+            handle = 1;
+        }
+        self.next_handle.set(handle);
+        self.requests.borrow_mut().insert(handle, user.map(Context::new));
+        handle
+    }
+
+    /// Ends a request's handle.
+    pub fn end(&self, handle: u32) {
+        self.requests.borrow_mut().remove(&handle);
+    }
+
+    /// Names the component whose code runs now (for the log).
+    pub fn set_component(&self, name: &str) {
+        name.clone_into(&mut self.component_of.borrow_mut());
+    }
+
+    fn context(&self, handle: u32) -> Result<Context, (Code, String)> {
+        if handle == UNCHECKED {
+            return Ok(self.unchecked.clone());
+        }
+        match self.requests.borrow().get(&handle) {
+            Some(Some(ctx)) => Ok(ctx.clone()),
+            Some(None) => Err((Code::MustLogin, "Must login".to_string())),
+            None => Err((Code::BadRequest, "this request has already been answered".to_string())),
+        }
+    }
+
+    fn table(&self, database: &str, table: &str) -> Result<Table, (Code, String)> {
+        let db = self.engine.database(database).map_err(core)?;
+        db.table(table).map_err(core)
+    }
+}
+
+fn core(err: lyre_core::Error) -> (Code, String) {
+    (err.code(), err.to_string())
+}
+
+/// A JavaScript `Error` with Harper's `statusCode`, thrown.
+pub fn throw(ctx: &Ctx<'_>, (code, message): (Code, String)) -> rquickjs::Error {
+    match Exception::from_message(ctx.clone(), &message) {
+        Ok(error) => {
+            if let Err(err) = error.as_object().set("statusCode", code.status()) {
+                return err;
+            }
+            ctx.throw(error.into_value())
+        }
+        Err(err) => err,
+    }
+}
+
+/// A value from a script that must be present (an id, a record).
+fn required<'js>(ctx: &Ctx<'js>, value: rquickjs::Value<'js>, what: &str) -> rquickjs::Result<Value> {
+    from_js(ctx, value)?.ok_or_else(|| throw(ctx, (Code::BadRequest, format!("{what} is required"))))
+}
+
+fn record<'js>(ctx: &Ctx<'js>, value: rquickjs::Value<'js>) -> rquickjs::Result<Object> {
+    match required(ctx, value, "a record")? {
+        Value::Object(record) => Ok(record),
+        other => Err(throw(ctx, (Code::BadRequest, format!("a record must be an object, not {}", other.type_name())))),
+    }
+}
+
+/// The native functions, as one object for `prelude.js`.
+pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsObject<'js>> {
+    let native = JsObject::new(ctx.clone())?;
+
+    let b = bridge.clone();
+    native.set(
+        "get",
+        Function::new(
+            ctx.clone(),
+            move |ctx: Ctx<'js>, db: String, table: String, id: rquickjs::Value<'js>, handle: u32| {
+                let id = required(&ctx, id, "an id")?;
+                let run = || -> Result<Option<Object>, (Code, String)> {
+                    let user = b.context(handle)?;
+                    Ok(b.table(&db, &table)?.get(&user, &id).map_err(core)?.map(|(record, _)| record))
+                };
+                match run() {
+                    Ok(Some(record)) => to_js(&ctx, &Value::Object(record)),
+                    Ok(None) => Ok(rquickjs::Value::new_undefined(ctx.clone())),
+                    Err(err) => Err(throw(&ctx, err)),
+                }
+            },
+        )?,
+    )?;
+
+    let b = bridge.clone();
+    native.set(
+        "search",
+        Function::new(
+            ctx.clone(),
+            move |ctx: Ctx<'js>, db: String, table: String, query: rquickjs::Value<'js>, handle: u32| {
+                let query = from_js(&ctx, query)?;
+                let run = || -> Result<Vec<Value>, (Code, String)> {
+                    let user = b.context(handle)?;
+                    let table = b.table(&db, &table)?;
+                    let query = match query {
+                        Some(Value::String(raw)) => b.grammar.query_string(&table, &raw)?,
+                        Some(Value::Object(object)) => b.grammar.query_object(&table, object)?,
+                        None | Some(Value::Null) => b.grammar.query_string(&table, "")?,
+                        Some(other) => {
+                            return Err((
+                                Code::BadRequest,
+                                format!("a search takes a query object or string, not {}", other.type_name()),
+                            ));
+                        }
+                    };
+                    let mut found = Vec::new();
+                    let mut overflow = false;
+                    table.search(&user, query).map_err(core)?.run(&mut |record| {
+                        if found.len() == MAX_SEARCH_RESULTS {
+                            overflow = true;
+                            return std::ops::ControlFlow::Break(());
+                        }
+                        found.push(record);
+                        std::ops::ControlFlow::Continue(())
+                    })
+                    .map_err(core)?;
+                    if overflow {
+                        return Err((
+                            Code::BadRequest,
+                            format!(
+                                "a search from JavaScript matched more than {MAX_SEARCH_RESULTS} records; \
+                                 give it a limit and page through them"
+                            ),
+                        ));
+                    }
+                    Ok(found)
+                };
+                match run() {
+                    Ok(found) => to_js(&ctx, &Value::Array(found)),
+                    Err(err) => Err(throw(&ctx, err)),
+                }
+            },
+        )?,
+    )?;
+
+    let b = bridge.clone();
+    native.set(
+        "describe",
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, db: String, table: String, handle: u32| {
+            let run = || -> Result<Value, (Code, String)> {
+                let user = b.context(handle)?;
+                let table = b.table(&db, &table)?;
+                b.grammar.describe(&table, &user)
+            };
+            match run() {
+                Ok(description) => to_js(&ctx, &description),
+                Err(err) => Err(throw(&ctx, err)),
+            }
+        })?,
+    )?;
+
+    let b = bridge.clone();
+    native.set(
+        "allowed",
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, db: String, table: String, action: String, handle: u32| {
+            let action = match action.as_str() {
+                "read" => Action::Read,
+                "insert" => Action::Insert,
+                "update" => Action::Update,
+                "delete" => Action::Delete,
+                other => return Err(throw(&ctx, (Code::BadRequest, format!("no such action '{other}'")))),
+            };
+            let run = || -> Result<bool, (Code, String)> {
+                let Ok(user) = b.context(handle) else { return Ok(false) };
+                Ok(b.table(&db, &table)?.access(&user, &[action]).is_ok())
+            };
+            run().map_err(|err| throw(&ctx, err))
+        })?,
+    )?;
+
+    let b = bridge.clone();
+    native.set(
+        "tables",
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>| -> rquickjs::Result<rquickjs::Value<'js>> {
+            let mut list = Vec::new();
+            for name in b.engine.database_names() {
+                let Ok(db) = b.engine.database(&name) else { continue };
+                let schema = db.schema();
+                for (table, definition) in &schema.tables {
+                    let mut info = Object::default();
+                    info.insert("database".into(), Value::String(name.clone()));
+                    info.insert("table".into(), Value::String(table.clone()));
+                    info.insert("primaryKey".into(), Value::String(definition.primary_key.clone()));
+                    let attributes = definition
+                        .attributes
+                        .iter()
+                        .map(|a| {
+                            let mut attribute = Object::default();
+                            attribute.insert("name".into(), Value::String(a.name.clone()));
+                            attribute.insert("type".into(), a.type_name.clone().map_or(Value::Null, Value::String));
+                            Value::Object(attribute)
+                        })
+                        .collect();
+                    info.insert("attributes".into(), Value::Array(attributes));
+                    list.push(Value::Object(info));
+                }
+            }
+            to_js(&ctx, &Value::Array(list))
+        })?,
+    )?;
+
+    let b = bridge.clone();
+    native.set(
+        "log",
+        Function::new(ctx.clone(), move |level: String, message: String| {
+            let component = b.component_of.borrow();
+            match level.as_str() {
+                "error" | "fatal" | "notify" => tracing::error!(component = %component, "{message}"),
+                "warn" => tracing::warn!(component = %component, "{message}"),
+                "debug" => tracing::debug!(component = %component, "{message}"),
+                "trace" => tracing::trace!(component = %component, "{message}"),
+                _ => tracing::info!(component = %component, "{message}"),
+            }
+        })?,
+    )?;
+
+    install_writes(ctx, bridge, &native)?;
+    Ok(native)
+}
+
+/// The writes: each returns a promise settled when the write has committed.
+fn install_writes<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'js>) -> rquickjs::Result<()> {
+    /// What a write does, once its arguments are read.
+    enum Write {
+        Put(Value, Object),
+        Patch(Value, Object),
+        Delete(Value),
+        Create(Object),
+    }
+    let write = |kind: &'static str| {
+        let b = bridge.clone();
+        Async(
+            move |ctx: Ctx<'js>,
+                  db: String,
+                  table: String,
+                  first: rquickjs::Value<'js>,
+                  second: Opt<rquickjs::Value<'js>>,
+                  handle: Opt<u32>| {
+                let b = b.clone();
+                async move {
+                    let (write, handle) = match kind {
+                        "put" | "patch" => {
+                            let id = required(&ctx, first, "an id")?;
+                            let body = record(&ctx, second.0.unwrap_or_else(|| rquickjs::Value::new_undefined(ctx.clone())))?;
+                            let write = if kind == "put" { Write::Put(id, body) } else { Write::Patch(id, body) };
+                            (write, handle.0.unwrap_or(UNCHECKED))
+                        }
+                        "delete" => {
+                            let handle = second.0.and_then(|h| h.as_int()).map_or(UNCHECKED, |h| h as u32);
+                            (Write::Delete(required(&ctx, first, "an id")?), handle)
+                        }
+                        _ => {
+                            let handle = second.0.and_then(|h| h.as_int()).map_or(UNCHECKED, |h| h as u32);
+                            (Write::Create(record(&ctx, first)?), handle)
+                        }
+                    };
+                    let done = async {
+                        let user = b.context(handle)?;
+                        let table = b.table(&db, &table)?;
+                        Ok::<Value, (Code, String)>(match write {
+                            Write::Put(id, body) => {
+                                table.put(&user, id, body, WriteOptions::default()).await.map_err(core)?;
+                                Value::Null
+                            }
+                            Write::Patch(id, body) => {
+                                table.patch(&user, id, body, WriteOptions::default()).await.map_err(core)?;
+                                Value::Null
+                            }
+                            Write::Delete(id) => {
+                                let summary = table.delete(&user, vec![id]).await.map_err(core)?;
+                                Value::Bool(!summary.deleted.is_empty())
+                            }
+                            Write::Create(body) => table.create(&user, body).await.map_err(core)?,
+                        })
+                    };
+                    match done.await {
+                        Ok(Value::Null) => Ok(rquickjs::Value::new_undefined(ctx.clone())),
+                        Ok(value) => to_js(&ctx, &value),
+                        Err(err) => Err(throw(&ctx, err)),
+                    }
+                }
+            },
+        )
+    };
+    for kind in ["put", "patch", "delete", "create"] {
+        native.set(kind, Function::new(ctx.clone(), write(kind))?)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,587 @@
+// The API scripts see, as Harper's: Resource, tables, databases, logger, console,
+// URLSearchParams, and the dispatch of REST requests to exported resources.
+// Evaluated once per runtime, before any component's module, as a function given
+// Lyre's native functions (script/native.rs); nothing of them stays global.
+(function (native) {
+	'use strict';
+
+	const CONTEXT_HANDLE = Symbol('lyre.handle'); // the request a context belongs to
+	const TABLE = Symbol('lyre.table'); // {database, table, primaryKey} of a table's class
+	const BUILT_IN = Symbol('lyre.builtIn'); // classes Lyre made (Resource, table classes)
+	const LOADED = Symbol('lyre.loaded'); // a legacy instance's record was read
+	const UNCHECKED = 0;
+
+	/** An error with a status (Harper's ClientError). */
+	class ClientError extends Error {
+		constructor(message, statusCode = 400) {
+			super(message);
+			this.statusCode = statusCode;
+		}
+	}
+
+	/** An error of the server's own (Harper's ServerError). */
+	class ServerError extends Error {
+		constructor(message, statusCode = 500) {
+			super(message);
+			this.statusCode = statusCode;
+		}
+	}
+
+	function accessViolation(user) {
+		return user ? new ClientError('Unauthorized access to resource', 403) : new ClientError('Must login', 401);
+	}
+
+	// ---- URLSearchParams (the web standard), which RequestTarget extends ----
+	const decode = (text) => {
+		try {
+			return decodeURIComponent(text.replace(/\+/g, ' '));
+		} catch {
+			return text;
+		}
+	};
+	const encode = (text) => encodeURIComponent(text).replace(/%20/g, '+');
+
+	class URLSearchParams {
+		#pairs = [];
+		constructor(init) {
+			if (init === undefined || init === null) return;
+			if (typeof init === 'string') {
+				const text = init.startsWith('?') ? init.slice(1) : init;
+				for (const part of text.split('&')) {
+					if (!part) continue;
+					const at = part.indexOf('=');
+					this.#pairs.push(at < 0 ? [decode(part), ''] : [decode(part.slice(0, at)), decode(part.slice(at + 1))]);
+				}
+			} else if (typeof init[Symbol.iterator] === 'function') {
+				for (const [name, value] of init) this.#pairs.push([String(name), String(value)]);
+			} else {
+				for (const name of Object.keys(init)) this.#pairs.push([name, String(init[name])]);
+			}
+		}
+		get size() {
+			return this.#pairs.length;
+		}
+		append(name, value) {
+			this.#pairs.push([String(name), String(value)]);
+		}
+		delete(name) {
+			this.#pairs = this.#pairs.filter(([n]) => n !== name);
+		}
+		get(name) {
+			const found = this.#pairs.find(([n]) => n === name);
+			return found ? found[1] : null;
+		}
+		getAll(name) {
+			return this.#pairs.filter(([n]) => n === name).map(([, v]) => v);
+		}
+		has(name) {
+			return this.#pairs.some(([n]) => n === name);
+		}
+		set(name, value) {
+			const at = this.#pairs.findIndex(([n]) => n === name);
+			if (at < 0) return this.append(name, value);
+			this.#pairs[at] = [String(name), String(value)];
+			this.#pairs = this.#pairs.filter(([n], i) => n !== name || i === at);
+		}
+		sort() {
+			this.#pairs.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+		}
+		forEach(callback, thisArg) {
+			for (const [name, value] of this.#pairs) callback.call(thisArg, value, name, this);
+		}
+		*entries() {
+			yield* this.#pairs.map((pair) => [...pair]);
+		}
+		*keys() {
+			for (const [name] of this.#pairs) yield name;
+		}
+		*values() {
+			for (const [, value] of this.#pairs) yield value;
+		}
+		[Symbol.iterator]() {
+			return this.entries();
+		}
+		toString() {
+			return this.#pairs.map(([n, v]) => `${encode(n)}=${encode(v)}`).join('&');
+		}
+	}
+
+	/** What a resource method is asked about: an id, or a query on the collection. */
+	class RequestTarget extends URLSearchParams {
+		constructor(search) {
+			super(search ?? '');
+			/** The query string, without `?` (REST's grammar reads it). */
+			this.search = search ?? '';
+			this.id = undefined;
+			this.isCollection = false;
+			this.pathname = '';
+		}
+	}
+
+	/** The target a static call was given: a RequestTarget, a query object, or an id. */
+	function targetOf(argument) {
+		if (argument instanceof RequestTarget) return argument;
+		const target = new RequestTarget();
+		if (argument === null) {
+			target.isCollection = true;
+			target.id = null;
+		} else if (argument && typeof argument === 'object' && !Array.isArray(argument)) {
+			// A query object: {conditions, operator, limit, offset, select, sort, id}.
+			Object.assign(target, argument);
+			target.query = argument;
+			target.isCollection = argument.id === undefined;
+		} else {
+			target.id = argument;
+		}
+		return target;
+	}
+
+	/** The handle a table call runs as: the request's user when the target asks for its permissions checked. */
+	function handleFor(resource, target) {
+		const context = resource?.getContext?.();
+		const checked = target?.checkPermission || context?.authorize;
+		return checked && context?.[CONTEXT_HANDLE] !== undefined ? context[CONTEXT_HANDLE] : UNCHECKED;
+	}
+
+	// ---- Resource ----
+	const WRITES_TAKE_DATA = new Set(['put', 'patch', 'post', 'update', 'create']);
+
+	/** Runs `method` of a new instance of `Class`, as Harper's static methods do. */
+	async function invoke(Class, method, argument, data, context) {
+		const target = targetOf(argument);
+		const legacy = Class.loadAsInstance !== false;
+		if (WRITES_TAKE_DATA.has(method) && data === undefined && argument && typeof argument === 'object' && !(argument instanceof RequestTarget)) {
+			// put(record): the id is the record's own.
+			data = argument;
+			target.id = Class[TABLE] ? argument[Class[TABLE].primaryKey] : undefined;
+			target.isCollection = false;
+			delete target.query;
+		}
+		const resource = new Class(target.id ?? (target.isCollection ? null : undefined), context);
+		if (legacy) {
+			if (context?.authorize) await authorize(resource, method, target, data, context);
+			if (Class[TABLE] && target.id !== undefined && target.id !== null) resource.load(target);
+		}
+		const handler = resource[method];
+		if (typeof handler !== 'function') {
+			if (method === 'get') return undefined;
+			throw missingMethod(Class, resource, method);
+		}
+		if (method === 'get' || method === 'delete') return handler.call(resource, target);
+		return legacy ? handler.call(resource, data, target) : handler.call(resource, target, data);
+	}
+
+	async function authorize(resource, method, target, data, context) {
+		const user = context.user ?? null;
+		let allowed;
+		if (method === 'get' || method === 'search') allowed = await resource.allowRead(user, target, context);
+		else if (method === 'delete') allowed = await resource.allowDelete(user, target, context);
+		else if (method === 'post' || method === 'create') allowed = await resource.allowCreate(user, data, context);
+		else if (resource.doesExist?.() === false) allowed = await resource.allowCreate(user, data, context);
+		else allowed = await resource.allowUpdate(user, data, context);
+		if (!allowed) throw accessViolation(user);
+	}
+
+	function missingMethod(Class, resource, method) {
+		const error = new ClientError(`The ${Class.name} does not have a ${method} method implemented`, 405);
+		error.allow = ['get', 'put', 'post', 'delete', 'patch'].filter((m) => typeof resource[m] === 'function');
+		return error;
+	}
+
+	/** Harper's Resource: an endpoint; extend it and export the class. */
+	class Resource {
+		#id;
+		#context;
+		constructor(id, context) {
+			this.#id = id;
+			this.#context = context;
+		}
+		/** The id this instance was made for (`undefined` for the resource itself, `null` for the collection). */
+		getId() {
+			return this.#id;
+		}
+		/** The request's context: user, headers, method, url, responseHeaders. */
+		getContext() {
+			return this.#context;
+		}
+		/** The request's user, when it has one. */
+		getCurrentUser() {
+			return this.#context?.user ?? null;
+		}
+		get isCollection() {
+			return this.#id === null;
+		}
+		allowRead(user) {
+			return Boolean(user?.role?.permission?.super_user);
+		}
+		allowUpdate(user) {
+			return Boolean(user?.role?.permission?.super_user);
+		}
+		allowCreate(user) {
+			return Boolean(user?.role?.permission?.super_user);
+		}
+		allowDelete(user) {
+			return Boolean(user?.role?.permission?.super_user);
+		}
+		post(first, second) {
+			const legacy = this.constructor.loadAsInstance !== false;
+			const [target, data] = legacy ? [second, first] : [first, second];
+			if ((target?.isCollection || this.isCollection) && typeof this.create === 'function') {
+				return this.create(target, data);
+			}
+			throw missingMethod(this.constructor, this, 'post');
+		}
+		static get(target, context) {
+			return invoke(this, 'get', target, undefined, context);
+		}
+		static put(target, data, context) {
+			return invoke(this, 'put', target, data, context);
+		}
+		static patch(target, data, context) {
+			return invoke(this, 'patch', target, data, context);
+		}
+		static post(target, data, context) {
+			return invoke(this, 'post', target, data, context);
+		}
+		static delete(target, context) {
+			return invoke(this, 'delete', target, undefined, context);
+		}
+		static getNewId() {
+			return crypto.randomUUID();
+		}
+	}
+	Resource[BUILT_IN] = true;
+
+	// ---- Tables ----
+	/** Search results: an array that is also async-iterable (Harper returns an async iterable). */
+	function results(records, freeze) {
+		if (freeze) records.forEach(Object.freeze);
+		Object.defineProperty(records, Symbol.asyncIterator, {
+			value: async function* () {
+				yield* records;
+			},
+		});
+		Object.defineProperty(records, 'asArray', { get: () => Promise.resolve(records) });
+		return records;
+	}
+
+	/** A class for a table, with Harper's table API over Lyre's. */
+	function makeTable(info) {
+		const { database, table, primaryKey } = info;
+		const TableClass = class extends Resource {
+			static get primaryKey() {
+				return primaryKey;
+			}
+			static get databaseName() {
+				return database;
+			}
+			static get tableName() {
+				return table;
+			}
+			static get attributes() {
+				return info.attributes;
+			}
+			/** Reads this instance's record into it (Harper's instance-loading mode). */
+			load(target) {
+				const record = native.get(database, table, this.getId(), handleFor(this, target));
+				this[LOADED] = record !== undefined;
+				if (record !== undefined) Object.assign(this, record);
+			}
+			doesExist() {
+				return this[LOADED] !== false;
+			}
+			get(target) {
+				const legacy = this.constructor.loadAsInstance !== false;
+				if (legacy && typeof target === 'string') return this[target];
+				if (this.isCollection || target?.isCollection) return this.search(target);
+				const id = this.getId();
+				if (id === undefined) return native.describe(database, table, handleFor(this, target));
+				if (legacy) return this[LOADED] ? this : undefined;
+				const record = native.get(database, table, id, handleFor(this, target));
+				return record === undefined ? undefined : Object.freeze(record);
+			}
+			search(target) {
+				const query = target?.query ?? target?.search ?? '';
+				const frozen = this.constructor.loadAsInstance === false;
+				return results(native.search(database, table, query, handleFor(this, target)), frozen);
+			}
+			put(first, second) {
+				const legacy = this.constructor.loadAsInstance !== false;
+				const [target, data] = legacy ? [second, first] : [first, second];
+				return native.put(database, table, this.getId(), data, handleFor(this, target));
+			}
+			patch(first, second) {
+				const legacy = this.constructor.loadAsInstance !== false;
+				const [target, data] = legacy ? [second, first] : [first, second];
+				return native.patch(database, table, this.getId(), data, handleFor(this, target));
+			}
+			update(first, second) {
+				const legacy = this.constructor.loadAsInstance !== false;
+				const data = legacy ? first : second;
+				return native.patch(database, table, this.getId(), data ?? {}, handleFor(this, legacy ? second : first));
+			}
+			async delete(target) {
+				if (this.isCollection || target?.isCollection) {
+					const matches = this.search(target);
+					for (const record of matches) await native.delete(database, table, record[primaryKey], handleFor(this, target));
+					return true;
+				}
+				await native.delete(database, table, this.getId(), handleFor(this, target));
+				return true;
+			}
+			create(first, second) {
+				const legacy = this.constructor.loadAsInstance !== false;
+				const [target, data] = legacy && !(first instanceof RequestTarget) ? [second, first] : [first, second];
+				return native.create(database, table, data ?? {}, handleFor(this, target));
+			}
+			allowRead(user, target, context) {
+				return native.allowed(database, table, 'read', handleOfUser(context));
+			}
+			allowUpdate(user, data, context) {
+				return native.allowed(database, table, 'update', handleOfUser(context));
+			}
+			allowCreate(user, data, context) {
+				return native.allowed(database, table, 'insert', handleOfUser(context));
+			}
+			allowDelete(user, target, context) {
+				return native.allowed(database, table, 'delete', handleOfUser(context));
+			}
+			static search(query, context) {
+				return new this(null, context).search(targetOf(query ?? null));
+			}
+			static create(record, context) {
+				return new this(null, context).create(targetOf(null), record);
+			}
+			static update(id, updates, context) {
+				return invoke(this, 'update', id, updates, context);
+			}
+		};
+		Object.defineProperty(TableClass, 'name', { value: table });
+		TableClass[TABLE] = { database, table, primaryKey };
+		TableClass[BUILT_IN] = true;
+		return TableClass;
+	}
+
+	/** The handle a permission hook checks: the request's user; nobody without a request. */
+	function handleOfUser(context) {
+		return context?.[CONTEXT_HANDLE] ?? -1;
+	}
+
+	const databases = {};
+	for (const info of native.tables()) {
+		const tablesOf = (databases[info.database] ??= Object.create(null));
+		tablesOf[info.table] = makeTable(info);
+	}
+	const tables = databases.data ?? Object.create(null);
+	if (databases.system) Object.defineProperty(databases, 'system', { enumerable: false, value: databases.system });
+
+	// ---- Logging ----
+	const text = (args) =>
+		args
+			.map((a) => {
+				if (typeof a === 'string') return a;
+				if (a instanceof Error) return a.stack ? `${a.name}: ${a.message}\n${a.stack}` : `${a.name}: ${a.message}`;
+				try {
+					return JSON.stringify(a);
+				} catch {
+					return String(a);
+				}
+			})
+			.join(' ');
+	const logAt = (level) => (...args) => native.log(level, text(args));
+	const logger = {
+		notify: logAt('notify'),
+		fatal: logAt('fatal'),
+		error: logAt('error'),
+		warn: logAt('warn'),
+		info: logAt('info'),
+		debug: logAt('debug'),
+		trace: logAt('trace'),
+		withTag: () => logger,
+		loggerWithTag: () => logger,
+	};
+	const console = {
+		log: logAt('info'),
+		info: logAt('info'),
+		warn: logAt('warn'),
+		error: logAt('error'),
+		debug: logAt('debug'),
+		trace: logAt('trace'),
+	};
+
+	// ---- Exports and dispatch ----
+	const resources = new Map();
+	const HANDLERS = {
+		get: ['get', 'allowRead', 'search'],
+		put: ['put', 'allowUpdate', 'allowCreate', 'update'],
+		patch: ['patch', 'allowUpdate', 'update'],
+		post: ['post', 'allowCreate', 'create'],
+		delete: ['delete', 'allowDelete'],
+	};
+
+	const isResource = (value) =>
+		typeof value === 'function' && ('get' in value || 'put' in value || 'post' in value || 'delete' in value);
+
+	/** The handlers a script's class defines itself, below Lyre's classes. */
+	function overrides(Class) {
+		const own = new Set();
+		for (let c = Class; c && !Object.hasOwn(c, BUILT_IN); c = Object.getPrototypeOf(c)) {
+			for (const name of Object.getOwnPropertyNames(c)) own.add(name);
+			for (const name of Object.getOwnPropertyNames(c.prototype ?? {})) own.add(name);
+		}
+		if (own.has('loadAsInstance')) return Object.keys(HANDLERS);
+		return Object.keys(HANDLERS).filter((handler) => HANDLERS[handler].some((name) => own.has(name)));
+	}
+
+	/** Registers what a component's module exports; returns the resources found. */
+	function register(component, namespace) {
+		const found = [];
+		const walk = (value, path, depth) => {
+			if (depth > 8 || value === null || value === undefined) return;
+			if (isResource(value)) found.push([path, value]);
+			else if (typeof value === 'object') for (const name in value) walk(value[name], `${path}/${name}`, depth + 1);
+		};
+		for (const name in namespace) walk(namespace[name], name, 0);
+		return found.map(([path, Class]) => {
+			resources.set(path, Class);
+			const table = Class[TABLE];
+			return {
+				path,
+				component,
+				database: table?.database ?? null,
+				table: table?.table ?? null,
+				overrides: overrides(Class),
+			};
+		});
+	}
+
+	class ResponseHeaders {
+		#map = new Map();
+		set(name, value) {
+			this.#map.set(String(name).toLowerCase(), [String(name), String(value)]);
+		}
+		append(name, value) {
+			const key = String(name).toLowerCase();
+			const existing = this.#map.get(key);
+			this.#map.set(key, existing ? [existing[0], `${existing[1]}, ${value}`] : [String(name), String(value)]);
+		}
+		get(name) {
+			return this.#map.get(String(name).toLowerCase())?.[1] ?? null;
+		}
+		has(name) {
+			return this.#map.has(String(name).toLowerCase());
+		}
+		delete(name) {
+			this.#map.delete(String(name).toLowerCase());
+		}
+		pairs() {
+			return [...this.#map.values()];
+		}
+	}
+
+	/** The request as a resource's context (Harper passes the request itself). */
+	function contextOf(request) {
+		const headers = new Map(request.headers);
+		return {
+			[CONTEXT_HANDLE]: request.handle,
+			user: request.user,
+			method: request.method,
+			url: request.search ? `${request.pathname}?${request.search}` : request.pathname,
+			pathname: request.pathname,
+			headers: {
+				get: (name) => headers.get(String(name).toLowerCase()) ?? null,
+				has: (name) => headers.has(String(name).toLowerCase()),
+				[Symbol.iterator]: () => headers.entries(),
+			},
+			data: request.data,
+			responseHeaders: new ResponseHeaders(),
+			authorize: true,
+		};
+	}
+
+	function pairsOf(headers) {
+		if (!headers) return [];
+		if (typeof headers.pairs === 'function') return headers.pairs();
+		if (typeof headers.entries === 'function') return [...headers.entries()];
+		return Object.entries(headers);
+	}
+
+	/** A handler's result as Lyre answers it: {status, headers, value | body}. */
+	function reply(result, request, context) {
+		const headers = context.responseHeaders.pairs();
+		if (result === undefined || result === null) {
+			return { status: request.method === 'GET' || request.method === 'HEAD' ? 404 : 204, headers };
+		}
+		if (typeof result === 'object' && result.status > 0 && result.headers) {
+			headers.push(...pairsOf(result.headers).map(([n, v]) => [String(n), String(v)]));
+			if (result.data !== undefined) return { status: result.status, headers, value: result.data };
+			return { status: result.status, headers, body: result.body };
+		}
+		if (typeof result === 'object' && typeof result.contentType === 'string' && 'data' in result && !(result instanceof Resource)) {
+			headers.push(['content-type', result.contentType]);
+			return { status: 200, headers, body: result.data };
+		}
+		return { status: 200, headers, value: result };
+	}
+
+	function failure(error, request) {
+		const stated = error !== null && typeof error === 'object' && Number.isInteger(error.statusCode);
+		const status = stated && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
+		let message =
+			error !== null && typeof error === 'object' && typeof error.message === 'string'
+				? `${error.constructor?.name ?? 'Error'}: ${error.message}`
+				: String(error);
+		const headers = [];
+		if (status === 405 && Array.isArray(error.allow)) {
+			message += ` to handle HTTP method ${request.method}`;
+			headers.push(['allow', ['GET', 'POST', 'TRACE', 'HEAD', 'OPTIONS', ...error.allow.filter((m) => m !== 'get' && m !== 'post').map((m) => m.toUpperCase())].join(', ')]);
+		}
+		return { status, headers, error: message, stated, stack: error?.stack ?? '' };
+	}
+
+	const METHODS = { GET: 'get', HEAD: 'get', PUT: 'put', PATCH: 'patch', POST: 'post', DELETE: 'delete' };
+
+	/** Answers one REST request with the resource its path names. */
+	async function dispatch(request) {
+		const context = contextOf(request);
+		try {
+			const Class = resources.get(request.path);
+			if (!Class) throw new ClientError(`no resource at ${request.path}`, 404);
+			const target = new RequestTarget(request.search);
+			target.id = request.collection ? null : request.id;
+			target.isCollection = request.collection;
+			target.pathname = request.pathname;
+			target.checkPermission = true;
+			const method = METHODS[request.method];
+			if (!method) throw new ServerError(`Method ${request.method} is not recognized`, 501);
+			const result =
+				method === 'get' || method === 'delete'
+					? await Class[method](target, context)
+					: await Class[method](target, request.data, context);
+			return reply(result, request, context);
+		} catch (error) {
+			return failure(error, request);
+		}
+	}
+
+	const hidden = (value) => ({ value, enumerable: false, writable: false, configurable: false });
+	Object.defineProperties(globalThis, {
+		__lyre_dispatch: hidden(dispatch),
+		__lyre_register: hidden(register),
+	});
+	Object.assign(globalThis, {
+		Resource,
+		tables,
+		databases,
+		logger,
+		console,
+		URLSearchParams,
+		RequestTarget,
+		ClientError,
+		ServerError,
+	});
+	if (!globalThis.crypto) {
+		globalThis.crypto = {};
+	}
+	globalThis.crypto.randomUUID ??= native.randomUUID;
+});

@@ -1,0 +1,418 @@
+//! One JavaScript worker: a thread with its own runtime (QuickJS-NG), which loads
+//! every component's scripts and then answers requests one at a time.
+//!
+//! A request runs with a deadline the runtime's interrupt handler checks (a loop
+//! that never yields is stopped there) and under a timer around the whole call (a
+//! script waiting forever is stopped there). Whatever the request left running
+//! (promises nobody awaited) is run to its end before the next request, still as
+//! its user. A runtime that was stopped or ran out of memory is rebuilt, scripts
+//! loaded again, before the worker serves another request.
+
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use lyre_core::{Code, Engine, Object, Value};
+use rquickjs::context::EvalOptions;
+use rquickjs::{Array, AsyncContext, AsyncRuntime, CaughtError, Ctx, Function, Module, Promise, TypedArray};
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use super::convert::{from_js, to_js};
+use super::modules::ComponentModules;
+use super::native::{self, Bridge};
+use super::{
+    LoadReport, ReplyBody, RestGrammar, ScriptComponent, ScriptError, ScriptExport, ScriptReply, ScriptRequest,
+    ScriptSettings,
+};
+
+/// The Resource API, evaluated in every runtime before the components' modules.
+const PRELUDE: &str = include_str!("prelude.js");
+
+/// The stack each worker thread gets (QuickJS recurses on the native stack; its
+/// own limit, below, stops a deep recursion well before this).
+const THREAD_STACK: usize = 8 << 20;
+/// QuickJS's own stack limit: a deep recursion is a `RangeError`, not a crash.
+const JS_STACK: usize = 4 << 20;
+
+/// What every worker of a generation loads.
+pub(super) struct Spec {
+    pub components: Vec<ScriptComponent>,
+    pub engine: Arc<Engine>,
+    pub grammar: Arc<dyn RestGrammar>,
+    pub settings: ScriptSettings,
+}
+
+/// A request for a worker, and where its answer goes.
+pub(super) struct Job {
+    pub request: ScriptRequest,
+    pub reply: oneshot::Sender<Result<ScriptReply, ScriptError>>,
+}
+
+/// Starts worker `index`; it reports its load through `loaded`, then serves `jobs`
+/// until the queue closes.
+pub(super) fn spawn(
+    index: usize,
+    spec: Arc<Spec>,
+    jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+    loaded: oneshot::Sender<LoadReport>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(format!("lyre-js-{index}"))
+        .stack_size(THREAD_STACK)
+        .spawn(move || run(&spec, &jobs, loaded))
+        .map(|_| ())
+}
+
+fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<LoadReport>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(error = %err, "a JavaScript worker could not start its event loop");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let mut js = match Js::start(spec).await {
+            Ok((js, report)) => {
+                let _ = loaded.send(report);
+                js
+            }
+            Err(message) => {
+                let report = spec.components.iter().map(|c| (c.name.clone(), Err(message.clone()))).collect();
+                let _ = loaded.send(report);
+                return;
+            }
+        };
+        loop {
+            let job = { jobs.lock().await.recv().await };
+            let Some(job) = job else { break };
+            let (outcome, healthy) = js.serve(job.request).await;
+            let _ = job.reply.send(outcome);
+            if !healthy {
+                drop(js);
+                js = match Js::start(spec).await {
+                    Ok((fresh, _)) => fresh,
+                    Err(message) => {
+                        tracing::error!(error = %message, "a JavaScript worker could not rebuild its runtime");
+                        return;
+                    }
+                };
+            }
+        }
+    });
+}
+
+/// One runtime with the components' scripts loaded.
+struct Js {
+    // Dropped in this order: the context before the runtime it lives in.
+    context: AsyncContext,
+    runtime: AsyncRuntime,
+    /// When the code running now must stop; checked by the interrupt handler.
+    deadline: Rc<Cell<Option<Instant>>>,
+    bridge: Rc<Bridge>,
+    settings: ScriptSettings,
+}
+
+impl Js {
+    /// A fresh runtime with the prelude and every component's scripts loaded.
+    async fn start(spec: &Spec) -> Result<(Js, LoadReport), String> {
+        let runtime = AsyncRuntime::new().map_err(|e| format!("the JavaScript runtime could not start: {e}"))?;
+        runtime.set_memory_limit(spec.settings.memory_limit).await;
+        runtime.set_max_stack_size(JS_STACK).await;
+        let deadline: Rc<Cell<Option<Instant>>> = Rc::new(Cell::new(None));
+        let watched = deadline.clone();
+        runtime
+            .set_interrupt_handler(Some(Box::new(move || watched.get().is_some_and(|at| Instant::now() >= at))))
+            .await;
+        let modules = ComponentModules::new(spec.components.iter().map(|c| c.dir.clone()));
+        runtime.set_loader(modules.clone(), modules).await;
+        let context =
+            AsyncContext::full(&runtime).await.map_err(|e| format!("the JavaScript context could not start: {e}"))?;
+        let bridge = Rc::new(Bridge::new(spec.engine.clone(), spec.grammar.clone()));
+        let js = Js { context, runtime, deadline, bridge, settings: spec.settings.clone() };
+        let report = js.load(&spec.components).await?;
+        Ok((js, report))
+    }
+
+    /// Evaluates the prelude, then each component's files in order.
+    async fn load(&self, components: &[ScriptComponent]) -> Result<LoadReport, String> {
+        let (bridge, deadline, timeout) = (&self.bridge, &self.deadline, self.settings.timeout);
+        self.context
+            .async_with(async |ctx| -> Result<LoadReport, String> {
+                deadline.set(Some(Instant::now() + timeout));
+                let prelude = (|| -> rquickjs::Result<()> {
+                    let native = native::install(&ctx, bridge)?;
+                    let mut options = EvalOptions::default();
+                    options.filename = Some("lyre:prelude.js".to_string());
+                    let install: Function = ctx.eval_with_options(PRELUDE, options)?;
+                    install.call::<_, ()>((native,))
+                })();
+                prelude.map_err(|e| format!("Lyre's JavaScript API failed to start: {}", describe(&ctx, e, None)))?;
+                let mut report = LoadReport::new();
+                for component in components {
+                    deadline.set(Some(Instant::now() + timeout));
+                    bridge.set_component(&component.name);
+                    let loading = load_component(&ctx, component);
+                    let outcome = match tokio::time::timeout(timeout, loading).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => Err(format!("its scripts did not finish loading within {timeout:?}")),
+                    };
+                    report.insert(component.name.clone(), outcome.map_err(|e| format!("{}: {e}", component.name)));
+                }
+                deadline.set(None);
+                Ok(report)
+            })
+            .await
+    }
+
+    /// Answers one request; `false` when the runtime must be rebuilt afterwards.
+    async fn serve(&self, request: ScriptRequest) -> (Result<ScriptReply, ScriptError>, bool) {
+        let timeout = self.settings.timeout;
+        let started = Instant::now();
+        let handle = self.bridge.begin(request.user.clone());
+        self.deadline.set(Some(started + timeout));
+        let expose = self.settings.expose_errors;
+        let call = self.context.async_with(async |ctx| -> Result<ScriptReply, String> {
+            let run = async || -> rquickjs::Result<ScriptReply> {
+                let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
+                let promise: Promise = dispatch.call((request_object(&ctx, &request, handle)?,))?;
+                let reply: rquickjs::Object = promise.into_future().await?;
+                read_reply(&ctx, &reply, expose, &request)
+            };
+            run().await.map_err(|e| describe(&ctx, e, None))
+        });
+        let outcome = tokio::time::timeout(timeout, call).await;
+        // What the request left running ends before the next one starts, as its user.
+        let settled = match &outcome {
+            Ok(_) => {
+                let left = timeout.saturating_sub(started.elapsed());
+                tokio::time::timeout(left, self.runtime.idle()).await.is_ok()
+            }
+            Err(_) => false,
+        };
+        let overran = self.deadline.get().is_some_and(|at| Instant::now() >= at);
+        self.deadline.set(None);
+        self.bridge.end(handle);
+        match outcome {
+            Ok(Ok(reply)) if is_out_of_memory(&reply) => {
+                tracing::warn!(export = %request.export, "a JavaScript request ran out of memory");
+                (Err(ScriptError::OutOfMemory(self.settings.memory_limit)), false)
+            }
+            Ok(Ok(reply)) => (Ok(reply), settled && !overran),
+            Err(_) => {
+                tracing::warn!(export = %request.export, "a JavaScript request ran past its {timeout:?} budget and was stopped");
+                (Err(ScriptError::Timeout(timeout)), false)
+            }
+            Ok(Err(_)) if overran => {
+                tracing::warn!(export = %request.export, "a JavaScript request ran past its {timeout:?} budget and was stopped");
+                (Err(ScriptError::Timeout(timeout)), false)
+            }
+            Ok(Err(message)) if message.contains("out of memory") => {
+                tracing::warn!(export = %request.export, "a JavaScript request ran out of memory");
+                (Err(ScriptError::OutOfMemory(self.settings.memory_limit)), false)
+            }
+            Ok(Err(message)) => {
+                tracing::error!(export = %request.export, error = %message, "a JavaScript request failed");
+                (Err(ScriptError::Engine(message)), settled)
+            }
+        }
+    }
+}
+
+/// Whether a script's error reply is the engine's out-of-memory error (the
+/// dispatcher caught it, but the runtime should be rebuilt).
+fn is_out_of_memory(reply: &ScriptReply) -> bool {
+    reply.status == 500
+        && matches!(&reply.body, ReplyBody::Value(Value::String(text)) if text.starts_with("InternalError: out of memory"))
+}
+
+/// Imports a component's files and registers what they export.
+async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent) -> Result<Vec<ScriptExport>, String> {
+    let register: Function = ctx.globals().get("__lyre_register").map_err(|e| e.to_string())?;
+    let mut exports = Vec::new();
+    for file in &component.files {
+        let path = component.dir.join(file);
+        let path = std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let imported = async {
+            let promise = Module::import(ctx, path.to_string_lossy().as_bytes())?;
+            let namespace: rquickjs::Object = promise.into_future().await?;
+            let found: Array = register.call((component.name.clone(), namespace))?;
+            let mut exports = Vec::new();
+            for entry in found.iter::<rquickjs::Value>() {
+                exports.push(read_export(ctx, entry?)?);
+            }
+            Ok::<_, rquickjs::Error>(exports)
+        };
+        let found = imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
+        exports.extend(found);
+    }
+    Ok(exports)
+}
+
+/// One entry of what `__lyre_register` found.
+fn read_export<'js>(ctx: &Ctx<'js>, entry: rquickjs::Value<'js>) -> rquickjs::Result<ScriptExport> {
+    let Some(Value::Object(mut fields)) = from_js(ctx, entry)? else {
+        return Err(native::throw(ctx, (Code::Internal, "the prelude registered an export that is not an object".into())));
+    };
+    let mut text = |name: &str| match fields.shift_remove(name) {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    };
+    let (path, component) = (text("path").unwrap_or_default(), text("component").unwrap_or_default());
+    let table = text("database").zip(text("table"));
+    let overrides = match fields.shift_remove("overrides") {
+        Some(Value::Array(names)) => {
+            names.into_iter().filter_map(|n| if let Value::String(s) = n { Some(s) } else { None }).collect()
+        }
+        _ => Vec::new(),
+    };
+    Ok(ScriptExport { path, component, table, overrides })
+}
+
+/// The request as the prelude's `dispatch` takes it.
+fn request_object<'js>(ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> rquickjs::Result<rquickjs::Object<'js>> {
+    let object = rquickjs::Object::new(ctx.clone())?;
+    object.set("path", request.export.as_str())?;
+    object.set("method", request.method.as_str())?;
+    match &request.id {
+        Some(id) => object.set("id", to_js(ctx, id)?)?,
+        None => object.set("id", rquickjs::Value::new_undefined(ctx.clone()))?,
+    }
+    object.set("collection", request.collection)?;
+    object.set("search", request.query.as_str())?;
+    object.set("pathname", request.pathname.as_str())?;
+    object.set("handle", handle)?;
+    let user = match &request.user {
+        Some(user) => {
+            let mut role = Object::default();
+            role.insert("role".into(), Value::String(user.role.name.clone()));
+            role.insert("permission".into(), user.role.permission.clone());
+            let mut fields = Object::default();
+            fields.insert("username".into(), Value::String(user.username.clone()));
+            fields.insert("active".into(), Value::Bool(user.active));
+            fields.insert("role".into(), Value::Object(role));
+            to_js(ctx, &Value::Object(fields))?
+        }
+        None => rquickjs::Value::new_null(ctx.clone()),
+    };
+    object.set("user", user)?;
+    let headers = Array::new(ctx.clone())?;
+    for (i, (name, value)) in request.headers.iter().enumerate() {
+        let pair = Array::new(ctx.clone())?;
+        pair.set(0, name.as_str())?;
+        pair.set(1, value.as_str())?;
+        headers.set(i, pair)?;
+    }
+    object.set("headers", headers)?;
+    if let Some(body) = &request.body {
+        object.set("data", to_js(ctx, body)?)?;
+    }
+    Ok(object)
+}
+
+/// The prelude's `{status, headers, value | body | error}` as a reply.
+fn read_reply<'js>(
+    ctx: &Ctx<'js>,
+    reply: &rquickjs::Object<'js>,
+    expose: bool,
+    request: &ScriptRequest,
+) -> rquickjs::Result<ScriptReply> {
+    let status: f64 = reply.get("status")?;
+    let status = if (100.0..600.0).contains(&status) { status as u16 } else { 500 };
+    let mut headers = Vec::new();
+    if let Ok(pairs) = reply.get::<_, Array>("headers") {
+        for pair in pairs.iter::<Array>() {
+            let pair = pair?;
+            headers.push((pair.get::<String>(0)?, pair.get::<String>(1)?));
+        }
+    }
+    if let Ok(message) = reply.get::<_, String>("error") {
+        let stated: bool = reply.get("stated").unwrap_or(false);
+        let stack: String = reply.get("stack").unwrap_or_default();
+        let shown = if status >= 500 {
+            tracing::error!(export = %request.export, method = %request.method, "{message}\n{stack}");
+            if stated || expose {
+                message
+            } else {
+                "Error: the JavaScript resource failed (the server's log has the error)".to_string()
+            }
+        } else {
+            message
+        };
+        return Ok(ScriptReply { status, headers, body: ReplyBody::Value(Value::String(shown)) });
+    }
+    let value: rquickjs::Value = reply.get("value")?;
+    if !value.is_undefined() {
+        let body = from_js(ctx, value)?.map_or(ReplyBody::Empty, ReplyBody::Value);
+        return Ok(ScriptReply { status, headers, body });
+    }
+    let body: rquickjs::Value = reply.get("body")?;
+    let body = if let Some(text) = body.as_string() {
+        ReplyBody::Raw(text.to_string()?.into_bytes())
+    } else if let Some(bytes) = body.as_object().and_then(|o| TypedArray::<u8>::from_object(o.clone()).ok()) {
+        // SAFETY: no JavaScript runs while the slice is copied.
+        ReplyBody::Raw(unsafe { bytes.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default())
+    } else {
+        ReplyBody::Empty
+    };
+    Ok(ScriptReply { status, headers, body })
+}
+
+/// An engine error as a message: the thrown error's `Name: message`, with the
+/// file (relative to `dir`) and line of its first frame when it has one.
+fn describe(ctx: &Ctx<'_>, error: rquickjs::Error, dir: Option<&Path>) -> String {
+    match CaughtError::from_error(ctx, error) {
+        CaughtError::Exception(exception) => {
+            let message = exception.message().unwrap_or_default();
+            let name: String = exception.as_object().get("name").unwrap_or_else(|_| "Error".to_string());
+            let stack = exception.stack().unwrap_or_default();
+            let shown = |file: &str| -> String {
+                let path = Path::new(file);
+                dir.and_then(|d| std::fs::canonicalize(d).ok())
+                    .and_then(|d| path.strip_prefix(d).ok().map(|p| p.display().to_string()))
+                    .unwrap_or_else(|| file.to_string())
+            };
+            match first_frame(&stack) {
+                Some((file, line)) => format!("{}:{line}: {name}: {message}", shown(&file)),
+                None => format!("{name}: {message}"),
+            }
+        }
+        CaughtError::Value(value) => {
+            let text = ctx.json_stringify(value).ok().flatten().and_then(|s| s.to_string().ok());
+            format!("a script threw {}", text.unwrap_or_else(|| "a value that is not an Error".to_string()))
+        }
+        CaughtError::Error(error) => error.to_string(),
+    }
+}
+
+/// The file and line of a stack's first frame in a script (`    at f (/dir/x.js:12:5)`);
+/// the prelude's own frames are passed over.
+fn first_frame(stack: &str) -> Option<(String, u32)> {
+    stack.lines().filter(|l| l.trim_start().starts_with("at ")).find_map(|line| {
+        let location = match line.rsplit_once('(') {
+            Some((_, rest)) => rest.trim_end().trim_end_matches(')'),
+            None => line.trim_start().trim_start_matches("at "),
+        };
+        let mut parts = location.rsplitn(3, ':');
+        let _column = parts.next()?;
+        let number = parts.next()?.parse().ok()?;
+        let file = parts.next()?;
+        (!file.starts_with("lyre:") && !file.starts_with('<')).then(|| (file.to_string(), number))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_frame;
+
+    #[test]
+    fn the_first_frame_names_file_and_line() {
+        let stack = "    at invoke (lyre:prelude.js:150:9)\n    at get (/srv/app/resources.js:12:5)\n    at dispatch (lyre:prelude.js:400:3)";
+        assert_eq!(first_frame(stack), Some(("/srv/app/resources.js".to_string(), 12)));
+        assert_eq!(first_frame("    at /srv/app/resources.js:3:10\n"), Some(("/srv/app/resources.js".to_string(), 3)));
+        assert_eq!(first_frame("    at dispatch (lyre:prelude.js:400:3)"), None);
+        assert_eq!(first_frame("no frames"), None);
+    }
+}
