@@ -87,6 +87,21 @@ impl Exports {
     pub fn script(&self, path: &str) -> Option<&ScriptExport> {
         self.scripts.get(path)
     }
+
+    /// The script resource a request path (`/api/v1/Dog/1`) reaches through a
+    /// nested export (`api/v1/Dog`), the longest first, and the rest of the path.
+    pub fn nested_script<'p>(&self, path: &'p str) -> Option<(&ScriptExport, &'p str)> {
+        let path = path.strip_prefix('/')?;
+        self.scripts
+            .iter()
+            .filter(|(name, _)| name.contains('/'))
+            .filter_map(|(name, export)| {
+                let rest = path.strip_prefix(name.as_str())?;
+                (rest.is_empty() || rest.starts_with('/')).then_some((name.len(), export, rest))
+            })
+            .max_by_key(|(length, _, _)| *length)
+            .map(|(_, export, rest)| (export, rest))
+    }
 }
 
 /// What happened when a component was last loaded.

@@ -8,7 +8,7 @@
 
 use lyre_core::{Object, Value};
 use rquickjs::object::Filter;
-use rquickjs::{Array, Ctx, Function, IntoJs, TypedArray, Type};
+use rquickjs::{Array, Ctx, Function, IntoJs, Type, TypedArray};
 
 /// How deep a value may nest when crossing either way.
 pub const MAX_DEPTH: usize = 64;

@@ -18,11 +18,49 @@ const MAX_MODULE_BYTES: u64 = 32 << 20;
 
 /// Node's built-in modules, refused by name (with or without `node:`).
 const NODE_BUILTINS: &[&str] = &[
-    "assert", "async_hooks", "buffer", "child_process", "cluster", "console", "constants", "crypto", "dgram",
-    "diagnostics_channel", "dns", "domain", "events", "fs", "fs/promises", "http", "http2", "https", "inspector",
-    "module", "net", "os", "path", "perf_hooks", "process", "punycode", "querystring", "readline", "repl", "stream",
-    "string_decoder", "sys", "timers", "tls", "trace_events", "tty", "url", "util", "v8", "vm", "wasi",
-    "worker_threads", "zlib",
+    "assert",
+    "async_hooks",
+    "buffer",
+    "child_process",
+    "cluster",
+    "console",
+    "constants",
+    "crypto",
+    "dgram",
+    "diagnostics_channel",
+    "dns",
+    "domain",
+    "events",
+    "fs",
+    "fs/promises",
+    "http",
+    "http2",
+    "https",
+    "inspector",
+    "module",
+    "net",
+    "os",
+    "path",
+    "perf_hooks",
+    "process",
+    "punycode",
+    "querystring",
+    "readline",
+    "repl",
+    "stream",
+    "string_decoder",
+    "sys",
+    "timers",
+    "tls",
+    "trace_events",
+    "tty",
+    "url",
+    "util",
+    "v8",
+    "vm",
+    "wasi",
+    "worker_threads",
+    "zlib",
 ];
 
 /// Resolves and loads modules inside the component directories it was given.
@@ -169,7 +207,10 @@ impl Loader for ComponentModules {
         }
         let size = std::fs::metadata(path).map_err(|e| Error::new_loading_message(name, e.to_string()))?.len();
         if size > MAX_MODULE_BYTES {
-            return Err(Error::new_loading_message(name, format!("{size} bytes is over the {MAX_MODULE_BYTES}-byte limit")));
+            return Err(Error::new_loading_message(
+                name,
+                format!("{size} bytes is over the {MAX_MODULE_BYTES}-byte limit"),
+            ));
         }
         let source = std::fs::read(path).map_err(|e| Error::new_loading_message(name, e.to_string()))?;
         Module::declare(ctx.clone(), name, source)
@@ -186,8 +227,11 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("lib")).expect("mkdir");
         std::fs::write(dir.path().join("lib/util.js"), "export const b = 2;").expect("write");
         std::fs::create_dir_all(dir.path().join("node_modules/pkg/dist")).expect("mkdir");
-        std::fs::write(dir.path().join("node_modules/pkg/package.json"), r#"{"exports": {".": {"import": "./dist/m.js"}}}"#)
-            .expect("write");
+        std::fs::write(
+            dir.path().join("node_modules/pkg/package.json"),
+            r#"{"exports": {".": {"import": "./dist/m.js"}}}"#,
+        )
+        .expect("write");
         std::fs::write(dir.path().join("node_modules/pkg/dist/m.js"), "export default 3;").expect("write");
         let modules = ComponentModules::new([dir.path().to_path_buf()]);
         let entry = std::fs::canonicalize(dir.path().join("resources.js")).expect("canonical");

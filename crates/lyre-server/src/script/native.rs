@@ -170,15 +170,18 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                     };
                     let mut found = Vec::new();
                     let mut overflow = false;
-                    table.search(&user, query).map_err(core)?.run(&mut |record| {
-                        if found.len() == MAX_SEARCH_RESULTS {
-                            overflow = true;
-                            return std::ops::ControlFlow::Break(());
-                        }
-                        found.push(record);
-                        std::ops::ControlFlow::Continue(())
-                    })
-                    .map_err(core)?;
+                    table
+                        .search(&user, query)
+                        .map_err(core)?
+                        .run(&mut |record| {
+                            if found.len() == MAX_SEARCH_RESULTS {
+                                overflow = true;
+                                return std::ops::ControlFlow::Break(());
+                            }
+                            found.push(record);
+                            std::ops::ControlFlow::Continue(())
+                        })
+                        .map_err(core)?;
                     if overflow {
                         return Err((
                             Code::BadRequest,
@@ -217,7 +220,7 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
     let b = bridge.clone();
     native.set(
         "allowed",
-        Function::new(ctx.clone(), move |ctx: Ctx<'js>, db: String, table: String, action: String, handle: u32| {
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, db: String, table: String, action: String, handle: i64| {
             let action = match action.as_str() {
                 "read" => Action::Read,
                 "insert" => Action::Insert,
@@ -226,7 +229,8 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                 other => return Err(throw(&ctx, (Code::BadRequest, format!("no such action '{other}'")))),
             };
             let run = || -> Result<bool, (Code, String)> {
-                let Ok(user) = b.context(handle) else { return Ok(false) };
+                // A negative handle is no request's: nobody to allow.
+                let Some(user) = u32::try_from(handle).ok().and_then(|h| b.context(h).ok()) else { return Ok(false) };
                 Ok(b.table(&db, &table)?.access(&user, &[action]).is_ok())
             };
             run().map_err(|err| throw(&ctx, err))
@@ -279,6 +283,8 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
         })?,
     )?;
 
+    native.set("randomUUID", Function::new(ctx.clone(), || uuid::Uuid::new_v4().to_string())?)?;
+
     install_writes(ctx, bridge, &native)?;
     Ok(native)
 }
@@ -306,7 +312,8 @@ fn install_writes<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'j
                     let (write, handle) = match kind {
                         "put" | "patch" => {
                             let id = required(&ctx, first, "an id")?;
-                            let body = record(&ctx, second.0.unwrap_or_else(|| rquickjs::Value::new_undefined(ctx.clone())))?;
+                            let body =
+                                record(&ctx, second.0.unwrap_or_else(|| rquickjs::Value::new_undefined(ctx.clone())))?;
                             let write = if kind == "put" { Write::Put(id, body) } else { Write::Patch(id, body) };
                             (write, handle.0.unwrap_or(UNCHECKED))
                         }

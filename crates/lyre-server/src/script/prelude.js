@@ -159,8 +159,10 @@
 		}
 		const resource = new Class(target.id ?? (target.isCollection ? null : undefined), context);
 		if (legacy) {
+			// The record is read first (whatever the user may read: the hooks decide),
+			// so allowCreate is asked for a record that does not exist yet.
+			if (Class[TABLE] && target.id !== undefined && target.id !== null) resource.load();
 			if (context?.authorize) await authorize(resource, method, target, data, context);
-			if (Class[TABLE] && target.id !== undefined && target.id !== null) resource.load(target);
 		}
 		const handler = resource[method];
 		if (typeof handler !== 'function') {
@@ -282,8 +284,8 @@
 				return info.attributes;
 			}
 			/** Reads this instance's record into it (Harper's instance-loading mode). */
-			load(target) {
-				const record = native.get(database, table, this.getId(), handleFor(this, target));
+			load() {
+				const record = native.get(database, table, this.getId(), UNCHECKED);
 				this[LOADED] = record !== undefined;
 				if (record !== undefined) Object.assign(this, record);
 			}
@@ -429,7 +431,6 @@
 			for (const name of Object.getOwnPropertyNames(c)) own.add(name);
 			for (const name of Object.getOwnPropertyNames(c.prototype ?? {})) own.add(name);
 		}
-		if (own.has('loadAsInstance')) return Object.keys(HANDLERS);
 		return Object.keys(HANDLERS).filter((handler) => HANDLERS[handler].some((name) => own.has(name)));
 	}
 

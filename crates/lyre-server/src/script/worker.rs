@@ -30,6 +30,9 @@ use super::{
 /// The Resource API, evaluated in every runtime before the components' modules.
 const PRELUDE: &str = include_str!("prelude.js");
 
+/// How the engine's out-of-memory error reads once the dispatcher caught it.
+const OUT_OF_MEMORY: &str = "InternalError: out of memory";
+
 /// The stack each worker thread gets (QuickJS recurses on the native stack; its
 /// own limit, below, stops a deep recursion well before this).
 const THREAD_STACK: usize = 8 << 20;
@@ -225,7 +228,7 @@ impl Js {
 /// dispatcher caught it, but the runtime should be rebuilt).
 fn is_out_of_memory(reply: &ScriptReply) -> bool {
     reply.status == 500
-        && matches!(&reply.body, ReplyBody::Value(Value::String(text)) if text.starts_with("InternalError: out of memory"))
+        && matches!(&reply.body, ReplyBody::Value(Value::String(text)) if text.starts_with(OUT_OF_MEMORY))
 }
 
 /// Imports a component's files and registers what they export.
@@ -254,7 +257,10 @@ async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent) -> Result<Ve
 /// One entry of what `__lyre_register` found.
 fn read_export<'js>(ctx: &Ctx<'js>, entry: rquickjs::Value<'js>) -> rquickjs::Result<ScriptExport> {
     let Some(Value::Object(mut fields)) = from_js(ctx, entry)? else {
-        return Err(native::throw(ctx, (Code::Internal, "the prelude registered an export that is not an object".into())));
+        return Err(native::throw(
+            ctx,
+            (Code::Internal, "the prelude registered an export that is not an object".into()),
+        ));
     };
     let mut text = |name: &str| match fields.shift_remove(name) {
         Some(Value::String(s)) => Some(s),
@@ -272,7 +278,11 @@ fn read_export<'js>(ctx: &Ctx<'js>, entry: rquickjs::Value<'js>) -> rquickjs::Re
 }
 
 /// The request as the prelude's `dispatch` takes it.
-fn request_object<'js>(ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> rquickjs::Result<rquickjs::Object<'js>> {
+fn request_object<'js>(
+    ctx: &Ctx<'js>,
+    request: &ScriptRequest,
+    handle: u32,
+) -> rquickjs::Result<rquickjs::Object<'js>> {
     let object = rquickjs::Object::new(ctx.clone())?;
     object.set("path", request.export.as_str())?;
     object.set("method", request.method.as_str())?;
@@ -333,7 +343,9 @@ fn read_reply<'js>(
         let stack: String = reply.get("stack").unwrap_or_default();
         let shown = if status >= 500 {
             tracing::error!(export = %request.export, method = %request.method, "{message}\n{stack}");
-            if stated || expose {
+            // The engine's own out-of-memory error is no secret of the script's, and
+            // tells the worker to rebuild its runtime.
+            if stated || expose || message.starts_with(OUT_OF_MEMORY) {
                 message
             } else {
                 "Error: the JavaScript resource failed (the server's log has the error)".to_string()

@@ -27,6 +27,7 @@ mod plugins;
 mod realtime;
 mod rest;
 mod s3;
+mod scripts;
 mod sessions;
 mod sql;
 mod support;

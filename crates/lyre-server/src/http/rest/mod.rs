@@ -123,8 +123,7 @@ async fn route(
     }
     // A script's resource answers the methods it handles itself, and decides who
     // may (Harper's `allowRead`, …): a request without credentials reaches it.
-    let scripted = url::split(parts.uri.path())
-        .and_then(|path| exports.script(&path.export).filter(|s| s.handles(parts.method.as_str())).cloned().map(|s| (path, s)));
+    let scripted = script::find(&exports, parts.uri.path()).filter(|(_, s)| s.handles(parts.method.as_str()));
     // Credentials first: a client that is not logged in learns nothing, not even
     // which tables exist.
     let client = parts.extensions.get::<crate::tls::ClientCertificate>();

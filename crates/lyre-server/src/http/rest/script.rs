@@ -13,6 +13,7 @@ use lyre_core::query::Query;
 use lyre_core::{Code, Context, Engine, Object, Table, Value};
 
 use crate::app::AppState;
+use crate::components::Exports;
 use crate::http::body::{DecodedBody, read_and_decode};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
@@ -50,6 +51,19 @@ impl RestGrammar for Grammar {
     fn describe(&self, table: &Table, ctx: &Context) -> Result<Value, (Code, String)> {
         super::describe(table.schema(), table, ctx).map_err(parts)
     }
+}
+
+/// The script resource `path` addresses (a nested export's longest prefix first,
+/// then the first segment), with the path split as REST splits a table's.
+pub fn find(exports: &Exports, path: &str) -> Option<(RestPath, ScriptExport)> {
+    if let Some((export, rest)) = exports.nested_script(path) {
+        let mut split = super::url::split(&format!("/_{rest}"))?;
+        split.export.clone_from(&export.path);
+        return Some((split, export.clone()));
+    }
+    let split = super::url::split(path)?;
+    let export = exports.script(&split.export)?.clone();
+    Some((split, export))
 }
 
 /// Answers a request for `export` with its script.

@@ -1,0 +1,367 @@
+//! JavaScript applications: components' `resources.js` deployed through the
+//! Operations API and served over REST with Harper's Resource API.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::components::payload;
+use crate::support::{PASSWORD, TestServer, USER};
+
+/// Harper's application template (HarperDB/application-template, Apache-2.0): its
+/// `config.yaml`, `schema.graphql` and `resources.js`, as the template has them.
+const TEMPLATE_CONFIG: &str =
+    "rest: true\ngraphqlSchema:\n  files: 'schema.graphql'\njsResource:\n  files: 'resources.js'\n";
+const TEMPLATE_SCHEMA: &str = r#"type TableName @table @export {
+    id: ID @primaryKey # Here we define primary key (must be one)
+    name: String # we can define any other attributes here
+    tag: String @indexed # we can specify any attributes that should be indexed
+}
+"#;
+const TEMPLATE_RESOURCES: &str = r#"/** Here we can define any JavaScript-based resources and extensions to tables
+
+export class MyCustomResource extends tables.TableName {
+	// we can define our own custom POST handler
+	post(content) {
+		// do something with the incoming content;
+		return super.post(content);
+	}
+	// or custom GET handler
+	get() {
+		// we can modify this resource before returning
+		return super.get();
+	}
+}
+ */
+// we can also define a custom resource without a specific table
+export class Greeting extends Resource {
+	// a "Hello, world!" handler
+	static loadAsInstance = false; // use the updated/newer Resource API
+
+	get() {
+		return { greeting: 'Hello, world!' };
+	}
+}"#;
+
+const KENNEL_SCHEMA: &str = r#"
+type Dog @table @export { id: ID @primaryKey name: String breed: String @indexed }
+type Cat @table { id: ID @primaryKey name: String }
+"#;
+
+/// A table's class overriding `get` (the newer API) and `put` (the instance-loading
+/// one), a custom endpoint with `post`, and resources that fail in each way.
+const KENNEL_RESOURCES: &str = r#"
+import { shout } from './lib/words.js';
+
+export class Dog extends tables.Dog {
+	static loadAsInstance = false;
+	async get(target) {
+		const found = await super.get(target);
+		if (!found || target.isCollection) return found;
+		return { ...found, loud: shout(found.name) };
+	}
+}
+
+export class Cats extends tables.Cat {
+	put(data, target) {
+		return super.put({ ...data, name: shout(data.name) }, target);
+	}
+}
+
+export class Echo extends Resource {
+	static loadAsInstance = false;
+	post(target, data) {
+		this.getContext().responseHeaders.set('X-Echoed', 'yes');
+		return { echoed: data, user: this.getContext().user?.username ?? null };
+	}
+}
+
+export class Fails extends Resource {
+	static loadAsInstance = false;
+	get(target) {
+		switch (target.get('how')) {
+			case 'client': throw new ClientError('no such thing here', 418);
+			case 'status': { const e = new Error('bad input'); e.statusCode = 400; throw e; }
+			case 'plain': throw new Error('a secret detail');
+			case 'value': throw 42;
+			case 'nothing': return undefined;
+			case 'response': return { status: 202, headers: { 'X-Kind': 'raw' }, body: 'accepted' };
+			default: return { ok: true };
+		}
+	}
+}
+
+export class Runaway extends Resource {
+	static loadAsInstance = false;
+	get(target) {
+		if (target.get('how') === 'memory') {
+			const hoard = [];
+			for (;;) hoard.push('x'.repeat(1 << 16) + hoard.length);
+		}
+		for (;;) {}
+	}
+}
+
+export class Later extends Resource {
+	static loadAsInstance = false;
+	get(target) {
+		// Not awaited: it still runs to its end before the worker takes another request.
+		tables.Dog.put(target.get('id'), { name: 'written later' });
+		Promise.reject(new Error('nobody awaits this'));
+		return { started: true };
+	}
+}
+
+export const api = { v1: { Greeting: class extends Resource { static loadAsInstance = false; get() { return 'nested'; } } } };
+"#;
+
+const WORDS: &str = "export function shout(text) { return String(text).toUpperCase() + '!'; }\n";
+
+/// Deploys `files` as component `name`; the operation's status and answer.
+async fn deploy(s: &TestServer, name: &str, files: &[(&str, &str)]) -> (u16, Value) {
+    s.op(json!({"operation": "deploy_component", "project": name, "payload": payload(files)})).await
+}
+
+async fn kennel(env: &[(&str, &str)]) -> TestServer {
+    let s = TestServer::start_with(env).await;
+    let (status, answer) = deploy(
+        &s,
+        "kennel",
+        &[
+            ("config.yaml", TEMPLATE_CONFIG),
+            ("schema.graphql", KENNEL_SCHEMA),
+            ("resources.js", KENNEL_RESOURCES),
+            ("lib/words.js", WORDS),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    s
+}
+
+/// A REST request without credentials: status, headers and body.
+async fn anonymous(
+    s: &TestServer,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut request = s.client.request(method, s.rest(path));
+    if let Some(body) = body {
+        request = request.header("content-type", "application/json").body(body.to_string());
+    }
+    let response = request.send().await.expect("request");
+    let (status, headers) = (response.status().as_u16(), response.headers().clone());
+    let text = response.text().await.expect("body");
+    (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+#[tokio::test]
+async fn the_application_template_deploys_and_greets() {
+    let s = TestServer::start().await;
+    let files =
+        [("config.yaml", TEMPLATE_CONFIG), ("schema.graphql", TEMPLATE_SCHEMA), ("resources.js", TEMPLATE_RESOURCES)];
+    let (status, answer) = deploy(&s, "application-template", &files).await;
+    assert_eq!(status, 200, "{answer}");
+    // As the template's README has it: no credentials needed for a plain resource.
+    let (status, headers, body) = anonymous(&s, Method::GET, "/Greeting", None).await;
+    assert_eq!((status, body), (200, json!({"greeting": "Hello, world!"})));
+    assert_eq!(headers["content-type"], "application/json");
+    // The exported table is served as before.
+    let (status, _, _) = s.rest_send(Method::PUT, "/TableName/1", Some(&json!({"name": "a", "tag": "t"})), &[]).await;
+    assert_eq!(status, 204);
+    let (status, _, body) = s.rest_send(Method::GET, "/TableName/?tag=t", None, &[]).await;
+    assert_eq!((status, body), (200, json!([{"id": "1", "name": "a", "tag": "t"}])));
+}
+
+#[tokio::test]
+async fn a_tables_class_answers_what_it_overrides_and_the_table_the_rest() {
+    let s = kennel(&[]).await;
+    // PUT is not overridden: the table's own handler.
+    let (status, _, _) = s.rest_send(Method::PUT, "/Dog/d1", Some(&json!({"name": "rex", "breed": "lab"})), &[]).await;
+    assert_eq!(status, 204);
+    let (status, _, body) = s.rest_send(Method::GET, "/Dog/d1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"id": "d1", "name": "rex", "breed": "lab", "loud": "REX!"})));
+    let (status, _, body) = s.rest_send(Method::GET, "/Dog/missing", None, &[]).await;
+    assert_eq!(status, 404, "{body}");
+    // A collection through super.get: REST's query grammar.
+    s.rest_send(Method::PUT, "/Dog/d2", Some(&json!({"name": "fido", "breed": "pug"})), &[]).await;
+    let (status, _, body) = s.rest_send(Method::GET, "/Dog/?breed=pug&select(name,breed)", None, &[]).await;
+    assert_eq!((status, body), (200, json!([{"name": "fido", "breed": "pug"}])));
+    // The description.
+    let (status, _, body) = s.rest_send(Method::GET, "/Dog", None, &[]).await;
+    assert_eq!((status, body["name"].clone(), body["database"].clone()), (200, json!("Dog"), json!("data")));
+    // An unexported table's class, in the instance-loading mode, changes what it stores.
+    let (status, _, body) = s.rest_send(Method::PUT, "/Cats/c1", Some(&json!({"name": "tom"})), &[]).await;
+    assert_eq!(status, 204, "{body}");
+    let stored =
+        s.ok(json!({"operation": "search_by_id", "table": "Cat", "ids": ["c1"], "get_attributes": ["*"]})).await;
+    assert_eq!(stored[0]["name"], "TOM!");
+    let (status, _, body) = s.rest_send(Method::GET, "/Cats/c1", None, &[]).await;
+    assert_eq!((status, body["name"].clone()), (200, json!("TOM!")));
+}
+
+#[tokio::test]
+async fn endpoints_answer_in_harpers_shapes() {
+    let s = kennel(&[]).await;
+    let (status, headers, body) = s.rest_send(Method::POST, "/Echo", Some(&json!({"a": [1, 2]})), &[]).await;
+    assert_eq!((status, body), (200, json!({"echoed": {"a": [1, 2]}, "user": USER})));
+    assert_eq!(headers["x-echoed"], "yes");
+    let (status, _, body) = anonymous(&s, Method::POST, "/Echo", Some(json!({}))).await;
+    assert_eq!((status, body), (200, json!({"echoed": {}, "user": null})));
+    // No `put`: 405 naming the method, with what is allowed.
+    let (status, headers, body) = s.rest_send(Method::PUT, "/Echo/1", Some(&json!({})), &[]).await;
+    assert_eq!(status, 405);
+    assert_eq!(body, json!("ClientError: The Echo does not have a put method implemented to handle HTTP method PUT"));
+    assert!(headers["allow"].to_str().unwrap().contains("POST"), "{headers:?}");
+    // Thrown errors: their status and `Name: message`.
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=client", None, &[]).await;
+    assert_eq!((status, body), (418, json!("ClientError: no such thing here")));
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=status", None, &[]).await;
+    assert_eq!((status, body), (400, json!("Error: bad input")));
+    // An error the script gave no status: 500, its message only in the log (not `lyre dev`).
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=plain", None, &[]).await;
+    assert_eq!(status, 500);
+    assert!(!body.to_string().contains("secret"), "{body}");
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=value", None, &[]).await;
+    assert_eq!(status, 500, "{body}");
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=nothing", None, &[]).await;
+    assert_eq!((status, body), (404, json!("")));
+    let (status, headers, body) = s.rest_send(Method::GET, "/Fails?how=response", None, &[]).await;
+    assert_eq!((status, body), (202, json!("accepted")));
+    assert_eq!(headers["x-kind"], "raw");
+    // Nested exports are served at their path.
+    let (status, _, body) = s.rest_send(Method::GET, "/api/v1/Greeting", None, &[]).await;
+    assert_eq!((status, body), (200, json!("nested")));
+}
+
+#[tokio::test]
+async fn runaway_scripts_are_stopped_and_the_server_keeps_serving() {
+    let s =
+        kennel(&[("JAVASCRIPT_TIMEOUT", "1s"), ("JAVASCRIPT_MEMORYLIMIT", "33554432"), ("JAVASCRIPT_THREADS", "2")])
+            .await;
+    let (loop_answer, other) = tokio::join!(s.rest_send(Method::GET, "/Runaway", None, &[]), async {
+        // The other worker answers while the first spins.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        let answer = s.rest_send(Method::GET, "/Fails", None, &[]).await;
+        (answer, started.elapsed())
+    });
+    let (status, _, body) = loop_answer;
+    assert_eq!(status, 500);
+    assert!(body.as_str().unwrap().contains("time budget"), "{body}");
+    let ((status, _, body), waited) = other;
+    assert_eq!((status, body), (200, json!({"ok": true})));
+    assert!(waited < std::time::Duration::from_millis(800), "waited {waited:?} behind the loop");
+    let (status, _, body) = s.rest_send(Method::GET, "/Runaway?how=memory", None, &[]).await;
+    assert_eq!(status, 500);
+    assert!(body.as_str().unwrap().contains("out of memory"), "{body}");
+    // Both workers serve again, with their scripts loaded afresh.
+    for _ in 0..4 {
+        let (status, _, body) = s.rest_send(Method::GET, "/Fails", None, &[]).await;
+        assert_eq!((status, body), (200, json!({"ok": true})));
+    }
+}
+
+#[tokio::test]
+async fn work_a_request_leaves_running_finishes_before_the_next_request() {
+    let s = kennel(&[]).await;
+    let (status, _, body) = s.rest_send(Method::GET, "/Later?id=later1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"started": true})));
+    // The write was finished before the worker took another request.
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails", None, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = s.rest_send(Method::GET, "/Dog/later1", None, &[]).await;
+    assert_eq!((status, body["name"].clone()), (200, json!("written later")));
+}
+
+#[tokio::test]
+async fn table_calls_through_a_request_are_checked_as_its_user() {
+    let s = kennel(&[]).await;
+    s.rest_send(Method::PUT, "/Dog/d1", Some(&json!({"name": "rex"})), &[]).await;
+    s.ok(json!({"operation": "add_role", "role": "dog_reader", "permission": {"data": {"tables": {
+        "Dog": {"read": true, "insert": false, "update": false, "delete": false, "attribute_permissions": []},
+        "Cat": {"read": false, "insert": false, "update": false, "delete": false, "attribute_permissions": []}}}}}))
+        .await;
+    s.ok(json!({"operation": "add_user", "username": "r", "password": "pw", "role": "dog_reader", "active": true}))
+        .await;
+    let (status, body) = s.rest_as("r", "pw", Method::GET, "/Dog/d1", None).await;
+    assert_eq!((status, body["loud"].clone()), (200, json!("REX!")));
+    // The instance-loading class checks allowUpdate (the role's) before its put runs.
+    let (status, body) = s.rest_as("r", "pw", Method::PUT, "/Cats/c9", Some(&json!({"name": "x"}))).await;
+    assert_eq!(status, 403, "{body}");
+    let stored =
+        s.ok(json!({"operation": "search_by_id", "table": "Cat", "ids": ["c9"], "get_attributes": ["*"]})).await;
+    assert_eq!(stored, json!([]));
+    // Without credentials, a table's class asks for them.
+    let (status, _, body) = anonymous(&s, Method::GET, "/Dog/d1", None).await;
+    assert_eq!(status, 401, "{body}");
+    // Wrong credentials are refused even where none are needed.
+    let (status, body) = s.rest_as(USER, "wrong", Method::GET, "/Greeting", None).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = s.rest_as(USER, PASSWORD, Method::GET, "/Greeting", None).await;
+    assert_eq!(status, 404, "no Greeting in this component: {body}");
+}
+
+#[tokio::test]
+async fn a_script_that_cannot_load_fails_its_component_with_file_and_line() {
+    let s = kennel(&[("JAVASCRIPT_TIMEOUT", "2s")]).await;
+    /// A component's name, its files, and what its load error must say.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case; 5] = [
+        (
+            "syntax",
+            &[("resources.js", "export class A extends Resource {\n  get() {\n    return {;\n  }\n}\n")],
+            &["resources.js:3", "SyntaxError"],
+        ),
+        ("missing", &[("resources.js", "import { x } from './nowhere.js';\nexport const y = x;\n")], &["nowhere.js"]),
+        (
+            "builtin",
+            &[("resources.js", "import fs from 'node:fs';\nexport const y = fs;\n")],
+            &["Node built-in module 'fs'", "resources.js"],
+        ),
+        (
+            "throws",
+            &[("resources.js", "\n\nthrow new TypeError('broken at load');\n")],
+            &["resources.js:3", "TypeError: broken at load"],
+        ),
+        ("spins", &[("resources.js", "while (true) {}\n")], &["interrupted"]),
+    ];
+    for (name, files, expected) in cases {
+        let mut files = files.to_vec();
+        files.push(("config.yaml", "rest: true\njsResource:\n  files: 'resources.js'\n"));
+        let (status, answer) = deploy(&s, name, &files).await;
+        assert_eq!(status, 400, "{name}: {answer}");
+        let message = answer["error"].as_str().unwrap_or_default();
+        for part in expected {
+            assert!(message.contains(part), "{name}: {message}");
+        }
+    }
+    // The working component kept serving throughout.
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"ok": true})));
+}
+
+#[tokio::test]
+async fn a_redeployed_script_serves_its_new_code_without_a_restart() {
+    let s = kennel(&[]).await;
+    let version = |n: u32| {
+        format!("export class Version extends Resource {{ static loadAsInstance = false; get() {{ return {n}; }} }}\n")
+    };
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let first = version(1);
+    assert_eq!(deploy(&s, "versioned", &[("config.yaml", config), ("resources.js", &first)]).await.0, 200);
+    let (_, _, body) = s.rest_send(Method::GET, "/Version", None, &[]).await;
+    assert_eq!(body, json!(1));
+    let second = version(2);
+    assert_eq!(deploy(&s, "versioned", &[("config.yaml", config), ("resources.js", &second)]).await.0, 200);
+    for _ in 0..3 {
+        let (_, _, body) = s.rest_send(Method::GET, "/Version", None, &[]).await;
+        assert_eq!(body, json!(2));
+    }
+    // The other component's resources were reloaded with it and still answer.
+    let (status, _, _) = s.rest_send(Method::GET, "/Fails", None, &[]).await;
+    assert_eq!(status, 200);
+    s.ok(json!({"operation": "drop_component", "project": "versioned"})).await;
+    let (status, _, _) = s.rest_send(Method::GET, "/Version", None, &[]).await;
+    assert_eq!(status, 404);
+}
