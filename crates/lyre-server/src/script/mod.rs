@@ -11,12 +11,15 @@
 //! worker whose script ran out of either is rebuilt before it serves again.
 //!
 //! `prelude.js` is the API scripts see (`Resource`, `tables`, `databases`,
-//! `logger`, …); `native.rs` is what it calls in Lyre; `worker.rs` one runtime;
-//! `modules.rs` where imports lead; `convert.rs` values crossing over.
+//! `logger`, …) and `native.rs` what it calls in Lyre; `web.js` the web-standard
+//! globals (`fetch`, `URL`, `TextEncoder`, timers, …) and `web.rs` their native
+//! side; `worker.rs` one runtime; `modules.rs` where imports lead; `convert.rs`
+//! values crossing over.
 
 mod convert;
 mod modules;
 mod native;
+mod web;
 mod worker;
 
 use std::collections::BTreeMap;

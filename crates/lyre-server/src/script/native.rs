@@ -5,7 +5,8 @@
 //! Every table call names whom it runs as: a request's handle (its user, checked
 //! as every protocol checks users) or `0`, the script's own access, which is not
 //! checked (as Harper runs a script's direct table calls). A handle stays valid
-//! while its request runs; afterwards its calls fail.
+//! after its request is answered, for the work the request left running, until
+//! [`RECENT_REQUESTS`] newer requests have come.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -27,6 +28,10 @@ pub const MAX_SEARCH_RESULTS: usize = 100_000;
 /// The handle of the script's own, unchecked access.
 pub const UNCHECKED: u32 = 0;
 
+/// How many requests' handles a runtime keeps: the work a request leaves running
+/// (a promise nobody awaited) still runs as its user, for this long.
+pub const RECENT_REQUESTS: usize = 1024;
+
 /// What the native functions share within one runtime.
 pub struct Bridge {
     engine: Arc<Engine>,
@@ -34,6 +39,8 @@ pub struct Bridge {
     /// The requests running on this runtime, by handle: their user's context, or
     /// `None` for a request without credentials.
     requests: RefCell<HashMap<u32, Option<Context>>>,
+    /// Handles in the order they were given, the oldest first.
+    issued: RefCell<std::collections::VecDeque<u32>>,
     next_handle: std::cell::Cell<u32>,
     /// The script's own access: a super user that is not the server itself (it
     /// cannot change the `system` database).
@@ -49,6 +56,7 @@ impl Bridge {
             engine,
             grammar,
             requests: RefCell::new(HashMap::new()),
+            issued: RefCell::new(std::collections::VecDeque::new()),
             next_handle: std::cell::Cell::new(UNCHECKED),
             unchecked: Context::new(Arc::new(User::system())),
             component_of: RefCell::new(String::new()),
@@ -56,7 +64,8 @@ impl Bridge {
     }
 
     /// Registers a request's user for the calls its script makes; the handle is
-    /// given to the script with the request.
+    /// given to the script with the request. The oldest handle past
+    /// [`RECENT_REQUESTS`] ends.
     pub fn begin(&self, user: Option<Arc<User>>) -> u32 {
         let mut handle = self.next_handle.get().wrapping_add(1);
         if handle == UNCHECKED {
@@ -64,12 +73,14 @@ impl Bridge {
         }
         self.next_handle.set(handle);
         self.requests.borrow_mut().insert(handle, user.map(Context::new));
+        let mut issued = self.issued.borrow_mut();
+        issued.push_back(handle);
+        if issued.len() > RECENT_REQUESTS
+            && let Some(oldest) = issued.pop_front()
+        {
+            self.requests.borrow_mut().remove(&oldest);
+        }
         handle
-    }
-
-    /// Ends a request's handle.
-    pub fn end(&self, handle: u32) {
-        self.requests.borrow_mut().remove(&handle);
     }
 
     /// Names the component whose code runs now (for the log).
@@ -84,7 +95,7 @@ impl Bridge {
         match self.requests.borrow().get(&handle) {
             Some(Some(ctx)) => Ok(ctx.clone()),
             Some(None) => Err((Code::MustLogin, "Must login".to_string())),
-            None => Err((Code::BadRequest, "this request has already been answered".to_string())),
+            None => Err((Code::BadRequest, "this request was answered long ago; its context has ended".to_string())),
         }
     }
 
@@ -282,8 +293,6 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
             }
         })?,
     )?;
-
-    native.set("randomUUID", Function::new(ctx.clone(), || uuid::Uuid::new_v4().to_string())?)?;
 
     install_writes(ctx, bridge, &native)?;
     Ok(native)

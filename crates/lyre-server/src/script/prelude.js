@@ -1,6 +1,6 @@
 // The API scripts see, as Harper's: Resource, tables, databases, logger, console,
-// URLSearchParams, and the dispatch of REST requests to exported resources.
-// Evaluated once per runtime, before any component's module, as a function given
+// and the dispatch of REST requests to exported resources. Evaluated once per
+// runtime, after web.js and before any component's module, as a function given
 // Lyre's native functions (script/native.rs); nothing of them stays global.
 (function (native) {
 	'use strict';
@@ -29,81 +29,6 @@
 
 	function accessViolation(user) {
 		return user ? new ClientError('Unauthorized access to resource', 403) : new ClientError('Must login', 401);
-	}
-
-	// ---- URLSearchParams (the web standard), which RequestTarget extends ----
-	const decode = (text) => {
-		try {
-			return decodeURIComponent(text.replace(/\+/g, ' '));
-		} catch {
-			return text;
-		}
-	};
-	const encode = (text) => encodeURIComponent(text).replace(/%20/g, '+');
-
-	class URLSearchParams {
-		#pairs = [];
-		constructor(init) {
-			if (init === undefined || init === null) return;
-			if (typeof init === 'string') {
-				const text = init.startsWith('?') ? init.slice(1) : init;
-				for (const part of text.split('&')) {
-					if (!part) continue;
-					const at = part.indexOf('=');
-					this.#pairs.push(at < 0 ? [decode(part), ''] : [decode(part.slice(0, at)), decode(part.slice(at + 1))]);
-				}
-			} else if (typeof init[Symbol.iterator] === 'function') {
-				for (const [name, value] of init) this.#pairs.push([String(name), String(value)]);
-			} else {
-				for (const name of Object.keys(init)) this.#pairs.push([name, String(init[name])]);
-			}
-		}
-		get size() {
-			return this.#pairs.length;
-		}
-		append(name, value) {
-			this.#pairs.push([String(name), String(value)]);
-		}
-		delete(name) {
-			this.#pairs = this.#pairs.filter(([n]) => n !== name);
-		}
-		get(name) {
-			const found = this.#pairs.find(([n]) => n === name);
-			return found ? found[1] : null;
-		}
-		getAll(name) {
-			return this.#pairs.filter(([n]) => n === name).map(([, v]) => v);
-		}
-		has(name) {
-			return this.#pairs.some(([n]) => n === name);
-		}
-		set(name, value) {
-			const at = this.#pairs.findIndex(([n]) => n === name);
-			if (at < 0) return this.append(name, value);
-			this.#pairs[at] = [String(name), String(value)];
-			this.#pairs = this.#pairs.filter(([n], i) => n !== name || i === at);
-		}
-		sort() {
-			this.#pairs.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-		}
-		forEach(callback, thisArg) {
-			for (const [name, value] of this.#pairs) callback.call(thisArg, value, name, this);
-		}
-		*entries() {
-			yield* this.#pairs.map((pair) => [...pair]);
-		}
-		*keys() {
-			for (const [name] of this.#pairs) yield name;
-		}
-		*values() {
-			for (const [, value] of this.#pairs) yield value;
-		}
-		[Symbol.iterator]() {
-			return this.entries();
-		}
-		toString() {
-			return this.#pairs.map(([n, v]) => `${encode(n)}=${encode(v)}`).join('&');
-		}
 	}
 
 	/** What a resource method is asked about: an id, or a query on the collection. */
@@ -456,30 +381,6 @@
 		});
 	}
 
-	class ResponseHeaders {
-		#map = new Map();
-		set(name, value) {
-			this.#map.set(String(name).toLowerCase(), [String(name), String(value)]);
-		}
-		append(name, value) {
-			const key = String(name).toLowerCase();
-			const existing = this.#map.get(key);
-			this.#map.set(key, existing ? [existing[0], `${existing[1]}, ${value}`] : [String(name), String(value)]);
-		}
-		get(name) {
-			return this.#map.get(String(name).toLowerCase())?.[1] ?? null;
-		}
-		has(name) {
-			return this.#map.has(String(name).toLowerCase());
-		}
-		delete(name) {
-			this.#map.delete(String(name).toLowerCase());
-		}
-		pairs() {
-			return [...this.#map.values()];
-		}
-	}
-
 	/** The request as a resource's context (Harper passes the request itself). */
 	function contextOf(request) {
 		const headers = new Map(request.headers);
@@ -495,7 +396,7 @@
 				[Symbol.iterator]: () => headers.entries(),
 			},
 			data: request.data,
-			responseHeaders: new ResponseHeaders(),
+			responseHeaders: new Headers(),
 			authorize: true,
 		};
 	}
@@ -576,13 +477,8 @@
 		databases,
 		logger,
 		console,
-		URLSearchParams,
 		RequestTarget,
 		ClientError,
 		ServerError,
 	});
-	if (!globalThis.crypto) {
-		globalThis.crypto = {};
-	}
-	globalThis.crypto.randomUUID ??= native.randomUUID;
 });

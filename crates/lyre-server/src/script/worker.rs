@@ -4,9 +4,10 @@
 //! A request runs with a deadline the runtime's interrupt handler checks (a loop
 //! that never yields is stopped there) and under a timer around the whole call (a
 //! script waiting forever is stopped there). Whatever the request left running
-//! (promises nobody awaited) is run to its end before the next request, still as
-//! its user. A runtime that was stopped or ran out of memory is rebuilt, scripts
-//! loaded again, before the worker serves another request.
+//! (promises nobody awaited) goes on between requests, as its user, within one
+//! more budget; timers' callbacks run between requests too, each within a budget.
+//! A runtime that was stopped or ran out of memory is rebuilt, scripts loaded
+//! again, before the worker serves another request.
 
 use std::cell::Cell;
 use std::path::Path;
@@ -22,12 +23,15 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use super::convert::{from_js, to_js};
 use super::modules::ComponentModules;
 use super::native::{self, Bridge};
+use super::web::{self, Web};
 use super::{
     LoadReport, ReplyBody, RestGrammar, ScriptComponent, ScriptError, ScriptExport, ScriptReply, ScriptRequest,
     ScriptSettings,
 };
 
-/// The Resource API, evaluated in every runtime before the components' modules.
+/// The web-standard globals, evaluated first in every runtime.
+const WEB: &str = include_str!("web.js");
+/// The Resource API, evaluated next, before the components' modules.
 const PRELUDE: &str = include_str!("prelude.js");
 
 /// How the engine's out-of-memory error reads once the dispatcher caught it.
@@ -76,7 +80,9 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
             return;
         }
     };
-    runtime.block_on(async move {
+    // Timers and the runtime's driver are tasks of this thread's own set.
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
         let mut js = match Js::start(spec).await {
             Ok((js, report)) => {
                 let _ = loaded.send(report);
@@ -89,10 +95,15 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
             }
         };
         loop {
-            let job = { jobs.lock().await.recv().await };
-            let Some(job) = job else { break };
-            let (outcome, healthy) = js.serve(job.request).await;
-            let _ = job.reply.send(outcome);
+            let healthy = tokio::select! {
+                job = async { jobs.lock().await.recv().await } => {
+                    let Some(job) = job else { break };
+                    let (outcome, healthy) = js.serve(job.request).await;
+                    let _ = job.reply.send(outcome);
+                    healthy
+                }
+                Some(id) = async { js.due.borrow_mut().recv().await } => js.fire_timer(id).await,
+            };
             if !healthy {
                 drop(js);
                 js = match Js::start(spec).await {
@@ -109,13 +120,24 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
 
 /// One runtime with the components' scripts loaded.
 struct Js {
-    // Dropped in this order: the context before the runtime it lives in.
+    /// The context (it holds its runtime).
     context: AsyncContext,
-    runtime: AsyncRuntime,
     /// When the code running now must stop; checked by the interrupt handler.
     deadline: Rc<Cell<Option<Instant>>>,
     bridge: Rc<Bridge>,
+    web: Rc<Web>,
+    /// Timers that are due, by id.
+    due: std::cell::RefCell<mpsc::UnboundedReceiver<u32>>,
+    /// Runs the promises' host work between requests.
+    driver: tokio::task::JoinHandle<()>,
     settings: ScriptSettings,
+}
+
+impl Drop for Js {
+    fn drop(&mut self) {
+        self.web.cancel_all();
+        self.driver.abort();
+    }
 }
 
 impl Js {
@@ -134,23 +156,24 @@ impl Js {
         let context =
             AsyncContext::full(&runtime).await.map_err(|e| format!("the JavaScript context could not start: {e}"))?;
         let bridge = Rc::new(Bridge::new(spec.engine.clone(), spec.grammar.clone()));
-        let js = Js { context, runtime, deadline, bridge, settings: spec.settings.clone() };
+        let (timers, due) = mpsc::unbounded_channel();
+        let web = Rc::new(Web::new(timers, spec.settings.timeout));
+        let driver = tokio::task::spawn_local(runtime.drive());
+        let due = std::cell::RefCell::new(due);
+        let js = Js { context, deadline, bridge, web, due, driver, settings: spec.settings.clone() };
         let report = js.load(&spec.components).await?;
         Ok((js, report))
     }
 
     /// Evaluates the prelude, then each component's files in order.
     async fn load(&self, components: &[ScriptComponent]) -> Result<LoadReport, String> {
-        let (bridge, deadline, timeout) = (&self.bridge, &self.deadline, self.settings.timeout);
+        let (bridge, web, deadline, timeout) = (&self.bridge, &self.web, &self.deadline, self.settings.timeout);
         self.context
             .async_with(async |ctx| -> Result<LoadReport, String> {
                 deadline.set(Some(Instant::now() + timeout));
                 let prelude = (|| -> rquickjs::Result<()> {
-                    let native = native::install(&ctx, bridge)?;
-                    let mut options = EvalOptions::default();
-                    options.filename = Some("lyre:prelude.js".to_string());
-                    let install: Function = ctx.eval_with_options(PRELUDE, options)?;
-                    install.call::<_, ()>((native,))
+                    evaluate(&ctx, "web.js", WEB, web::install(&ctx, web)?)?;
+                    evaluate(&ctx, "prelude.js", PRELUDE, native::install(&ctx, bridge)?)
                 })();
                 prelude.map_err(|e| format!("Lyre's JavaScript API failed to start: {}", describe(&ctx, e, None)))?;
                 let mut report = LoadReport::new();
@@ -177,33 +200,41 @@ impl Js {
         let handle = self.bridge.begin(request.user.clone());
         self.deadline.set(Some(started + timeout));
         let expose = self.settings.expose_errors;
+        let (web, due) = (&self.web, &self.due);
         let call = self.context.async_with(async |ctx| -> Result<ScriptReply, String> {
             let run = async || -> rquickjs::Result<ScriptReply> {
                 let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
                 let promise: Promise = dispatch.call((request_object(&ctx, &request, handle)?,))?;
-                let reply: rquickjs::Object = promise.into_future().await?;
+                // Timers fire while the request waits (it may be waiting for one).
+                let answer = promise.into_future::<rquickjs::Object>();
+                tokio::pin!(answer);
+                let mut due = due.borrow_mut();
+                let reply = loop {
+                    tokio::select! {
+                        reply = &mut answer => break reply?,
+                        Some(id) = due.recv() => {
+                            web.fired(id);
+                            let fire: Function = ctx.globals().get("__lyre_timer")?;
+                            if let Err(err) = fire.call::<_, ()>((id,)) {
+                                tracing::error!(error = %describe(&ctx, err, None), "a JavaScript timer's callback failed");
+                            }
+                        }
+                    }
+                };
                 read_reply(&ctx, &reply, expose, &request)
             };
             run().await.map_err(|e| describe(&ctx, e, None))
         });
         let outcome = tokio::time::timeout(timeout, call).await;
-        // What the request left running ends before the next one starts, as its user.
-        let settled = match &outcome {
-            Ok(_) => {
-                let left = timeout.saturating_sub(started.elapsed());
-                tokio::time::timeout(left, self.runtime.idle()).await.is_ok()
-            }
-            Err(_) => false,
-        };
         let overran = self.deadline.get().is_some_and(|at| Instant::now() >= at);
-        self.deadline.set(None);
-        self.bridge.end(handle);
+        // What the request left running goes on between requests, within one more budget.
+        self.deadline.set(Some(Instant::now() + timeout));
         match outcome {
             Ok(Ok(reply)) if is_out_of_memory(&reply) => {
                 tracing::warn!(export = %request.export, "a JavaScript request ran out of memory");
                 (Err(ScriptError::OutOfMemory(self.settings.memory_limit)), false)
             }
-            Ok(Ok(reply)) => (Ok(reply), settled && !overran),
+            Ok(Ok(reply)) => (Ok(reply), !overran),
             Err(_) => {
                 tracing::warn!(export = %request.export, "a JavaScript request ran past its {timeout:?} budget and was stopped");
                 (Err(ScriptError::Timeout(timeout)), false)
@@ -218,7 +249,38 @@ impl Js {
             }
             Ok(Err(message)) => {
                 tracing::error!(export = %request.export, error = %message, "a JavaScript request failed");
-                (Err(ScriptError::Engine(message)), settled)
+                (Err(ScriptError::Engine(message)), true)
+            }
+        }
+    }
+}
+
+impl Js {
+    /// Runs timer `id`'s callback (between requests, as nobody's request); `false`
+    /// when it ran past its budget and the runtime must be rebuilt.
+    async fn fire_timer(&self, id: u32) -> bool {
+        self.web.fired(id);
+        let timeout = self.settings.timeout;
+        self.deadline.set(Some(Instant::now() + timeout));
+        let fire = self.context.async_with(async |ctx| {
+            let run = || -> rquickjs::Result<()> {
+                let fire: Function = ctx.globals().get("__lyre_timer")?;
+                fire.call::<_, ()>((id,))
+            };
+            run().map_err(|e| describe(&ctx, e, None))
+        });
+        let outcome = tokio::time::timeout(timeout, fire).await;
+        let overran = self.deadline.get().is_some_and(|at| Instant::now() >= at);
+        self.deadline.set(Some(Instant::now() + timeout));
+        match outcome {
+            Ok(Ok(())) => true,
+            Ok(Err(message)) => {
+                tracing::error!(error = %message, "a JavaScript timer's callback failed");
+                !overran && !message.contains("out of memory")
+            }
+            Err(_) => {
+                tracing::warn!("a JavaScript timer's callback ran past its {timeout:?} budget and was stopped");
+                false
             }
         }
     }
@@ -229,6 +291,14 @@ impl Js {
 fn is_out_of_memory(reply: &ScriptReply) -> bool {
     reply.status == 500
         && matches!(&reply.body, ReplyBody::Value(Value::String(text)) if text.starts_with(OUT_OF_MEMORY))
+}
+
+/// Evaluates one of Lyre's own scripts (a function) and calls it with its native functions.
+fn evaluate<'js>(ctx: &Ctx<'js>, name: &str, source: &str, native: rquickjs::Object<'js>) -> rquickjs::Result<()> {
+    let mut options = EvalOptions::default();
+    options.filename = Some(format!("lyre:{name}"));
+    let install: Function = ctx.eval_with_options(source, options)?;
+    install.call::<_, ()>((native,))
 }
 
 /// Imports a component's files and registers what they export.

@@ -1,0 +1,559 @@
+// The web-standard globals applications use, which QuickJS does not have:
+// URLSearchParams, URL, Headers, Request, Response, fetch, TextEncoder,
+// TextDecoder, crypto (randomUUID, getRandomValues, subtle.digest), timers,
+// structuredClone, atob and btoa. Evaluated once per runtime, before prelude.js, as
+// a function given Lyre's native functions (script/native.rs).
+(function (native) {
+	'use strict';
+
+	/** The bytes of a BufferSource (or a string, as UTF-8). */
+	function bytesOf(data) {
+		if (data instanceof Uint8Array) return data;
+		if (data instanceof ArrayBuffer) return new Uint8Array(data);
+		if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+		if (typeof data === 'string') return native.utf8Encode(data);
+		throw new TypeError('expected an ArrayBuffer, a typed array or a string');
+	}
+
+	class TextEncoder {
+		get encoding() {
+			return 'utf-8';
+		}
+		encode(text = '') {
+			return native.utf8Encode(String(text));
+		}
+	}
+
+	class TextDecoder {
+		#fatal;
+		constructor(label = 'utf-8', options = {}) {
+			if (!/^(utf-?8|unicode-1-1-utf-8)$/i.test(String(label).trim())) {
+				throw new RangeError(`The encoding '${label}' is not supported (only UTF-8 is)`);
+			}
+			this.#fatal = Boolean(options.fatal);
+		}
+		get encoding() {
+			return 'utf-8';
+		}
+		get fatal() {
+			return this.#fatal;
+		}
+		decode(data) {
+			return data === undefined ? '' : native.utf8Decode(bytesOf(data), this.#fatal);
+		}
+	}
+
+	// ---- URLSearchParams and URL ----
+	const decodeComponent = (text) => {
+		try {
+			return decodeURIComponent(text.replace(/\+/g, ' '));
+		} catch {
+			return text;
+		}
+	};
+	const encodeComponent = (text) =>
+		encodeURIComponent(text)
+			.replace(/%20/g, '+')
+			.replace(/[!'()~]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+
+	class URLSearchParams {
+		#pairs = [];
+		#changed = null;
+		constructor(init) {
+			if (init === undefined || init === null) return;
+			if (init instanceof URLSearchParams) {
+				this.#pairs = [...init];
+			} else if (typeof init === 'string') {
+				this.#parse(init);
+			} else if (typeof init[Symbol.iterator] === 'function') {
+				for (const pair of init) {
+					const [name, value] = [...pair];
+					this.#pairs.push([String(name), String(value)]);
+				}
+			} else {
+				for (const name of Object.keys(init)) this.#pairs.push([name, String(init[name])]);
+			}
+		}
+		#parse(text) {
+			this.#pairs = [];
+			for (const part of (text.startsWith('?') ? text.slice(1) : text).split('&')) {
+				if (!part) continue;
+				const at = part.indexOf('=');
+				this.#pairs.push(
+					at < 0 ? [decodeComponent(part), ''] : [decodeComponent(part.slice(0, at)), decodeComponent(part.slice(at + 1))],
+				);
+			}
+		}
+		/** Links these parameters to a URL, which hears of every change (`url.searchParams`). */
+		static link(params, text, changed) {
+			params.#parse(text);
+			params.#changed = changed;
+		}
+		#touch() {
+			this.#changed?.(this.toString());
+		}
+		get size() {
+			return this.#pairs.length;
+		}
+		append(name, value) {
+			this.#pairs.push([String(name), String(value)]);
+			this.#touch();
+		}
+		delete(name, value) {
+			this.#pairs = this.#pairs.filter(([n, v]) => n !== name || (value !== undefined && v !== String(value)));
+			this.#touch();
+		}
+		get(name) {
+			const found = this.#pairs.find(([n]) => n === name);
+			return found ? found[1] : null;
+		}
+		getAll(name) {
+			return this.#pairs.filter(([n]) => n === name).map(([, v]) => v);
+		}
+		has(name, value) {
+			return this.#pairs.some(([n, v]) => n === name && (value === undefined || v === String(value)));
+		}
+		set(name, value) {
+			const at = this.#pairs.findIndex(([n]) => n === name);
+			if (at < 0) return this.append(name, value);
+			this.#pairs[at] = [String(name), String(value)];
+			this.#pairs = this.#pairs.filter(([n], i) => n !== name || i === at);
+			this.#touch();
+		}
+		sort() {
+			this.#pairs.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+			this.#touch();
+		}
+		forEach(callback, thisArg) {
+			for (const [name, value] of this.#pairs) callback.call(thisArg, value, name, this);
+		}
+		*entries() {
+			for (const [name, value] of this.#pairs) yield [name, value];
+		}
+		*keys() {
+			for (const [name] of this.#pairs) yield name;
+		}
+		*values() {
+			for (const [, value] of this.#pairs) yield value;
+		}
+		[Symbol.iterator]() {
+			return this.entries();
+		}
+		toString() {
+			return this.#pairs.map(([n, v]) => `${encodeComponent(n)}=${encodeComponent(v)}`).join('&');
+		}
+	}
+
+	/** The WHATWG URL, parsed by Lyre (the `url` crate). */
+	class URL {
+		#parts;
+		#params = new URLSearchParams();
+		constructor(input, base) {
+			this.#set(base === undefined ? native.parseUrl(String(input)) : native.parseUrl(String(input), String(base)));
+		}
+		#set(parts) {
+			this.#parts = parts;
+			URLSearchParams.link(this.#params, parts.search, (search) => {
+				this.#parts = native.parseUrl(this.#with({ search: search ? `?${search}` : '' }));
+			});
+		}
+		#with(change) {
+			const p = { ...this.#parts, ...change };
+			const credentials = p.username ? `${p.username}${p.password ? `:${p.password}` : ''}@` : '';
+			const authority = p.host || p.username ? `//${credentials}${p.host}` : p.protocol === 'file:' ? '//' : '';
+			return `${p.protocol}${authority}${p.pathname}${p.search}${p.hash}`;
+		}
+		static canParse(input, base) {
+			try {
+				new URL(input, base);
+				return true;
+			} catch {
+				return false;
+			}
+		}
+		get href() {
+			return this.#parts.href;
+		}
+		set href(value) {
+			this.#set(native.parseUrl(String(value)));
+		}
+		get origin() {
+			return this.#parts.origin;
+		}
+		get protocol() {
+			return this.#parts.protocol;
+		}
+		get username() {
+			return this.#parts.username;
+		}
+		get password() {
+			return this.#parts.password;
+		}
+		get host() {
+			return this.#parts.host;
+		}
+		get hostname() {
+			return this.#parts.hostname;
+		}
+		get port() {
+			return this.#parts.port;
+		}
+		get pathname() {
+			return this.#parts.pathname;
+		}
+		set pathname(value) {
+			this.#set(native.parseUrl(this.#with({ pathname: String(value).startsWith('/') ? value : `/${value}` })));
+		}
+		get search() {
+			return this.#parts.search;
+		}
+		set search(value) {
+			const text = String(value);
+			this.#set(native.parseUrl(this.#with({ search: text && !text.startsWith('?') ? `?${text}` : text })));
+		}
+		get searchParams() {
+			return this.#params;
+		}
+		get hash() {
+			return this.#parts.hash;
+		}
+		set hash(value) {
+			const text = String(value);
+			this.#set(native.parseUrl(this.#with({ hash: text && !text.startsWith('#') ? `#${text}` : text })));
+		}
+		toString() {
+			return this.href;
+		}
+		toJSON() {
+			return this.href;
+		}
+	}
+
+	// ---- Headers, Request, Response, fetch ----
+	class Headers {
+		#map = new Map();
+		constructor(init) {
+			if (init === undefined || init === null) return;
+			const pairs =
+				init instanceof Headers || typeof init[Symbol.iterator] === 'function' ? [...init] : Object.entries(init);
+			for (const [name, value] of pairs) this.append(name, value);
+		}
+		append(name, value) {
+			const key = String(name).toLowerCase();
+			const existing = this.#map.get(key);
+			this.#map.set(key, existing === undefined ? String(value) : `${existing}, ${value}`);
+		}
+		set(name, value) {
+			this.#map.set(String(name).toLowerCase(), String(value));
+		}
+		get(name) {
+			return this.#map.get(String(name).toLowerCase()) ?? null;
+		}
+		has(name) {
+			return this.#map.has(String(name).toLowerCase());
+		}
+		delete(name) {
+			this.#map.delete(String(name).toLowerCase());
+		}
+		forEach(callback, thisArg) {
+			for (const [name, value] of this) callback.call(thisArg, value, name, this);
+		}
+		*entries() {
+			yield* [...this.#map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+		}
+		*keys() {
+			for (const [name] of this.entries()) yield name;
+		}
+		*values() {
+			for (const [, value] of this.entries()) yield value;
+		}
+		[Symbol.iterator]() {
+			return this.entries();
+		}
+		/** Every header as a `[name, value]` pair. */
+		pairs() {
+			return [...this.#map.entries()];
+		}
+	}
+
+	/** A body's bytes and the content type it implies. */
+	function bodyOf(body) {
+		if (body === undefined || body === null) return [null, null];
+		if (typeof body === 'string') return [native.utf8Encode(body), 'text/plain;charset=UTF-8'];
+		if (body instanceof URLSearchParams) {
+			return [native.utf8Encode(body.toString()), 'application/x-www-form-urlencoded;charset=UTF-8'];
+		}
+		if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return [new Uint8Array(bytesOf(body)), null];
+		return [native.utf8Encode(String(body)), 'text/plain;charset=UTF-8'];
+	}
+
+	class Body {
+		#bytes;
+		#used = false;
+		constructor(body, headers) {
+			const [bytes, type] = bodyOf(body);
+			this.#bytes = bytes;
+			if (type && !headers.has('content-type')) headers.set('content-type', type);
+		}
+		/** The body's bytes (Lyre's: the web's is a stream), or `null`. */
+		get body() {
+			return this.#bytes;
+		}
+		get bodyUsed() {
+			return this.#used;
+		}
+		#take() {
+			if (this.#used) throw new TypeError('the body has already been read');
+			this.#used = true;
+			return this.#bytes ?? new Uint8Array(0);
+		}
+		async bytes() {
+			return this.#take();
+		}
+		async arrayBuffer() {
+			const bytes = this.#take();
+			return bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+		}
+		async text() {
+			return native.utf8Decode(this.#take(), false);
+		}
+		async json() {
+			return JSON.parse(await this.text());
+		}
+	}
+
+	class Request extends Body {
+		#url;
+		#method;
+		#headers;
+		#signal;
+		constructor(input, init = {}) {
+			const source = input instanceof Request ? input : null;
+			const headers = new Headers(init.headers ?? source?.headers);
+			super(init.body ?? source?.body ?? null, headers);
+			this.#url = source ? source.url : new URL(String(input)).href;
+			this.#method = String(init.method ?? source?.method ?? 'GET').toUpperCase();
+			this.#headers = headers;
+			this.#signal = init.signal ?? null;
+			if ((this.#method === 'GET' || this.#method === 'HEAD') && this.body !== null) {
+				throw new TypeError(`a ${this.#method} request cannot have a body`);
+			}
+		}
+		get url() {
+			return this.#url;
+		}
+		get method() {
+			return this.#method;
+		}
+		get headers() {
+			return this.#headers;
+		}
+		get signal() {
+			return this.#signal;
+		}
+	}
+
+	class Response extends Body {
+		#status;
+		#statusText;
+		#headers;
+		#url;
+		constructor(body = null, init = {}) {
+			const headers = new Headers(init.headers);
+			super(body, headers);
+			this.#status = init.status ?? 200;
+			if (!Number.isInteger(this.#status) || this.#status < 200 || this.#status > 599) {
+				throw new RangeError(`${init.status} is not a response status`);
+			}
+			this.#statusText = String(init.statusText ?? '');
+			this.#headers = headers;
+			this.#url = init.url ?? '';
+		}
+		static json(data, init = {}) {
+			const headers = new Headers(init.headers);
+			if (!headers.has('content-type')) headers.set('content-type', 'application/json');
+			return new Response(JSON.stringify(data), { ...init, headers });
+		}
+		static redirect(url, status = 302) {
+			return new Response(null, { status, headers: { location: new URL(url).href } });
+		}
+		get status() {
+			return this.#status;
+		}
+		get statusText() {
+			return this.#statusText;
+		}
+		get ok() {
+			return this.#status >= 200 && this.#status < 300;
+		}
+		get headers() {
+			return this.#headers;
+		}
+		get url() {
+			return this.#url;
+		}
+		get redirected() {
+			return false;
+		}
+	}
+
+	/** `fetch`, through Lyre's outbound HTTP client (bounded in time and size). */
+	async function fetch(input, init = {}) {
+		const request = new Request(input, init);
+		if (request.signal?.aborted) throw new DOMException('The operation was aborted', 'AbortError');
+		const answer =
+			request.body === null
+				? await native.fetch(request.url, request.method, request.headers.pairs())
+				: await native.fetch(request.url, request.method, request.headers.pairs(), request.body);
+		const response = new Response(answer.body.length ? answer.body : null, {
+			status: answer.status < 200 ? 200 : answer.status,
+			statusText: answer.statusText,
+			headers: answer.headers,
+			url: answer.url,
+		});
+		return response;
+	}
+
+	class DOMException extends Error {
+		constructor(message = '', name = 'Error') {
+			super(message);
+			this.name = name;
+		}
+	}
+
+	// ---- crypto ----
+	const DIGESTS = { 'SHA-1': 'sha1', 'SHA-256': 'sha256', 'SHA-384': 'sha384', 'SHA-512': 'sha512' };
+	const crypto = {
+		randomUUID: () => native.randomUUID(),
+		getRandomValues(array) {
+			if (!ArrayBuffer.isView(array) || array instanceof Float32Array || array instanceof Float64Array) {
+				throw new TypeError('getRandomValues takes an integer typed array');
+			}
+			if (array.byteLength > 65536) throw new DOMException('at most 65536 bytes at a time', 'QuotaExceededError');
+			new Uint8Array(array.buffer, array.byteOffset, array.byteLength).set(native.randomBytes(array.byteLength));
+			return array;
+		},
+		subtle: {
+			async digest(algorithm, data) {
+				const name = String(typeof algorithm === 'string' ? algorithm : algorithm?.name).toUpperCase();
+				if (!DIGESTS[name]) throw new DOMException(`the digest ${name} is not supported`, 'NotSupportedError');
+				const digest = native.digest(DIGESTS[name], bytesOf(data));
+				return digest.buffer.slice(digest.byteOffset, digest.byteOffset + digest.byteLength);
+			},
+		},
+	};
+
+	// ---- timers ----
+	const timers = new Map();
+	let nextTimer = 1;
+	function arm(callback, delay, args, repeat) {
+		const id = nextTimer++;
+		const ms = Math.min(Math.max(0, Number(delay) || 0), 2 ** 31 - 1);
+		timers.set(id, { callback, args, repeat: repeat ? ms : null });
+		native.setTimer(id, ms);
+		return id;
+	}
+	const setTimeout = (callback, delay, ...args) => arm(callback, delay, args, false);
+	const setInterval = (callback, delay, ...args) => arm(callback, delay, args, true);
+	function clearTimeout(id) {
+		if (timers.delete(id)) native.clearTimer(id);
+	}
+	/** Called by the worker when timer `id` is due. */
+	function fireTimer(id) {
+		const timer = timers.get(id);
+		if (!timer) return;
+		if (timer.repeat === null) timers.delete(id);
+		else native.setTimer(id, timer.repeat);
+		if (typeof timer.callback === 'function') timer.callback(...timer.args);
+	}
+
+	// ---- structuredClone, atob, btoa ----
+	function structuredClone(value, seen = new Map()) {
+		if (value === null || typeof value !== 'object') {
+			if (typeof value === 'function' || typeof value === 'symbol') {
+				throw new DOMException(`${String(value)} could not be cloned`, 'DataCloneError');
+			}
+			return value;
+		}
+		if (seen.has(value)) return seen.get(value);
+		let copy;
+		if (value instanceof Date) copy = new Date(value.getTime());
+		else if (value instanceof RegExp) copy = new RegExp(value.source, value.flags);
+		else if (value instanceof ArrayBuffer) copy = value.slice(0);
+		else if (ArrayBuffer.isView(value)) copy = new value.constructor(structuredClone(value.buffer, seen), value.byteOffset, value.length);
+		else if (value instanceof Map) {
+			copy = new Map();
+			seen.set(value, copy);
+			for (const [k, v] of value) copy.set(structuredClone(k, seen), structuredClone(v, seen));
+			return copy;
+		} else if (value instanceof Set) {
+			copy = new Set();
+			seen.set(value, copy);
+			for (const v of value) copy.add(structuredClone(v, seen));
+			return copy;
+		} else if (value instanceof Error) {
+			copy = new value.constructor(value.message);
+		} else {
+			copy = Array.isArray(value) ? [] : {};
+			seen.set(value, copy);
+			for (const key of Object.keys(value)) copy[key] = structuredClone(value[key], seen);
+			return copy;
+		}
+		seen.set(value, copy);
+		return copy;
+	}
+
+	const BASE64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+	function btoa(text) {
+		const input = String(text);
+		let out = '';
+		for (let i = 0; i < input.length; i += 3) {
+			const codes = [input.charCodeAt(i), input.charCodeAt(i + 1), input.charCodeAt(i + 2)];
+			if (codes.some((c) => c > 255)) throw new DOMException('btoa takes Latin-1 text', 'InvalidCharacterError');
+			const [a, b, c] = codes;
+			const n = (a << 16) | ((b || 0) << 8) | (c || 0);
+			out += BASE64[(n >> 18) & 63] + BASE64[(n >> 12) & 63];
+			out += Number.isNaN(b) ? '=' : BASE64[(n >> 6) & 63];
+			out += Number.isNaN(c) ? '=' : BASE64[n & 63];
+		}
+		return out;
+	}
+	function atob(encoded) {
+		const input = String(encoded).replace(/[\t\n\f\r ]/g, '').replace(/={1,2}$/, '');
+		if (/[^A-Za-z0-9+/]/.test(input) || input.length % 4 === 1) {
+			throw new DOMException('atob takes base64 text', 'InvalidCharacterError');
+		}
+		let out = '';
+		for (let i = 0; i < input.length; i += 4) {
+			const n = [0, 1, 2, 3].reduce((acc, k) => (acc << 6) | (i + k < input.length ? BASE64.indexOf(input[i + k]) : 0), 0);
+			out += String.fromCharCode((n >> 16) & 255);
+			if (i + 2 < input.length) out += String.fromCharCode((n >> 8) & 255);
+			if (i + 3 < input.length) out += String.fromCharCode(n & 255);
+		}
+		return out;
+	}
+
+	Object.defineProperty(globalThis, '__lyre_timer', { value: fireTimer, enumerable: false });
+	Object.assign(globalThis, {
+		TextEncoder,
+		TextDecoder,
+		URLSearchParams,
+		URL,
+		Headers,
+		Request,
+		Response,
+		fetch,
+		DOMException,
+		crypto,
+		setTimeout,
+		setInterval,
+		clearTimeout,
+		clearInterval: clearTimeout,
+		structuredClone: (value) => structuredClone(value),
+		atob,
+		btoa,
+	});
+	globalThis.queueMicrotask ??= (callback) => {
+		Promise.resolve().then(callback);
+	};
+});

@@ -1,0 +1,225 @@
+//! The native side of `web.js`: UTF-8, URL parsing, digests and random bytes,
+//! `fetch` through Lyre's outbound HTTP client, and timers.
+//!
+//! A timer is a task on the worker's event loop that, when due, tells the worker
+//! (over [`Timers::due`]'s channel) to run the callback `web.js` keeps for it; the
+//! callback runs between requests, within the time budget, as nobody's request. A
+//! `fetch` is bounded by the request budget and [`MAX_FETCH_BYTES`].
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use rquickjs::function::{Async, Opt};
+use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject, TypedArray};
+use tokio::sync::mpsc;
+
+/// The largest response body `fetch` reads; a larger one fails the fetch.
+pub const MAX_FETCH_BYTES: usize = 32 << 20;
+/// The most timers a runtime may have pending at once.
+pub const MAX_TIMERS: usize = 10_000;
+
+/// Timers and the HTTP client of one runtime.
+pub struct Web {
+    due: mpsc::UnboundedSender<u32>,
+    timers: RefCell<HashMap<u32, tokio::task::AbortHandle>>,
+    http: RefCell<Option<reqwest::Client>>,
+    /// How long a `fetch` may take (the request budget).
+    fetch_timeout: Duration,
+}
+
+impl Web {
+    /// Timers that report through `due` when they fire.
+    pub fn new(due: mpsc::UnboundedSender<u32>, fetch_timeout: Duration) -> Self {
+        Self { due, timers: RefCell::new(HashMap::new()), http: RefCell::new(None), fetch_timeout }
+    }
+
+    /// Cancels every pending timer (the runtime is going away).
+    pub fn cancel_all(&self) {
+        for (_, timer) in self.timers.borrow_mut().drain() {
+            timer.abort();
+        }
+    }
+
+    /// Forgets a timer that fired (its task has ended).
+    pub fn fired(&self, id: u32) {
+        self.timers.borrow_mut().remove(&id);
+    }
+
+    fn client(&self) -> Result<reqwest::Client, String> {
+        if let Some(client) = self.http.borrow().as_ref() {
+            return Ok(client.clone());
+        }
+        let client = crate::outbound::client(Duration::from_secs(10)).build().map_err(|e| e.to_string())?;
+        *self.http.borrow_mut() = Some(client.clone());
+        Ok(client)
+    }
+}
+
+fn type_error(ctx: &Ctx<'_>, message: &str) -> rquickjs::Error {
+    Exception::throw_type(ctx, message)
+}
+
+/// The bytes of a `Uint8Array`, copied.
+fn bytes(array: &TypedArray<'_, u8>) -> Vec<u8> {
+    // SAFETY: no JavaScript runs while the slice is copied.
+    unsafe { array.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default()
+}
+
+/// The native functions `web.js` takes.
+pub fn install<'js>(ctx: &Ctx<'js>, web: &Rc<Web>) -> rquickjs::Result<JsObject<'js>> {
+    let native = JsObject::new(ctx.clone())?;
+    native.set(
+        "utf8Encode",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>, text: String| TypedArray::<u8>::new_copy(ctx, text.as_bytes()))?,
+    )?;
+    native.set(
+        "utf8Decode",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>, data: TypedArray<'js, u8>, fatal: bool| {
+            let data = bytes(&data);
+            match String::from_utf8(data) {
+                Ok(text) => Ok(text),
+                Err(_) if fatal => Err(type_error(&ctx, "the data is not valid UTF-8")),
+                Err(err) => Ok(String::from_utf8_lossy(err.as_bytes()).into_owned()),
+            }
+        })?,
+    )?;
+    native.set(
+        "parseUrl",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>, input: String, base: Opt<String>| {
+            let parsed = match base.0 {
+                Some(base) => reqwest::Url::parse(&base).and_then(|base| base.join(&input)),
+                None => reqwest::Url::parse(&input),
+            };
+            let url = parsed.map_err(|e| type_error(&ctx, &format!("Invalid URL '{input}': {e}")))?;
+            let parts = JsObject::new(ctx.clone())?;
+            let host = url.host_str().unwrap_or("");
+            let port = url.port().map(|p| p.to_string()).unwrap_or_default();
+            parts.set("href", url.as_str())?;
+            parts.set("origin", url.origin().ascii_serialization())?;
+            parts.set("protocol", format!("{}:", url.scheme()))?;
+            parts.set("username", url.username())?;
+            parts.set("password", url.password().unwrap_or(""))?;
+            parts.set("host", if port.is_empty() { host.to_string() } else { format!("{host}:{port}") })?;
+            parts.set("hostname", host)?;
+            parts.set("port", port)?;
+            parts.set("pathname", url.path())?;
+            parts.set("search", url.query().map(|q| format!("?{q}")).unwrap_or_default())?;
+            parts.set("hash", url.fragment().map(|f| format!("#{f}")).unwrap_or_default())?;
+            Ok::<_, rquickjs::Error>(parts)
+        })?,
+    )?;
+    native.set(
+        "digest",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>, algorithm: String, data: TypedArray<'js, u8>| {
+            use aws_lc_rs::digest;
+            let algorithm = match algorithm.as_str() {
+                "sha1" => &digest::SHA1_FOR_LEGACY_USE_ONLY,
+                "sha256" => &digest::SHA256,
+                "sha384" => &digest::SHA384,
+                "sha512" => &digest::SHA512,
+                other => return Err(type_error(&ctx, &format!("no digest '{other}'"))),
+            };
+            TypedArray::<u8>::new_copy(ctx, digest::digest(algorithm, &bytes(&data)).as_ref())
+        })?,
+    )?;
+    native.set(
+        "randomBytes",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>, length: usize| {
+            let mut filled = vec![0u8; length.min(65_536)];
+            rand::Rng::fill(&mut rand::rng(), filled.as_mut_slice());
+            TypedArray::<u8>::new_copy(ctx, filled)
+        })?,
+    )?;
+    native.set("randomUUID", Function::new(ctx.clone(), || uuid::Uuid::new_v4().to_string())?)?;
+
+    let timers = web.clone();
+    native.set(
+        "setTimer",
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, id: u32, milliseconds: f64| {
+            let mut pending = timers.timers.borrow_mut();
+            if pending.len() >= MAX_TIMERS && !pending.contains_key(&id) {
+                return Err(Exception::throw_range(&ctx, &format!("more than {MAX_TIMERS} timers are pending")));
+            }
+            let due = timers.due.clone();
+            let wait = Duration::from_secs_f64(milliseconds.max(0.0) / 1000.0);
+            let task = tokio::task::spawn_local(async move {
+                tokio::time::sleep(wait).await;
+                let _ = due.send(id);
+            });
+            if let Some(previous) = pending.insert(id, task.abort_handle()) {
+                previous.abort();
+            }
+            Ok(())
+        })?,
+    )?;
+    let timers = web.clone();
+    native.set(
+        "clearTimer",
+        Function::new(ctx.clone(), move |id: u32| {
+            if let Some(timer) = timers.timers.borrow_mut().remove(&id) {
+                timer.abort();
+            }
+        })?,
+    )?;
+
+    let fetcher = web.clone();
+    native.set(
+        "fetch",
+        Function::new(
+            ctx.clone(),
+            Async(
+                move |ctx: Ctx<'js>,
+                      url: String,
+                      method: String,
+                      headers: Vec<Vec<String>>,
+                      body: Opt<TypedArray<'js, u8>>| {
+                    let web = fetcher.clone();
+                    let body = body.0.as_ref().map(bytes);
+                    async move {
+                        let failed = |why: String| type_error(&ctx, &format!("fetch {url} failed: {why}"));
+                        let client = web.client().map_err(&failed)?;
+                        let method =
+                            reqwest::Method::from_bytes(method.as_bytes()).map_err(|e| failed(e.to_string()))?;
+                        let mut request = client.request(method, url.as_str()).timeout(web.fetch_timeout);
+                        for pair in &headers {
+                            if let [name, value] = pair.as_slice() {
+                                request = request.header(name.as_str(), value.as_str());
+                            }
+                        }
+                        if let Some(body) = body {
+                            request = request.body(body);
+                        }
+                        let response = request.send().await.map_err(|e| failed(crate::outbound::describe(&e)))?;
+                        let answer = JsObject::new(ctx.clone())?;
+                        answer.set("status", response.status().as_u16())?;
+                        answer.set("statusText", response.status().canonical_reason().unwrap_or(""))?;
+                        answer.set("url", response.url().as_str())?;
+                        let pairs = Array::new(ctx.clone())?;
+                        for (i, (name, value)) in response.headers().iter().enumerate() {
+                            let pair = Array::new(ctx.clone())?;
+                            pair.set(0, name.as_str())?;
+                            pair.set(1, String::from_utf8_lossy(value.as_bytes()).into_owned())?;
+                            pairs.set(i, pair)?;
+                        }
+                        answer.set("headers", pairs)?;
+                        let mut received = Vec::new();
+                        let mut stream = response.bytes_stream();
+                        while let Some(chunk) = stream.next().await {
+                            let chunk = chunk.map_err(|e| failed(crate::outbound::describe(&e)))?;
+                            if received.len() + chunk.len() > MAX_FETCH_BYTES {
+                                return Err(failed(format!("its body is larger than {MAX_FETCH_BYTES} bytes")));
+                            }
+                            received.extend_from_slice(&chunk);
+                        }
+                        answer.set("body", TypedArray::<u8>::new_copy(ctx.clone(), received)?)?;
+                        Ok::<_, rquickjs::Error>(answer)
+                    }
+                },
+            ),
+        )?,
+    )?;
+    Ok(native)
+}
