@@ -102,7 +102,7 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
                     let _ = job.reply.send(outcome);
                     healthy
                 }
-                Some(id) = async { js.due.borrow_mut().recv().await } => js.fire_timer(id).await,
+                Some(id) = async { js.due.lock().await.recv().await } => js.fire_timer(id).await,
             };
             if !healthy {
                 drop(js);
@@ -127,7 +127,7 @@ struct Js {
     bridge: Rc<Bridge>,
     web: Rc<Web>,
     /// Timers that are due, by id.
-    due: std::cell::RefCell<mpsc::UnboundedReceiver<u32>>,
+    due: Mutex<mpsc::UnboundedReceiver<u32>>,
     /// Runs the promises' host work between requests.
     driver: tokio::task::JoinHandle<()>,
     settings: ScriptSettings,
@@ -159,7 +159,7 @@ impl Js {
         let (timers, due) = mpsc::unbounded_channel();
         let web = Rc::new(Web::new(timers, spec.settings.timeout));
         let driver = tokio::task::spawn_local(runtime.drive());
-        let due = std::cell::RefCell::new(due);
+        let due = Mutex::new(due);
         let js = Js { context, deadline, bridge, web, due, driver, settings: spec.settings.clone() };
         let report = js.load(&spec.components).await?;
         Ok((js, report))
@@ -208,7 +208,7 @@ impl Js {
                 // Timers fire while the request waits (it may be waiting for one).
                 let answer = promise.into_future::<rquickjs::Object>();
                 tokio::pin!(answer);
-                let mut due = due.borrow_mut();
+                let mut due = due.lock().await;
                 let reply = loop {
                     tokio::select! {
                         reply = &mut answer => break reply?,
