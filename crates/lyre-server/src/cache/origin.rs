@@ -1,14 +1,14 @@
 //! Calling a caching table's source for one record: an HTTP origin (a GET with
 //! the source's headers, revalidated with `If-None-Match` when the copy held has
-//! the origin's ETag, bounded in time and size) or another table.
+//! the origin's ETag, bounded in time and size), another table, or code.
 
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use lyre_core::{Code, Context, Engine, Object, Value};
 
-use super::control::OriginHeaders;
-use super::source::{HttpOrigin, Source};
+use super::control::{Directives, OriginHeaders};
+use super::source::{CodeAnswer, HttpOrigin, Source};
 
 /// The largest answer an origin may give for one record.
 pub const MAX_BODY: usize = 16 << 20;
@@ -50,6 +50,9 @@ pub enum OriginError {
     /// The source table could not be read.
     #[error("the source table could not be read: {0}")]
     Table(String),
+    /// The source's code failed.
+    #[error("the source failed: {0}")]
+    Code(String),
 }
 
 impl OriginError {
@@ -94,6 +97,15 @@ pub async fn fetch(
                 Err(err) => Err(OriginError::Table(err.to_string())),
             }
         }
+        Source::Code(code) => match code.0.get(id).await {
+            Ok(CodeAnswer { record: Some(mut record), fresh_for }) => {
+                record.insert(primary_key.to_string(), id.clone());
+                let directives = Directives { max_age: fresh_for, ..Directives::default() };
+                Ok(Fetched::Record(record, OriginHeaders { directives, ..OriginHeaders::default() }))
+            }
+            Ok(CodeAnswer { record: None, .. }) => Ok(Fetched::Gone),
+            Err(message) => Err(OriginError::Code(message)),
+        },
     }
 }
 

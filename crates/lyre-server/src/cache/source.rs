@@ -19,7 +19,8 @@
 //! timeout (seconds, default 30). With `writeThrough`, a REST `PUT`, `PATCH` or
 //! `DELETE` of a record is sent to the origin's URL for it first, and written
 //! here only when the origin took it. Another table of the same database may be
-//! the source instead.
+//! the source instead, or code: a script's class (`tables.T.sourcedFrom(Source)`,
+//! see `script/`), asked through [`RecordSource`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -58,6 +59,41 @@ pub enum Source {
     Http(HttpOrigin),
     /// Another table of the same database.
     Table(String),
+    /// Code that answers for one record at a time.
+    Code(CodeSource),
+}
+
+/// A source that is code (a script's class), asked for one record at a time.
+pub trait RecordSource: Send + Sync {
+    /// The record with key `id`: `Ok(None)` when the source has none.
+    fn get(&self, id: &lyre_core::Value) -> futures_util::future::BoxFuture<'static, Result<CodeAnswer, String>>;
+    /// What the source is, for logs and errors (`ThingSource of data.Thing`).
+    fn describe(&self) -> String;
+}
+
+/// What a code source answered for one record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodeAnswer {
+    /// The record, or `None` when the source has none.
+    pub record: Option<lyre_core::Object>,
+    /// How long the record stays fresh (the source's `expiration`), when it says.
+    pub fresh_for: Option<Duration>,
+}
+
+/// A [`RecordSource`] as a [`Source`] holds it (compared by identity).
+#[derive(Clone)]
+pub struct CodeSource(pub std::sync::Arc<dyn RecordSource>);
+
+impl std::fmt::Debug for CodeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.describe())
+    }
+}
+
+impl PartialEq for CodeSource {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// An HTTP origin, its secrets read.

@@ -26,8 +26,9 @@ use lyre_core::{Context, Engine};
 use parking_lot::RwLock;
 
 use crate::cache::Source;
+use crate::cache::source::CodeSource;
 use crate::process::{Ended, Supervisor};
-use crate::script::{ScriptComponent, ScriptExport, Scripts};
+use crate::script::{ScriptComponent, ScriptExport, ScriptSource, Scripts, ScriptsLoaded};
 
 pub use config::ComponentConfig;
 pub use statics::{Found, Site};
@@ -318,14 +319,24 @@ impl Components {
             Some(plugin) => plugin.files.globs()?.files(dir)?,
             None => Vec::new(),
         };
-        let scripts = if script_files.is_empty() {
+        let ScriptsLoaded { exports: scripts, sources: coded } = if script_files.is_empty() {
             self.unload_scripts(name).await;
-            Vec::new()
+            ScriptsLoaded::default()
         } else {
             let wanted = ScriptComponent { name: name.to_string(), dir: dir.to_path_buf(), files: script_files };
             self.load_scripts(wanted).await?
         };
         let mut exports = exports;
+        let mut sources = sources;
+        // A table a script gave a source (`sourcedFrom`) is a caching table.
+        for declared in coded {
+            let table = declared.table.clone();
+            let source = Arc::new(Source::Code(CodeSource(Arc::new(ScriptSource::new(&self.scripts, declared)))));
+            for export in exports.iter_mut().filter(|e| e.table == table) {
+                export.source = Some(source.clone());
+            }
+            sources.insert(table, source);
+        }
         if config.rest.enabled() {
             // A script's class of a table serves the table's own handlers at its path.
             for script in &scripts {
@@ -347,8 +358,8 @@ impl Components {
     }
 
     /// Loads the scripts of every scripted component, `wanted` among them, into a
-    /// new generation of the script host; `wanted`'s exports, or its load error.
-    async fn load_scripts(&self, wanted: ScriptComponent) -> Result<Vec<ScriptExport>, String> {
+    /// new generation of the script host; what `wanted`'s publish, or its load error.
+    async fn load_scripts(&self, wanted: ScriptComponent) -> Result<ScriptsLoaded, String> {
         let name = wanted.name.clone();
         let all = {
             let mut scripted = self.scripted.lock();
@@ -357,7 +368,7 @@ impl Components {
         };
         let mut report = self.scripts.load(all).await;
         match report.remove(&name) {
-            Some(Ok(exports)) => Ok(exports),
+            Some(Ok(loaded)) => Ok(loaded),
             Some(Err(message)) => {
                 // A component whose scripts fail serves none of them; the others go on.
                 self.scripted.lock().remove(&name);

@@ -33,6 +33,8 @@ use lyre_core::{Code, Engine, Object, Table, Value};
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::cache::source::{CodeAnswer, RecordSource};
+
 /// Requests waiting for a worker, per generation; past it a request is refused (503).
 const QUEUE_DEPTH: usize = 1024;
 
@@ -185,15 +187,73 @@ impl ScriptError {
     }
 }
 
-/// What loading each component's scripts gave: its exports, or why it failed
-/// (file, line and message).
-pub type LoadReport = BTreeMap<String, Result<Vec<ScriptExport>, String>>;
+/// What one component's scripts published.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScriptsLoaded {
+    /// The resources they export.
+    pub exports: Vec<ScriptExport>,
+    /// The tables they gave a source (`tables.T.sourcedFrom(Source)`).
+    pub sources: Vec<DeclaredSource>,
+}
+
+/// A table a script gave a source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeclaredSource {
+    /// The table's database.
+    pub database: String,
+    /// The table.
+    pub table: String,
+    /// The source class's name.
+    pub name: String,
+    /// How long what it answers stays fresh (`{expiration: seconds}`).
+    pub expiration: Option<Duration>,
+}
+
+/// What loading each component's scripts gave: what they publish, or why they
+/// failed (file, line and message).
+pub type LoadReport = BTreeMap<String, Result<ScriptsLoaded, String>>;
 
 /// One set of workers that loaded the same scripts.
 struct Generation {
     jobs: mpsc::Sender<worker::Job>,
     /// The paths its scripts export.
     exports: BTreeMap<String, ScriptExport>,
+}
+
+/// Queues `job` for the generation's workers; refused when the queue is full.
+fn submit(generation: &Generation, job: worker::Job) -> Result<(), ScriptError> {
+    generation.jobs.try_send(job).map_err(|err| match err {
+        mpsc::error::TrySendError::Full(_) => ScriptError::Busy,
+        mpsc::error::TrySendError::Closed(_) => ScriptError::Stopped,
+    })
+}
+
+/// A caching table's source that is a script's class, as the cache calls it.
+pub struct ScriptSource {
+    scripts: std::sync::Weak<Scripts>,
+    declared: DeclaredSource,
+}
+
+impl ScriptSource {
+    /// The source `declared`, answered by `scripts`' workers.
+    pub fn new(scripts: &Arc<Scripts>, declared: DeclaredSource) -> Self {
+        Self { scripts: Arc::downgrade(scripts), declared }
+    }
+}
+
+impl RecordSource for ScriptSource {
+    fn get(&self, id: &Value) -> futures_util::future::BoxFuture<'static, Result<CodeAnswer, String>> {
+        let (scripts, id) = (self.scripts.clone(), id.clone());
+        let (database, table) = (self.declared.database.clone(), self.declared.table.clone());
+        Box::pin(async move {
+            let scripts = scripts.upgrade().ok_or_else(|| "the server is stopping".to_string())?;
+            scripts.source_get(&database, &table, &id).await.map_err(|e| e.to_string())
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} of {}.{}", self.declared.name, self.declared.database, self.declared.table)
+    }
 }
 
 /// The JavaScript host: the current generation of workers.
@@ -253,7 +313,7 @@ impl Scripts {
         let exports = report
             .values()
             .filter_map(|outcome| outcome.as_ref().ok())
-            .flatten()
+            .flat_map(|loaded| &loaded.exports)
             .map(|export| (export.path.clone(), export.clone()))
             .collect();
         *self.current.write() = Some(Arc::new(Generation { jobs, exports }));
@@ -267,10 +327,17 @@ impl Scripts {
             return Err(ScriptError::NotExported(request.export));
         }
         let (reply, answer) = oneshot::channel();
-        generation.jobs.try_send(worker::Job { request, reply }).map_err(|err| match err {
-            mpsc::error::TrySendError::Full(_) => ScriptError::Busy,
-            mpsc::error::TrySendError::Closed(_) => ScriptError::Stopped,
-        })?;
+        submit(&generation, worker::Job::Request { request, reply })?;
+        answer.await.map_err(|_| ScriptError::Stopped)?
+    }
+
+    /// Asks the source a script gave `database.table` for the record with key `id`.
+    pub async fn source_get(&self, database: &str, table: &str, id: &Value) -> Result<CodeAnswer, ScriptError> {
+        let generation = self.current.read().clone().ok_or(ScriptError::Stopped)?;
+        let (reply, answer) = oneshot::channel();
+        let job =
+            worker::Job::Source { database: database.to_string(), table: table.to_string(), id: id.clone(), reply };
+        submit(&generation, job)?;
         answer.await.map_err(|_| ScriptError::Stopped)?
     }
 

@@ -86,7 +86,7 @@
 		if (legacy) {
 			// The record is read first (whatever the user may read: the hooks decide),
 			// so allowCreate is asked for a record that does not exist yet.
-			if (Class[TABLE] && target.id !== undefined && target.id !== null) resource.load();
+			if (Class[TABLE] && target.id !== undefined && target.id !== null) await resource.load();
 			if (context?.authorize) await authorize(resource, method, target, data, context);
 		}
 		const handler = resource[method];
@@ -192,6 +192,44 @@
 		return records;
 	}
 
+	// ---- Caching sources ----
+	/** Sources scripts gave tables, by `database.table`. */
+	const sources = new Map();
+	/** Sources declared since the last component's registration. */
+	const declaredSources = [];
+
+	/** Asks a table's source for record `id`: `{record, expiration}`, or no record. */
+	async function askSource(database, table, id) {
+		const declared = sources.get(`${database}.${table}`);
+		if (!declared) throw new ServerError(`the table ${table} has no source`);
+		let answer = await declared.Source.get(id, { requestContext: null });
+		if (answer && typeof answer === 'object' && answer.status > 0 && answer.headers) {
+			if (answer.status === 404 || answer.status === 410) return { record: null };
+			if (answer.status >= 300) throw new ServerError(`the source answered ${answer.status}`, 502);
+			answer = answer.data !== undefined ? answer.data : typeof answer.json === 'function' ? await answer.json() : answer.body;
+		}
+		if (answer === undefined || answer === null) return { record: null };
+		if (typeof answer !== 'object' || Array.isArray(answer)) {
+			throw new ServerError(`the source ${declared.name} answered something that is not a record`, 502);
+		}
+		return { record: { ...answer }, expiration: declared.expiration };
+	}
+
+	/**
+	 * A record a script reads from a table with a source: the stored copy, or the
+	 * source's answer, stored (REST reads go through Lyre's cache, which also
+	 * renews expired copies).
+	 */
+	async function readThrough(database, table, primaryKey, id, handle) {
+		const stored = native.get(database, table, id, handle);
+		if (stored !== undefined || !sources.has(`${database}.${table}`)) return stored;
+		const { record } = await askSource(database, table, id);
+		if (!record) return undefined;
+		record[primaryKey] = id;
+		await native.put(database, table, id, record, UNCHECKED);
+		return native.get(database, table, id, handle);
+	}
+
 	/** A class for a table, with Harper's table API over Lyre's. */
 	function makeTable(info) {
 		const { database, table, primaryKey } = info;
@@ -209,8 +247,8 @@
 				return info.attributes;
 			}
 			/** Reads this instance's record into it (Harper's instance-loading mode). */
-			load() {
-				const record = native.get(database, table, this.getId(), UNCHECKED);
+			async load() {
+				const record = await readThrough(database, table, primaryKey, this.getId(), UNCHECKED);
 				this[LOADED] = record !== undefined;
 				if (record !== undefined) Object.assign(this, record);
 			}
@@ -224,8 +262,9 @@
 				const id = this.getId();
 				if (id === undefined) return native.describe(database, table, handleFor(this, target));
 				if (legacy) return this[LOADED] ? this : undefined;
-				const record = native.get(database, table, id, handleFor(this, target));
-				return record === undefined ? undefined : Object.freeze(record);
+				return readThrough(database, table, primaryKey, id, handleFor(this, target)).then((record) =>
+					record === undefined ? undefined : Object.freeze(record),
+				);
 			}
 			search(target) {
 				const query = target?.query ?? target?.search ?? '';
@@ -281,6 +320,15 @@
 			}
 			static update(id, updates, context) {
 				return invoke(this, 'update', id, updates, context);
+			}
+			/** Makes this table a cache of `Source` (a class whose `get` answers one record). */
+			static sourcedFrom(Source, options = {}) {
+				if (typeof Source?.get !== 'function') throw new TypeError('sourcedFrom takes a class with a get method');
+				const expiration = Number.isFinite(options.expiration) ? options.expiration : null;
+				const declared = { Source, expiration, name: Source.name || 'source' };
+				sources.set(`${database}.${table}`, declared);
+				declaredSources.push({ database, table, name: declared.name, expiration });
+				return this;
 			}
 		};
 		Object.defineProperty(TableClass, 'name', { value: table });
@@ -359,7 +407,7 @@
 		return Object.keys(HANDLERS).filter((handler) => HANDLERS[handler].some((name) => own.has(name)));
 	}
 
-	/** Registers what a component's module exports; returns the resources found. */
+	/** Registers what a component's module exports; returns the resources found and the sources declared. */
 	function register(component, namespace) {
 		const found = [];
 		const walk = (value, path, depth) => {
@@ -368,7 +416,7 @@
 			else if (typeof value === 'object') for (const name in value) walk(value[name], `${path}/${name}`, depth + 1);
 		};
 		for (const name in namespace) walk(namespace[name], name, 0);
-		return found.map(([path, Class]) => {
+		const exports = found.map(([path, Class]) => {
 			resources.set(path, Class);
 			const table = Class[TABLE];
 			return {
@@ -379,6 +427,7 @@
 				overrides: overrides(Class),
 			};
 		});
+		return { exports, sources: declaredSources.splice(0) };
 	}
 
 	/** The request as a resource's context (Harper passes the request itself). */
@@ -470,6 +519,7 @@
 	Object.defineProperties(globalThis, {
 		__lyre_dispatch: hidden(dispatch),
 		__lyre_register: hidden(register),
+		__lyre_source: hidden(askSource),
 	});
 	Object.assign(globalThis, {
 		Resource,

@@ -25,9 +25,10 @@ use super::modules::ComponentModules;
 use super::native::{self, Bridge};
 use super::web::{self, Web};
 use super::{
-    LoadReport, ReplyBody, RestGrammar, ScriptComponent, ScriptError, ScriptExport, ScriptReply, ScriptRequest,
-    ScriptSettings,
+    DeclaredSource, LoadReport, ReplyBody, RestGrammar, ScriptComponent, ScriptError, ScriptExport, ScriptReply,
+    ScriptRequest, ScriptSettings, ScriptsLoaded,
 };
+use crate::cache::source::CodeAnswer;
 
 /// The web-standard globals, evaluated first in every runtime.
 const WEB: &str = include_str!("web.js");
@@ -51,10 +52,12 @@ pub(super) struct Spec {
     pub settings: ScriptSettings,
 }
 
-/// A request for a worker, and where its answer goes.
-pub(super) struct Job {
-    pub request: ScriptRequest,
-    pub reply: oneshot::Sender<Result<ScriptReply, ScriptError>>,
+/// Work for a worker, and where its answer goes.
+pub(super) enum Job {
+    /// A REST request for an exported resource.
+    Request { request: ScriptRequest, reply: oneshot::Sender<Result<ScriptReply, ScriptError>> },
+    /// A caching table's source asked for one record.
+    Source { database: String, table: String, id: Value, reply: oneshot::Sender<Result<CodeAnswer, ScriptError>> },
 }
 
 /// Starts worker `index`; it reports its load through `loaded`, then serves `jobs`
@@ -97,10 +100,19 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
         loop {
             let healthy = tokio::select! {
                 job = async { jobs.lock().await.recv().await } => {
-                    let Some(job) = job else { break };
-                    let (outcome, healthy) = js.serve(job.request).await;
-                    let _ = job.reply.send(outcome);
-                    healthy
+                    match job {
+                        None => break,
+                        Some(Job::Request { request, reply }) => {
+                            let (outcome, healthy) = js.serve(request).await;
+                            let _ = reply.send(outcome);
+                            healthy
+                        }
+                        Some(Job::Source { database, table, id, reply }) => {
+                            let (outcome, healthy) = js.source_get(&database, &table, &id).await;
+                            let _ = reply.send(outcome);
+                            healthy
+                        }
+                    }
                 }
                 Some(id) = async { js.due.lock().await.recv().await } => js.fire_timer(id).await,
             };
@@ -286,6 +298,42 @@ impl Js {
     }
 }
 
+impl Js {
+    /// Asks the source a script gave `database.table` for record `id`; `false`
+    /// when the runtime must be rebuilt afterwards.
+    async fn source_get(&self, database: &str, table: &str, id: &Value) -> (Result<CodeAnswer, ScriptError>, bool) {
+        let timeout = self.settings.timeout;
+        self.deadline.set(Some(Instant::now() + timeout));
+        let call = self.context.async_with(async |ctx| -> Result<CodeAnswer, String> {
+            let run = async || -> rquickjs::Result<CodeAnswer> {
+                let source: Function = ctx.globals().get("__lyre_source")?;
+                let promise: Promise = source.call((database, table, to_js(&ctx, id)?))?;
+                let answer: rquickjs::Object = promise.into_future().await?;
+                let record = match from_js(&ctx, answer.get("record")?)? {
+                    Some(Value::Object(record)) => Some(record),
+                    _ => None,
+                };
+                let expiration: Option<f64> = answer.get("expiration")?;
+                let fresh_for =
+                    expiration.filter(|s| s.is_finite() && *s >= 0.0).map(std::time::Duration::from_secs_f64);
+                Ok(CodeAnswer { record, fresh_for })
+            };
+            run().await.map_err(|e| describe(&ctx, e, None))
+        });
+        let outcome = tokio::time::timeout(timeout, call).await;
+        let overran = self.deadline.get().is_some_and(|at| Instant::now() >= at);
+        self.deadline.set(Some(Instant::now() + timeout));
+        match outcome {
+            Ok(Ok(answer)) => (Ok(answer), !overran),
+            Ok(Err(message)) => {
+                let healthy = !overran && !message.contains("out of memory");
+                (Err(ScriptError::Engine(message)), healthy)
+            }
+            Err(_) => (Err(ScriptError::Timeout(timeout)), false),
+        }
+    }
+}
+
 /// Whether a script's error reply is the engine's out-of-memory error (the
 /// dispatcher caught it, but the runtime should be rebuilt).
 fn is_out_of_memory(reply: &ScriptReply) -> bool {
@@ -301,27 +349,42 @@ fn evaluate<'js>(ctx: &Ctx<'js>, name: &str, source: &str, native: rquickjs::Obj
     install.call::<_, ()>((native,))
 }
 
-/// Imports a component's files and registers what they export.
-async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent) -> Result<Vec<ScriptExport>, String> {
+/// Imports a component's files and registers what they export and the sources
+/// they declare.
+async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent) -> Result<ScriptsLoaded, String> {
     let register: Function = ctx.globals().get("__lyre_register").map_err(|e| e.to_string())?;
-    let mut exports = Vec::new();
+    let mut loaded = ScriptsLoaded::default();
     for file in &component.files {
         let path = component.dir.join(file);
         let path = std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let imported = async {
             let promise = Module::import(ctx, path.to_string_lossy().as_bytes())?;
             let namespace: rquickjs::Object = promise.into_future().await?;
-            let found: Array = register.call((component.name.clone(), namespace))?;
+            let found: rquickjs::Object = register.call((component.name.clone(), namespace))?;
             let mut exports = Vec::new();
-            for entry in found.iter::<rquickjs::Value>() {
+            for entry in found.get::<_, Array>("exports")?.iter::<rquickjs::Value>() {
                 exports.push(read_export(ctx, entry?)?);
             }
-            Ok::<_, rquickjs::Error>(exports)
+            let mut sources = Vec::new();
+            for entry in found.get::<_, Array>("sources")?.iter::<rquickjs::Object>() {
+                let entry = entry?;
+                let expiration: Option<f64> = entry.get("expiration")?;
+                sources.push(DeclaredSource {
+                    database: entry.get("database")?,
+                    table: entry.get("table")?,
+                    name: entry.get("name")?,
+                    expiration: expiration
+                        .filter(|s| s.is_finite() && *s >= 0.0)
+                        .map(std::time::Duration::from_secs_f64),
+                });
+            }
+            Ok::<_, rquickjs::Error>((exports, sources))
         };
-        let found = imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
-        exports.extend(found);
+        let (exports, sources) = imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
+        loaded.exports.extend(exports);
+        loaded.sources.extend(sources);
     }
-    Ok(exports)
+    Ok(loaded)
 }
 
 /// One entry of what `__lyre_register` found.

@@ -414,15 +414,18 @@ export class Unreachable extends Resource {
 }
 "#;
 
-/// A one-route HTTP server: answers every request with JSON naming its path and
-/// its `X-Token` header.
-async fn origin() -> String {
+/// A one-route HTTP server: answers every request, after `delay`, with JSON naming
+/// its path and its `X-Token` header; counts the requests.
+async fn origin(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
     tokio::spawn(async move {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else { return };
+            let counted = counted.clone();
             tokio::spawn(async move {
                 let mut head = Vec::new();
                 let mut buffer = [0u8; 1024];
@@ -432,6 +435,8 @@ async fn origin() -> String {
                         Ok(n) => head.extend_from_slice(&buffer[..n]),
                     }
                 }
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
                 let head = String::from_utf8_lossy(&head).to_string();
                 let path = head.split(' ').nth(1).unwrap_or("").to_string();
                 let token = head
@@ -447,7 +452,7 @@ async fn origin() -> String {
             });
         }
     });
-    format!("http://{address}")
+    (format!("http://{address}"), calls)
 }
 
 #[tokio::test]
@@ -456,7 +461,7 @@ async fn scripts_have_the_web_standard_globals() {
     let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
     let (status, answer) = deploy(&s, "web", &[("config.yaml", config), ("resources.js", WEB_RESOURCES)]).await;
     assert_eq!(status, 200, "{answer}");
-    let origin = origin().await;
+    let (origin, _) = origin(std::time::Duration::ZERO).await;
     let (status, _, body) = s.rest_send(Method::GET, &format!("/Web?origin={origin}"), None, &[]).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], 200);
@@ -493,4 +498,71 @@ async fn scripts_have_the_web_standard_globals() {
     assert_eq!(ticks, json!(3));
     let (status, _, body) = s.rest_send(Method::GET, "/Unreachable", None, &[]).await;
     assert_eq!(status, 500, "{body}");
+}
+
+const CACHE_SCHEMA: &str = "type Thing @table @export { id: ID @primaryKey path: String token: String }\n";
+
+/// A caching table whose source is a script's class calling an HTTP origin.
+fn cache_resources(origin: &str) -> String {
+    format!(
+        r#"
+class ThingSource extends Resource {{
+	async get() {{
+		const id = this.getId();
+		if (id === 'none') return undefined;
+		if (id === 'broken') throw new Error('the origin is down');
+		const answer = await fetch(`{origin}/things/${{id}}`, {{ headers: {{ 'X-Token': 'secret' }} }});
+		return answer.json();
+	}}
+}}
+tables.Thing.sourcedFrom(ThingSource, {{ expiration: 1 }});
+
+export class ViaScript extends Resource {{
+	static loadAsInstance = false;
+	async get(target) {{
+		return tables.Thing.get(target.id);
+	}}
+}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_script_source_fills_a_caching_table() {
+    let s = TestServer::start().await;
+    let (origin, calls) = origin(std::time::Duration::from_millis(150)).await;
+    let config = "rest: true\ngraphqlSchema:\n  files: 'schema.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let resources = cache_resources(&origin);
+    let files = [("config.yaml", config), ("schema.graphql", CACHE_SCHEMA), ("resources.js", resources.as_str())];
+    let (status, answer) = deploy(&s, "cached", &files).await;
+    assert_eq!(status, 200, "{answer}");
+    let count = || calls.load(std::sync::atomic::Ordering::SeqCst);
+    // A miss calls the source, which the record is stored from.
+    let (status, _, body) = s.rest_send(Method::GET, "/Thing/a", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"path": "/things/a", "token": "secret", "id": "a"})));
+    assert_eq!(count(), 1);
+    // A hit does not.
+    let (status, _, _) = s.rest_send(Method::GET, "/Thing/a", None, &[]).await;
+    assert_eq!((status, count()), (200, 1));
+    // Concurrent misses of one record: one call to the source.
+    let reads = (0..8).map(|_| s.rest_send(Method::GET, "/Thing/b", None, &[]));
+    for (status, _, body) in futures_util::future::join_all(reads).await {
+        assert_eq!((status, body["path"].clone()), (200, json!("/things/b")));
+    }
+    assert_eq!(count(), 2);
+    // Past its expiration the copy is fetched again.
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    let (status, _, _) = s.rest_send(Method::GET, "/Thing/a", None, &[]).await;
+    assert_eq!((status, count()), (200, 3));
+    // A record the source does not have; a source that fails.
+    let (status, _, _) = s.rest_send(Method::GET, "/Thing/none", None, &[]).await;
+    assert_eq!(status, 404);
+    let (status, _, body) = s.rest_send(Method::GET, "/Thing/broken", None, &[]).await;
+    assert_eq!(status, 502, "{body}");
+    // A script reading the table reads through the source too.
+    let (status, _, body) = s.rest_send(Method::GET, "/ViaScript/c", None, &[]).await;
+    assert_eq!((status, body["path"].clone()), (200, json!("/things/c")));
+    assert_eq!(count(), 4);
+    let (status, _, body) = s.rest_send(Method::GET, "/Thing/c", None, &[]).await;
+    assert_eq!((status, body["token"].clone(), count()), (200, json!("secret"), 4));
 }
