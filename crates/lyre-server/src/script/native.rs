@@ -294,6 +294,17 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
         })?,
     )?;
 
+    native.set(
+        "environment",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>| {
+            let variables = JsObject::new(ctx)?;
+            for (name, value) in std::env::vars() {
+                variables.set(name, value)?;
+            }
+            Ok::<_, rquickjs::Error>(variables)
+        })?,
+    )?;
+
     install_writes(ctx, bridge, &native)?;
     Ok(native)
 }

@@ -515,12 +515,46 @@
 		}
 	}
 
+	// ---- CommonJS (packages in node_modules that Node would run as CommonJS) ----
+	const commonjs = new Map();
+	/** Node's `require` of the file at `path` (canonical, inside a component). */
+	function requireFile(path) {
+		const cached = commonjs.get(path);
+		if (cached) return cached.exports;
+		const source = native.readModule(path);
+		const module = { exports: {}, id: path, filename: path, loaded: false, children: [] };
+		commonjs.set(path, module);
+		if (path.endsWith('.json')) {
+			module.exports = JSON.parse(source);
+		} else {
+			const dirname = path.slice(0, path.lastIndexOf('/'));
+			const require = (name) => requireFile(native.resolveRequire(path, String(name)));
+			require.resolve = (name) => native.resolveRequire(path, String(name));
+			require.cache = {};
+			const wrapped = (0, eval)(`(function (exports, require, module, __filename, __dirname) {${source}\n})`);
+			wrapped.call(module.exports, module.exports, require, module, path, dirname);
+		}
+		module.loaded = true;
+		return module.exports;
+	}
+
 	const hidden = (value) => ({ value, enumerable: false, writable: false, configurable: false });
 	Object.defineProperties(globalThis, {
 		__lyre_dispatch: hidden(dispatch),
 		__lyre_register: hidden(register),
 		__lyre_source: hidden(askSource),
+		__lyre_require: hidden(requireFile),
 	});
+	// The part of Node's `process` packages look at (`process.env.NODE_ENV`, …).
+	globalThis.process ??= {
+		env: native.environment(),
+		platform: 'linux',
+		version: '',
+		versions: {},
+		argv: [],
+		cwd: () => '/',
+		nextTick: (callback, ...args) => queueMicrotask(() => callback(...args)),
+	};
 	Object.assign(globalThis, {
 		Resource,
 		tables,

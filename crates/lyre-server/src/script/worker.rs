@@ -164,7 +164,7 @@ impl Js {
             .set_interrupt_handler(Some(Box::new(move || watched.get().is_some_and(|at| Instant::now() >= at))))
             .await;
         let modules = ComponentModules::new(spec.components.iter().map(|c| c.dir.clone()));
-        runtime.set_loader(modules.clone(), modules).await;
+        runtime.set_loader(modules.clone(), modules.clone()).await;
         let context =
             AsyncContext::full(&runtime).await.map_err(|e| format!("the JavaScript context could not start: {e}"))?;
         let bridge = Rc::new(Bridge::new(spec.engine.clone(), spec.grammar.clone()));
@@ -173,19 +173,21 @@ impl Js {
         let driver = tokio::task::spawn_local(runtime.drive());
         let due = Mutex::new(due);
         let js = Js { context, deadline, bridge, web, due, driver, settings: spec.settings.clone() };
-        let report = js.load(&spec.components).await?;
+        let report = js.load(&spec.components, &modules).await?;
         Ok((js, report))
     }
 
     /// Evaluates the prelude, then each component's files in order.
-    async fn load(&self, components: &[ScriptComponent]) -> Result<LoadReport, String> {
+    async fn load(&self, components: &[ScriptComponent], modules: &ComponentModules) -> Result<LoadReport, String> {
         let (bridge, web, deadline, timeout) = (&self.bridge, &self.web, &self.deadline, self.settings.timeout);
         self.context
             .async_with(async |ctx| -> Result<LoadReport, String> {
                 deadline.set(Some(Instant::now() + timeout));
                 let prelude = (|| -> rquickjs::Result<()> {
                     evaluate(&ctx, "web.js", WEB, web::install(&ctx, web)?)?;
-                    evaluate(&ctx, "prelude.js", PRELUDE, native::install(&ctx, bridge)?)
+                    let native = native::install(&ctx, bridge)?;
+                    super::modules::install(&ctx, &native, modules)?;
+                    evaluate(&ctx, "prelude.js", PRELUDE, native)
                 })();
                 prelude.map_err(|e| format!("Lyre's JavaScript API failed to start: {}", describe(&ctx, e, None)))?;
                 let mut report = LoadReport::new();

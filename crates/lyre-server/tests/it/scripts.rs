@@ -566,3 +566,57 @@ async fn a_script_source_fills_a_caching_table() {
     let (status, _, body) = s.rest_send(Method::GET, "/Thing/c", None, &[]).await;
     assert_eq!((status, body["token"].clone(), count()), (200, json!("secret"), 4));
 }
+
+#[tokio::test]
+async fn packages_load_from_node_modules_as_es_modules_and_commonjs() {
+    let s = TestServer::start().await;
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let resources = r#"
+import { greet, version } from 'cjs-greeter';
+import greeter from 'cjs-greeter';
+import shout from '@scope/esm-shout';
+import settings from './settings.json';
+export class Packages extends Resource {
+	static loadAsInstance = false;
+	get() {
+		return { named: greet('Ann'), version, whole: greeter.greet('Bo'), esm: shout('hey'), settings, env: process.env.NODE_ENV ?? null };
+	}
+}
+"#;
+    let files = [
+        ("config.yaml", config),
+        ("resources.js", resources),
+        ("settings.json", r#"{"mode": "test"}"#),
+        ("node_modules/cjs-greeter/package.json", r#"{"name": "cjs-greeter", "main": "lib/index.js"}"#),
+        (
+            "node_modules/cjs-greeter/lib/index.js",
+            "const helper = require('./helper');\nconst data = require('../data.json');\nexports.greet = (name) => helper.prefix + name;\nexports.version = data.version;\n",
+        ),
+        ("node_modules/cjs-greeter/lib/helper.js", "module.exports = { prefix: 'Hi ' };\n"),
+        ("node_modules/cjs-greeter/data.json", r#"{"version": "1.2.3"}"#),
+        (
+            "node_modules/@scope/esm-shout/package.json",
+            r#"{"name": "@scope/esm-shout", "type": "module", "exports": {".": {"import": "./shout.js", "require": "./nope.cjs"}}}"#,
+        ),
+        ("node_modules/@scope/esm-shout/shout.js", "export default (text) => text.toUpperCase() + '!';\n"),
+    ];
+    let (status, answer) = deploy(&s, "packages", &files).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, _, body) = s.rest_send(Method::GET, "/Packages", None, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"named": "Hi Ann", "version": "1.2.3", "whole": "Hi Bo", "esm": "HEY!", "settings": {"mode": "test"}, "env": null})
+    );
+    // A package that needs a Node built-in fails its component, naming both.
+    let files = [
+        ("config.yaml", config),
+        ("resources.js", "import fsUser from 'fs-user';\nexport const x = fsUser;\n"),
+        ("node_modules/fs-user/package.json", r#"{"name": "fs-user"}"#),
+        ("node_modules/fs-user/index.js", "const fs = require('fs');\nmodule.exports = fs;\n"),
+    ];
+    let (status, answer) = deploy(&s, "builtin-user", &files).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"].as_str().unwrap_or_default();
+    assert!(message.contains("Node built-in module 'fs'") && message.contains("fs-user"), "{message}");
+}
