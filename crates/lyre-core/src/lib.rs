@@ -41,7 +41,7 @@ mod raw;
 mod record;
 pub mod services;
 mod table;
-mod task;
+pub mod task;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod time;

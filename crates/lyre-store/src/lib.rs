@@ -40,4 +40,4 @@ pub use record::{Flags, RecordHeader, decode_record, encode_record};
 pub use txlog::{Change, ChangeKind, JobMeta, LogEntry, PruneProgress, PruneScope};
 pub use txn::{DerivedEntries, IndexEntries, KeyRange, ReadTxn, Records, WriteTxn};
 pub use version::{Version, VersionClock};
-pub use writer::{BATCH_BUCKETS, Writer, WriterCounts, WriterOptions};
+pub use writer::{BATCH_BUCKETS, Writer, WriterCounts, WriterOptions, yield_to_request_threads};

@@ -32,13 +32,21 @@ pub const UNCHECKED: u32 = 0;
 /// (a promise nobody awaited) still runs as its user, for this long.
 pub const RECENT_REQUESTS: usize = 1024;
 
+/// What a request's handle stands for.
+struct Requested {
+    /// Its user's context, or `None` for a request without credentials.
+    ctx: Option<Context>,
+    /// Its headers (names in lower case), until it is answered.
+    headers: Vec<(String, String)>,
+}
+
 /// What the native functions share within one runtime.
 pub struct Bridge {
     engine: Arc<Engine>,
     grammar: Arc<dyn RestGrammar>,
     /// The requests running on this runtime, by handle: their user's context, or
     /// `None` for a request without credentials.
-    requests: RefCell<HashMap<u32, Option<Context>>>,
+    requests: RefCell<HashMap<u32, Requested>>,
     /// Handles in the order they were given, the oldest first.
     issued: RefCell<std::collections::VecDeque<u32>>,
     next_handle: std::cell::Cell<u32>,
@@ -66,13 +74,13 @@ impl Bridge {
     /// Registers a request's user for the calls its script makes; the handle is
     /// given to the script with the request. The oldest handle past
     /// [`RECENT_REQUESTS`] ends.
-    pub fn begin(&self, user: Option<Arc<User>>) -> u32 {
+    pub fn begin(&self, user: Option<Arc<User>>, headers: Vec<(String, String)>) -> u32 {
         let mut handle = self.next_handle.get().wrapping_add(1);
         if handle == UNCHECKED {
             handle = 1;
         }
         self.next_handle.set(handle);
-        self.requests.borrow_mut().insert(handle, user.map(Context::new));
+        self.requests.borrow_mut().insert(handle, Requested { ctx: user.map(Context::new), headers });
         let mut issued = self.issued.borrow_mut();
         issued.push_back(handle);
         if issued.len() > RECENT_REQUESTS
@@ -81,6 +89,14 @@ impl Bridge {
             self.requests.borrow_mut().remove(&oldest);
         }
         handle
+    }
+
+    /// Drops a request's headers once it is answered (its user stays, for the work
+    /// it left running).
+    pub fn answered(&self, handle: u32) {
+        if let Some(requested) = self.requests.borrow_mut().get_mut(&handle) {
+            requested.headers = Vec::new();
+        }
     }
 
     /// Names the component whose code runs now (for the log).
@@ -93,8 +109,8 @@ impl Bridge {
             return Ok(self.unchecked.clone());
         }
         match self.requests.borrow().get(&handle) {
-            Some(Some(ctx)) => Ok(ctx.clone()),
-            Some(None) => Err((Code::MustLogin, "Must login".to_string())),
+            Some(Requested { ctx: Some(ctx), .. }) => Ok(ctx.clone()),
+            Some(Requested { ctx: None, .. }) => Err((Code::MustLogin, "Must login".to_string())),
             None => Err((Code::BadRequest, "this request was answered long ago; its context has ended".to_string())),
         }
     }
@@ -294,6 +310,41 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
         })?,
     )?;
 
+    let b = bridge.clone();
+    native.set(
+        "user",
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, handle: u32| {
+            let requests = b.requests.borrow();
+            let Some(Requested { ctx: Some(user), .. }) = requests.get(&handle) else {
+                return Ok(rquickjs::Value::new_null(ctx.clone()));
+            };
+            let user = &user.user;
+            let mut role = Object::default();
+            role.insert("role".into(), Value::String(user.role.name.clone()));
+            role.insert("permission".into(), user.role.permission.clone());
+            let mut fields = Object::default();
+            fields.insert("username".into(), Value::String(user.username.clone()));
+            fields.insert("active".into(), Value::Bool(user.active));
+            fields.insert("role".into(), Value::Object(role));
+            to_js(&ctx, &Value::Object(fields))
+        })?,
+    )?;
+    let b = bridge.clone();
+    native.set(
+        "headers",
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, handle: u32| {
+            let pairs = rquickjs::Array::new(ctx.clone())?;
+            if let Some(requested) = b.requests.borrow().get(&handle) {
+                for (i, (name, value)) in requested.headers.iter().enumerate() {
+                    let pair = rquickjs::Array::new(ctx.clone())?;
+                    pair.set(0, name.as_str())?;
+                    pair.set(1, value.as_str())?;
+                    pairs.set(i, pair)?;
+                }
+            }
+            Ok::<_, rquickjs::Error>(pairs)
+        })?,
+    )?;
     native.set(
         "environment",
         Function::new(ctx.clone(), |ctx: Ctx<'js>| {

@@ -262,6 +262,10 @@
 				const id = this.getId();
 				if (id === undefined) return native.describe(database, table, handleFor(this, target));
 				if (legacy) return this[LOADED] ? this : undefined;
+				if (!sources.has(`${database}.${table}`)) {
+					const record = native.get(database, table, id, handleFor(this, target));
+					return record === undefined ? undefined : Object.freeze(record);
+				}
 				return readThrough(database, table, primaryKey, id, handleFor(this, target)).then((record) =>
 					record === undefined ? undefined : Object.freeze(record),
 				);
@@ -430,24 +434,44 @@
 		return { exports, sources: declaredSources.splice(0) };
 	}
 
-	/** The request as a resource's context (Harper passes the request itself). */
-	function contextOf(request) {
-		const headers = new Map(request.headers);
-		return {
-			[CONTEXT_HANDLE]: request.handle,
-			user: request.user,
-			method: request.method,
-			url: request.search ? `${request.pathname}?${request.search}` : request.pathname,
-			pathname: request.pathname,
-			headers: {
-				get: (name) => headers.get(String(name).toLowerCase()) ?? null,
-				has: (name) => headers.has(String(name).toLowerCase()),
-				[Symbol.iterator]: () => headers.entries(),
-			},
-			data: request.data,
-			responseHeaders: new Headers(),
-			authorize: true,
-		};
+	/** The request as a resource's context (Harper passes the request itself); its user and headers are read when asked for. */
+	class RequestContext {
+		#user;
+		#headers;
+		#responseHeaders;
+		constructor(method, pathname, search, handle, data) {
+			this[CONTEXT_HANDLE] = handle;
+			this.method = method;
+			this.pathname = pathname;
+			this.url = search ? `${pathname}?${search}` : pathname;
+			this.data = data;
+			this.authorize = true;
+		}
+		get user() {
+			if (this.#user === undefined) this.#user = native.user(this[CONTEXT_HANDLE]);
+			return this.#user;
+		}
+		set user(user) {
+			this.#user = user;
+		}
+		get headers() {
+			if (this.#headers === undefined) {
+				const map = new Map(native.headers(this[CONTEXT_HANDLE]));
+				this.#headers = {
+					get: (name) => map.get(String(name).toLowerCase()) ?? null,
+					has: (name) => map.has(String(name).toLowerCase()),
+					[Symbol.iterator]: () => map.entries(),
+				};
+			}
+			return this.#headers;
+		}
+		get responseHeaders() {
+			return (this.#responseHeaders ??= new Headers());
+		}
+		/** The headers a script set on the response, as pairs. */
+		responsePairs() {
+			return this.#responseHeaders === undefined ? [] : this.#responseHeaders.pairs();
+		}
 	}
 
 	function pairsOf(headers) {
@@ -458,24 +482,26 @@
 	}
 
 	/** A handler's result as Lyre answers it: {status, headers, value | body}. */
-	function reply(result, request, context) {
-		const headers = context.responseHeaders.pairs();
+	/** A handler's result as Lyre answers it: `[status, headers, value, body]`. */
+	function reply(result, method, context) {
+		const headers = context.responsePairs();
 		if (result === undefined || result === null) {
-			return { status: request.method === 'GET' || request.method === 'HEAD' ? 404 : 204, headers };
+			return [method === 'GET' || method === 'HEAD' ? 404 : 204, headers];
 		}
 		if (typeof result === 'object' && result.status > 0 && result.headers) {
 			headers.push(...pairsOf(result.headers).map(([n, v]) => [String(n), String(v)]));
-			if (result.data !== undefined) return { status: result.status, headers, value: result.data };
-			return { status: result.status, headers, body: result.body };
+			if (result.data !== undefined) return [result.status, headers, result.data];
+			return [result.status, headers, undefined, result.body];
 		}
 		if (typeof result === 'object' && typeof result.contentType === 'string' && 'data' in result && !(result instanceof Resource)) {
 			headers.push(['content-type', result.contentType]);
-			return { status: 200, headers, body: result.data };
+			return [200, headers, undefined, result.data];
 		}
-		return { status: 200, headers, value: result };
+		return [200, headers, result];
 	}
 
-	function failure(error, request) {
+	/** A thrown error as Lyre answers it: `[status, headers, , , message, stated, stack]`. */
+	function failure(error, method) {
 		const stated = error !== null && typeof error === 'object' && Number.isInteger(error.statusCode);
 		const status = stated && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
 		let message =
@@ -484,34 +510,34 @@
 				: String(error);
 		const headers = [];
 		if (status === 405 && Array.isArray(error.allow)) {
-			message += ` to handle HTTP method ${request.method}`;
+			message += ` to handle HTTP method ${method}`;
 			headers.push(['allow', ['GET', 'POST', 'TRACE', 'HEAD', 'OPTIONS', ...error.allow.filter((m) => m !== 'get' && m !== 'post').map((m) => m.toUpperCase())].join(', ')]);
 		}
-		return { status, headers, error: message, stated, stack: error?.stack ?? '' };
+		return [status, headers, undefined, undefined, message, stated, error?.stack ?? ''];
 	}
 
 	const METHODS = { GET: 'get', HEAD: 'get', PUT: 'put', PATCH: 'patch', POST: 'post', DELETE: 'delete' };
 
-	/** Answers one REST request with the resource its path names. */
-	async function dispatch(request) {
-		const context = contextOf(request);
+	/** Answers one REST request with the resource its path names (see worker.rs `request_array`). */
+	async function dispatch([path, httpMethod, id, collection, search, pathname, handle, data]) {
+		const context = new RequestContext(httpMethod, pathname, search, handle, data);
 		try {
-			const Class = resources.get(request.path);
-			if (!Class) throw new ClientError(`no resource at ${request.path}`, 404);
-			const target = new RequestTarget(request.search);
-			target.id = request.collection ? null : request.id;
-			target.isCollection = request.collection;
-			target.pathname = request.pathname;
+			const Class = resources.get(path);
+			if (!Class) throw new ClientError(`no resource at ${path}`, 404);
+			const target = new RequestTarget(search);
+			target.id = collection ? null : id;
+			target.isCollection = collection;
+			target.pathname = pathname;
 			target.checkPermission = true;
-			const method = METHODS[request.method];
-			if (!method) throw new ServerError(`Method ${request.method} is not recognized`, 501);
+			const method = METHODS[httpMethod];
+			if (!method) throw new ServerError(`Method ${httpMethod} is not recognized`, 501);
 			const result =
 				method === 'get' || method === 'delete'
 					? await Class[method](target, context)
-					: await Class[method](target, request.data, context);
-			return reply(result, request, context);
+					: await Class[method](target, data, context);
+			return reply(result, httpMethod, context);
 		} catch (error) {
-			return failure(error, request);
+			return failure(error, httpMethod);
 		}
 	}
 

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The JavaScript layer, Lyre against Harper 5 (built from source by
+# ../shared/tools/harper5.sh) on the same resources.js: each server alone on CPU 0
+# with one request thread (Lyre: one JavaScript worker), `wrk -t1 -c32` on CPU 1:
+#
+#   plain     GET /Dog/<random id>        the table's own REST GET (no JavaScript)
+#   class     GET /DogView/<random id>    a table's class whose get calls super.get(target)
+#   endpoint  GET /Hello                  a Resource returning a small JSON object
+#
+# With Basic auth, over RECORDS (default 10,000) records, for DURATION seconds
+# (default 8) per round, ROUNDS (default 5) rounds alternating. Reported: requests/s,
+# p50, p99 and the server's CPU per request (from /proc), medians (min–max); Lyre's
+# ratio to Harper 5 for each, and the cost of the JavaScript layer (Lyre's class over
+# its plain GET). The target is 3× Harper.
+#
+#   bench/javascript.sh
+# Writes bench/results/<date>-javascript.md (REPORT overrides).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=${ROUNDS:-5}
+SECONDS_PER_ROUND=${DURATION:-8}
+RECORDS=${RECORDS:-10000}
+HARPER5=${HARPER5:-$ROOT/../shared/tools/harper5.sh}
+REPORT=${REPORT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-javascript.md}
+WORK=$(mktemp -d /tmp/lyre-javascript.XXXXXX)
+
+source "$ROOT/bench/lib.sh"
+command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
+[ -d "$HOME/.cache/harper5/src" ] ||
+  { echo "Harper 5 is needed: HARPER_MIRROR=<git dir> $HARPER5 setup" >&2; exit 1; }
+(cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
+
+# The same component for both servers.
+write_app() {
+  local app=$1/components/kennel
+  mkdir -p "$app"
+  printf "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: resources.js\n" >"$app/config.yaml"
+  cat >"$app/schema.graphql" <<'GRAPHQL'
+type Dog @table @export {
+  id: ID @primaryKey
+  name: String
+  breed: String
+  age: Int
+}
+GRAPHQL
+  cat >"$app/resources.js" <<'JS'
+export class DogView extends tables.Dog {
+	static loadAsInstance = false;
+	async get(target) {
+		return super.get(target);
+	}
+}
+
+export class Hello extends Resource {
+	static loadAsInstance = false;
+	get() {
+		return { hello: 'world', served: true };
+	}
+}
+JS
+}
+
+# Harper 5 on CPU 0, ports 19925/19926; the first run installs, the second loads the app.
+H_OPS=19925
+H_REST=19926
+start_harper5() {
+  local root=$WORK/harper5
+  port_free "$H_OPS"
+  setsid "$HARPER5" run "$root" "$H_OPS" "$H_REST" 11883 >"$root.log" 2>&1 &
+  local pid=$!
+  wait_health "$H_OPS"
+  kill -TERM -- "-$pid"
+  while curl -fs -m 1 "http://127.0.0.1:$H_OPS/health" >/dev/null 2>&1; do sleep 0.2; done
+  sleep 1
+  write_app "$root"
+  setsid taskset -c 0 env HARPER5_STRICT_AUTH=1 LOGGING_LEVEL=warn \
+    "$HARPER5" run "$root" "$H_OPS" "$H_REST" 11883 >>"$root.log" 2>&1 &
+  HARPER_PID=$!
+  PIDS+=("$HARPER_PID")
+  wait_health "$H_OPS"
+}
+
+write_app "$WORK/lyre-javascript/root"
+start_lyre javascript
+start_harper5
+
+AUTH="admin:password"
+records=$(seq 0 $((RECORDS - 1)) | awk '{printf "%s{\"id\":\"d%d\",\"name\":\"Dog %d\",\"breed\":\"breed %d\",\"age\":%d}", (NR > 1 ? "," : ""), $1, $1, $1 % 50, $1 % 15}')
+for ops in "$LYRE_PORT" "$H_OPS"; do
+  echo "{\"operation\":\"upsert\",\"table\":\"Dog\",\"records\":[$records]}" |
+    curl -fsS -u "$AUTH" -H 'content-type: application/json' "http://127.0.0.1:$ops" --data-binary @- >/dev/null
+done
+
+for workload in plain class endpoint; do
+  case $workload in
+    plain) path='"/Dog/d" .. math.random(0, records - 1)' ;;
+    class) path='"/DogView/d" .. math.random(0, records - 1)' ;;
+    endpoint) path='"/Hello"' ;;
+  esac
+  cat >"$WORK/$workload.lua" <<LUA
+wrk.headers["Authorization"] = "Basic YWRtaW46cGFzc3dvcmQ="
+local records = $RECORDS
+request = function()
+  return wrk.format("GET", $path)
+end
+LUA
+done
+
+# Both servers answer the same before anything is measured.
+for path in /Dog/d7 /DogView/d7 /Hello; do
+  lyre=$(curl -fsS -u "$AUTH" "http://127.0.0.1:$LYRE_REST$path")
+  harper=$(curl -fsS -u "$AUTH" "http://127.0.0.1:$H_REST$path")
+  echo "$path: Lyre $lyre / Harper 5 $harper"
+  [ "$(echo "$lyre" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin), sort_keys=True))')" = \
+    "$(echo "$harper" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin), sort_keys=True))')" ] ||
+    { echo "the answers differ" >&2; exit 1; }
+done
+
+: >"$WORK/rounds.tsv"
+for round in $(seq 1 "$ROUNDS"); do
+  for workload in plain class endpoint; do
+    wrk_round "$round" "lyre-$workload" "$LYRE_PID" "$LYRE_REST" "$WORK/$workload.lua"
+    wrk_round "$round" "harper5-$workload" "$HARPER_PID" "$H_REST" "$WORK/$workload.lua"
+  done
+done
+
+{
+  echo "# JavaScript resources, Lyre against Harper 5 — $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git -C "$ROOT" rev-parse --short HEAD)"
+  echo
+  echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared. Each server on CPU 0"
+  echo "with one request thread (Lyre: one JavaScript worker; Harper 5: THREADS_COUNT=1), \`wrk -t1 -c32 -d${SECONDS_PER_ROUND}s\`"
+  echo "on CPU 1, $RECORDS records, Basic auth, $ROUNDS alternating rounds. Medians (min–max); CPU is the server's user +"
+  echo "system time per request (Harper 5's whole process tree's main process)."
+  echo
+  echo "| workload | requests/s | p50 µs | p99 µs | CPU µs/request | non-2xx |"
+  echo "|---|---|---|---|---|---|"
+  awk -F'\t' "$ROUND_STATS"'
+    { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7 }
+    END {
+      split("lyre-plain harper5-plain lyre-class harper5-class lyre-endpoint harper5-endpoint", names, " ")
+      for (k = 1; k <= 6; k++) {
+        s = names[k]
+        printf "| %s | %.0f (%s) | %.0f | %.0f | %.2f | %d |\n", s, median(rps[s]), span(rps[s]), median(p50[s]), median(p99[s]), median(cpu[s]), err[s]
+      }
+      printf "\nLyre / Harper 5 (requests/s): plain %.2f×, class %.2f×, endpoint %.2f× (target: 3×)\n", median(rps["lyre-plain"]) / median(rps["harper5-plain"]), median(rps["lyre-class"]) / median(rps["harper5-class"]), median(rps["lyre-endpoint"]) / median(rps["harper5-endpoint"])
+      printf "The JavaScript layer in Lyre: the class answers %.2f× as many requests/s as the plain GET, at %.2f µs more CPU each\n", median(rps["lyre-class"]) / median(rps["lyre-plain"]), median(cpu["lyre-class"]) - median(cpu["lyre-plain"])
+    }' "$WORK/rounds.tsv"
+  echo
+  echo "Per round (round, workload, requests/s, p50 µs, p99 µs, CPU µs/request, non-2xx):"
+  echo
+  echo '```'
+  cat "$WORK/rounds.tsv"
+  echo '```'
+} >"$REPORT"
+cat "$REPORT"
