@@ -467,3 +467,170 @@ pub async fn set_file(
     loaded(components.reload(project).await)?;
     Ok(message(format!("Successfully set component: {file}")))
 }
+
+/// Harper's legacy custom-function operations, over the same components: a
+/// project is a component, and a custom function a file `<type>/<file>.js` in it,
+/// `type` being `helpers` or `routes` (route files are Fastify routes, which Lyre
+/// refuses to load by name, see `fastifyRoutes`; helpers are plain modules).
+pub mod custom_functions {
+    use super::*;
+
+    /// Harper's message for a project that does not exist.
+    const NO_PROJECT: &str = "Project does not exist. Create one using 'add_custom_function_project'";
+
+    /// A name as Harper reads it (`path.parse(name).name`): its last path segment
+    /// without its extension.
+    pub fn plain_name(name: &str) -> String {
+        let last = name.rsplit('/').next().unwrap_or(name);
+        match last.rfind('.') {
+            Some(at) if at > 0 => last[..at].to_string(),
+            _ => last.to_string(),
+        }
+    }
+
+    /// `helpers` or `routes`.
+    pub fn kind(kind: &str) -> Result<&str, ApiError> {
+        match kind {
+            "helpers" | "routes" => Ok(kind),
+            _ => Err(ApiError::bad_request("'type' must be one of [helpers, routes]")),
+        }
+    }
+
+    fn file_name(file: &str) -> Result<(), ApiError> {
+        if file.is_empty() || !file.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(ApiError::bad_request(
+                "File name can only contain alphanumeric, dash and underscore characters",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The project's directory, which must exist.
+    fn existing_project(components: &Components, project: &str) -> Result<PathBuf, ApiError> {
+        project_name(project)?;
+        let dir = components.component_dir(project);
+        if !dir.is_dir() {
+            return Err(ApiError::bad_request(NO_PROJECT));
+        }
+        Ok(dir)
+    }
+
+    /// `custom_functions_status`: where projects live and on which port they answer.
+    pub fn status(components: &Components, port: u16) -> Value {
+        let mut out = Object::default();
+        out.insert("port".into(), Value::Int(i64::from(port)));
+        out.insert("directory".into(), Value::String(components.dir().display().to_string()));
+        out.insert("is_enabled".into(), Value::Bool(true));
+        Value::Object(out)
+    }
+
+    /// `get_custom_functions`: each project's `routes` and `helpers` files, by name.
+    pub async fn list(components: &Arc<Components>) -> Result<Value, ApiError> {
+        let root = components.dir().to_path_buf();
+        blocking(move || {
+            let names_in = |dir: PathBuf| -> Vec<Value> {
+                let mut names: Vec<String> = std::fs::read_dir(dir)
+                    .map(|entries| {
+                        entries
+                            .flatten()
+                            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".js").map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                names.sort();
+                names.into_iter().map(Value::String).collect()
+            };
+            let mut projects: Vec<PathBuf> = std::fs::read_dir(&root)
+                .map(|entries| entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+                .unwrap_or_default();
+            projects.sort();
+            let mut out = Object::default();
+            for dir in projects {
+                let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
+                if name.starts_with('.') {
+                    continue;
+                }
+                let mut entry = Object::default();
+                entry.insert("routes".into(), Value::Array(names_in(dir.join("routes"))));
+                entry.insert("helpers".into(), Value::Array(names_in(dir.join("helpers"))));
+                out.insert(name, Value::Object(entry));
+            }
+            Ok(Value::Object(out))
+        })
+        .await
+    }
+
+    /// The path of custom function `file` of `kind` in `project`, which must exist.
+    fn existing_file(components: &Components, project: &str, kind: &str, file: &str) -> Result<PathBuf, ApiError> {
+        let dir = existing_project(components, project)?;
+        file_name(file)?;
+        let path = dir.join(kind).join(format!("{file}.js"));
+        if !std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_file()) {
+            return Err(ApiError::bad_request("File does not exist"));
+        }
+        Ok(path)
+    }
+
+    /// `get_custom_function`: a custom function's text.
+    pub async fn get(components: &Arc<Components>, project: &str, kind: &str, file: &str) -> Result<Value, ApiError> {
+        let path = existing_file(components, project, kind, file)?;
+        let text = blocking(move || match std::fs::metadata(&path) {
+            Ok(meta) if meta.len() > MAX_FILE_READ => {
+                Err(ApiError::new(Code::PayloadTooLarge, format!("the file is larger than {MAX_FILE_READ} bytes")))
+            }
+            _ => std::fs::read_to_string(&path).map_err(|e| file_error("reading the custom function", e)),
+        })
+        .await?;
+        Ok(message(text))
+    }
+
+    /// `set_custom_function`: writes a custom function (creating its directory) and
+    /// reloads the project.
+    pub async fn set(
+        components: &Arc<Components>,
+        project: &str,
+        kind: &str,
+        file: &str,
+        content: String,
+    ) -> Result<Value, ApiError> {
+        let dir = existing_project(components, project)?;
+        if file.is_empty() || file.contains("..") {
+            return Err(ApiError::bad_request("Invalid file path"));
+        }
+        file_name(file)?;
+        if content.is_empty() {
+            return Err(ApiError::bad_request("'function_content' is not allowed to be empty"));
+        }
+        let path = dir.join(kind).join(format!("{file}.js"));
+        blocking(move || {
+            let io = |e| file_error("writing the custom function", e);
+            if std::fs::symlink_metadata(&path).is_ok_and(|meta| !meta.is_file()) {
+                return Err(ApiError::bad_request("the path names something other than a regular file"));
+            }
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(io)?;
+            }
+            std::fs::write(&path, content).map_err(io)
+        })
+        .await?;
+        // The file is written whatever its load says (the component's status has it).
+        let _ = components.reload(project).await;
+        Ok(message(format!("Successfully updated custom function: {file}.js")))
+    }
+
+    /// `drop_custom_function`: removes a custom function and reloads the project.
+    pub async fn drop(components: &Arc<Components>, project: &str, kind: &str, file: &str) -> Result<Value, ApiError> {
+        let path = existing_file(components, project, kind, file)?;
+        blocking(move || std::fs::remove_file(&path).map_err(|e| file_error("dropping the custom function", e)))
+            .await?;
+        let _ = components.reload(project).await;
+        Ok(message(format!("Successfully deleted custom function: {file}.js")))
+    }
+
+    /// `drop_custom_function_project`: removes the project and unloads it.
+    pub async fn drop_project(components: &Arc<Components>, project: &str) -> Result<Value, ApiError> {
+        existing_project(components, project)?;
+        super::drop(components, project, None).await?;
+        Ok(message(format!("Successfully deleted project: {project}")))
+    }
+}

@@ -120,15 +120,7 @@ async fn malformed_envelopes_get_400_with_the_reason() {
         (400, json!({"error": "Operation 'foo' not found"}))
     );
     // Harper's operations Lyre will not offer say so, and why.
-    for operation in [
-        "install_node_modules",
-        "set_license",
-        "add_ssh_key",
-        "catchup",
-        "add_node",
-        "cluster_status",
-        "get_custom_functions",
-    ] {
+    for operation in ["install_node_modules", "set_license", "add_ssh_key", "catchup", "add_node", "cluster_status"] {
         let body = json!({"operation": operation}).to_string().into_bytes();
         let (status, answer) = raw(&s, Some("application/json"), body).await;
         assert_eq!(status, 400, "{operation}");

@@ -620,3 +620,50 @@ export class Packages extends Resource {
     let message = answer["error"].as_str().unwrap_or_default();
     assert!(message.contains("Node built-in module 'fs'") && message.contains("fs-user"), "{message}");
 }
+
+#[tokio::test]
+async fn harpers_legacy_custom_function_operations_work_on_components() {
+    let s = TestServer::start().await;
+    let status = s.ok(json!({"operation": "custom_functions_status"})).await;
+    assert_eq!((status["port"].clone(), status["is_enabled"].clone()), (json!(s.http_port), json!(true)));
+    assert!(status["directory"].as_str().unwrap().ends_with("components"), "{status}");
+    let added = s.ok(json!({"operation": "add_custom_function_project", "project": "dogs"})).await;
+    assert_eq!(added, json!({"message": "Successfully added project: dogs"}));
+    s.fails(json!({"operation": "add_custom_function_project", "project": "dogs"}), 400, "Project already exists")
+        .await;
+    let helper = json!({"operation": "set_custom_function", "project": "dogs", "type": "helpers", "file": "example.js",
+        "function_content": "export const answer = 42;\n"});
+    assert_eq!(s.ok(helper).await, json!({"message": "Successfully updated custom function: example.js"}));
+    assert_eq!(
+        s.ok(json!({"operation": "get_custom_functions"})).await,
+        json!({"dogs": {"routes": [], "helpers": ["example"]}})
+    );
+    let read = json!({"operation": "get_custom_function", "project": "dogs", "type": "helpers", "file": "example"});
+    assert_eq!(s.ok(read).await, json!({"message": "export const answer = 42;\n"}));
+    let missing = json!({"operation": "get_custom_function", "project": "dogs", "type": "helpers", "file": "nope"});
+    s.fails(missing, 400, "File does not exist").await;
+    let bad_type = json!({"operation": "get_custom_function", "project": "dogs", "type": "models", "file": "example"});
+    s.fails(bad_type, 400, "'type' must be one of [helpers, routes]").await;
+    let no_project = json!({"operation": "get_custom_function", "project": "cats", "type": "helpers", "file": "x"});
+    s.fails(no_project, 400, "Project does not exist. Create one using 'add_custom_function_project'").await;
+    // Packaged and deployed again under another name, as component operations do.
+    let packaged = s.ok(json!({"operation": "package_custom_function_project", "project": "dogs"})).await;
+    assert_eq!(packaged["project"], "dogs");
+    let deployed = s
+        .ok(json!({"operation": "deploy_custom_function_project", "project": "dogs2", "payload": packaged["payload"]}))
+        .await;
+    assert_eq!(deployed, json!({"message": "Successfully deployed: dogs2"}));
+    let copied = json!({"operation": "get_custom_function", "project": "dogs2", "type": "helpers", "file": "example"});
+    assert_eq!(s.ok(copied).await["message"], "export const answer = 42;\n");
+    let dropped = json!({"operation": "drop_custom_function", "project": "dogs", "type": "helpers", "file": "example"});
+    assert_eq!(s.ok(dropped).await, json!({"message": "Successfully deleted custom function: example.js"}));
+    let gone = s.ok(json!({"operation": "drop_custom_function_project", "project": "dogs"})).await;
+    assert_eq!(gone, json!({"message": "Successfully deleted project: dogs"}));
+    let listed = s.ok(json!({"operation": "get_custom_functions"})).await;
+    assert_eq!(listed, json!({"dogs2": {"routes": [], "helpers": ["example"]}}));
+    // Only super users.
+    s.ok(json!({"operation": "add_role", "role": "plain", "permission": {}})).await;
+    s.ok(json!({"operation": "add_user", "username": "p", "password": "pw", "role": "plain", "active": true})).await;
+    let (status, answer) = s.op_as("p", "pw", &json!({"operation": "get_custom_functions"})).await;
+    assert_eq!(status, 403, "{answer}");
+}

@@ -233,10 +233,22 @@ async fn dispatch(
         "restore_backup" => lifecycle::restore_backup(state, ctx, params, format).await,
         "get_lifecycle_status" => lifecycle::get_lifecycle_status(state, ctx, format).await,
         "cleanup_orphan_blobs" => lifecycle::cleanup_orphan_blobs(state, ctx, params, format).await,
-        "add_component" | "deploy_component" | "package_component" | "drop_component" | "get_components"
-        | "get_component_file" | "set_component_file" => {
-            components::dispatch(state, ctx, operation, params, format).await
-        }
+        "add_component"
+        | "deploy_component"
+        | "package_component"
+        | "drop_component"
+        | "get_components"
+        | "get_component_file"
+        | "set_component_file"
+        | "custom_functions_status"
+        | "get_custom_functions"
+        | "get_custom_function"
+        | "set_custom_function"
+        | "drop_custom_function"
+        | "add_custom_function_project"
+        | "drop_custom_function_project"
+        | "package_custom_function_project"
+        | "deploy_custom_function_project" => components::dispatch(state, ctx, operation, params, format).await,
         "add_user" => users::add_user(state, ctx, params, format).await,
         "alter_user" => users::alter_user(state, ctx, params, format).await,
         "drop_user" => users::drop_user(state, ctx, params, format).await,
@@ -255,11 +267,11 @@ async fn dispatch(
 
 /// Harper operations Lyre will not offer, each with the reason a client is told
 /// (a 400 that says so, rather than "not found", which reads as a typo).
-const NOT_OFFERED: [(&[&str], &str); 6] = [
+const NOT_OFFERED: [(&[&str], &str); 5] = [
     (
         &["install_node_modules"],
         "components run no npm install here; ship a component's node_modules with it \
-         (pure-JavaScript packages load from there once JavaScript components land)",
+         (pure-JavaScript packages load from there)",
     ),
     (
         &[
@@ -304,26 +316,11 @@ const NOT_OFFERED: [(&[&str], &str); 6] = [
         ],
         "it manages replication between nodes, and this server runs alone (replication has not landed)",
     ),
-    (
-        &[
-            "custom_functions_status",
-            "get_custom_functions",
-            "get_custom_function",
-            "set_custom_function",
-            "drop_custom_function",
-            "add_custom_function_project",
-            "drop_custom_function_project",
-            "package_custom_function_project",
-            "deploy_custom_function_project",
-        ],
-        "Harper's legacy custom functions run JavaScript, which Lyre does not run yet; \
-         components (schemas, static files, data) deploy with deploy_component",
-    ),
 ];
 
 /// Operations only a super user may run, refused here by name before anything is
 /// read (core refuses them too, for callers other than this API).
-const SUPER_USER_ONLY: [&str; 43] = [
+const SUPER_USER_ONLY: [&str; 52] = [
     // Harper lets any user with insert permission load a server file, and so read
     // any file the server can (each line comes back as a record), or have the
     // server fetch any address it can reach (a metadata service, an internal API).
@@ -369,6 +366,15 @@ const SUPER_USER_ONLY: [&str; 43] = [
     "get_components",
     "get_component_file",
     "set_component_file",
+    "custom_functions_status",
+    "get_custom_functions",
+    "get_custom_function",
+    "set_custom_function",
+    "drop_custom_function",
+    "add_custom_function_project",
+    "drop_custom_function_project",
+    "package_custom_function_project",
+    "deploy_custom_function_project",
     "define_tables",
 ];
 
