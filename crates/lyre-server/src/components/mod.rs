@@ -84,6 +84,11 @@ impl Exports {
         self.by_name.values()
     }
 
+    /// Whether any script exports a resource (REST looks for one only then).
+    pub fn has_scripts(&self) -> bool {
+        !self.scripts.is_empty()
+    }
+
     /// The resource a script exports at `path`.
     pub fn script(&self, path: &str) -> Option<&ScriptExport> {
         self.scripts.get(path)

@@ -73,6 +73,15 @@
 
 	/** Runs `method` of a new instance of `Class`, as Harper's static methods do. */
 	async function invoke(Class, method, argument, data, context) {
+		return invokeNow(Class, method, argument, data, context);
+	}
+
+	/**
+	 * `invoke` without its promise: the handler's own result (a value, or its
+	 * promise), or a promise when the instance-loading mode reads the record or
+	 * asks the permission hooks first. REST's dispatch calls it directly.
+	 */
+	function invokeNow(Class, method, argument, data, context) {
 		const target = targetOf(argument);
 		const legacy = Class.loadAsInstance !== false;
 		if (WRITES_TAKE_DATA.has(method) && data === undefined && argument && typeof argument === 'object' && !(argument instanceof RequestTarget)) {
@@ -83,12 +92,20 @@
 			delete target.query;
 		}
 		const resource = new Class(target.id ?? (target.isCollection ? null : undefined), context);
-		if (legacy) {
-			// The record is read first (whatever the user may read: the hooks decide),
-			// so allowCreate is asked for a record that does not exist yet.
-			if (Class[TABLE] && target.id !== undefined && target.id !== null) await resource.load();
-			if (context?.authorize) await authorize(resource, method, target, data, context);
+		const loads = legacy && Class[TABLE] && target.id !== undefined && target.id !== null;
+		if (loads || (legacy && context?.authorize)) {
+			return (async () => {
+				// The record is read first (whatever the user may read: the hooks decide),
+				// so allowCreate is asked for a record that does not exist yet.
+				if (loads) await resource.load();
+				if (context?.authorize) await authorize(resource, method, target, data, context);
+				return callHandler(Class, resource, method, target, data, legacy);
+			})();
 		}
+		return callHandler(Class, resource, method, target, data, legacy);
+	}
+
+	function callHandler(Class, resource, method, target, data, legacy) {
 		const handler = resource[method];
 		if (typeof handler !== 'function') {
 			if (method === 'get') return undefined;
@@ -518,8 +535,11 @@
 
 	const METHODS = { GET: 'get', HEAD: 'get', PUT: 'put', PATCH: 'patch', POST: 'post', DELETE: 'delete' };
 
-	/** Answers one REST request with the resource its path names (see worker.rs `request_array`). */
-	async function dispatch([path, httpMethod, id, collection, search, pathname, handle, data]) {
+	/**
+	 * Answers one REST request with the resource its path names (see worker.rs
+	 * `request_array`): the answer, or its promise when the handler is asynchronous.
+	 */
+	function dispatch([path, httpMethod, id, collection, search, pathname, handle, data]) {
 		const context = new RequestContext(httpMethod, pathname, search, handle, data);
 		try {
 			const Class = resources.get(path);
@@ -531,10 +551,20 @@
 			target.checkPermission = true;
 			const method = METHODS[httpMethod];
 			if (!method) throw new ServerError(`Method ${httpMethod} is not recognized`, 501);
+			const takesData = method !== 'get' && method !== 'delete';
+			// A static method the class does not define itself runs without its promise.
 			const result =
-				method === 'get' || method === 'delete'
-					? await Class[method](target, context)
-					: await Class[method](target, data, context);
+				Class[method] === Resource[method]
+					? invokeNow(Class, method, target, takesData ? data : undefined, context)
+					: takesData
+						? Class[method](target, data, context)
+						: Class[method](target, context);
+			if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+				return result.then(
+					(settled) => reply(settled, httpMethod, context),
+					(error) => failure(error, httpMethod),
+				);
+			}
 			return reply(result, httpMethod, context);
 		} catch (error) {
 			return failure(error, httpMethod);

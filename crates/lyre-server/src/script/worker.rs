@@ -222,7 +222,11 @@ impl Js {
         let call = self.context.async_with(async |ctx| -> Result<ScriptReply, String> {
             let run = async || -> rquickjs::Result<ScriptReply> {
                 let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
-                let promise: Promise = dispatch.call((request_array(&ctx, &request, handle)?,))?;
+                let answer: rquickjs::Value = dispatch.call((request_array(&ctx, &request, handle)?,))?;
+                let Some(promise) = answer.as_promise().cloned() else {
+                    // A synchronous handler's answer: nothing to wait for.
+                    return read_reply(&ctx, &Array::from_value(answer)?, expose, &request);
+                };
                 // Timers fire while the request waits (it may be waiting for one).
                 let answer = promise.into_future::<Array>();
                 tokio::pin!(answer);

@@ -56,6 +56,9 @@ impl RestGrammar for Grammar {
 /// The script resource `path` addresses (a nested export's longest prefix first,
 /// then the first segment), with the path split as REST splits a table's.
 pub fn find(exports: &Exports, path: &str) -> Option<(RestPath, ScriptExport)> {
+    if !exports.has_scripts() {
+        return None;
+    }
     if let Some((export, rest)) = exports.nested_script(path) {
         let mut split = super::url::split(&format!("/_{rest}"))?;
         split.export.clone_from(&export.path);
