@@ -125,8 +125,8 @@ pub struct ScriptRequest {
     pub pathname: String,
     /// The authenticated user; `None` for a request without credentials.
     pub user: Option<Arc<User>>,
-    /// The request's headers (names in lower case).
-    pub headers: Vec<(String, String)>,
+    /// The request's headers (made JavaScript strings only when a script reads them).
+    pub headers: axum::http::HeaderMap,
     /// The decoded body, when it had one.
     pub body: Option<Value>,
 }

@@ -36,8 +36,8 @@ pub const RECENT_REQUESTS: usize = 1024;
 struct Requested {
     /// Its user's context, or `None` for a request without credentials.
     ctx: Option<Context>,
-    /// Its headers (names in lower case), until it is answered.
-    headers: Vec<(String, String)>,
+    /// Its headers, until it is answered.
+    headers: axum::http::HeaderMap,
 }
 
 /// What the native functions share within one runtime.
@@ -74,7 +74,7 @@ impl Bridge {
     /// Registers a request's user for the calls its script makes; the handle is
     /// given to the script with the request. The oldest handle past
     /// [`RECENT_REQUESTS`] ends.
-    pub fn begin(&self, user: Option<Arc<User>>, headers: Vec<(String, String)>) -> u32 {
+    pub fn begin(&self, user: Option<Arc<User>>, headers: axum::http::HeaderMap) -> u32 {
         let mut handle = self.next_handle.get().wrapping_add(1);
         if handle == UNCHECKED {
             handle = 1;
@@ -95,7 +95,7 @@ impl Bridge {
     /// it left running).
     pub fn answered(&self, handle: u32) {
         if let Some(requested) = self.requests.borrow_mut().get_mut(&handle) {
-            requested.headers = Vec::new();
+            requested.headers = axum::http::HeaderMap::new();
         }
     }
 
@@ -338,7 +338,7 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                 for (i, (name, value)) in requested.headers.iter().enumerate() {
                     let pair = rquickjs::Array::new(ctx.clone())?;
                     pair.set(0, name.as_str())?;
-                    pair.set(1, value.as_str())?;
+                    pair.set(1, String::from_utf8_lossy(value.as_bytes()).as_ref())?;
                     pairs.set(i, pair)?;
                 }
             }

@@ -71,7 +71,8 @@ export class Echo extends Resource {
 	static loadAsInstance = false;
 	post(target, data) {
 		this.getContext().responseHeaders.set('X-Echoed', 'yes');
-		return { echoed: data, user: this.getContext().user?.username ?? null };
+		const context = this.getContext();
+		return { echoed: data, user: context.user?.username ?? null, probe: context.headers.get('X-Probe') };
 	}
 }
 
@@ -203,11 +204,12 @@ async fn a_tables_class_answers_what_it_overrides_and_the_table_the_rest() {
 #[tokio::test]
 async fn endpoints_answer_in_harpers_shapes() {
     let s = kennel(&[]).await;
-    let (status, headers, body) = s.rest_send(Method::POST, "/Echo", Some(&json!({"a": [1, 2]})), &[]).await;
-    assert_eq!((status, body), (200, json!({"echoed": {"a": [1, 2]}, "user": USER})));
+    let (status, headers, body) =
+        s.rest_send(Method::POST, "/Echo", Some(&json!({"a": [1, 2]})), &[("X-Probe", "found")]).await;
+    assert_eq!((status, body), (200, json!({"echoed": {"a": [1, 2]}, "user": USER, "probe": "found"})));
     assert_eq!(headers["x-echoed"], "yes");
     let (status, _, body) = anonymous(&s, Method::POST, "/Echo", Some(json!({}))).await;
-    assert_eq!((status, body), (200, json!({"echoed": {}, "user": null})));
+    assert_eq!((status, body), (200, json!({"echoed": {}, "user": null, "probe": null})));
     // No `put`: 405 naming the method, with what is allowed.
     let (status, headers, body) = s.rest_send(Method::PUT, "/Echo/1", Some(&json!({})), &[]).await;
     assert_eq!(status, 405);

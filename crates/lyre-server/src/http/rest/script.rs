@@ -91,11 +91,6 @@ pub async fn serve(
         } else {
             None
         };
-        let headers = parts
-            .headers
-            .iter()
-            .filter_map(|(name, value)| Some((name.as_str().to_string(), value.to_str().ok()?.to_string())))
-            .collect();
         let request = ScriptRequest {
             export: export.path.clone(),
             method: parts.method.as_str().to_string(),
@@ -104,7 +99,7 @@ pub async fn serve(
             query: parts.uri.query().unwrap_or("").to_string(),
             pathname: parts.uri.path().to_string(),
             user,
-            headers,
+            headers: parts.headers.clone(),
             body,
         };
         let reply = state.components.scripts().call(request).await.map_err(refusal)?;
