@@ -327,7 +327,7 @@ impl Scripts {
             return Err(ScriptError::NotExported(request.export));
         }
         let (reply, answer) = oneshot::channel();
-        submit(&generation, worker::Job::Request { request, reply })?;
+        submit(&generation, worker::Job::Request { request: Box::new(request), reply })?;
         answer.await.map_err(|_| ScriptError::Stopped)?
     }
 

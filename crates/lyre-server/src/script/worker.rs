@@ -55,7 +55,7 @@ pub(super) struct Spec {
 /// Work for a worker, and where its answer goes.
 pub(super) enum Job {
     /// A REST request for an exported resource.
-    Request { request: ScriptRequest, reply: oneshot::Sender<Result<ScriptReply, ScriptError>> },
+    Request { request: Box<ScriptRequest>, reply: oneshot::Sender<Result<ScriptReply, ScriptError>> },
     /// A caching table's source asked for one record.
     Source { database: String, table: String, id: Value, reply: oneshot::Sender<Result<CodeAnswer, ScriptError>> },
 }
@@ -107,7 +107,7 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
                     match job {
                         None => break,
                         Some(Job::Request { request, reply }) => {
-                            let (outcome, healthy) = js.serve(request).await;
+                            let (outcome, healthy) = js.serve(*request).await;
                             let _ = reply.send(outcome);
                             healthy
                         }
