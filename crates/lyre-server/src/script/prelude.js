@@ -27,8 +27,16 @@
 		}
 	}
 
+	/** A refused permission (Harper's AccessViolation): 401 without a user, 403 with one. */
+	class AccessViolation extends Error {
+		constructor(message, statusCode) {
+			super(message);
+			this.statusCode = statusCode;
+		}
+	}
+
 	function accessViolation(user) {
-		return user ? new ClientError('Unauthorized access to resource', 403) : new ClientError('Must login', 401);
+		return user ? new AccessViolation('Unauthorized access to resource', 403) : new AccessViolation('Must login', 401);
 	}
 
 	/** What a resource method is asked about: an id, or a query on the collection. */
@@ -38,7 +46,6 @@
 			/** The query string, without `?` (REST's grammar reads it). */
 			this.search = search ?? '';
 			this.id = undefined;
-			this.isCollection = false;
 			this.pathname = '';
 		}
 	}
@@ -521,10 +528,11 @@
 	function failure(error, method) {
 		const stated = error !== null && typeof error === 'object' && Number.isInteger(error.statusCode);
 		const status = stated && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
-		let message =
-			error !== null && typeof error === 'object' && typeof error.message === 'string'
-				? `${error.constructor?.name ?? 'Error'}: ${error.message}`
-				: String(error);
+		// Lyre's own refusals (a table call's 401 or 403) read as Harper's.
+		const refused = stated && (error.statusCode === 401 || error.statusCode === 403) && error.constructor === Error;
+		const name = refused ? 'AccessViolation' : (error?.constructor?.name ?? 'Error');
+		const text = refused ? (error.statusCode === 401 ? 'Must login' : 'Unauthorized access to resource') : error?.message;
+		let message = error !== null && typeof error === 'object' && typeof text === 'string' ? `${name}: ${text}` : String(error);
 		const headers = [];
 		if (status === 405 && Array.isArray(error.allow)) {
 			message += ` to handle HTTP method ${method}`;
@@ -546,7 +554,7 @@
 			if (!Class) throw new ClientError(`no resource at ${path}`, 404);
 			const target = new RequestTarget(search);
 			target.id = collection ? null : id;
-			target.isCollection = collection;
+			if (collection) target.isCollection = true;
 			target.pathname = pathname;
 			target.checkPermission = true;
 			const method = METHODS[httpMethod];

@@ -302,9 +302,11 @@ async fn table_calls_through_a_request_are_checked_as_its_user() {
     let stored =
         s.ok(json!({"operation": "search_by_id", "table": "Cat", "ids": ["c9"], "get_attributes": ["*"]})).await;
     assert_eq!(stored, json!([]));
-    // Without credentials, a table's class asks for them.
+    // Without credentials, a table's class asks for them; refusals read as Harper's.
     let (status, _, body) = anonymous(&s, Method::GET, "/Dog/d1", None).await;
-    assert_eq!(status, 401, "{body}");
+    assert_eq!((status, body), (401, json!("AccessViolation: Must login")));
+    let (status, body) = s.rest_as("r", "pw", Method::PUT, "/Cats/c9", Some(&json!({"name": "x"}))).await;
+    assert_eq!((status, body), (403, json!("AccessViolation: Unauthorized access to resource")));
     // Wrong credentials are refused even where none are needed.
     let (status, body) = s.rest_as(USER, "wrong", Method::GET, "/Greeting", None).await;
     assert_eq!(status, 401, "{body}");
