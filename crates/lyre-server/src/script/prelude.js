@@ -208,8 +208,9 @@
 	function results(records, freeze) {
 		if (freeze) records.forEach(Object.freeze);
 		Object.defineProperty(records, Symbol.asyncIterator, {
+			// Not `yield*`: in an async generator it would ask `records` for this very iterator.
 			value: async function* () {
-				yield* records;
+				for (const record of records) yield record;
 			},
 		});
 		Object.defineProperty(records, 'asArray', { get: () => Promise.resolve(records) });

@@ -102,6 +102,16 @@ export class Runaway extends Resource {
 	}
 }
 
+export class Searches extends Resource {
+	static loadAsInstance = false;
+	async get(target) {
+		const found = [];
+		for await (const dog of tables.Dog.search({ conditions: [{ attribute: 'breed', value: target.get('breed') }] })) found.push(dog.id);
+		const listed = tables.Dog.search({ conditions: [{ attribute: 'breed', value: target.get('breed') }], select: ['name'] });
+		return { ids: found.sort(), names: listed.map((dog) => dog.name).sort() };
+	}
+}
+
 export class Later extends Resource {
 	static loadAsInstance = false;
 	get(target) {
@@ -188,6 +198,9 @@ async fn a_tables_class_answers_what_it_overrides_and_the_table_the_rest() {
     s.rest_send(Method::PUT, "/Dog/d2", Some(&json!({"name": "fido", "breed": "pug"})), &[]).await;
     let (status, _, body) = s.rest_send(Method::GET, "/Dog/?breed=pug&select(name,breed)", None, &[]).await;
     assert_eq!((status, body), (200, json!([{"name": "fido", "breed": "pug"}])));
+    // A script's own search, iterated with `for await` and as an array.
+    let (status, _, body) = s.rest_send(Method::GET, "/Searches?breed=pug", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"ids": ["d2"], "names": ["fido"]})));
     // The description.
     let (status, _, body) = s.rest_send(Method::GET, "/Dog", None, &[]).await;
     assert_eq!((status, body["name"].clone(), body["database"].clone()), (200, json!("Dog"), json!("data")));
