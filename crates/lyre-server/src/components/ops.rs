@@ -594,9 +594,6 @@ pub mod custom_functions {
         content: String,
     ) -> Result<Value, ApiError> {
         let dir = existing_project(components, project)?;
-        if file.is_empty() || file.contains("..") {
-            return Err(ApiError::bad_request("Invalid file path"));
-        }
         file_name(file)?;
         if content.is_empty() {
             return Err(ApiError::bad_request("'function_content' is not allowed to be empty"));

@@ -112,6 +112,8 @@ impl ScriptExport {
 pub struct ScriptRequest {
     /// The export's path.
     pub export: String,
+    /// The component that exports it (its log lines are attributed to it).
+    pub component: String,
     /// The HTTP method.
     pub method: String,
     /// The record id the URL names (typed by the table's key, for a table's class),

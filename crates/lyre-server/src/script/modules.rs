@@ -85,6 +85,8 @@ impl ComponentModules {
 
     /// The text of a module file inside a component, within [`MAX_MODULE_BYTES`].
     fn read(&self, path: &Path) -> Result<String, String> {
+        // Canonical first: `/component/../elsewhere` must not pass for inside.
+        let path = &std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
         if self.root_of(path).is_none() {
             return Err(format!("{} is not inside a component", path.display()));
         }
@@ -230,7 +232,57 @@ fn commonjs_names(source: &str) -> Vec<String> {
             }
         }
     }
-    const RESERVED: &[&str] = &["default", "await", "yield", "let", "static", "enum", "implements", "package"];
+    /// Words that cannot be a binding's name in a module.
+    const RESERVED: &[&str] = &[
+        "arguments",
+        "await",
+        "break",
+        "case",
+        "catch",
+        "class",
+        "const",
+        "continue",
+        "debugger",
+        "default",
+        "delete",
+        "do",
+        "else",
+        "enum",
+        "eval",
+        "export",
+        "extends",
+        "false",
+        "finally",
+        "for",
+        "function",
+        "if",
+        "implements",
+        "import",
+        "in",
+        "instanceof",
+        "interface",
+        "let",
+        "new",
+        "null",
+        "package",
+        "private",
+        "protected",
+        "public",
+        "return",
+        "static",
+        "super",
+        "switch",
+        "this",
+        "throw",
+        "true",
+        "try",
+        "typeof",
+        "var",
+        "void",
+        "while",
+        "with",
+        "yield",
+    ];
     names.into_iter().filter(|n| !RESERVED.contains(&n.as_str())).collect()
 }
 
@@ -403,7 +455,7 @@ mod tests {
     fn commonjs_exports_are_found_in_the_text() {
         let source = "exports.a = 1;\nmodule.exports.b = 2;\nnotexports.c = 3;\nexports.d == 4;\n";
         assert_eq!(commonjs_names(source), ["a", "b"]);
-        let source = "module.exports = { parse, 'format': f, default: x, stringify: s };";
+        let source = "module.exports = { parse, 'format': f, default: x, stringify: s, delete: d };";
         assert_eq!(commonjs_names(source), ["format", "parse", "stringify"]);
         let wrapper = commonjs_wrapper("/c/node_modules/p/i.js", "exports.x = 1;");
         assert!(wrapper.contains("__lyre_require(\"/c/node_modules/p/i.js\")"), "{wrapper}");

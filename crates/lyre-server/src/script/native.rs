@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use lyre_core::access::{Action, User};
 use lyre_core::{Code, Context, Engine, Object, Table, Value, WriteOptions};
-use rquickjs::function::{Async, Opt};
-use rquickjs::{Ctx, Exception, Function, Object as JsObject};
+use rquickjs::function::Async;
+use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject};
 
 use super::RestGrammar;
 use super::convert::{from_js, to_js};
@@ -75,8 +75,9 @@ impl Bridge {
     /// given to the script with the request. The oldest handle past
     /// [`RECENT_REQUESTS`] ends.
     pub fn begin(&self, user: Option<Arc<User>>, headers: axum::http::HeaderMap) -> u32 {
+        // Handles stay small integers, which cross as JavaScript integers exactly.
         let mut handle = self.next_handle.get().wrapping_add(1);
-        if handle == UNCHECKED {
+        if handle == UNCHECKED || handle > i32::MAX as u32 {
             handle = 1;
         }
         self.next_handle.set(handle);
@@ -181,7 +182,11 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
             ctx.clone(),
             move |ctx: Ctx<'js>, db: String, table: String, query: rquickjs::Value<'js>, handle: u32| {
                 let query = from_js(&ctx, query)?;
-                let run = || -> Result<Vec<Value>, (Code, String)> {
+                let found = Array::new(ctx.clone())?;
+                // Each record becomes JavaScript as it is found, so the runtime's
+                // memory limit bounds what a search holds.
+                let mut failed: Option<rquickjs::Error> = None;
+                let run = || -> Result<(), (Code, String)> {
                     let user = b.context(handle)?;
                     let table = b.table(&db, &table)?;
                     let query = match query {
@@ -195,33 +200,42 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                             ));
                         }
                     };
-                    let mut found = Vec::new();
-                    let mut overflow = false;
+                    let mut count = 0;
                     table
                         .search(&user, query)
                         .map_err(core)?
                         .run(&mut |record| {
-                            if found.len() == MAX_SEARCH_RESULTS {
-                                overflow = true;
+                            if count == MAX_SEARCH_RESULTS {
+                                failed = Some(throw(
+                                    &ctx,
+                                    (
+                                        Code::BadRequest,
+                                        format!(
+                                            "a search from JavaScript matched more than {MAX_SEARCH_RESULTS} records; \
+                                             give it a limit and page through them"
+                                        ),
+                                    ),
+                                ));
                                 return std::ops::ControlFlow::Break(());
                             }
-                            found.push(record);
-                            std::ops::ControlFlow::Continue(())
+                            match to_js(&ctx, &record).and_then(|record| found.set(count, record)) {
+                                Ok(()) => {
+                                    count += 1;
+                                    std::ops::ControlFlow::Continue(())
+                                }
+                                Err(err) => {
+                                    failed = Some(err);
+                                    std::ops::ControlFlow::Break(())
+                                }
+                            }
                         })
-                        .map_err(core)?;
-                    if overflow {
-                        return Err((
-                            Code::BadRequest,
-                            format!(
-                                "a search from JavaScript matched more than {MAX_SEARCH_RESULTS} records; \
-                                 give it a limit and page through them"
-                            ),
-                        ));
-                    }
-                    Ok(found)
+                        .map_err(core)
                 };
                 match run() {
-                    Ok(found) => to_js(&ctx, &Value::Array(found)),
+                    Ok(()) => match failed {
+                        Some(err) => Err(err),
+                        None => Ok(found),
+                    },
                     Err(err) => Err(throw(&ctx, err)),
                 }
             },
@@ -360,7 +374,8 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
     Ok(native)
 }
 
-/// The writes: each returns a promise settled when the write has committed.
+/// The writes, `(database, table, id or record, record or null, handle)`: each
+/// returns a promise settled when the write has committed.
 fn install_writes<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'js>) -> rquickjs::Result<()> {
     /// What a write does, once its arguments are read.
     enum Write {
@@ -376,26 +391,15 @@ fn install_writes<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'j
                   db: String,
                   table: String,
                   first: rquickjs::Value<'js>,
-                  second: Opt<rquickjs::Value<'js>>,
-                  handle: Opt<u32>| {
+                  second: rquickjs::Value<'js>,
+                  handle: u32| {
                 let b = b.clone();
                 async move {
-                    let (write, handle) = match kind {
-                        "put" | "patch" => {
-                            let id = required(&ctx, first, "an id")?;
-                            let body =
-                                record(&ctx, second.0.unwrap_or_else(|| rquickjs::Value::new_undefined(ctx.clone())))?;
-                            let write = if kind == "put" { Write::Put(id, body) } else { Write::Patch(id, body) };
-                            (write, handle.0.unwrap_or(UNCHECKED))
-                        }
-                        "delete" => {
-                            let handle = second.0.and_then(|h| h.as_int()).map_or(UNCHECKED, |h| h as u32);
-                            (Write::Delete(required(&ctx, first, "an id")?), handle)
-                        }
-                        _ => {
-                            let handle = second.0.and_then(|h| h.as_int()).map_or(UNCHECKED, |h| h as u32);
-                            (Write::Create(record(&ctx, first)?), handle)
-                        }
+                    let write = match kind {
+                        "put" => Write::Put(required(&ctx, first, "an id")?, record(&ctx, second)?),
+                        "patch" => Write::Patch(required(&ctx, first, "an id")?, record(&ctx, second)?),
+                        "delete" => Write::Delete(required(&ctx, first, "an id")?),
+                        _ => Write::Create(record(&ctx, first)?),
                     };
                     let done = async {
                         let user = b.context(handle)?;

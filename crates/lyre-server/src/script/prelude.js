@@ -68,8 +68,13 @@
 		return target;
 	}
 
-	/** The handle a table call runs as: the request's user when the target asks for its permissions checked. */
+	/**
+	 * The handle a table call runs as: the request's user when the target asks for
+	 * its permissions checked (a REST request's target carries its request, so it
+	 * does when passed on to another table), or the resource runs for a request.
+	 */
 	function handleFor(resource, target) {
+		if (target?.checkPermission && target[CONTEXT_HANDLE] !== undefined) return target[CONTEXT_HANDLE];
 		const context = resource?.getContext?.();
 		const checked = target?.checkPermission || context?.authorize;
 		return checked && context?.[CONTEXT_HANDLE] !== undefined ? context[CONTEXT_HANDLE] : UNCHECKED;
@@ -104,8 +109,18 @@
 			return (async () => {
 				// The record is read first (whatever the user may read: the hooks decide),
 				// so allowCreate is asked for a record that does not exist yet.
-				if (loads) await resource.load();
-				if (context?.authorize) await authorize(resource, method, target, data, context);
+				if (loads) await resource.load(UNCHECKED);
+				if (context?.authorize) {
+					await authorize(resource, method, target, data, context);
+					// The table's own allowRead is the role's: read again as the user, so
+					// attributes the role may not read are left out.
+					if (loads && method === 'get' && resource.allowRead === Class[TABLE].base.prototype.allowRead) {
+						await resource.load(context[CONTEXT_HANDLE]);
+					}
+				} else if (loads && method === 'get' && target.checkPermission && target[CONTEXT_HANDLE] !== undefined) {
+					// A request's target passed on: read as its user.
+					await resource.load(target[CONTEXT_HANDLE]);
+				}
 				return callHandler(Class, resource, method, target, data, legacy);
 			})();
 		}
@@ -178,7 +193,16 @@
 			const legacy = this.constructor.loadAsInstance !== false;
 			const [target, data] = legacy ? [second, first] : [first, second];
 			if ((target?.isCollection || this.isCollection) && typeof this.create === 'function') {
-				return this.create(target, data);
+				if (!legacy) return this.create(target, data);
+				// The instance-loading mode answers a creation as Harper's does: 201, Location.
+				const context = this.getContext();
+				return Promise.resolve(this.create(data, target)).then((id) => {
+					if (context) {
+						context.createdResource = true;
+						context.newLocation = id;
+					}
+					return id;
+				});
 			}
 			throw missingMethod(this.constructor, this, 'post');
 		}
@@ -271,9 +295,10 @@
 			static get attributes() {
 				return info.attributes;
 			}
-			/** Reads this instance's record into it (Harper's instance-loading mode). */
-			async load() {
-				const record = await readThrough(database, table, primaryKey, this.getId(), UNCHECKED);
+			/** Reads this instance's record into it, as `handle` may read it (Harper's instance-loading mode). */
+			async load(handle) {
+				const record = await readThrough(database, table, primaryKey, this.getId(), handle);
+				for (const key of Object.keys(this)) delete this[key];
 				this[LOADED] = record !== undefined;
 				if (record !== undefined) Object.assign(this, record);
 			}
@@ -287,47 +312,60 @@
 				const id = this.getId();
 				if (id === undefined) return native.describe(database, table, handleFor(this, target));
 				if (legacy) return this[LOADED] ? this : undefined;
-				if (!sources.has(`${database}.${table}`)) {
-					const record = native.get(database, table, id, handleFor(this, target));
-					return record === undefined ? undefined : Object.freeze(record);
-				}
-				return readThrough(database, table, primaryKey, id, handleFor(this, target)).then((record) =>
-					record === undefined ? undefined : Object.freeze(record),
-				);
+				return guarded(this, 'allowRead', target, target, (handle) => {
+					if (!sources.has(`${database}.${table}`)) {
+						const record = native.get(database, table, id, handle);
+						return record === undefined ? undefined : Object.freeze(record);
+					}
+					return readThrough(database, table, primaryKey, id, handle).then((record) =>
+						record === undefined ? undefined : Object.freeze(record),
+					);
+				});
 			}
 			search(target) {
-				const query = target?.query ?? target?.search ?? '';
+				const query =
+					typeof target === 'string' ? target : (target?.query ?? (target instanceof RequestTarget ? target.search : ''));
 				const frozen = this.constructor.loadAsInstance === false;
-				return results(native.search(database, table, query, handleFor(this, target)), frozen);
+				return guarded(this, 'allowRead', target, target, (handle) =>
+					results(native.search(database, table, query, handle), frozen),
+				);
 			}
 			put(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const [target, data] = legacy ? [second, first] : [first, second];
-				return native.put(database, table, this.getId(), data, handleFor(this, target));
+				return guarded(this, 'allowUpdate', data, target, (handle) =>
+					native.put(database, table, this.getId(), data, handle),
+				);
 			}
 			patch(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const [target, data] = legacy ? [second, first] : [first, second];
-				return native.patch(database, table, this.getId(), data, handleFor(this, target));
+				return guarded(this, 'allowUpdate', data, target, (handle) =>
+					native.patch(database, table, this.getId(), data, handle),
+				);
 			}
 			update(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const data = legacy ? first : second;
 				return native.patch(database, table, this.getId(), data ?? {}, handleFor(this, legacy ? second : first));
 			}
-			async delete(target) {
-				if (this.isCollection || target?.isCollection) {
-					const matches = this.search(target);
-					for (const record of matches) await native.delete(database, table, record[primaryKey], handleFor(this, target));
+			delete(target) {
+				return guarded(this, 'allowDelete', target, target, async (handle) => {
+					if (this.isCollection || target?.isCollection) {
+						const matches = await this.search(target);
+						for (const record of matches) await native.delete(database, table, record[primaryKey], null, handle);
+						return true;
+					}
+					await native.delete(database, table, this.getId(), null, handle);
 					return true;
-				}
-				await native.delete(database, table, this.getId(), handleFor(this, target));
-				return true;
+				});
 			}
 			create(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const [target, data] = legacy && !(first instanceof RequestTarget) ? [second, first] : [first, second];
-				return native.create(database, table, data ?? {}, handleFor(this, target));
+				return guarded(this, 'allowCreate', data, target, (handle) =>
+					native.create(database, table, data ?? {}, null, handle),
+				);
 			}
 			allowRead(user, target, context) {
 				return native.allowed(database, table, 'read', handleOfUser(context));
@@ -341,8 +379,9 @@
 			allowDelete(user, target, context) {
 				return native.allowed(database, table, 'delete', handleOfUser(context));
 			}
+			/** Records matching a query object, or REST's query string (`name=x&limit(5)`). */
 			static search(query, context) {
-				return new this(null, context).search(targetOf(query ?? null));
+				return new this(null, context).search(typeof query === 'string' ? query : targetOf(query ?? null));
 			}
 			static create(record, context) {
 				return new this(null, context).create(targetOf(null), record);
@@ -356,12 +395,33 @@
 				const expiration = Number.isFinite(options.expiration) ? options.expiration : null;
 				const declared = { Source, expiration, name: Source.name || 'source' };
 				sources.set(`${database}.${table}`, declared);
+				// One entry per table, however often a script declares it.
+				const at = declaredSources.findIndex((d) => d.database === database && d.table === table);
+				if (at >= 0) declaredSources.splice(at, 1);
 				declaredSources.push({ database, table, name: declared.name, expiration });
 				return this;
 			}
 		};
+		/**
+		 * Runs `run` with the handle a call is made as. In the newer mode a class's own
+		 * permission hook (`allowRead`, …) decides for a request's target first, as
+		 * Harper's table methods ask it; the table's own hooks are the role's, which
+		 * Lyre checks with the request's handle.
+		 */
+		function guarded(resource, hook, subject, target, run) {
+			const own = resource[hook];
+			if (resource.constructor.loadAsInstance !== false || !target?.checkPermission || own === TableClass.prototype[hook]) {
+				return run(handleFor(resource, target));
+			}
+			const context = resource.getContext?.();
+			const user = context?.user ?? null;
+			return Promise.resolve(own.call(resource, user, subject, context)).then((allowed) => {
+				if (!allowed) throw accessViolation(user);
+				return run(UNCHECKED);
+			});
+		}
 		Object.defineProperty(TableClass, 'name', { value: table });
-		TableClass[TABLE] = { database, table, primaryKey };
+		TableClass[TABLE] = { database, table, primaryKey, base: TableClass };
 		TableClass[BUILT_IN] = true;
 		return TableClass;
 	}
@@ -506,7 +566,6 @@
 		return Object.entries(headers);
 	}
 
-	/** A handler's result as Lyre answers it: {status, headers, value | body}. */
 	/** A handler's result as Lyre answers it: `[status, headers, value, body]`. */
 	function reply(result, method, context) {
 		const headers = context.responsePairs();
@@ -521,6 +580,10 @@
 		if (typeof result === 'object' && typeof result.contentType === 'string' && 'data' in result && !(result instanceof Resource)) {
 			headers.push(['content-type', result.contentType]);
 			return [200, headers, undefined, result.data];
+		}
+		if (context.createdResource) {
+			headers.push(['location', String(context.newLocation)]);
+			return [201, headers, result];
 		}
 		return [200, headers, result];
 	}
@@ -558,6 +621,7 @@
 			if (collection) target.isCollection = true;
 			target.pathname = pathname;
 			target.checkPermission = true;
+			target[CONTEXT_HANDLE] = handle;
 			const method = METHODS[httpMethod];
 			if (!method) throw new ServerError(`Method ${httpMethod} is not recognized`, 501);
 			const takesData = method !== 'get' && method !== 'delete';

@@ -2,9 +2,10 @@
 //! `fetch` through Lyre's outbound HTTP client, and timers.
 //!
 //! A timer is a task on the worker's event loop that, when due, tells the worker
-//! (over [`Timers::due`]'s channel) to run the callback `web.js` keeps for it; the
-//! callback runs between requests, within the time budget, as nobody's request. A
-//! `fetch` is bounded by the request budget and [`MAX_FETCH_BYTES`].
+//! (over the channel [`Web::new`] is given) to run the callback `web.js` keeps for
+//! it; the callback runs between requests (as nobody's request) or while a request
+//! waits, within the time budget. A `fetch` is bounded by the request budget and
+//! [`MAX_FETCH_BYTES`].
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -15,6 +16,8 @@ use futures_util::StreamExt as _;
 use rquickjs::function::{Async, Opt};
 use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject, TypedArray};
 use tokio::sync::mpsc;
+
+use super::convert::copy_bytes;
 
 /// The largest response body `fetch` reads; a larger one fails the fetch.
 pub const MAX_FETCH_BYTES: usize = 32 << 20;
@@ -62,12 +65,6 @@ fn type_error(ctx: &Ctx<'_>, message: &str) -> rquickjs::Error {
     Exception::throw_type(ctx, message)
 }
 
-/// The bytes of a `Uint8Array`, copied.
-fn bytes(array: &TypedArray<'_, u8>) -> Vec<u8> {
-    // SAFETY: no JavaScript runs while the slice is copied.
-    unsafe { array.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default()
-}
-
 /// The native functions `web.js` takes.
 pub fn install<'js>(ctx: &Ctx<'js>, web: &Rc<Web>) -> rquickjs::Result<JsObject<'js>> {
     let native = JsObject::new(ctx.clone())?;
@@ -78,7 +75,7 @@ pub fn install<'js>(ctx: &Ctx<'js>, web: &Rc<Web>) -> rquickjs::Result<JsObject<
     native.set(
         "utf8Decode",
         Function::new(ctx.clone(), |ctx: Ctx<'js>, data: TypedArray<'js, u8>, fatal: bool| {
-            let data = bytes(&data);
+            let data = copy_bytes(&data);
             match String::from_utf8(data) {
                 Ok(text) => Ok(text),
                 Err(_) if fatal => Err(type_error(&ctx, "the data is not valid UTF-8")),
@@ -122,7 +119,7 @@ pub fn install<'js>(ctx: &Ctx<'js>, web: &Rc<Web>) -> rquickjs::Result<JsObject<
                 "sha512" => &digest::SHA512,
                 other => return Err(type_error(&ctx, &format!("no digest '{other}'"))),
             };
-            TypedArray::<u8>::new_copy(ctx, digest::digest(algorithm, &bytes(&data)).as_ref())
+            TypedArray::<u8>::new_copy(ctx, digest::digest(algorithm, &copy_bytes(&data)).as_ref())
         })?,
     )?;
     native.set(
@@ -177,7 +174,7 @@ pub fn install<'js>(ctx: &Ctx<'js>, web: &Rc<Web>) -> rquickjs::Result<JsObject<
                       headers: Vec<Vec<String>>,
                       body: Opt<TypedArray<'js, u8>>| {
                     let web = fetcher.clone();
-                    let body = body.0.as_ref().map(bytes);
+                    let body = body.0.as_ref().map(copy_bytes);
                     async move {
                         let failed = |why: String| type_error(&ctx, &format!("fetch {url} failed: {why}"));
                         let client = web.client().map_err(&failed)?;

@@ -184,6 +184,7 @@ impl Js {
     /// Evaluates the prelude, then each component's files in order.
     async fn load(&self, components: &[ScriptComponent], modules: &ComponentModules) -> Result<LoadReport, String> {
         let (bridge, web, deadline, timeout) = (&self.bridge, &self.web, &self.deadline, self.settings.timeout);
+        let due = &self.due;
         self.context
             .async_with(async |ctx| -> Result<LoadReport, String> {
                 deadline.set(Some(Instant::now() + timeout));
@@ -198,7 +199,7 @@ impl Js {
                 for component in components {
                     deadline.set(Some(Instant::now() + timeout));
                     bridge.set_component(&component.name);
-                    let loading = load_component(&ctx, component);
+                    let loading = load_component(&ctx, component, due, web);
                     let outcome = match tokio::time::timeout(timeout, loading).await {
                         Ok(outcome) => outcome,
                         Err(_) => Err(format!("its scripts did not finish loading within {timeout:?}")),
@@ -213,78 +214,36 @@ impl Js {
 
     /// Answers one request; `false` when the runtime must be rebuilt afterwards.
     async fn serve(&self, mut request: ScriptRequest) -> (Result<ScriptReply, ScriptError>, bool) {
-        let timeout = self.settings.timeout;
-        let started = Instant::now();
         let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
-        self.deadline.set(Some(started + timeout));
+        self.bridge.set_component(&request.component);
         let expose = self.settings.expose_errors;
         let (web, due) = (&self.web, &self.due);
         let call = self.context.async_with(async |ctx| -> Result<ScriptReply, String> {
             let run = async || -> rquickjs::Result<ScriptReply> {
                 let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
                 let answer: rquickjs::Value = dispatch.call((request_array(&ctx, &request, handle)?,))?;
-                let Some(promise) = answer.as_promise().cloned() else {
+                let reply = match answer.as_promise() {
+                    Some(promise) => settle(&ctx, promise.clone(), due, web).await?,
                     // A synchronous handler's answer: nothing to wait for.
-                    return read_reply(&ctx, &Array::from_value(answer)?, expose, &request);
-                };
-                // Timers fire while the request waits (it may be waiting for one).
-                let answer = promise.into_future::<Array>();
-                tokio::pin!(answer);
-                let mut due = due.lock().await;
-                let reply = loop {
-                    tokio::select! {
-                        reply = &mut answer => break reply?,
-                        Some(id) = due.recv() => {
-                            web.fired(id);
-                            let fire: Function = ctx.globals().get("__lyre_timer")?;
-                            if let Err(err) = fire.call::<_, ()>((id,)) {
-                                tracing::error!(error = %describe(&ctx, err, None), "a JavaScript timer's callback failed");
-                            }
-                        }
-                    }
+                    None => Array::from_value(answer)?,
                 };
                 read_reply(&ctx, &reply, expose, &request)
             };
             run().await.map_err(|e| describe(&ctx, e, None))
         });
-        let outcome = tokio::time::timeout(timeout, call).await;
+        let outcome = self.within_budget(call).await;
         self.bridge.answered(handle);
-        let overran = self.deadline.get().is_some_and(|at| Instant::now() >= at);
-        // What the request left running goes on between requests, within one more budget.
-        self.deadline.set(Some(Instant::now() + timeout));
-        match outcome {
-            Ok(Ok(reply)) if is_out_of_memory(&reply) => {
-                tracing::warn!(export = %request.export, "a JavaScript request ran out of memory");
-                (Err(ScriptError::OutOfMemory(self.settings.memory_limit)), false)
-            }
-            Ok(Ok(reply)) => (Ok(reply), !overran),
-            Err(_) => {
-                tracing::warn!(export = %request.export, "a JavaScript request ran past its {timeout:?} budget and was stopped");
-                (Err(ScriptError::Timeout(timeout)), false)
-            }
-            Ok(Err(_)) if overran => {
-                tracing::warn!(export = %request.export, "a JavaScript request ran past its {timeout:?} budget and was stopped");
-                (Err(ScriptError::Timeout(timeout)), false)
-            }
-            Ok(Err(message)) if message.contains("out of memory") => {
-                tracing::warn!(export = %request.export, "a JavaScript request ran out of memory");
-                (Err(ScriptError::OutOfMemory(self.settings.memory_limit)), false)
-            }
-            Ok(Err(message)) => {
-                tracing::error!(export = %request.export, error = %message, "a JavaScript request failed");
-                (Err(ScriptError::Engine(message)), true)
-            }
-        }
+        let outcome = match outcome {
+            Ok(reply) if is_out_of_memory(&reply) => Err(ScriptError::OutOfMemory(self.settings.memory_limit)),
+            other => other,
+        };
+        self.judge(outcome, &format!("a JavaScript request for {}", request.export))
     }
-}
 
-impl Js {
     /// Runs timer `id`'s callback (between requests, as nobody's request); `false`
-    /// when it ran past its budget and the runtime must be rebuilt.
+    /// when the runtime must be rebuilt afterwards.
     async fn fire_timer(&self, id: u32) -> bool {
         self.web.fired(id);
-        let timeout = self.settings.timeout;
-        self.deadline.set(Some(Instant::now() + timeout));
         let fire = self.context.async_with(async |ctx| {
             let run = || -> rquickjs::Result<()> {
                 let fire: Function = ctx.globals().get("__lyre_timer")?;
@@ -292,57 +251,105 @@ impl Js {
             };
             run().map_err(|e| describe(&ctx, e, None))
         });
-        let outcome = tokio::time::timeout(timeout, fire).await;
+        let outcome = self.within_budget(fire).await;
+        self.judge(outcome, "a JavaScript timer's callback").1
+    }
+
+    /// Asks the source a script gave `database.table` for record `id`; `false`
+    /// when the runtime must be rebuilt afterwards.
+    async fn source_get(&self, database: &str, table: &str, id: &Value) -> (Result<CodeAnswer, ScriptError>, bool) {
+        let (web, due) = (&self.web, &self.due);
+        let call = self.context.async_with(async |ctx| -> Result<CodeAnswer, String> {
+            let run = async || -> rquickjs::Result<CodeAnswer> {
+                let source: Function = ctx.globals().get("__lyre_source")?;
+                let promise: Promise = source.call((database, table, to_js(&ctx, id)?))?;
+                let answer: rquickjs::Object = settle(&ctx, promise, due, web).await?;
+                let record = match from_js(&ctx, answer.get("record")?)? {
+                    Some(Value::Object(record)) => Some(record),
+                    _ => None,
+                };
+                let fresh_for = seconds(answer.get("expiration")?);
+                Ok(CodeAnswer { record, fresh_for })
+            };
+            run().await.map_err(|e| describe(&ctx, e, None))
+        });
+        let outcome = self.within_budget(call).await;
+        self.judge(outcome, &format!("the source of {database}.{table}"))
+    }
+
+    /// Runs `work` (one call into the runtime) within the time budget: the
+    /// interrupt handler's deadline and a timer around it. What it left running goes
+    /// on between requests, within one more budget.
+    async fn within_budget<T>(&self, work: impl Future<Output = Result<T, String>>) -> Result<T, ScriptError> {
+        let timeout = self.settings.timeout;
+        self.deadline.set(Some(Instant::now() + timeout));
+        let outcome = tokio::time::timeout(timeout, work).await;
         let overran = self.deadline.get().is_some_and(|at| Instant::now() >= at);
         self.deadline.set(Some(Instant::now() + timeout));
         match outcome {
-            Ok(Ok(())) => true,
-            Ok(Err(message)) => {
-                tracing::error!(error = %message, "a JavaScript timer's callback failed");
-                !overran && !message.contains("out of memory")
+            Ok(Ok(value)) if !overran => Ok(value),
+            Ok(Ok(_)) | Err(_) => Err(ScriptError::Timeout(timeout)),
+            Ok(Err(_)) if overran => Err(ScriptError::Timeout(timeout)),
+            Ok(Err(message)) if message.contains("out of memory") => {
+                Err(ScriptError::OutOfMemory(self.settings.memory_limit))
             }
-            Err(_) => {
-                tracing::warn!("a JavaScript timer's callback ran past its {timeout:?} budget and was stopped");
+            Ok(Err(message)) => Err(ScriptError::Engine(message)),
+        }
+    }
+
+    /// An outcome, logged, and whether the runtime may serve on: one that was
+    /// stopped or ran out of memory is rebuilt.
+    fn judge<T>(&self, outcome: Result<T, ScriptError>, what: &str) -> (Result<T, ScriptError>, bool) {
+        let healthy = match &outcome {
+            Ok(_) => true,
+            Err(ScriptError::Timeout(budget)) => {
+                tracing::warn!("{what} ran past its {budget:?} budget and was stopped");
                 false
+            }
+            Err(ScriptError::OutOfMemory(_)) => {
+                tracing::warn!("{what} ran out of memory");
+                false
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "{what} failed");
+                true
+            }
+        };
+        (outcome, healthy)
+    }
+}
+
+/// Waits for a script's promise while firing the timers that come due meanwhile
+/// (the promise may be waiting for one of them).
+async fn settle<'js, T: rquickjs::FromJs<'js> + 'js>(
+    ctx: &Ctx<'js>,
+    promise: Promise<'js>,
+    due: &Mutex<mpsc::UnboundedReceiver<u32>>,
+    web: &Web,
+) -> rquickjs::Result<T> {
+    let answer = promise.into_future::<T>();
+    tokio::pin!(answer);
+    let mut due = due.lock().await;
+    loop {
+        tokio::select! {
+            settled = &mut answer => return settled,
+            Some(id) = due.recv() => {
+                web.fired(id);
+                let fire: Function = ctx.globals().get("__lyre_timer")?;
+                if let Err(err) = fire.call::<_, ()>((id,)) {
+                    tracing::error!(error = %describe(ctx, err, None), "a JavaScript timer's callback failed");
+                }
             }
         }
     }
 }
 
-impl Js {
-    /// Asks the source a script gave `database.table` for record `id`; `false`
-    /// when the runtime must be rebuilt afterwards.
-    async fn source_get(&self, database: &str, table: &str, id: &Value) -> (Result<CodeAnswer, ScriptError>, bool) {
-        let timeout = self.settings.timeout;
-        self.deadline.set(Some(Instant::now() + timeout));
-        let call = self.context.async_with(async |ctx| -> Result<CodeAnswer, String> {
-            let run = async || -> rquickjs::Result<CodeAnswer> {
-                let source: Function = ctx.globals().get("__lyre_source")?;
-                let promise: Promise = source.call((database, table, to_js(&ctx, id)?))?;
-                let answer: rquickjs::Object = promise.into_future().await?;
-                let record = match from_js(&ctx, answer.get("record")?)? {
-                    Some(Value::Object(record)) => Some(record),
-                    _ => None,
-                };
-                let expiration: Option<f64> = answer.get("expiration")?;
-                let fresh_for =
-                    expiration.filter(|s| s.is_finite() && *s >= 0.0).map(std::time::Duration::from_secs_f64);
-                Ok(CodeAnswer { record, fresh_for })
-            };
-            run().await.map_err(|e| describe(&ctx, e, None))
-        });
-        let outcome = tokio::time::timeout(timeout, call).await;
-        let overran = self.deadline.get().is_some_and(|at| Instant::now() >= at);
-        self.deadline.set(Some(Instant::now() + timeout));
-        match outcome {
-            Ok(Ok(answer)) => (Ok(answer), !overran),
-            Ok(Err(message)) => {
-                let healthy = !overran && !message.contains("out of memory");
-                (Err(ScriptError::Engine(message)), healthy)
-            }
-            Err(_) => (Err(ScriptError::Timeout(timeout)), false),
-        }
-    }
+/// A script's number of seconds as a duration: `None` when absent, negative, not a
+/// number, or past ten years (a script's `Number.MAX_VALUE` must not reach
+/// `Duration`, which panics on it).
+fn seconds(value: Option<f64>) -> Option<std::time::Duration> {
+    const TEN_YEARS: f64 = 10.0 * 365.0 * 86_400.0;
+    value.filter(|s| s.is_finite() && (0.0..=TEN_YEARS).contains(s)).map(std::time::Duration::from_secs_f64)
 }
 
 /// Whether a script's error reply is the engine's out-of-memory error (the
@@ -362,7 +369,12 @@ fn evaluate<'js>(ctx: &Ctx<'js>, name: &str, source: &str, native: rquickjs::Obj
 
 /// Imports a component's files and registers what they export and the sources
 /// they declare.
-async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent) -> Result<ScriptsLoaded, String> {
+async fn load_component(
+    ctx: &Ctx<'_>,
+    component: &ScriptComponent,
+    due: &Mutex<mpsc::UnboundedReceiver<u32>>,
+    web: &Web,
+) -> Result<ScriptsLoaded, String> {
     let register: Function = ctx.globals().get("__lyre_register").map_err(|e| e.to_string())?;
     let mut loaded = ScriptsLoaded::default();
     for file in &component.files {
@@ -370,7 +382,7 @@ async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent) -> Result<Sc
         let path = std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let imported = async {
             let promise = Module::import(ctx, path.to_string_lossy().as_bytes())?;
-            let namespace: rquickjs::Object = promise.into_future().await?;
+            let namespace: rquickjs::Object = settle(ctx, promise, due, web).await?;
             let found: rquickjs::Object = register.call((component.name.clone(), namespace))?;
             let mut exports = Vec::new();
             for entry in found.get::<_, Array>("exports")?.iter::<rquickjs::Value>() {
@@ -379,14 +391,11 @@ async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent) -> Result<Sc
             let mut sources = Vec::new();
             for entry in found.get::<_, Array>("sources")?.iter::<rquickjs::Object>() {
                 let entry = entry?;
-                let expiration: Option<f64> = entry.get("expiration")?;
                 sources.push(DeclaredSource {
                     database: entry.get("database")?,
                     table: entry.get("table")?,
                     name: entry.get("name")?,
-                    expiration: expiration
-                        .filter(|s| s.is_finite() && *s >= 0.0)
-                        .map(std::time::Duration::from_secs_f64),
+                    expiration: seconds(entry.get("expiration")?),
                 });
             }
             Ok::<_, rquickjs::Error>((exports, sources))
@@ -486,8 +495,7 @@ fn read_reply<'js>(
     let body = if let Some(text) = body.as_string() {
         ReplyBody::Raw(text.to_string()?.into_bytes())
     } else if let Some(bytes) = body.as_object().and_then(|o| TypedArray::<u8>::from_object(o.clone()).ok()) {
-        // SAFETY: no JavaScript runs while the slice is copied.
-        ReplyBody::Raw(unsafe { bytes.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default())
+        ReplyBody::Raw(super::convert::copy_bytes(&bytes))
     } else {
         ReplyBody::Empty
     };

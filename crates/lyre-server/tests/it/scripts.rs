@@ -67,6 +67,42 @@ export class Cats extends tables.Cat {
 	}
 }
 
+export class Relay extends Resource {
+	static loadAsInstance = false;
+	get(target) {
+		// The request's target, passed on: still checked as the request's user.
+		return tables.Dog.get(target);
+	}
+}
+
+export class DogsLegacy extends tables.Dog {
+	get(target) {
+		return super.get(target);
+	}
+}
+
+export class OpenCats extends tables.Cat {
+	static loadAsInstance = false;
+	allowRead() {
+		return true;
+	}
+}
+
+export class ClosedDogs extends tables.Dog {
+	static loadAsInstance = false;
+	allowRead(user) {
+		return user?.username === 'nobody';
+	}
+}
+
+export class Posts extends tables.Cat {
+	post(content) {
+		return super.post(content);
+	}
+}
+
+export const v2 = { Dogs: class extends tables.Dog { static loadAsInstance = false; get(target) { return super.get(target); } } };
+
 export class Echo extends Resource {
 	static loadAsInstance = false;
 	post(target, data) {
@@ -85,6 +121,7 @@ export class Fails extends Resource {
 			case 'plain': throw new Error('a secret detail');
 			case 'value': throw 42;
 			case 'nothing': return undefined;
+			case 'bomb': { let x = {}; for (let i = 0; i < 40; i++) x = { a: x, b: x }; return x; }
 			case 'response': return { status: 202, headers: { 'X-Kind': 'raw' }, body: 'accepted' };
 			default: return { ok: true };
 		}
@@ -108,7 +145,8 @@ export class Searches extends Resource {
 		const found = [];
 		for await (const dog of tables.Dog.search({ conditions: [{ attribute: 'breed', value: target.get('breed') }] })) found.push(dog.id);
 		const listed = tables.Dog.search({ conditions: [{ attribute: 'breed', value: target.get('breed') }], select: ['name'] });
-		return { ids: found.sort(), names: listed.map((dog) => dog.name).sort() };
+		const queried = tables.Dog.search(`breed=${target.get('breed')}`);
+		return { ids: found.sort(), names: listed.map((dog) => dog.name).sort(), queried: queried.map((dog) => dog.id) };
 	}
 }
 
@@ -200,7 +238,19 @@ async fn a_tables_class_answers_what_it_overrides_and_the_table_the_rest() {
     assert_eq!((status, body), (200, json!([{"name": "fido", "breed": "pug"}])));
     // A script's own search, iterated with `for await` and as an array.
     let (status, _, body) = s.rest_send(Method::GET, "/Searches?breed=pug", None, &[]).await;
-    assert_eq!((status, body), (200, json!({"ids": ["d2"], "names": ["fido"]})));
+    assert_eq!((status, body), (200, json!({"ids": ["d2"], "names": ["fido"], "queried": ["d2"]})));
+    // A nested export of a table's class serves the table's own methods at its path.
+    let (status, _, _) = s.rest_send(Method::PUT, "/v2/Dogs/n1", Some(&json!({"name": "nested"})), &[]).await;
+    assert_eq!(status, 204);
+    let (status, _, body) = s.rest_send(Method::GET, "/v2/Dogs/n1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"id": "n1", "name": "nested"})));
+    // The instance-loading post creates from the body: 201 and where.
+    let (status, headers, body) = s.rest_send(Method::POST, "/Posts/", Some(&json!({"name": "new"})), &[]).await;
+    assert_eq!(status, 201, "{body}");
+    let id = body.as_str().unwrap().to_string();
+    assert_eq!(headers["location"], id.as_str());
+    let stored = s.ok(json!({"operation": "search_by_id", "table": "Cat", "ids": [id], "get_attributes": ["*"]})).await;
+    assert_eq!(stored[0]["name"], "new");
     // The description.
     let (status, _, body) = s.rest_send(Method::GET, "/Dog", None, &[]).await;
     assert_eq!((status, body["name"].clone(), body["database"].clone()), (200, json!("Dog"), json!("data")));
@@ -238,6 +288,9 @@ async fn endpoints_answer_in_harpers_shapes() {
     assert_eq!(status, 500);
     assert!(!body.to_string().contains("secret"), "{body}");
     let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=value", None, &[]).await;
+    assert_eq!(status, 500, "{body}");
+    // A value that expands past what may leave JavaScript is refused, not expanded.
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=bomb", None, &[]).await;
     assert_eq!(status, 500, "{body}");
     let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=nothing", None, &[]).await;
     assert_eq!((status, body), (404, json!("")));
@@ -309,6 +362,27 @@ async fn table_calls_through_a_request_are_checked_as_its_user() {
         .await;
     let (status, body) = s.rest_as("r", "pw", Method::GET, "/Dog/d1", None).await;
     assert_eq!((status, body["loud"].clone()), (200, json!("REX!")));
+    // A target passed on to another table call is checked as the request's user.
+    let (status, _, body) = anonymous(&s, Method::GET, "/Relay/d1", None).await;
+    assert_eq!((status, body), (401, json!("AccessViolation: Must login")));
+    let (status, body) = s.rest_as(USER, PASSWORD, Method::GET, "/Relay/d1", None).await;
+    assert_eq!((status, body["name"].clone()), (200, json!("rex")));
+    // A class's own allowRead decides in the newer mode, either way.
+    s.ok(json!({"operation": "upsert", "table": "Cat", "records": [{"id": "c1", "name": "tom"}]})).await;
+    let (status, _, body) = anonymous(&s, Method::GET, "/OpenCats/c1", None).await;
+    assert_eq!((status, body), (200, json!({"id": "c1", "name": "tom"})));
+    let (status, body) = s.rest_as(USER, PASSWORD, Method::GET, "/ClosedDogs/d1", None).await;
+    assert_eq!((status, body), (403, json!("AccessViolation: Unauthorized access to resource")));
+    // The instance-loading class answers with what the role may read, as REST does.
+    s.ok(json!({"operation": "add_role", "role": "name_reader", "permission": {"data": {"tables": {
+        "Dog": {"read": true, "insert": false, "update": false, "delete": false,
+                "attribute_permissions": [{"attribute_name": "name", "read": true, "insert": false, "update": false}]}}}}}))
+        .await;
+    s.ok(json!({"operation": "add_user", "username": "n", "password": "pw", "role": "name_reader", "active": true}))
+        .await;
+    s.rest_send(Method::PUT, "/Dog/d3", Some(&json!({"name": "max", "breed": "secret"})), &[]).await;
+    let (status, legacy) = s.rest_as("n", "pw", Method::GET, "/DogsLegacy/d3", None).await;
+    assert_eq!((status, legacy), (200, json!({"id": "d3", "name": "max"})));
     // The instance-loading class checks allowUpdate (the role's) before its put runs.
     let (status, body) = s.rest_as("r", "pw", Method::PUT, "/Cats/c9", Some(&json!({"name": "x"}))).await;
     assert_eq!(status, 403, "{body}");
@@ -351,6 +425,11 @@ async fn a_script_that_cannot_load_fails_its_component_with_file_and_line() {
         ),
         ("spins", &[("resources.js", "while (true) {}\n")], &["interrupted"]),
     ];
+    // A source's expiration past what a duration holds is left out, not a crash.
+    let huge = "tables.Dog.sourcedFrom(class extends Resource { get() {} }, { expiration: Number.MAX_VALUE });\n";
+    let config = ("config.yaml", "rest: true\njsResource:\n  files: 'resources.js'\n");
+    let (status, answer) = deploy(&s, "huge", &[config, ("resources.js", huge)]).await;
+    assert_eq!(status, 200, "{answer}");
     for (name, files, expected) in cases {
         let mut files = files.to_vec();
         files.push(("config.yaml", "rest: true\njsResource:\n  files: 'resources.js'\n"));
@@ -528,11 +607,15 @@ class ThingSource extends Resource {{
 		const id = this.getId();
 		if (id === 'none') return undefined;
 		if (id === 'broken') throw new Error('the origin is down');
+		// A source may wait for a timer.
+		await new Promise((resolve) => setTimeout(resolve, 5));
 		const answer = await fetch(`{origin}/things/${{id}}`, {{ headers: {{ 'X-Token': 'secret' }} }});
 		return answer.json();
 	}}
 }}
 tables.Thing.sourcedFrom(ThingSource, {{ expiration: 1 }});
+// A module may wait for a timer while it loads.
+await new Promise((resolve) => setTimeout(resolve, 10));
 
 export class ViaScript extends Resource {{
 	static loadAsInstance = false;

@@ -123,7 +123,13 @@ async fn route(
     }
     // A script's resource answers the methods it handles itself, and decides who
     // may (Harper's `allowRead`, …): a request without credentials reaches it.
-    let scripted = script::find(&exports, parts.uri.path()).filter(|(_, s)| s.handles(parts.method.as_str()));
+    // A nested export (`api/v1/Dog`) a script's class of a table serves is found by
+    // its whole path, also for the table's own methods.
+    let (scripted, nested) = match script::find(&exports, parts.uri.path()) {
+        Some((path, export)) if export.handles(parts.method.as_str()) => (Some((path, export)), None),
+        Some((path, _)) => (None, Some(path)),
+        None => (None, None),
+    };
     // Credentials first: a client that is not logged in learns nothing, not even
     // which tables exist.
     let client = parts.extensions.get::<crate::tls::ClientCertificate>();
@@ -141,7 +147,7 @@ async fn route(
     if crate::http::graphql::is_endpoint(parts.uri.path()) && exports.graphql() {
         return crate::http::graphql::handle(&state, &exports, Context::new(user), &parts, body).await;
     }
-    let Some(path) = url::split(parts.uri.path()) else { return not_found() };
+    let Some(path) = nested.or_else(|| url::split(parts.uri.path())) else { return not_found() };
     let Some(export) = exports.get(&path.export) else { return not_found() };
     let format = match path.format.map(Ok).unwrap_or_else(|| response_format(&parts.headers)) {
         Ok(format) => format,

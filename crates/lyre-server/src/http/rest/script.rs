@@ -84,15 +84,17 @@ pub async fn serve(
     };
     let answered = async {
         let (id, collection) = target(state, export, path.rest.as_deref())?;
-        let body = if carries_body(&parts.headers) {
-            let DecodedBody { value, memory: _memory } =
+        // The body's memory stays granted until the script has answered.
+        let (body, _memory) = if carries_body(&parts.headers) {
+            let DecodedBody { value, memory } =
                 read_and_decode(state, &parts.headers, body, state.rest_body_limit).await?;
-            Some(value)
+            (Some(value), Some(memory))
         } else {
-            None
+            (None, None)
         };
         let request = ScriptRequest {
             export: export.path.clone(),
+            component: export.component.clone(),
             method: parts.method.as_str().to_string(),
             id,
             collection,
