@@ -372,6 +372,7 @@ impl Components {
             scripted.values().cloned().collect()
         };
         let mut report = self.scripts.load(all).await;
+        self.fail_others(&name, &report);
         match report.remove(&name) {
             Some(Ok(loaded)) => Ok(loaded),
             Some(Err(message)) => {
@@ -380,6 +381,19 @@ impl Components {
                 Err(message)
             }
             None => Err(format!("{name}: its scripts were not loaded")),
+        }
+    }
+
+    /// Marks failed every other component whose scripts did not load in a new
+    /// generation (they loaded before; now they serve none), so its status says so.
+    fn fail_others(&self, loading: &str, report: &crate::script::LoadReport) {
+        let mut status = self.status.write();
+        for (name, outcome) in report {
+            if let (true, Err(message)) = (name != loading, outcome) {
+                tracing::error!(component = %name, error = %message, "a component's scripts failed to load again");
+                self.scripted.lock().remove(name);
+                status.insert(name.clone(), Status::Failed(message.clone()));
+            }
         }
     }
 
@@ -392,7 +406,8 @@ impl Components {
             }
             scripted.values().cloned().collect()
         };
-        self.scripts.load(remaining).await;
+        let report = self.scripts.load(remaining).await;
+        self.fail_others(name, &report);
     }
 
     /// Runs a component's install command under supervision.

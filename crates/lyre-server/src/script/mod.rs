@@ -297,13 +297,21 @@ impl Scripts {
             }
             reports.push(report);
         }
-        // Every worker loads the same files; the first report stands for all.
-        let mut report = None;
+        // Every worker loads the same files; a component serves only when every
+        // worker loaded it (one that failed in one runtime would fail its requests
+        // there), with what the first worker found.
+        let mut report: Option<LoadReport> = None;
         for pending in reports {
-            if let Ok(outcome) = pending.await
-                && report.is_none()
-            {
-                report = Some(outcome);
+            let Ok(outcome) = pending.await else { continue };
+            match &mut report {
+                None => report = Some(outcome),
+                Some(merged) => {
+                    for (name, result) in outcome {
+                        if let (Err(message), Some(Ok(_))) = (result, merged.get(&name)) {
+                            merged.insert(name, Err(message));
+                        }
+                    }
+                }
             }
         }
         let report = report.unwrap_or_else(|| {

@@ -767,3 +767,23 @@ async fn harpers_legacy_custom_function_operations_work_on_components() {
     let (status, answer) = s.op_as("p", "pw", &json!({"operation": "get_custom_functions"})).await;
     assert_eq!(status, 403, "{answer}");
 }
+
+#[tokio::test]
+async fn a_component_whose_scripts_stop_loading_is_reported_failed() {
+    let s = TestServer::start().await;
+    let config = ("config.yaml", "rest: true\njsResource:\n  files: 'resources.js'\n");
+    let victim = "if (globalThis.breakVictim) throw new Error('broken by another component');\n\
+                  export class Victim extends Resource { static loadAsInstance = false; get() { return 'alive'; } }\n";
+    assert_eq!(deploy(&s, "zzz-victim", &[config, ("resources.js", victim)]).await.0, 200);
+    let (status, _, body) = s.rest_send(Method::GET, "/Victim", None, &[]).await;
+    assert_eq!((status, body), (200, json!("alive")));
+    // Loaded first in every new generation, this component breaks the other's load.
+    let breaker = "globalThis.breakVictim = true;\nexport const nothing = null;\n";
+    assert_eq!(deploy(&s, "aaa-breaker", &[config, ("resources.js", breaker)]).await.0, 200);
+    let (status, _, _) = s.rest_send(Method::GET, "/Victim", None, &[]).await;
+    assert_eq!(status, 404);
+    let listed = s.ok(json!({"operation": "get_components"})).await;
+    let victim = listed["entries"].as_array().unwrap().iter().find(|e| e["name"] == "zzz-victim").unwrap().clone();
+    assert_eq!(victim["status"]["status"], "error", "{victim}");
+    assert!(victim["status"]["message"].as_str().unwrap().contains("broken by another component"), "{victim}");
+}
