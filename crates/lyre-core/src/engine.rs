@@ -20,6 +20,7 @@ use crate::failpoint;
 use crate::lifecycle::files::{self, FileLock};
 use crate::lifecycle::marker::{Kind, Targets};
 use crate::lifecycle::{self, Blocked};
+use crate::record::computed::{AttributeComputer, Computers};
 use crate::task::blocking;
 use crate::users::{AdminBootstrap, LoginLimit, Users};
 
@@ -91,6 +92,8 @@ pub struct Engine {
     /// is refused at once (409) instead of waiting behind it.
     in_progress: Mutex<std::collections::BTreeSet<String>>,
     users: Users,
+    /// What computes `@computed` attributes, once the server installs it.
+    computers: Computers,
     /// Held while the engine runs: one process per root.
     _server_lock: FileLock,
 }
@@ -116,6 +119,7 @@ impl Engine {
         let blob_paths = crate::blobs::resolve_paths(layout.root(), &options.blob_paths)?;
         let clock = Arc::new(VersionClock::new(options.node_id, 0.0));
         let mut databases = BTreeMap::new();
+        let computers = Computers::default();
         for entry in std::fs::read_dir(layout.databases_dir()).map_err(lyre_store::Error::from)? {
             let entry = entry.map_err(lyre_store::Error::from)?;
             // A link to a directory elsewhere is a database too (a drop refuses it).
@@ -129,8 +133,15 @@ impl Engine {
                 continue;
             }
             let blobs = blob_store(&blob_paths, &name, &options.storage);
-            let db =
-                Db::open(&name, &entry.path(), options.storage.clone(), options.writer.clone(), clock.clone(), blobs)?;
+            let db = Db::open(
+                &name,
+                &entry.path(),
+                options.storage.clone(),
+                options.writer.clone(),
+                clock.clone(),
+                blobs,
+                computers.clone(),
+            )?;
             databases.insert(name, db);
         }
         let system = match databases.get(SYSTEM_DATABASE) {
@@ -143,6 +154,7 @@ impl Engine {
                     options.writer.clone(),
                     clock.clone(),
                     blob_store(&blob_paths, SYSTEM_DATABASE, &options.storage),
+                    computers.clone(),
                 )?;
                 databases.insert(SYSTEM_DATABASE.to_string(), db.clone());
                 db
@@ -161,10 +173,17 @@ impl Engine {
             lifecycle: tokio::sync::Mutex::new(()),
             in_progress: Mutex::new(Default::default()),
             users,
+            computers,
             _server_lock: server_lock,
         };
         // The engine starts no background work: that is the services' (`services/`).
         Ok((Arc::new(engine), generated))
+    }
+
+    /// Installs the code that computes `@computed` attributes, for every database
+    /// (the server's JavaScript engine).
+    pub fn install_attribute_computer(&self, computer: Arc<dyn AttributeComputer>) {
+        self.computers.install(computer);
     }
 
     /// Database `name`'s blob store: its directory under each blob path.
@@ -255,6 +274,7 @@ impl Engine {
             self.options.writer.clone(),
             self.clock.clone(),
             self.blob_store(name),
+            self.computers.clone(),
         )?;
         let mut databases = self.databases.write();
         databases.insert(name.to_string(), db.clone());

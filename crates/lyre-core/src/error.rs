@@ -241,6 +241,17 @@ pub enum Error {
     /// A value larger than its configured limit (a blob past `storage.maxBlobSize`).
     #[error("{0}")]
     TooLarge(String),
+
+    /// The code computing a `@computed` attribute failed.
+    #[error("Computing {table}.{attribute} failed: {message}")]
+    Computed {
+        /// The table.
+        table: String,
+        /// The computed attribute.
+        attribute: String,
+        /// What the code said.
+        message: String,
+    },
     /// Work on the blocking pool ended without an answer (it panicked).
     #[error("a background step stopped unexpectedly: {0}")]
     Stopped(String),
@@ -276,7 +287,7 @@ impl Error {
                 }
                 _ => Code::Internal,
             },
-            Error::Corrupt(_) | Error::Stopped(_) => Code::Internal,
+            Error::Corrupt(_) | Error::Stopped(_) | Error::Computed { .. } => Code::Internal,
             Error::TooLarge(_) => Code::PayloadTooLarge,
         }
     }

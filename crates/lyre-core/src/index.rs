@@ -10,6 +10,7 @@ use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into};
 
 use crate::catalog::{Attribute, TableSchema};
 use crate::error::Result;
+use crate::record::computed::Computing;
 use crate::record::{decode_entry, decode_object, encode_entry};
 use crate::value::{Object, Value};
 
@@ -93,13 +94,18 @@ impl IndexChanges {
 /// Records the index changes of a record going from `old` to `new` (for every index
 /// of `table`). Returns the names of attributes that received an array value for the
 /// first time.
+/// Indexed `@computed` attributes are indexed by what `computing` computes from the
+/// records.
 pub(crate) fn update_record_indexes(
     changes: &mut IndexChanges,
+    computing: &Computing,
     table: &TableSchema,
     pk: &[u8],
     old: Option<&Object>,
     new: Option<&Object>,
 ) -> Result<Vec<String>> {
+    let (old, new) = (computing.indexed(table, old)?, computing.indexed(table, new)?);
+    let (old, new) = (old.as_deref(), new.as_deref());
     let mut newly_multi = Vec::new();
     for attribute in table.indexed_attributes() {
         let old_value = old.and_then(|r| r.get(&attribute.name));
@@ -137,10 +143,12 @@ pub(crate) fn update_record_indexes(
     Ok(newly_multi)
 }
 
-/// Indexes `attribute` over every existing record of `table` (a new index). Returns
-/// whether any record held an array for it.
+/// Indexes `attribute` over every existing record of `table` (a new index), computing
+/// it through `computing` if it is `@computed`. Returns whether any record held an
+/// array for it.
 pub(crate) fn build_attribute_index(
     txn: &mut WriteTxn<'_, '_>,
+    computing: &Computing,
     table: &TableSchema,
     attribute: &Attribute,
 ) -> Result<bool> {
@@ -151,7 +159,10 @@ pub(crate) fn build_attribute_index(
     let mut multi = false;
     for item in txn.records(&store, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded), false)? {
         let (pk, stored) = item?;
-        let record = decode_object(stored)?;
+        let mut record = decode_object(stored)?;
+        if attribute.shape.computed.is_some() {
+            computing.add(table, &mut record, |a, _| a.name == attribute.name)?;
+        }
         if let Some(value) = record.get(&attribute.name) {
             multi |= entries_for(attribute, value, pk, &mut entries)?;
         }

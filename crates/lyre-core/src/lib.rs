@@ -63,6 +63,7 @@ pub use lyre_store::Version;
 pub use lyre_store::WriterOptions;
 /// What a writer has done, and the batch-size buckets it counts in; see `lyre_store`.
 pub use lyre_store::{BATCH_BUCKETS, WriterCounts};
+pub use record::computed::{AttributeComputer, Computers};
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{
     CurrentPage, CurrentRecord, DeleteSummary, Expect, HeldRecord, KeyScope, RecordBody, RecordVersion, Table,

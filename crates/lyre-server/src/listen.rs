@@ -175,6 +175,8 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
             expose_errors: development,
         },
     ));
+    // `@computed` attributes are computed by the JavaScript engine.
+    engine.install_attribute_computer(Arc::new(crate::script::ScriptComputer::new(&scripts)));
     let components = Arc::new(Components::new(engine.clone(), config.root().join("components"), extra, scripts));
     components.load_all().await;
     let tokens = Tokens::open(

@@ -15,8 +15,8 @@ pub(crate) use names::validate_definition_names;
 pub use names::{validate_attribute_name, validate_database_name, validate_table_name};
 pub(crate) use schema::COUNTERS_KEY;
 pub use schema::{
-    Attribute, AttributeSpec, CREATED_TIME, DatabaseSchema, Expiration, NestedField, Relationship, Shape, Stamp,
-    TableSchema, TableSpec, UPDATED_TIME,
+    Attribute, AttributeSpec, CREATED_TIME, Computed, DatabaseSchema, Expiration, NestedField, Relationship, Shape,
+    Stamp, TableSchema, TableSpec, UPDATED_TIME,
 };
 pub use sdl::{DeclaredAttribute, SdlError, TableDefinition, parse_sdl};
 pub use vector::{Distance, MAX_DIMENSIONS, VectorIndex, read_vector};

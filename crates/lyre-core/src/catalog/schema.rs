@@ -41,6 +41,13 @@ pub struct Attribute {
     pub shape: Shape,
 }
 
+impl Computed {
+    /// What its index entries depend on: the version, or else the expression.
+    fn identity(&self) -> Option<&str> {
+        self.version.as_deref().or(self.from.as_deref())
+    }
+}
+
 /// What a declared attribute must look like, beyond its type name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Shape {
@@ -56,6 +63,29 @@ pub struct Shape {
     /// Set by the server on write.
     #[serde(default)]
     pub stamp: Option<Stamp>,
+    /// `@computed`: derived from the record when read or indexed, never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub computed: Option<Computed>,
+}
+
+/// A computed attribute (`@computed`): its value comes from the record through code
+/// the server runs (an [`crate::AttributeComputer`]), is never stored, and a write
+/// may not set it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Computed {
+    /// `@computed(from: "price * taxRate")`: a JavaScript expression over the
+    /// record's attributes; `None`: a function the application registers
+    /// (`setComputedAttribute`).
+    #[serde(default)]
+    pub from: Option<String>,
+    /// `@computed(version: "2")`: a new version re-indexes the attribute (the
+    /// expression itself serves when none is given).
+    #[serde(default)]
+    pub version: Option<String>,
+    /// `@enumerable`: whole-record reads carry it; otherwise only a projection that
+    /// names it does (as Harper's non-enumerable getters).
+    #[serde(default)]
+    pub enumerable: bool,
 }
 
 /// A field of a nested object type.
@@ -241,6 +271,16 @@ impl TableSchema {
     /// Attributes with a secondary index (never the primary key).
     pub fn indexed_attributes(&self) -> impl Iterator<Item = &Attribute> {
         self.attributes.iter().filter(|a| a.indexed && !a.is_primary_key)
+    }
+
+    /// The attributes computed from each record (`@computed`), never stored.
+    pub fn computed_attributes(&self) -> impl Iterator<Item = (&Attribute, &Computed)> {
+        self.attributes.iter().filter_map(|a| a.shape.computed.as_ref().map(|c| (a, c)))
+    }
+
+    /// Whether any attribute is computed (reads and indexes then call the computer).
+    pub fn has_computed(&self) -> bool {
+        self.attributes.iter().any(|a| a.shape.computed.is_some())
     }
 
     fn push_attribute(&mut self, attribute: Attribute) {
@@ -453,15 +493,21 @@ impl DatabaseSchema {
                 }
                 Some(i) => {
                     let attribute = &mut next.attributes[i];
-                    match (attribute.indexed, declared.indexed) {
-                        (false, true) => outcome.build.push(attribute.clone()),
-                        (true, false) => outcome.drop.push(attribute.clone()),
-                        _ => {}
+                    // A computed attribute whose expression or version changed is
+                    // indexed again (its stored entries follow the old code).
+                    let recomputed = attribute.shape.computed.as_ref().map(Computed::identity)
+                        != declared.shape.computed.as_ref().map(Computed::identity);
+                    let (was_indexed, indexed) = (attribute.indexed, declared.indexed);
+                    if was_indexed && (!indexed || recomputed) {
+                        outcome.drop.push(attribute.clone());
                     }
                     attribute.indexed = declared.indexed;
                     attribute.vector = declared.vector.clone();
                     attribute.type_name = Some(declared.type_name.clone());
                     attribute.shape = declared.shape.clone();
+                    if indexed && (!was_indexed || recomputed) {
+                        outcome.build.push(attribute.clone());
+                    }
                 }
             }
         }

@@ -10,7 +10,7 @@ use std::fmt;
 use apollo_compiler::ast::{self, Definition, Directive, FieldDefinition, ObjectTypeDefinition, Type};
 use apollo_compiler::{Node, ast::Document};
 
-use crate::catalog::schema::{Expiration, NestedField, Relationship, Shape, Stamp};
+use crate::catalog::schema::{Computed, Expiration, NestedField, Relationship, Shape, Stamp};
 use crate::catalog::vector::{Distance, VectorIndex};
 
 /// The scalar types a field may have.
@@ -190,13 +190,13 @@ impl Reader<'_> {
                 relationships.push(self.relationship(field, rel, types)?);
                 continue;
             }
-            if field.directives.get("computed").is_some() {
-                return self.error(
-                    field.location(),
-                    format!("@computed on {}.{} is not supported by Lyre", ty.name, field.name),
-                );
-            }
             if field.directives.get("primaryKey").is_some() {
+                if field.directives.get("computed").is_some() {
+                    return self.error(
+                        field.location(),
+                        format!("the primary key {}.{} cannot be @computed", ty.name, field.name),
+                    );
+                }
                 if let Some(directive) = field.directives.get("expiresAt") {
                     return self.error(
                         directive.location(),
@@ -258,6 +258,19 @@ impl Reader<'_> {
         let mut shape = self.shape(&field.ty, field, types, 0)?;
         let created = field.directives.get("createdTime").is_some();
         let updated = field.directives.get("updatedTime").is_some();
+        if let Some(directive) = field.directives.get("computed") {
+            if created || updated {
+                return self.error(
+                    directive.location(),
+                    format!("{}.{} cannot be both @computed and a time stamp", owner.name, field.name),
+                );
+            }
+            shape.computed = Some(Computed {
+                from: self.string_arg(directive, "from")?,
+                version: self.string_arg(directive, "version")?,
+                enumerable: field.directives.get("enumerable").is_some(),
+            });
+        }
         shape.stamp = match (created, updated) {
             (true, true) => {
                 return self.error(
@@ -403,7 +416,7 @@ impl Reader<'_> {
         let (name, list) = self.base_type(ty);
         let required = ty.is_non_null();
         if SCALARS.contains(&name) {
-            return Ok(Shape { list, required, fields: Vec::new(), stamp: None });
+            return Ok(Shape { list, required, ..Shape::default() });
         }
         let Some(nested) = types.get(name) else {
             return self.error(field.location(), format!("field {} has unknown type {name}", field.name));
@@ -426,7 +439,7 @@ impl Reader<'_> {
                 shape: self.shape(&inner.ty, inner, types, depth + 1)?,
             });
         }
-        Ok(Shape { list, required, fields, stamp: None })
+        Ok(Shape { list, required, fields, ..Shape::default() })
     }
 
     fn relationship(
@@ -600,6 +613,21 @@ type Session @table @sealed { id: ID @primaryKey }
             parse_sdl("type A @table { id: ID @primaryKey b: B }\ntype B @table { id: ID @primaryKey }", "s.graphql")
                 .unwrap_err();
         assert!(err.message.contains("without @relationship"), "{err}");
+    }
+
+    #[test]
+    fn computed_fields_keep_their_expression_version_and_visibility() {
+        let sdl = "type P @table { id: ID @primaryKey\n price: Float\n total: Float @computed(from: \"price * 2\", version: \"2\") @indexed\n \
+                   label: String @computed @enumerable }";
+        let parsed = parse_sdl(sdl, "s.graphql").unwrap();
+        let total = &parsed[0].attributes[1];
+        assert!(total.indexed);
+        let expected = Computed { from: Some("price * 2".into()), version: Some("2".into()), enumerable: false };
+        assert_eq!(total.shape.computed, Some(expected));
+        let label = &parsed[0].attributes[2];
+        assert_eq!(label.shape.computed, Some(Computed { from: None, version: None, enumerable: true }));
+        let err = parse_sdl("type P @table { id: ID @primaryKey @computed(from: \"1\") }", "s.graphql").unwrap_err();
+        assert!(err.message.contains("cannot be @computed"), "{err}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::catalog::{
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::index;
+use crate::record::computed::Computing;
 
 /// A change to a table's definition, as the transaction log records it (the
 /// `record` of a [`lyre_store::ChangeKind::Catalog`] change, MessagePack).
@@ -87,7 +88,12 @@ fn persist(txn: &mut WriteTxn<'_, '_>, schema: &crate::catalog::DatabaseSchema, 
 
 /// Creates or alters the table, then builds and drops indexes as the new definition
 /// requires. Everything that can fail for a user reason fails before the first write.
-fn apply_definition(txn: &mut WriteTxn<'_, '_>, state: &mut SchemaState, definition: TableDefinition) -> Result<bool> {
+fn apply_definition(
+    txn: &mut WriteTxn<'_, '_>,
+    state: &mut SchemaState,
+    computing: &Computing,
+    definition: TableDefinition,
+) -> Result<bool> {
     let mut next = (**state).clone();
     let outcome = next.define(&definition)?;
     if !outcome.changed {
@@ -114,7 +120,7 @@ fn apply_definition(txn: &mut WriteTxn<'_, '_>, state: &mut SchemaState, definit
         crate::failpoint::hit("index-swap-construct")?;
     }
     for attribute in &outcome.build {
-        if index::build_attribute_index(txn, &table, attribute)? {
+        if index::build_attribute_index(txn, computing, &table, attribute)? {
             next.mark_multi_valued(name, &attribute.name)?;
         }
         CatalogChange::IndexBuilt { attribute: attribute.name.clone() }.log(txn, &store)?;
@@ -176,7 +182,8 @@ impl Db {
         require_super_user(ctx)?;
         self.check_definition(&definition)?;
         self.prepare_table(&definition.table).await?;
-        self.write(ctx, "define_table", move |txn, state| apply_definition(txn, state, definition)).await
+        let computing = self.computing();
+        self.write(ctx, "define_table", move |txn, state| apply_definition(txn, state, &computing, definition)).await
     }
 
     /// Fails when `definition` cannot be applied to this database as it is now: a
@@ -234,6 +241,7 @@ impl Db {
         validate_attribute_name(&spec.name)?;
         let table = table.to_string();
         let database = self.name().to_string();
+        let computing = self.computing();
         self.write(ctx, "create_attribute", move |txn, state| {
             let existing = state
                 .table(&table)
@@ -248,7 +256,7 @@ impl Db {
             CatalogChange::AddAttribute { attribute: attribute.name.clone(), indexed: attribute.indexed }
                 .log(txn, &store)?;
             if attribute.indexed {
-                let multi = index::build_attribute_index(txn, &updated, &attribute)?;
+                let multi = index::build_attribute_index(txn, &computing, &updated, &attribute)?;
                 if multi {
                     schema.mark_multi_valued(&table, &attribute.name)?;
                 }
@@ -289,6 +297,50 @@ impl Db {
             let updated = schema.table(&table).cloned().ok_or_else(|| Error::Corrupt("table vanished".into()))?;
             txn.put_catalog(&TableSchema::catalog_key(&table), &updated.encode()?)?;
             Ok(())
+        })
+        .await
+    }
+
+    /// Indexes again `table`'s indexed `@computed` attributes whose values come from
+    /// a function an application registers (`setComputedAttribute`, not an
+    /// expression): the schema defines such an index before any script could
+    /// compute it, so the server calls this once its scripts have (re)loaded.
+    /// Returns how many attributes were indexed again.
+    pub async fn reindex_registered_computed(&self, ctx: &Context, table: &str) -> Result<usize> {
+        require_super_user(ctx)?;
+        let computing = self.computing();
+        let table = table.to_string();
+        let database = self.name().to_string();
+        self.write(ctx, "reindex_computed", move |txn, state| {
+            let existing =
+                state.table(&table).cloned().ok_or_else(|| Error::TableNotFound { database, table: table.clone() })?;
+            let registered: Vec<_> = existing
+                .computed_attributes()
+                .filter(|(attribute, computed)| attribute.indexed && computed.from.is_none())
+                .map(|(attribute, _)| attribute.clone())
+                .collect();
+            if registered.is_empty() {
+                return Ok(0);
+            }
+            let store = prepared_storage(txn, &table)?;
+            let mut multi = Vec::new();
+            for attribute in &registered {
+                index::drop_attribute_index(txn, &store, attribute)?;
+                CatalogChange::IndexDropped { attribute: attribute.name.clone() }.log(txn, &store)?;
+                if index::build_attribute_index(txn, &computing, &existing, attribute)? && !attribute.multi_valued {
+                    multi.push(attribute.name.clone());
+                }
+                CatalogChange::IndexBuilt { attribute: attribute.name.clone() }.log(txn, &store)?;
+            }
+            if !multi.is_empty() {
+                let schema = Arc::make_mut(state);
+                for name in &multi {
+                    schema.mark_multi_valued(&table, name)?;
+                }
+                let updated = schema.table(&table).cloned().ok_or_else(|| Error::Corrupt("table vanished".into()))?;
+                persist(txn, schema, &updated)?;
+            }
+            Ok(registered.len())
         })
         .await
     }

@@ -23,6 +23,7 @@ use crate::access::{Context, require_super_user};
 use crate::blobs::BlobStore;
 use crate::catalog::{DatabaseSchema, SYSTEM_DATABASE, SchemaState, TableSchema};
 use crate::error::{Error, Result};
+use crate::record::computed::{Computers, Computing};
 
 /// An open database. Shared behind an `Arc` by everything using it: every `Arc`
 /// is a handle a drop waits for, and long-lived users name themselves with a
@@ -48,6 +49,8 @@ pub struct Db {
     derived: derived::DerivedIndexes,
     /// The database's blob files.
     blobs: Arc<BlobStore>,
+    /// What computes `@computed` attributes (the engine's).
+    computers: Computers,
 }
 
 /// Who holds a lease. Described only when asked (a refused drop naming its
@@ -116,6 +119,7 @@ impl Db {
         writer: WriterOptions,
         clock: Arc<VersionClock>,
         blobs: Arc<BlobStore>,
+        computers: Computers,
     ) -> Result<Arc<Db>> {
         let store = Database::open(name, dir, options)?;
         let schema = {
@@ -145,7 +149,13 @@ impl Db {
             opened_at: crate::time::now_ms(),
             derived: Default::default(),
             blobs,
+            computers,
         }))
+    }
+
+    /// What computes this database's `@computed` attributes, for one job.
+    pub(crate) fn computing(&self) -> Computing {
+        self.computers.for_database(&self.name)
     }
 
     /// The database's blob files.

@@ -292,7 +292,8 @@ impl Search {
             return Ok(());
         };
         let schema = self.schema.clone();
-        let live = Live::of(&schema).decoding_only(self.decoded.as_deref());
+        let computing = self.db.computing();
+        let live = Live::of(&schema).decoding_only(self.decoded.as_deref()).computing(&computing);
         let txn = self.txn.lock();
         let related = Related::new(&txn, &self.db, &schema).viewed_by(&self.ctx);
         let (access, key) = (&self.access, schema.primary_key.as_str());
@@ -308,7 +309,9 @@ impl Search {
                 store: &store,
                 schema: &schema,
                 live,
-                live_with_vector: Live::of(&schema).decoding_only(self.decoded_with_vector.as_deref()),
+                live_with_vector: Live::of(&schema)
+                    .decoding_only(self.decoded_with_vector.as_deref())
+                    .computing(&computing),
                 driver: &self.driver,
                 query,
                 vector: sort,

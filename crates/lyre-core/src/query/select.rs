@@ -3,6 +3,7 @@
 use crate::catalog::TableSchema;
 use crate::error::{Error, Result};
 use crate::query::related::Related;
+use crate::record::computed::hide_unnamed;
 use crate::value::{Object, Value, object_with_capacity};
 
 /// Which attributes to return.
@@ -147,6 +148,9 @@ impl Select {
 
     /// Applies a flat projection to `record` (relationship fields become `null`).
     pub fn project(&self, table: &TableSchema, mut record: Object) -> Object {
+        if table.has_computed() && matches!(self, Select::Raw | Select::All) {
+            hide_unnamed(table, &mut record);
+        }
         match self {
             Select::Raw => record,
             Select::All if table.schema_defined => record,

@@ -15,6 +15,7 @@ use lyre_store::decode_record;
 
 use crate::catalog::{Attribute, TableSchema};
 use crate::error::Result;
+use crate::record::computed::Computing;
 use crate::record::entry::{decode_object, decode_object_only};
 use crate::time::now_ms;
 use crate::value::{Object, Value};
@@ -51,6 +52,8 @@ pub(crate) struct Live<'a> {
     now: f64,
     /// The attributes a read decodes (`None`: all of them).
     only: Option<&'a [String]>,
+    /// Adds the table's `@computed` attributes to what it decodes, when set.
+    computing: Option<&'a Computing>,
 }
 
 impl<'a> Live<'a> {
@@ -61,7 +64,13 @@ impl<'a> Live<'a> {
 
     /// What a read of `table` at `now` (ms) may see.
     pub(crate) fn at(table: &'a TableSchema, now: f64) -> Self {
-        Live { table, now, only: None }
+        Live { table, now, only: None, computing: None }
+    }
+
+    /// The same, adding the table's `@computed` attributes to every record read
+    /// (the whole record is then decoded: the code may read any attribute).
+    pub(crate) fn computing(self, computing: &'a Computing) -> Self {
+        Live { computing: self.table.has_computed().then_some(computing), ..self }
     }
 
     /// The same, decoding only the attributes `names` (which must hold the
@@ -90,16 +99,34 @@ impl<'a> Live<'a> {
     /// index instead of the records: it decodes only that attribute, no record can
     /// expire, and no record holds a list there (one entry, one record).
     pub(crate) fn covered_by(&self, attribute: &Attribute) -> bool {
-        self.only.is_some_and(|only| only.len() == 1 && only[0] == attribute.name)
+        self.computing.is_none()
+            && self.only.is_some_and(|only| only.len() == 1 && only[0] == attribute.name)
             && !expires(self.table)
             && !attribute.multi_valued
     }
 
     /// The stored record, decoded, unless it has expired.
     pub(crate) fn decode(&self, stored: &[u8]) -> Result<Option<Object>> {
-        let decode = |stored: &[u8]| match self.only {
-            None => decode_object(stored),
-            Some(names) => decode_object_only(stored, names),
+        let record = self.decode_stored(stored)?;
+        match (record, self.computing) {
+            (Some(mut record), Some(computing)) => {
+                // A read that names its attributes computes those and the
+                // enumerable ones (a whole record carries those).
+                let only = self.only;
+                computing.add(self.table, &mut record, |attribute, computed| {
+                    computed.enumerable || only.is_none_or(|names| names.contains(&attribute.name))
+                })?;
+                Ok(Some(record))
+            }
+            (record, _) => Ok(record),
+        }
+    }
+
+    /// The stored record, decoded, unless it has expired; nothing computed.
+    fn decode_stored(&self, stored: &[u8]) -> Result<Option<Object>> {
+        let decode = |stored: &[u8]| match (self.only, self.computing) {
+            (Some(names), None) => decode_object_only(stored, names),
+            _ => decode_object(stored),
         };
         match (&self.table.expiration, &self.table.expires_at) {
             (None, None) => decode(stored).map(Some),

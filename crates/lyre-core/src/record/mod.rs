@@ -6,6 +6,7 @@
 //! Pure functions of a record and its table's schema: nothing here reads storage, so
 //! indexes, queries, tables and services can all build on it.
 
+pub(crate) mod computed;
 pub(crate) mod entry;
 pub(crate) mod expiry;
 pub(crate) mod merge;

@@ -36,6 +36,10 @@ pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool)
             return Err(Error::invalid(format!("Computed property {name} may not be directly assigned a value")));
         }
         let attribute = table.attribute(name);
+        if attribute.is_some_and(|a| a.shape.computed.is_some()) {
+            // Computed from the record when read, never stored (Harper's words).
+            return Err(Error::invalid(format!("Computed property {name} may not be directly assigned a value")));
+        }
         if attribute.is_none() && table.sealed {
             return Err(Error::invalid(format!("Property {name} is not allowed: table {} is sealed", table.name)));
         }
@@ -73,6 +77,7 @@ pub(crate) fn validate_record(table: &TableSchema, record: &Object, whole: bool)
         let missing = table.attributes.iter().find(|a| {
             a.shape.required
                 && a.shape.stamp.is_none()
+                && a.shape.computed.is_none()
                 && !a.is_primary_key
                 && matches!(record.get(&a.name), None | Some(Value::Null))
         });

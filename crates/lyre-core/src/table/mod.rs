@@ -264,7 +264,9 @@ impl Table {
         live: &Live<'_>,
         stored: &[u8],
     ) -> Result<Option<(RecordBody, RecordVersion)>> {
-        if !access.restricts_attributes() {
+        // Stored bytes lack computed attributes a whole record carries.
+        let carries_computed = self.schema.computed_attributes().any(|(_, c)| c.enumerable);
+        if !access.restricts_attributes() && !carries_computed {
             let (header, record) = stored_record(stored)?;
             match live.sees_version(header.version) {
                 Some(false) => return Ok(None),
@@ -320,6 +322,7 @@ impl Table {
         }
         let version = RecordVersion::of(&entry);
         let mut record = entry.record;
+        self.db.computing().add(&self.schema, &mut record, |_, computed| computed.enumerable)?;
         access.strip(&mut record, &self.schema.primary_key);
         Ok(Some((record, version)))
     }
@@ -357,7 +360,8 @@ impl Table {
         let Some(store) = txn.table(&self.schema.name)? else {
             return Ok(Vec::new());
         };
-        let live = Live::of(&self.schema);
+        let computing = self.db.computing();
+        let live = Live::of(&self.schema).computing(&computing);
         // Relationship fields read the related tables in the same snapshot.
         let related = matches!(select, Select::Fields { .. })
             .then(|| crate::query::Related::new(&txn, &self.db, &self.schema).viewed_by(ctx));
@@ -613,10 +617,13 @@ impl Table {
 
     /// Projects one record (as returned by [`Table::get`]) through `select`,
     /// following relationships the projection names.
-    pub fn project(&self, ctx: &Context, record: Object, select: &Select) -> Result<Value> {
+    pub fn project(&self, ctx: &Context, mut record: Object, select: &Select) -> Result<Value> {
         let access = self.access(ctx, &[Action::Read])?;
-        access.require_attributes(select.attributes_named(), &[Action::Read], &self.schema.primary_key)?;
+        let named = select.attributes_named();
+        access.require_attributes(named.iter().copied(), &[Action::Read], &self.schema.primary_key)?;
         select.validate(&self.schema)?;
+        // The computed attributes it names, computed from the whole record.
+        self.db.computing().add(&self.schema, &mut record, |attribute, _| named.contains(&attribute.name.as_str()))?;
         let txn = self.db.store().read()?;
         let related = crate::query::Related::new(&txn, &self.db, &self.schema).viewed_by(ctx);
         let projected = select.project_value(&self.schema, record, Some(&related))?;

@@ -12,6 +12,7 @@ use crate::catalog::{Attribute, AttributeSpec, CREATED_TIME, SchemaState, Stamp,
 use crate::db::{CatalogChange, last_updated_key};
 use crate::error::{Error, Result};
 use crate::index::{IndexChanges, update_record_indexes};
+use crate::record::computed::Computing;
 use crate::record::entry::{Entry, decode_entry, encode_entry};
 use crate::record::expiry::{Live, removable_from};
 use crate::record::merge::{WriteMode, crdt_op, merge};
@@ -178,13 +179,14 @@ pub(crate) async fn apply(
 ) -> Result<WriteSummary> {
     let name = table.schema().name.clone();
     let database = table.database().to_string();
+    let computing = table.db().computing();
     refuse_while_lagging(table, ctx, at)?;
     table
         .db()
         .write(ctx, mode.operation(), move |txn, state| {
             // The blob files the records name stay only if this job runs; if it
             // fails (or never runs: `blobs` is dropped with the closure) they go.
-            let written = apply_job(txn, state, &database, &name, mode, records, at, access);
+            let written = apply_job(txn, state, &database, &name, computing, mode, records, at, access);
             let kept = blobs.settle(&written);
             written.map(|summary| (summary, kept))
         })
@@ -199,6 +201,7 @@ fn apply_job(
     state: &mut SchemaState,
     database: &str,
     name: &str,
+    computing: Computing,
     mode: WriteMode,
     records: Vec<Prepared>,
     at: Option<Version>,
@@ -207,7 +210,7 @@ fn apply_job(
     if let Some(at) = at {
         txn.set_version(at);
     }
-    let mut job = WriteJob::start(txn, state, database, name, at.is_some())?;
+    let mut job = WriteJob::start(txn, state, database, name, computing, at.is_some())?;
     job.keep_unwritable = access.restricts_attributes().then_some(access);
     // Keys first, so the checks see the records the writes will write.
     let mut records = records;
@@ -256,6 +259,7 @@ pub(crate) async fn delete(
         .collect::<Result<Vec<_>>>()?;
     let name = table.schema().name.clone();
     let database = table.database().to_string();
+    let computing = table.db().computing();
     refuse_while_lagging(table, ctx, at)?;
     table
         .db()
@@ -263,7 +267,7 @@ pub(crate) async fn delete(
             if let Some(at) = at {
                 txn.set_version(at);
             }
-            let mut job = WriteJob::start(txn, state, &database, &name, at.is_some())?;
+            let mut job = WriteJob::start(txn, state, &database, &name, computing, at.is_some())?;
             for (key, id, expect) in &keys {
                 if let Some(expect) = expect {
                     job.check(txn, key, id, expect)?;
@@ -282,7 +286,14 @@ pub(crate) async fn delete(
                     summary.skipped.push(id);
                     continue;
                 }
-                update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old.record), None)?;
+                update_record_indexes(
+                    &mut job.index_changes,
+                    &job.computing,
+                    &job.table,
+                    &key,
+                    Some(&old.record),
+                    None,
+                )?;
                 blobs::queue_freed(txn, &job.table.name, Some(&old.record), None)?;
                 txn.delete_record(&job.store, &key)?;
                 job.changed = true;
@@ -329,10 +340,11 @@ pub(crate) async fn publish(
 pub(crate) async fn evict(table: &Table, ctx: &Context, keys: Vec<Vec<u8>>, now: f64) -> Result<usize> {
     let name = table.schema().name.clone();
     let database = table.database().to_string();
+    let computing = table.db().computing();
     table
         .db()
         .write(ctx, "expire", move |txn, state| {
-            let mut job = WriteJob::start(txn, state, &database, &name, false)?;
+            let mut job = WriteJob::start(txn, state, &database, &name, computing, false)?;
             // The table's current rule: a reload may have changed or removed it.
             let mut removed = 0;
             for key in keys {
@@ -341,7 +353,14 @@ pub(crate) async fn evict(table: &Table, ctx: &Context, keys: Vec<Vec<u8>>, now:
                 if removable_from(&job.table, old.version().time, &old.record).is_none_or(|at| at > now) {
                     continue;
                 }
-                update_record_indexes(&mut job.index_changes, &job.table, &key, Some(&old.record), None)?;
+                update_record_indexes(
+                    &mut job.index_changes,
+                    &job.computing,
+                    &job.table,
+                    &key,
+                    Some(&old.record),
+                    None,
+                )?;
                 blobs::queue_freed(txn, &job.table.name, Some(&old.record), None)?;
                 txn.delete_record(&job.store, &key)?;
                 removed += 1;
@@ -379,10 +398,19 @@ struct WriteJob {
     /// For a role that may not change some attributes: a full replace (`PUT`) keeps
     /// their stored values, as in Harper, instead of removing what it cannot see.
     keep_unwritable: Option<TableAccess>,
+    /// Computes the indexed `@computed` attributes.
+    computing: Computing,
 }
 
 impl WriteJob {
-    fn start(txn: &WriteTxn<'_, '_>, state: &SchemaState, database: &str, name: &str, explicit: bool) -> Result<Self> {
+    fn start(
+        txn: &WriteTxn<'_, '_>,
+        state: &SchemaState,
+        database: &str,
+        name: &str,
+        computing: Computing,
+        explicit: bool,
+    ) -> Result<Self> {
         let not_found = || Error::TableNotFound { database: database.to_string(), table: name.to_string() };
         // The table may have been dropped while this write waited in the queue.
         let table = state.table(name).cloned().ok_or_else(not_found)?;
@@ -397,6 +425,7 @@ impl WriteJob {
             index_changes: IndexChanges::default(),
             explicit,
             keep_unwritable: None,
+            computing,
         })
     }
 
@@ -578,7 +607,8 @@ impl WriteJob {
         self.stamp(&mut new, existing.map(|e| &e.record), merged.version.time);
         let old = stored.as_ref().map(|e| &e.record);
         blobs::queue_freed(txn, &self.table.name, old, Some(&new))?;
-        let newly_multi = update_record_indexes(&mut self.index_changes, &self.table, &key, old, Some(&new))?;
+        let newly_multi =
+            update_record_indexes(&mut self.index_changes, &self.computing, &self.table, &key, old, Some(&new))?;
         if !newly_multi.is_empty() {
             let schema = Arc::make_mut(state);
             for attribute in &newly_multi {

@@ -150,6 +150,16 @@ pub struct Components {
     scripts: Arc<Scripts>,
     /// The components with scripts, as the script host last loaded them.
     scripted: parking_lot::Mutex<BTreeMap<String, ScriptComponent>>,
+    /// While every component loads at start-up: the scripted ones whose scripts
+    /// wait to load all together, in one generation, once every table is defined.
+    deferred: parking_lot::Mutex<Option<BTreeMap<String, Deferred>>>,
+}
+
+/// What a component whose scripts wait (see [`Components::load_all`]) needs to
+/// publish them once they loaded.
+struct Deferred {
+    rest: config::Rest,
+    sources: BTreeMap<String, Arc<Source>>,
 }
 
 impl Components {
@@ -165,6 +175,7 @@ impl Components {
             log_dir,
             scripts,
             scripted: parking_lot::Mutex::new(BTreeMap::new()),
+            deferred: parking_lot::Mutex::new(None),
             status: RwLock::new(BTreeMap::new()),
             exports: RwLock::new(Arc::new(Exports::default())),
             loading: tokio::sync::Mutex::new(()),
@@ -217,9 +228,37 @@ impl Components {
         }
         names.sort();
         names.dedup();
+        // Scripts load once, all together, after every component's tables exist
+        // (one generation, not one per component).
+        *self.deferred.lock() = Some(BTreeMap::new());
         for name in names {
             self.reload(&name).await;
         }
+        let deferred = self.deferred.lock().take().unwrap_or_default();
+        if deferred.is_empty() {
+            return;
+        }
+        let _guard = self.loading.lock().await;
+        let all = self.scripted.lock().values().cloned().collect();
+        let mut report = self.scripts.load(all).await;
+        let mut status = self.status.write();
+        for (name, waiting) in deferred {
+            let outcome = report.remove(&name).unwrap_or_else(|| Err(format!("{name}: its scripts were not loaded")));
+            match (outcome, status.get_mut(&name)) {
+                (Ok(scripts), Some(Status::Loaded(loaded))) => {
+                    let Deferred { rest, mut sources } = waiting;
+                    loaded.scripts = self.attach_scripts(&name, &mut loaded.exports, &mut sources, scripts, rest);
+                }
+                (Err(message), Some(entry)) => {
+                    tracing::error!(component = %name, error = %message, "component failed to load");
+                    self.scripted.lock().remove(&name);
+                    *entry = Status::Failed(message);
+                }
+                _ => {}
+            }
+        }
+        drop(status);
+        self.publish();
     }
 
     /// (Re)loads component `name` from its directory, or forgets it when the
@@ -324,16 +363,36 @@ impl Components {
             Some(plugin) => plugin.files.globs()?.files(dir)?,
             None => Vec::new(),
         };
-        let ScriptsLoaded { exports: scripts, sources: coded } = if script_files.is_empty() {
+        let mut exports = exports;
+        let mut sources = sources;
+        let loaded = if script_files.is_empty() {
             self.unload_scripts(name).await;
             ScriptsLoaded::default()
         } else {
             let wanted = ScriptComponent { name: name.to_string(), dir: dir.to_path_buf(), files: script_files };
+            if let Some(deferred) = self.deferred.lock().as_mut() {
+                self.scripted.lock().insert(name.to_string(), wanted);
+                deferred.insert(name.to_string(), Deferred { rest: config.rest, sources });
+                return Ok(Loaded { exports, site, graphql: config.graphql(), scripts: Vec::new() });
+            }
             self.load_scripts(wanted).await?
         };
-        let mut exports = exports;
-        let mut sources = sources;
-        // A table a script gave a source (`sourcedFrom`) is a caching table.
+        let scripts = self.attach_scripts(name, &mut exports, &mut sources, loaded, config.rest);
+        Ok(Loaded { exports, site, graphql: config.graphql(), scripts })
+    }
+
+    /// Publishes what a component's scripts loaded: a table a script gave a source
+    /// (`sourcedFrom`) becomes a caching table, and a script's class of a table
+    /// serves the table's own handlers at its path; the scripts' exports.
+    fn attach_scripts(
+        &self,
+        name: &str,
+        exports: &mut Vec<Export>,
+        sources: &mut BTreeMap<String, Arc<Source>>,
+        loaded: ScriptsLoaded,
+        rest: config::Rest,
+    ) -> Vec<ScriptExport> {
+        let ScriptsLoaded { exports: scripts, sources: coded } = loaded;
         for declared in coded {
             let table = declared.table.clone();
             let source = Arc::new(Source::Code(CodeSource(Arc::new(ScriptSource::new(&self.scripts, declared)))));
@@ -342,8 +401,7 @@ impl Components {
             }
             sources.insert(table, source);
         }
-        if config.rest.enabled() {
-            // A script's class of a table serves the table's own handlers at its path.
+        if rest.enabled() {
             for script in &scripts {
                 if let Some((database, table)) = &script.table
                     && !exports.iter().any(|e| e.name == script.path)
@@ -353,13 +411,13 @@ impl Components {
                         database: database.clone(),
                         table: table.clone(),
                         component: name.to_string(),
-                        last_modified: config.rest.last_modified(),
+                        last_modified: rest.last_modified(),
                         source: sources.get(table).cloned(),
                     });
                 }
             }
         }
-        Ok(Loaded { exports, site, graphql: config.graphql(), scripts })
+        scripts
     }
 
     /// Loads the scripts of every scripted component, `wanted` among them, into a

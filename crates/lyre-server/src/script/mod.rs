@@ -16,6 +16,7 @@
 //! side; `worker.rs` one runtime; `modules.rs` where imports lead; `convert.rs`
 //! values crossing over.
 
+mod computed;
 mod convert;
 mod modules;
 mod native;
@@ -34,6 +35,8 @@ use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::source::{CodeAnswer, RecordSource};
+
+pub use computed::ScriptComputer;
 
 /// Requests waiting for a worker, per generation; past it a request is refused (503).
 const QUEUE_DEPTH: usize = 1024;
@@ -218,6 +221,8 @@ pub type LoadReport = BTreeMap<String, Result<ScriptsLoaded, String>>;
 /// One set of workers that loaded the same scripts.
 struct Generation {
     jobs: mpsc::Sender<worker::Job>,
+    /// Computed attributes' registered functions to run.
+    computes: mpsc::Sender<worker::Compute>,
     /// The paths its scripts export.
     exports: BTreeMap<String, ScriptExport>,
 }
@@ -278,10 +283,15 @@ impl Scripts {
     pub async fn load(&self, components: Vec<ScriptComponent>) -> LoadReport {
         if components.is_empty() {
             *self.current.write() = None;
+            self.reindex_registered_computed().await;
             return LoadReport::new();
         }
         let (jobs, receiver) = mpsc::channel(QUEUE_DEPTH);
-        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+        let (computes, computed) = mpsc::channel(QUEUE_DEPTH);
+        let queues = Arc::new(worker::Queues {
+            jobs: tokio::sync::Mutex::new(receiver),
+            computes: tokio::sync::Mutex::new(computed),
+        });
         let spec = Arc::new(worker::Spec {
             components,
             engine: self.engine.clone(),
@@ -291,7 +301,7 @@ impl Scripts {
         let mut reports = Vec::new();
         for index in 0..self.settings.workers.max(1) {
             let (loaded, report) = oneshot::channel();
-            if let Err(err) = worker::spawn(index, spec.clone(), receiver.clone(), loaded) {
+            if let Err(err) = worker::spawn(index, spec.clone(), queues.clone(), loaded) {
                 tracing::error!(error = %err, "could not start a JavaScript worker thread");
                 continue;
             }
@@ -326,8 +336,29 @@ impl Scripts {
             .flat_map(|loaded| &loaded.exports)
             .map(|export| (export.path.clone(), export.clone()))
             .collect();
-        *self.current.write() = Some(Arc::new(Generation { jobs, exports }));
+        *self.current.write() = Some(Arc::new(Generation { jobs, computes, exports }));
+        self.reindex_registered_computed().await;
         report
+    }
+
+    /// Indexes again every indexed `@computed` attribute a script's function
+    /// computes: the functions it is computed by are the new generation's.
+    async fn reindex_registered_computed(&self) {
+        for name in self.engine.database_names() {
+            let Ok(db) = self.engine.database(&name) else { continue };
+            let tables: Vec<String> = db
+                .schema()
+                .tables
+                .values()
+                .filter(|t| t.computed_attributes().any(|(a, c)| a.indexed && c.from.is_none()))
+                .map(|t| t.name.clone())
+                .collect();
+            for table in tables {
+                if let Err(err) = db.reindex_registered_computed(&lyre_core::Context::system(), &table).await {
+                    tracing::error!(database = %name, table = %table, error = %err, "indexing computed attributes failed");
+                }
+            }
+        }
     }
 
     /// Answers `request` with the resource its export names.
@@ -349,6 +380,39 @@ impl Scripts {
             worker::Job::Source { database: database.to_string(), table: table.to_string(), id: id.clone(), reply };
         submit(&generation, job)?;
         answer.await.map_err(|_| ScriptError::Stopped)?
+    }
+
+    /// Computes `attribute` of a `database.table` record with the function a script
+    /// registered for it (`setComputedAttribute`), waiting (blocking the calling
+    /// thread, which must not be a worker's) up to the time budget. `None` when no
+    /// scripts are loaded or none registered one.
+    pub fn compute_blocking(
+        &self,
+        database: &str,
+        table: &str,
+        attribute: &str,
+        record: &Object,
+    ) -> Result<Option<Value>, String> {
+        let Some(generation) = self.current.read().clone() else { return Ok(None) };
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let job = worker::Compute {
+            database: database.to_string(),
+            table: table.to_string(),
+            attribute: attribute.to_string(),
+            record: record.clone(),
+            reply,
+        };
+        generation.computes.try_send(job).map_err(|err| match err {
+            mpsc::error::TrySendError::Full(_) => ScriptError::Busy.to_string(),
+            mpsc::error::TrySendError::Closed(_) => ScriptError::Stopped.to_string(),
+        })?;
+        match answer.recv_timeout(self.settings.timeout) {
+            Ok(outcome) => outcome,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err(ScriptError::Timeout(self.settings.timeout).to_string())
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(ScriptError::Stopped.to_string()),
+        }
     }
 
     /// Stops serving scripts: the workers end once the requests they hold are answered.

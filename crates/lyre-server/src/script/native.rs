@@ -298,6 +298,13 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                             let mut attribute = Object::default();
                             attribute.insert("name".into(), Value::String(a.name.clone()));
                             attribute.insert("type".into(), a.type_name.clone().map_or(Value::Null, Value::String));
+                            attribute.insert("indexed".into(), Value::Bool(a.indexed));
+                            if let Some(computed) = &a.shape.computed {
+                                let mut about = Object::default();
+                                about.insert("from".into(), computed.from.clone().map_or(Value::Null, Value::String));
+                                about.insert("enumerable".into(), Value::Bool(computed.enumerable));
+                                attribute.insert("computed".into(), Value::Object(about));
+                            }
                             Value::Object(attribute)
                         })
                         .collect();

@@ -241,6 +241,59 @@
 		return records;
 	}
 
+	// ---- Computed attributes ----
+	/** Functions scripts registered (`setComputedAttribute`), by `database.table`, then attribute. */
+	const computedResolvers = new Map();
+	/** `@computed(from:)` expressions, compiled once each. */
+	const expressions = new Map();
+
+	/** An expression as a function of a record whose attributes are its names (missing ones are `undefined`). */
+	function compiledExpression(from) {
+		let compiled = expressions.get(from);
+		if (!compiled) {
+			const scope = new Proxy({}, { has: (t, k) => typeof k === 'string' && k !== '__record' && !(k in globalThis) });
+			compiled = new Function('__scope', '__record', `with (__scope) { with (__record) { return (${from}\n); } }`).bind(
+				null,
+				scope,
+			);
+			expressions.set(from, compiled);
+		}
+		return compiled;
+	}
+
+	/** What computes `attribute` of `database.table`: a registered function first, else its expression. */
+	function resolverFor(database, table, attribute) {
+		const own = computedResolvers.get(`${database}.${table}`)?.get(attribute.name);
+		if (own) return own;
+		if (attribute.computed.from != null) return compiledExpression(attribute.computed.from);
+		return undefined;
+	}
+
+	/**
+	 * Gives a record read by a script its computed attributes the read left out, as
+	 * getters (enumerable only when `@enumerable`, as Harper's).
+	 */
+	function withComputed(info, record) {
+		if (!record || typeof record !== 'object' || !info.computed.length) return record;
+		for (const attribute of info.computed) {
+			if (Object.prototype.hasOwnProperty.call(record, attribute.name)) continue;
+			const resolve = resolverFor(info.database, info.table, attribute);
+			if (!resolve) continue;
+			Object.defineProperty(record, attribute.name, {
+				get() {
+					return resolve(this);
+				},
+				enumerable: attribute.computed.enumerable,
+				configurable: true,
+			});
+		}
+		return record;
+	}
+
+	/** The value of a registered function for a record (the writer's and request threads' call). */
+	globalThis.__lyre_compute = (database, table, attribute, record) =>
+		computedResolvers.get(`${database}.${table}`)?.get(attribute)?.(record);
+
 	// ---- Caching sources ----
 	/** Sources scripts gave tables, by `database.table`. */
 	const sources = new Map();
@@ -269,19 +322,21 @@
 	 * source's answer, stored (REST reads go through Lyre's cache, which also
 	 * renews expired copies).
 	 */
-	async function readThrough(database, table, primaryKey, id, handle) {
-		const stored = native.get(database, table, id, handle);
+	async function readThrough(info, id, handle) {
+		const { database, table, primaryKey } = info;
+		const stored = withComputed(info, native.get(database, table, id, handle));
 		if (stored !== undefined || !sources.has(`${database}.${table}`)) return stored;
 		const { record } = await askSource(database, table, id);
 		if (!record) return undefined;
 		record[primaryKey] = id;
 		await native.put(database, table, id, record, UNCHECKED);
-		return native.get(database, table, id, handle);
+		return withComputed(info, native.get(database, table, id, handle));
 	}
 
 	/** A class for a table, with Harper's table API over Lyre's. */
 	function makeTable(info) {
 		const { database, table, primaryKey } = info;
+		info.computed = info.attributes.filter((attribute) => attribute.computed);
 		const TableClass = class extends Resource {
 			static get primaryKey() {
 				return primaryKey;
@@ -297,10 +352,10 @@
 			}
 			/** Reads this instance's record into it, as `handle` may read it (Harper's instance-loading mode). */
 			async load(handle) {
-				const record = await readThrough(database, table, primaryKey, this.getId(), handle);
+				const record = await readThrough(info, this.getId(), handle);
 				for (const key of Object.keys(this)) delete this[key];
 				this[LOADED] = record !== undefined;
-				if (record !== undefined) Object.assign(this, record);
+				if (record !== undefined) withComputed(info, Object.assign(this, record));
 			}
 			doesExist() {
 				return this[LOADED] !== false;
@@ -314,10 +369,10 @@
 				if (legacy) return this[LOADED] ? this : undefined;
 				return guarded(this, 'allowRead', target, target, (handle) => {
 					if (!sources.has(`${database}.${table}`)) {
-						const record = native.get(database, table, id, handle);
+						const record = withComputed(info, native.get(database, table, id, handle));
 						return record === undefined ? undefined : Object.freeze(record);
 					}
-					return readThrough(database, table, primaryKey, id, handle).then((record) =>
+					return readThrough(info, id, handle).then((record) =>
 						record === undefined ? undefined : Object.freeze(record),
 					);
 				});
@@ -327,7 +382,10 @@
 					typeof target === 'string' ? target : (target?.query ?? (target instanceof RequestTarget ? target.search : ''));
 				const frozen = this.constructor.loadAsInstance === false;
 				return guarded(this, 'allowRead', target, target, (handle) =>
-					results(native.search(database, table, query, handle), frozen),
+					results(
+						native.search(database, table, query, handle).map((record) => withComputed(info, record)),
+						frozen,
+					),
 				);
 			}
 			put(first, second) {
@@ -388,6 +446,22 @@
 			}
 			static update(id, updates, context) {
 				return invoke(this, 'update', id, updates, context);
+			}
+			/** Computes attribute `name` (declared `@computed`) with `resolver(record)`, as Harper's. */
+			static setComputedAttribute(name, resolver) {
+				const attribute = info.attributes.find((a) => a.name === name);
+				if (!attribute) {
+					console.error(`The attribute "${name}" does not exist in the table "${table}"`);
+					return;
+				}
+				if (!attribute.computed) {
+					console.error(`The attribute "${name}" is not defined as computed in the table "${table}"`);
+					return;
+				}
+				if (typeof resolver !== 'function') throw new TypeError('setComputedAttribute takes a function');
+				const key = `${database}.${table}`;
+				if (!computedResolvers.has(key)) computedResolvers.set(key, new Map());
+				computedResolvers.get(key).set(name, resolver);
 			}
 			/** Makes this table a cache of `Source` (a class whose `get` answers one record). */
 			static sourcedFrom(Source, options = {}) {

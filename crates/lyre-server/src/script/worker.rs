@@ -15,7 +15,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use lyre_core::{Code, Engine, Value};
+use lyre_core::{Code, Engine, Object, Value};
 use rquickjs::context::EvalOptions;
 use rquickjs::{Array, AsyncContext, AsyncRuntime, CaughtError, Ctx, Function, Module, Promise, TypedArray};
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -60,22 +60,40 @@ pub(super) enum Job {
     Source { database: String, table: String, id: Value, reply: oneshot::Sender<Result<CodeAnswer, ScriptError>> },
 }
 
-/// Starts worker `index`; it reports its load through `loaded`, then serves `jobs`
-/// until the queue closes.
+/// A registered function computing an attribute (`setComputedAttribute`), asked by
+/// a thread that waits for the answer (the writer, a request thread). Workers take
+/// these from their own queue, even while a request of theirs waits.
+pub(super) struct Compute {
+    pub database: String,
+    pub table: String,
+    pub attribute: String,
+    pub record: Object,
+    pub reply: std::sync::mpsc::SyncSender<Result<Option<Value>, String>>,
+}
+
+/// The queues a generation's workers share.
+pub(super) struct Queues {
+    pub jobs: Mutex<mpsc::Receiver<Job>>,
+    pub computes: Mutex<mpsc::Receiver<Compute>>,
+}
+
+/// Starts worker `index`; it reports its load through `loaded`, then serves the
+/// queues until they close.
 pub(super) fn spawn(
     index: usize,
     spec: Arc<Spec>,
-    jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+    queues: Arc<Queues>,
     loaded: oneshot::Sender<LoadReport>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name(format!("lyre-js-{index}"))
         .stack_size(THREAD_STACK)
-        .spawn(move || run(&spec, &jobs, loaded))
+        .spawn(move || run(&spec, queues, loaded))
         .map(|_| ())
 }
 
-fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<LoadReport>) {
+fn run(spec: &Spec, queues: Arc<Queues>, loaded: oneshot::Sender<LoadReport>) {
+    super::computed::mark_worker_thread();
     // Woken at once, a worker answered each request alone and the two threads
     // switched twice per request on a shared core: `GET` of a small JSON answer,
     // one request thread and one worker on one core, 21,000 → 47,000 requests/s.
@@ -90,7 +108,7 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
     // Timers and the runtime's driver are tasks of this thread's own set.
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let mut js = match Js::start(spec).await {
+        let mut js = match Js::start(spec, &queues).await {
             Ok((js, report)) => {
                 let _ = loaded.send(report);
                 js
@@ -103,7 +121,7 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
         };
         loop {
             let healthy = tokio::select! {
-                job = async { jobs.lock().await.recv().await } => {
+                job = async { queues.jobs.lock().await.recv().await } => {
                     match job {
                         None => break,
                         Some(Job::Request { request, reply }) => {
@@ -119,10 +137,11 @@ fn run(spec: &Spec, jobs: &Mutex<mpsc::Receiver<Job>>, loaded: oneshot::Sender<L
                     }
                 }
                 Some(id) = async { js.due.lock().await.recv().await } => js.fire_timer(id).await,
+                Some(job) = async { queues.computes.lock().await.recv().await } => js.compute(job).await,
             };
             if !healthy {
                 drop(js);
-                js = match Js::start(spec).await {
+                js = match Js::start(spec, &queues).await {
                     Ok((fresh, _)) => fresh,
                     Err(message) => {
                         tracing::error!(error = %message, "a JavaScript worker could not rebuild its runtime");
@@ -146,6 +165,8 @@ struct Js {
     due: Mutex<mpsc::UnboundedReceiver<u32>>,
     /// Runs the promises' host work between requests.
     driver: tokio::task::JoinHandle<()>,
+    /// The generation's queues (computes are answered while a promise is waited on).
+    queues: Arc<Queues>,
     settings: ScriptSettings,
 }
 
@@ -158,7 +179,7 @@ impl Drop for Js {
 
 impl Js {
     /// A fresh runtime with the prelude and every component's scripts loaded.
-    async fn start(spec: &Spec) -> Result<(Js, LoadReport), String> {
+    async fn start(spec: &Spec, queues: &Arc<Queues>) -> Result<(Js, LoadReport), String> {
         let runtime = AsyncRuntime::new().map_err(|e| format!("the JavaScript runtime could not start: {e}"))?;
         runtime.set_memory_limit(spec.settings.memory_limit).await;
         runtime.set_max_stack_size(JS_STACK).await;
@@ -176,7 +197,8 @@ impl Js {
         let web = Rc::new(Web::new(timers, spec.settings.timeout));
         let driver = tokio::task::spawn_local(runtime.drive());
         let due = Mutex::new(due);
-        let js = Js { context, deadline, bridge, web, due, driver, settings: spec.settings.clone() };
+        let queues = queues.clone();
+        let js = Js { context, deadline, bridge, web, due, driver, queues, settings: spec.settings.clone() };
         let report = js.load(&spec.components, &modules).await?;
         Ok((js, report))
     }
@@ -184,7 +206,7 @@ impl Js {
     /// Evaluates the prelude, then each component's files in order.
     async fn load(&self, components: &[ScriptComponent], modules: &ComponentModules) -> Result<LoadReport, String> {
         let (bridge, web, deadline, timeout) = (&self.bridge, &self.web, &self.deadline, self.settings.timeout);
-        let due = &self.due;
+        let waits = self.waits();
         self.context
             .async_with(async |ctx| -> Result<LoadReport, String> {
                 deadline.set(Some(Instant::now() + timeout));
@@ -199,7 +221,7 @@ impl Js {
                 for component in components {
                     deadline.set(Some(Instant::now() + timeout));
                     bridge.set_component(&component.name);
-                    let loading = load_component(&ctx, component, due, web);
+                    let loading = load_component(&ctx, component, waits);
                     let outcome = match tokio::time::timeout(timeout, loading).await {
                         Ok(outcome) => outcome,
                         Err(_) => Err(format!("its scripts did not finish loading within {timeout:?}")),
@@ -212,18 +234,32 @@ impl Js {
             .await
     }
 
+    /// What this worker answers while it waits for a promise.
+    fn waits(&self) -> Waits<'_> {
+        Waits { due: &self.due, web: &self.web, queues: &self.queues }
+    }
+
+    /// Computes an attribute with a registered function, between requests; `false`
+    /// when the runtime must be rebuilt afterwards.
+    async fn compute(&self, job: Compute) -> bool {
+        let call = self.context.async_with(async |ctx| compute(&ctx, &job));
+        let (outcome, healthy) = self.judge(self.within_budget(call).await, "a computed attribute's function");
+        let _ = job.reply.send(outcome.map_err(|e| e.to_string()));
+        healthy
+    }
+
     /// Answers one request; `false` when the runtime must be rebuilt afterwards.
     async fn serve(&self, mut request: ScriptRequest) -> (Result<ScriptReply, ScriptError>, bool) {
         let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
         self.bridge.set_component(&request.component);
         let expose = self.settings.expose_errors;
-        let (web, due) = (&self.web, &self.due);
+        let waits = self.waits();
         let call = self.context.async_with(async |ctx| -> Result<ScriptReply, String> {
             let run = async || -> rquickjs::Result<ScriptReply> {
                 let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
                 let answer: rquickjs::Value = dispatch.call((request_array(&ctx, &request, handle)?,))?;
                 let reply = match answer.as_promise() {
-                    Some(promise) => settle(&ctx, promise.clone(), due, web).await?,
+                    Some(promise) => settle(&ctx, promise.clone(), waits).await?,
                     // A synchronous handler's answer: nothing to wait for.
                     None => Array::from_value(answer)?,
                 };
@@ -258,12 +294,12 @@ impl Js {
     /// Asks the source a script gave `database.table` for record `id`; `false`
     /// when the runtime must be rebuilt afterwards.
     async fn source_get(&self, database: &str, table: &str, id: &Value) -> (Result<CodeAnswer, ScriptError>, bool) {
-        let (web, due) = (&self.web, &self.due);
+        let waits = self.waits();
         let call = self.context.async_with(async |ctx| -> Result<CodeAnswer, String> {
             let run = async || -> rquickjs::Result<CodeAnswer> {
                 let source: Function = ctx.globals().get("__lyre_source")?;
                 let promise: Promise = source.call((database, table, to_js(&ctx, id)?))?;
-                let answer: rquickjs::Object = settle(&ctx, promise, due, web).await?;
+                let answer: rquickjs::Object = settle(&ctx, promise, waits).await?;
                 let record = match from_js(&ctx, answer.get("record")?)? {
                     Some(Value::Object(record)) => Some(record),
                     _ => None,
@@ -319,20 +355,52 @@ impl Js {
     }
 }
 
+/// What a worker answers while it waits for a promise: due timers and computes.
+#[derive(Clone, Copy)]
+struct Waits<'a> {
+    due: &'a Mutex<mpsc::UnboundedReceiver<u32>>,
+    web: &'a Web,
+    queues: &'a Queues,
+}
+
+/// Runs a registered function computing an attribute (`__lyre_compute`); it must
+/// answer at once (an index is kept inside a write).
+fn compute(ctx: &Ctx<'_>, job: &Compute) -> Result<Option<Value>, String> {
+    let run = || -> rquickjs::Result<Option<Value>> {
+        let call: Function = ctx.globals().get("__lyre_compute")?;
+        let record = to_js(ctx, &Value::Object(job.record.clone()))?;
+        let value: rquickjs::Value =
+            call.call((job.database.as_str(), job.table.as_str(), job.attribute.as_str(), record))?;
+        if value.is_promise() {
+            return Err(rquickjs::Error::new_from_js_message(
+                "promise",
+                "value",
+                "a computed attribute's function must answer at once, not with a promise",
+            ));
+        }
+        from_js(ctx, value)
+    };
+    run().map_err(|e| describe(ctx, e, None))
+}
+
 /// Waits for a script's promise while firing the timers that come due meanwhile
-/// (the promise may be waiting for one of them).
+/// (the promise may be waiting for one of them) and answering computes.
 async fn settle<'js, T: rquickjs::FromJs<'js> + 'js>(
     ctx: &Ctx<'js>,
     promise: Promise<'js>,
-    due: &Mutex<mpsc::UnboundedReceiver<u32>>,
-    web: &Web,
+    waits: Waits<'_>,
 ) -> rquickjs::Result<T> {
+    let Waits { due, web, queues } = waits;
     let answer = promise.into_future::<T>();
     tokio::pin!(answer);
     let mut due = due.lock().await;
     loop {
         tokio::select! {
             settled = &mut answer => return settled,
+            // A write this promise waits for may wait on a computed attribute.
+            Some(job) = async { queues.computes.lock().await.recv().await } => {
+                let _ = job.reply.send(compute(ctx, &job));
+            }
             Some(id) = due.recv() => {
                 web.fired(id);
                 let fire: Function = ctx.globals().get("__lyre_timer")?;
@@ -369,12 +437,7 @@ fn evaluate<'js>(ctx: &Ctx<'js>, name: &str, source: &str, native: rquickjs::Obj
 
 /// Imports a component's files and registers what they export and the sources
 /// they declare.
-async fn load_component(
-    ctx: &Ctx<'_>,
-    component: &ScriptComponent,
-    due: &Mutex<mpsc::UnboundedReceiver<u32>>,
-    web: &Web,
-) -> Result<ScriptsLoaded, String> {
+async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent, waits: Waits<'_>) -> Result<ScriptsLoaded, String> {
     let register: Function = ctx.globals().get("__lyre_register").map_err(|e| e.to_string())?;
     let mut loaded = ScriptsLoaded::default();
     for file in &component.files {
@@ -382,7 +445,7 @@ async fn load_component(
         let path = std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let imported = async {
             let promise = Module::import(ctx, path.to_string_lossy().as_bytes())?;
-            let namespace: rquickjs::Object = settle(ctx, promise, due, web).await?;
+            let namespace: rquickjs::Object = settle(ctx, promise, waits).await?;
             let found: rquickjs::Object = register.call((component.name.clone(), namespace))?;
             let mut exports = Vec::new();
             for entry in found.get::<_, Array>("exports")?.iter::<rquickjs::Value>() {

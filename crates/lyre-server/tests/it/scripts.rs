@@ -787,3 +787,129 @@ async fn a_component_whose_scripts_stop_loading_is_reported_failed() {
     assert_eq!(victim["status"]["status"], "error", "{victim}");
     assert!(victim["status"]["message"].as_str().unwrap().contains("broken by another component"), "{victim}");
 }
+
+#[tokio::test]
+async fn at_start_up_scripts_load_once_every_components_tables_exist() {
+    // `a-view` sorts before `b-data`, whose schema defines the table it extends.
+    let view = "export class BirdView extends tables.Bird {\n\
+                \tstatic loadAsInstance = false;\n\
+                \tget(target) { const bird = super.get(target); return bird && { ...bird, seen: true }; }\n}\n";
+    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let s = TestServer::start_app(
+        &[
+            ("components/a-view/config.yaml", config),
+            ("components/a-view/resources.js", view),
+            ("components/b-data/config.yaml", config),
+            ("components/b-data/schema.graphql", "type Bird @table @export { id: ID @primaryKey name: String }\n"),
+        ],
+        &[],
+    )
+    .await;
+    s.rest_send(Method::PUT, "/Bird/b1", Some(&json!({"name": "robin"})), &[]).await;
+    let (status, _, body) = s.rest_send(Method::GET, "/BirdView/b1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"id": "b1", "name": "robin", "seen": true})));
+}
+
+/// Computed attributes: an expression and a script's function, indexed and queried.
+const SHOP_SCHEMA: &str = r#"
+type Product @table @export {
+    id: ID @primaryKey
+    price: Float
+    taxRate: Float
+    totalPrice: Float @computed(from: "price + price * taxRate") @indexed
+    label: String @computed @indexed
+    tag: String @computed(from: "'#' + id") @enumerable
+}
+"#;
+const SHOP_RESOURCES: &str = r#"
+tables.Product.setComputedAttribute('label', (record) => `${record.id}:${record.price >= 10 ? 'dear' : 'cheap'}`);
+export class ProductView extends tables.Product {
+	static loadAsInstance = false;
+	async get(target) {
+		const product = await super.get(target);
+		return product && { id: product.id, total: product.totalPrice, label: product.label, keys: Object.keys(product) };
+	}
+}
+"#;
+
+#[tokio::test]
+async fn computed_attributes_are_computed_indexed_and_queried_but_never_written() {
+    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let mut s = TestServer::start_app(
+        &[
+            ("components/shop/config.yaml", config),
+            ("components/shop/schema.graphql", SHOP_SCHEMA),
+            ("components/shop/resources.js", SHOP_RESOURCES),
+        ],
+        &[],
+    )
+    .await;
+    for (id, price, rate) in [("p1", 10.0, 0.5), ("p2", 4.0, 0.25)] {
+        let (status, _, body) = s
+            .rest_send(Method::PUT, &format!("/Product/{id}"), Some(&json!({"price": price, "taxRate": rate})), &[])
+            .await;
+        assert!(status < 300, "{status} {body}");
+    }
+    // A whole record carries only the @enumerable one; a projection names the others.
+    let (_, _, whole) = s.rest_send(Method::GET, "/Product/p1", None, &[]).await;
+    assert_eq!(whole, json!({"id": "p1", "price": 10, "taxRate": 0.5, "tag": "#p1"}));
+    let (_, _, picked) = s.rest_send(Method::GET, "/Product/p1?select(id,totalPrice,label)", None, &[]).await;
+    assert_eq!(picked, json!({"id": "p1", "totalPrice": 15, "label": "p1:dear"}));
+    // Queried through their indexes (the writer keeps them), sorted by them.
+    let (_, _, dear) = s.rest_send(Method::GET, "/Product/?totalPrice=gt=10&select(id)", None, &[]).await;
+    assert_eq!(dear, json!(["p1"]));
+    let (_, _, cheap) = s.rest_send(Method::GET, "/Product/?label=p2:cheap&select(id)", None, &[]).await;
+    assert_eq!(cheap, json!(["p2"]));
+    let (_, _, sorted) = s.rest_send(Method::GET, "/Product/?sort(-totalPrice)&select(id,totalPrice)", None, &[]).await;
+    assert_eq!(sorted, json!([{"id": "p1", "totalPrice": 15}, {"id": "p2", "totalPrice": 5}]));
+    // A change moves the record in both indexes.
+    s.rest_send(Method::PATCH, "/Product/p2", Some(&json!({"price": 20.0})), &[]).await;
+    let (_, _, dear) = s.rest_send(Method::GET, "/Product/?totalPrice=gt=10&select(id)", None, &[]).await;
+    assert_eq!(dear, json!(["p1", "p2"]));
+    let (_, _, gone) = s.rest_send(Method::GET, "/Product/?label=p2:cheap&select(id)", None, &[]).await;
+    assert_eq!(gone, json!([]));
+    // A write may not set one.
+    let (status, _, refused) =
+        s.rest_send(Method::PUT, "/Product/p3", Some(&json!({"price": 1.0, "totalPrice": 3.0})), &[]).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.to_string().contains("Computed property totalPrice may not be directly assigned a value"));
+    // The Operations API names them like any attribute.
+    let (_, found) = s
+        .op(json!({"operation": "search_by_value", "table": "Product", "search_attribute": "label",
+                   "search_value": "p1:dear", "get_attributes": ["id", "totalPrice"]}))
+        .await;
+    assert_eq!(found, json!([{"id": "p1", "totalPrice": 15}]));
+    // Described only when asked for (Harper's `include_computed`).
+    let names = |described: &Value| -> Vec<String> {
+        described["attributes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["attribute"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, plain) = s.op(json!({"operation": "describe_table", "table": "Product"})).await;
+    assert_eq!(names(&plain), ["id", "price", "taxRate"]);
+    let (_, all) = s.op(json!({"operation": "describe_table", "table": "Product", "include_computed": true})).await;
+    assert_eq!(names(&all), ["id", "price", "taxRate", "totalPrice", "label", "tag"]);
+    assert_eq!(all["attributes"][3]["computed"], true, "{all}");
+    // A script reads them as properties; only the enumerable one is listed.
+    let (_, _, view) = s.rest_send(Method::GET, "/ProductView/p1", None, &[]).await;
+    assert_eq!(view, json!({"id": "p1", "total": 15, "label": "p1:dear", "keys": ["id", "price", "taxRate", "tag"]}));
+    // A new indexed attribute a new function computes: the schema's index is
+    // built before the new scripts load, so it is built again once they have.
+    let schema = SHOP_SCHEMA.replace("tag: String", "band: Int @computed @indexed\n    tag: String");
+    let resources =
+        format!("{SHOP_RESOURCES}\ntables.Product.setComputedAttribute('band', (r) => Math.floor(r.price / 10));\n");
+    let (status, answer) =
+        deploy(&s, "shop", &[("config.yaml", config), ("schema.graphql", &schema), ("resources.js", &resources)]).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, _, band) = s.rest_send(Method::GET, "/Product/?band=2&select(id)", None, &[]).await;
+    assert_eq!(band, json!(["p2"]));
+    // Its index, and the expression's, outlive a restart.
+    s.restart().await;
+    let (_, _, band) = s.rest_send(Method::GET, "/Product/?band=1&select(id)", None, &[]).await;
+    assert_eq!(band, json!(["p1"]));
+    let (_, _, dear) = s.rest_send(Method::GET, "/Product/?totalPrice=gt=10&select(id)", None, &[]).await;
+    assert_eq!(dear, json!(["p1", "p2"]));
+}

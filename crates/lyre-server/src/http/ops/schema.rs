@@ -152,16 +152,16 @@ pub async fn describe_all(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let exact = exact_count(&mut params)?;
+    let asked = asked(&mut params)?;
     let (engine, ctx) = (engine.clone(), ctx.clone());
-    let all = counting(exact, move || {
+    let all = counting(asked.exact, move || {
         let mut all = Object::default();
         for db in engine.databases() {
             // Others than super users see only the databases their role grants on.
             if !ctx.user.role.permissions.describes_database(db.name()) {
                 continue;
             }
-            all.insert(db.name().to_string(), Value::Object(describe_tables(&ctx, &db, exact)?));
+            all.insert(db.name().to_string(), Value::Object(describe_tables(&ctx, &db, asked)?));
         }
         Ok(all)
     })
@@ -190,12 +190,12 @@ pub async fn describe_database(
     format: Format,
 ) -> Result<Response, ApiError> {
     let database = params.database()?;
-    let exact = exact_count(&mut params)?;
+    let asked = asked(&mut params)?;
     if !ctx.user.role.permissions.describes_database(&database) {
         return Err(lyre_core::Error::hidden(format!("database '{database}' does not exist")).into());
     }
     let (db, ctx) = (engine.database(&database)?, ctx.clone());
-    let tables = counting(exact, move || describe_tables(&ctx, &db, exact)).await?;
+    let tables = counting(asked.exact, move || describe_tables(&ctx, &db, asked)).await?;
     reply(format, &Value::Object(tables))
 }
 
@@ -206,29 +206,42 @@ pub async fn describe_table(
     mut params: Params,
     format: Format,
 ) -> Result<Response, ApiError> {
-    let exact = exact_count(&mut params)?;
+    let asked = asked(&mut params)?;
     let (table, ctx) = (params.table(engine)?, ctx.clone());
-    let described = counting(exact, move || {
+    let described = counting(asked.exact, move || {
         let stats = table.stats(&ctx)?;
-        Ok(describe(&counted(&ctx, &table, stats, exact)?))
+        Ok(describe(&counted(&ctx, &table, stats, asked.exact)?, asked.computed))
     })
     .await?;
     reply(format, &Value::Object(described))
 }
 
-/// Harper's `exact_count` (a strict boolean, off by default).
-fn exact_count(params: &mut Params) -> Result<bool, ApiError> {
-    Ok(params.bool(&["exact_count"])?.unwrap_or(false))
+/// What a describe operation was asked to include.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    /// `exact_count`: count only the records a read sees.
+    exact: bool,
+    /// `include_computed`: list `@computed` attributes too (marked `computed`).
+    computed: bool,
 }
 
-fn describe_tables(ctx: &Context, db: &Arc<lyre_core::Db>, exact: bool) -> Result<Object, ApiError> {
+/// Harper's `exact_count` and `include_computed` (strict booleans, off by default).
+fn asked(params: &mut Params) -> Result<Asked, ApiError> {
+    Ok(Asked {
+        exact: params.bool(&["exact_count"])?.unwrap_or(false),
+        computed: params.bool(&["include_computed"])?.unwrap_or(false),
+    })
+}
+
+fn describe_tables(ctx: &Context, db: &Arc<lyre_core::Db>, asked: Asked) -> Result<Object, ApiError> {
     let mut tables = Object::default();
     for name in db.schema().tables.keys() {
         // Tables the user may not read are left out, as Harper filters by role.
         let Ok((table, stats)) = db.table(name).and_then(|t| t.stats(ctx).map(|stats| (t, stats))) else {
             continue;
         };
-        tables.insert(name.clone(), Value::Object(describe(&counted(ctx, &table, stats, exact)?)));
+        tables
+            .insert(name.clone(), Value::Object(describe(&counted(ctx, &table, stats, asked.exact)?, asked.computed)));
     }
     Ok(tables)
 }
@@ -271,12 +284,14 @@ fn vector_index(spec: &lyre_core::catalog::VectorIndex, status: Option<&lyre_cor
     Value::Object(out)
 }
 
-/// Harper's `describe_table` shape, key order included.
-fn describe(stats: &TableStats) -> Object {
+/// Harper's `describe_table` shape, key order included; `@computed` attributes
+/// only when `computed` (Harper's `include_computed`).
+fn describe(stats: &TableStats, computed: bool) -> Object {
     let table = &stats.schema;
     let attributes = table
         .attributes
         .iter()
+        .filter(|a| computed || a.shape.computed.is_none())
         .map(|a| {
             let mut attribute = Object::default();
             attribute.insert("attribute".into(), a.name.clone().into());
@@ -293,6 +308,9 @@ fn describe(stats: &TableStats) -> Object {
                     "indexed".into(),
                     vector_index(spec, stats.vector_indexes.iter().find(|s| s.attribute == a.name)),
                 );
+            }
+            if a.shape.computed.is_some() {
+                attribute.insert("computed".into(), true.into());
             }
             Value::Object(attribute)
         })

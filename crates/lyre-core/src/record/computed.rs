@@ -1,0 +1,117 @@
+//! Computed attributes (`@computed`) as the core meets them: values derived from a
+//! record by code the server supplies, never stored. The writer asks for the
+//! indexed ones to keep their index entries; reads ask for all of them, so filters,
+//! sorts and projections see them as any other attribute. The code itself runs
+//! outside the core: the server installs an [`AttributeComputer`] (its JavaScript
+//! engine) on the engine, and every database shares it.
+
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::catalog::{Attribute, Computed, TableSchema};
+use crate::error::{Error, Result};
+use crate::value::{Object, Value};
+
+/// Computes an attribute's value from a record: what the server's code answers.
+pub trait AttributeComputer: Send + Sync {
+    /// The value of `attribute` (computed as `computed` says) of a record of
+    /// `database.table`; `Ok(None)` when it has none (left out of the record). An
+    /// error names why the code failed.
+    fn compute(
+        &self,
+        database: &str,
+        table: &str,
+        attribute: &Attribute,
+        computed: &Computed,
+        record: &Object,
+    ) -> std::result::Result<Option<Value>, String>;
+}
+
+/// The engine's computer, installed once the server's code can run; shared by every
+/// database (a clone is the same slot).
+#[derive(Clone, Default)]
+pub struct Computers(Arc<RwLock<Option<Arc<dyn AttributeComputer>>>>);
+
+impl Computers {
+    /// Installs `computer` for every database, replacing any other.
+    pub fn install(&self, computer: Arc<dyn AttributeComputer>) {
+        *self.0.write() = Some(computer);
+    }
+
+    /// The computer for reads and writes of `database`.
+    pub(crate) fn for_database(&self, database: &str) -> Computing {
+        Computing { database: database.to_string(), computer: self.0.read().clone() }
+    }
+}
+
+/// The computer one read or write job uses for one database: taken once, so a job
+/// sees one computer throughout.
+#[derive(Clone)]
+pub(crate) struct Computing {
+    database: String,
+    computer: Option<Arc<dyn AttributeComputer>>,
+}
+
+impl std::fmt::Debug for Computing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Computing")
+            .field("database", &self.database)
+            .field("installed", &self.computer.is_some())
+            .finish()
+    }
+}
+
+impl Computing {
+    /// Adds to `record` the values of `table`'s computed attributes that `wanted`
+    /// picks. Without a computer installed they stay absent, as Harper's attributes
+    /// without a resolver.
+    pub(crate) fn add(
+        &self,
+        table: &TableSchema,
+        record: &mut Object,
+        wanted: impl Fn(&Attribute, &Computed) -> bool,
+    ) -> Result<()> {
+        let Some(computer) = &self.computer else { return Ok(()) };
+        if !table.has_computed() {
+            return Ok(());
+        }
+        for (attribute, computed) in table.computed_attributes().filter(|(a, c)| wanted(a, c)) {
+            let value =
+                computer.compute(&self.database, &table.name, attribute, computed, record).map_err(|message| {
+                    Error::Computed { table: table.name.clone(), attribute: attribute.name.clone(), message }
+                })?;
+            match value {
+                Some(value) => record.insert(attribute.name.clone(), value),
+                None => record.shift_remove(&attribute.name),
+            };
+        }
+        Ok(())
+    }
+
+    /// `record` with its indexed computed attributes added, for index maintenance;
+    /// `record` itself when the table indexes none.
+    pub(crate) fn indexed<'r>(
+        &self,
+        table: &TableSchema,
+        record: Option<&'r Object>,
+    ) -> Result<Option<std::borrow::Cow<'r, Object>>> {
+        let Some(record) = record else { return Ok(None) };
+        if !table.computed_attributes().any(|(a, _)| a.indexed) {
+            return Ok(Some(std::borrow::Cow::Borrowed(record)));
+        }
+        let mut with = record.clone();
+        self.add(table, &mut with, |a, _| a.indexed)?;
+        Ok(Some(std::borrow::Cow::Owned(with)))
+    }
+}
+
+/// Removes from a whole-record read the computed attributes it does not carry
+/// unless named (all but `@enumerable` ones), as Harper's non-enumerable getters.
+pub(crate) fn hide_unnamed(table: &TableSchema, record: &mut Object) {
+    for (attribute, computed) in table.computed_attributes() {
+        if !computed.enumerable {
+            record.shift_remove(&attribute.name);
+        }
+    }
+}
