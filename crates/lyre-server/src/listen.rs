@@ -213,6 +213,8 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
         cache: Arc::new(crate::cache::Cache::new().context("setting up the HTTP client of caching tables")?),
         graphql_documents: Default::default(),
     });
+    // Scripts' middleware (`server.http`) hands requests on to the REST port's handling.
+    state.components.scripts().set_http_next(Arc::new(http::rest::middleware::RestNext::new(&state)));
 
     let tls = crate::tls::acceptor(&config).context("setting up TLS")?;
     let ops_addr = SocketAddr::from(([0, 0, 0, 0], config.operations_api.network.port));

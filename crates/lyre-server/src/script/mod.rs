@@ -52,6 +52,85 @@ pub trait RestGrammar: Send + Sync {
     fn describe(&self, table: &Table, ctx: &lyre_core::Context) -> Result<Value, (Code, String)>;
 }
 
+/// Where a script's HTTP middleware (`server.http`) runs in the server's handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `runFirst: true`: before anything of Lyre's (static files, REST,
+    /// authentication); its `next` runs all of that.
+    First,
+    /// The default: for requests Lyre's own handling found nothing for (after
+    /// authentication); its `next` answers 404.
+    Last,
+}
+
+/// A request as a middleware's `next` passes it on.
+#[derive(Debug)]
+pub struct NextRequest {
+    /// The HTTP method.
+    pub method: String,
+    /// The path and query.
+    pub url: String,
+    /// The headers.
+    pub headers: Vec<(String, String)>,
+    /// The body, when it has one.
+    pub body: Option<Vec<u8>>,
+    /// What the server knew of the connection (its peer, its client certificate).
+    pub extensions: axum::http::Extensions,
+}
+
+/// What the rest of the server answered a middleware's `next`.
+#[derive(Debug)]
+pub struct NextResponse {
+    /// The HTTP status.
+    pub status: u16,
+    /// The headers.
+    pub headers: Vec<(String, String)>,
+    /// The body, whole.
+    pub body: Vec<u8>,
+    /// Nothing of the server's answered it (a 404 the last-phase middleware may
+    /// answer instead).
+    pub unmatched: bool,
+    /// For an unmatched request: the user it was authenticated as.
+    pub user: Option<Arc<User>>,
+}
+
+/// The server's own handling past a middleware, which the HTTP layer provides
+/// (`http/rest/middleware.rs`), so this module does not depend on it.
+pub trait HttpNext: Send + Sync {
+    /// Handles `request` as the server would past the middleware of `phase`.
+    fn next(&self, phase: Phase, request: NextRequest) -> futures_util::future::BoxFuture<'static, NextResponse>;
+}
+
+/// One HTTP request for the scripts' middleware.
+#[derive(Debug)]
+pub struct HttpCall {
+    /// Which middleware runs.
+    pub phase: Phase,
+    /// The HTTP method.
+    pub method: String,
+    /// The path and query.
+    pub url: String,
+    /// The headers.
+    pub headers: axum::http::HeaderMap,
+    /// The body, when it had one.
+    pub body: Option<Vec<u8>>,
+    /// The client's address.
+    pub ip: String,
+    /// The authenticated user (the last phase runs after authentication).
+    pub user: Option<Arc<User>>,
+    /// What the server knew of the connection, handed on to `next`.
+    pub extensions: axum::http::Extensions,
+}
+
+/// Which middleware the loaded scripts registered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Middleware {
+    /// Some run first (`runFirst: true`).
+    pub first: bool,
+    /// Some run for what nothing else answered.
+    pub last: bool,
+}
+
 /// Limits of the JavaScript runtimes (`javascript.*` in the configuration).
 #[derive(Debug, Clone)]
 pub struct ScriptSettings {
@@ -199,6 +278,8 @@ pub struct ScriptsLoaded {
     pub exports: Vec<ScriptExport>,
     /// The tables they gave a source (`tables.T.sourcedFrom(Source)`).
     pub sources: Vec<DeclaredSource>,
+    /// The HTTP middleware they registered (`server.http`).
+    pub middleware: Middleware,
 }
 
 /// A table a script gave a source.
@@ -223,6 +304,8 @@ struct Generation {
     jobs: mpsc::Sender<worker::Job>,
     /// Computed attributes' registered functions to run.
     computes: mpsc::Sender<worker::Compute>,
+    /// The middleware its scripts registered.
+    middleware: Middleware,
     /// The paths its scripts export.
     exports: BTreeMap<String, ScriptExport>,
 }
@@ -269,12 +352,33 @@ pub struct Scripts {
     grammar: Arc<dyn RestGrammar>,
     settings: ScriptSettings,
     current: RwLock<Option<Arc<Generation>>>,
+    /// The server's handling past a middleware, once the HTTP layer has started.
+    next: Arc<std::sync::OnceLock<Arc<dyn HttpNext>>>,
 }
 
 impl Scripts {
     /// A host with no scripts loaded yet.
     pub fn new(engine: Arc<Engine>, grammar: Arc<dyn RestGrammar>, settings: ScriptSettings) -> Self {
-        Self { engine, grammar, settings, current: RwLock::new(None) }
+        Self { engine, grammar, settings, current: RwLock::new(None), next: Default::default() }
+    }
+
+    /// Gives the middleware's `next` the server's own handling (set once, when the
+    /// HTTP layer starts; scripts may load before).
+    pub fn set_http_next(&self, next: Arc<dyn HttpNext>) {
+        let _ = self.next.set(next);
+    }
+
+    /// Which middleware the loaded scripts registered.
+    pub fn middleware(&self) -> Middleware {
+        self.current.read().as_ref().map(|g| g.middleware).unwrap_or_default()
+    }
+
+    /// Runs the middleware of `call.phase` on one HTTP request.
+    pub async fn http(&self, call: HttpCall) -> Result<ScriptReply, ScriptError> {
+        let generation = self.current.read().clone().ok_or(ScriptError::Stopped)?;
+        let (reply, answer) = oneshot::channel();
+        submit(&generation, worker::Job::Http { call: Box::new(call), reply })?;
+        answer.await.map_err(|_| ScriptError::Stopped)?
     }
 
     /// Loads `components`' scripts into a new generation of workers and serves
@@ -297,6 +401,7 @@ impl Scripts {
             engine: self.engine.clone(),
             grammar: self.grammar.clone(),
             settings: self.settings.clone(),
+            next: self.next.clone(),
         });
         let mut reports = Vec::new();
         for index in 0..self.settings.workers.max(1) {
@@ -330,13 +435,12 @@ impl Scripts {
                 .map(|c| (c.name.clone(), Err(format!("{}: no JavaScript worker could start", c.name))))
                 .collect()
         });
-        let exports = report
-            .values()
-            .filter_map(|outcome| outcome.as_ref().ok())
-            .flat_map(|loaded| &loaded.exports)
-            .map(|export| (export.path.clone(), export.clone()))
-            .collect();
-        *self.current.write() = Some(Arc::new(Generation { jobs, computes, exports }));
+        let loaded = || report.values().filter_map(|outcome| outcome.as_ref().ok());
+        let exports =
+            loaded().flat_map(|loaded| &loaded.exports).map(|export| (export.path.clone(), export.clone())).collect();
+        let middleware =
+            Middleware { first: loaded().any(|l| l.middleware.first), last: loaded().any(|l| l.middleware.last) };
+        *self.current.write() = Some(Arc::new(Generation { jobs, computes, middleware, exports }));
         self.reindex_registered_computed().await;
         report
     }

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use lyre_core::access::{Action, User};
 use lyre_core::{Code, Context, Engine, Object, Table, Value, WriteOptions};
 use rquickjs::function::Async;
-use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject};
+use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject, TypedArray};
 
-use super::RestGrammar;
 use super::convert::{from_js, to_js};
+use super::{HttpNext, NextRequest, Phase, RestGrammar};
 
 /// The most records one search from a script returns; past it the script is told
 /// to page (a limit), so a runaway query cannot hold the whole table in memory.
@@ -38,12 +38,17 @@ struct Requested {
     ctx: Option<Context>,
     /// Its headers, until it is answered.
     headers: axum::http::HeaderMap,
+    /// For a middleware's request: what the server knew of its connection, for
+    /// `next` to hand on.
+    extensions: Option<axum::http::Extensions>,
 }
 
 /// What the native functions share within one runtime.
 pub struct Bridge {
     engine: Arc<Engine>,
     grammar: Arc<dyn RestGrammar>,
+    /// The server's handling past a middleware (`next`).
+    next: Arc<std::sync::OnceLock<Arc<dyn HttpNext>>>,
     /// The requests running on this runtime, by handle: their user's context, or
     /// `None` for a request without credentials.
     requests: RefCell<HashMap<u32, Requested>>,
@@ -59,10 +64,15 @@ pub struct Bridge {
 
 impl Bridge {
     /// A bridge to `engine`'s tables.
-    pub fn new(engine: Arc<Engine>, grammar: Arc<dyn RestGrammar>) -> Self {
+    pub fn new(
+        engine: Arc<Engine>,
+        grammar: Arc<dyn RestGrammar>,
+        next: Arc<std::sync::OnceLock<Arc<dyn HttpNext>>>,
+    ) -> Self {
         Self {
             engine,
             grammar,
+            next,
             requests: RefCell::new(HashMap::new()),
             issued: RefCell::new(std::collections::VecDeque::new()),
             next_handle: std::cell::Cell::new(UNCHECKED),
@@ -81,7 +91,7 @@ impl Bridge {
             handle = 1;
         }
         self.next_handle.set(handle);
-        self.requests.borrow_mut().insert(handle, Requested { ctx: user.map(Context::new), headers });
+        self.requests.borrow_mut().insert(handle, Requested { ctx: user.map(Context::new), headers, extensions: None });
         let mut issued = self.issued.borrow_mut();
         issued.push_back(handle);
         if issued.len() > RECENT_REQUESTS
@@ -92,11 +102,20 @@ impl Bridge {
         handle
     }
 
-    /// Drops a request's headers once it is answered (its user stays, for the work
-    /// it left running).
+    /// Keeps what the server knew of a middleware request's connection, for its
+    /// `next` to hand on.
+    pub fn hand_on(&self, handle: u32, extensions: axum::http::Extensions) {
+        if let Some(requested) = self.requests.borrow_mut().get_mut(&handle) {
+            requested.extensions = Some(extensions);
+        }
+    }
+
+    /// Drops a request's headers (and connection details) once it is answered
+    /// (its user stays, for the work it left running).
     pub fn answered(&self, handle: u32) {
         if let Some(requested) = self.requests.borrow_mut().get_mut(&handle) {
             requested.headers = axum::http::HeaderMap::new();
+            requested.extensions = None;
         }
     }
 
@@ -378,11 +397,68 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
     )?;
 
     install_writes(ctx, bridge, &native)?;
+    install_http_next(ctx, bridge, &native)?;
     Ok(native)
 }
 
 /// The writes, `(database, table, id or record, record or null, handle)`: each
 /// returns a promise settled when the write has committed.
+/// `httpNext(handle, phase, method, url, headers, body)`: a middleware's `next`,
+/// the server's own handling of the request past it; `[status, headers, body]`.
+fn install_http_next<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'js>) -> rquickjs::Result<()> {
+    let b = bridge.clone();
+    let next = Async(
+        move |ctx: Ctx<'js>,
+              handle: u32,
+              phase: String,
+              method: String,
+              url: String,
+              headers: Vec<Vec<String>>,
+              body: rquickjs::Value<'js>| {
+            let b = b.clone();
+            async move {
+                let body = match body.as_object().and_then(|o| TypedArray::<u8>::from_object(o.clone()).ok()) {
+                    Some(bytes) => Some(super::convert::copy_bytes(&bytes)),
+                    None => body.as_string().map(|text| text.to_string()).transpose()?.map(String::into_bytes),
+                };
+                let phase = if phase == "first" { Phase::First } else { Phase::Last };
+                let headers = headers
+                    .into_iter()
+                    .filter_map(|pair| match <[String; 2]>::try_from(pair) {
+                        Ok([name, value]) => Some((name, value)),
+                        Err(_) => None,
+                    })
+                    .collect();
+                let extensions = b.requests.borrow_mut().get_mut(&handle).and_then(|r| r.extensions.clone());
+                let (Some(next), Some(extensions)) = (b.next.get().cloned(), extensions) else {
+                    return Err(throw(
+                        &ctx,
+                        (Code::BadRequest, "next() is for a middleware's request, while it is answered".to_string()),
+                    ));
+                };
+                let answer = next.next(phase, NextRequest { method, url, headers, body, extensions }).await;
+                // The last-phase middleware that may answer it runs as the user
+                // Lyre's handling authenticated.
+                if let Some(user) = answer.user.clone()
+                    && let Some(requested) = b.requests.borrow_mut().get_mut(&handle)
+                    && requested.ctx.is_none()
+                {
+                    requested.ctx = Some(Context::new(user));
+                }
+                let out = Array::new(ctx.clone())?;
+                out.set(0, answer.status)?;
+                let headers: Vec<Vec<String>> =
+                    answer.headers.into_iter().map(|(name, value)| vec![name, value]).collect();
+                out.set(1, headers)?;
+                out.set(2, TypedArray::<u8>::new(ctx.clone(), answer.body)?)?;
+                out.set(3, answer.unmatched)?;
+                Ok(out)
+            }
+        },
+    );
+    native.set("httpNext", Function::new(ctx.clone(), next)?)
+}
+
 fn install_writes<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'js>) -> rquickjs::Result<()> {
     /// What a write does, once its arguments are read.
     enum Write {

@@ -590,7 +590,9 @@
 				overrides: overrides(Class),
 			};
 		});
-		return { exports, sources: declaredSources.splice(0) };
+		const middleware = { first: registeredMiddleware.first > 0, last: registeredMiddleware.last > 0 };
+		registeredMiddleware.first = registeredMiddleware.last = 0;
+		return { exports, sources: declaredSources.splice(0), middleware };
 	}
 
 	/** The request as a resource's context (Harper passes the request itself); its user and headers are read when asked for. */
@@ -718,6 +720,133 @@
 		}
 	}
 
+	// ---- HTTP middleware (`server.http`) ----
+	/** Listeners by where they run: `first` before everything of Lyre's, `last` for what nothing answered. */
+	const middleware = { first: [], last: [] };
+	/** How many each component's modules registered, since the last registration. */
+	const registeredMiddleware = { first: 0, last: 0 };
+
+	/** A request as middleware sees it (Harper's: `url` is the path and query). */
+	class HttpRequest {
+		#handle;
+		#headers;
+		#user;
+		#body;
+		constructor(method, url, body, ip, handle) {
+			this.#handle = handle;
+			this.#body = body;
+			this.method = method;
+			this.url = url;
+			const query = url.indexOf('?');
+			this.pathname = query < 0 ? url : url.slice(0, query);
+			this.search = query < 0 ? '' : url.slice(query);
+			this.ip = ip;
+			this[CONTEXT_HANDLE] = handle;
+		}
+		get headers() {
+			return (this.#headers ??= new Headers(native.headers(this.#handle)));
+		}
+		set headers(headers) {
+			this.#headers = headers instanceof Headers ? headers : new Headers(headers);
+		}
+		get host() {
+			return this.headers.get('host');
+		}
+		get user() {
+			if (this.#user === undefined) this.#user = native.user(this.#handle);
+			return this.#user;
+		}
+		set user(user) {
+			this.#user = user;
+		}
+		/** The body's bytes (a `Uint8Array`), or `undefined`; may be replaced before `next`. */
+		get body() {
+			return this.#body ?? undefined;
+		}
+		set body(body) {
+			this.#body = body;
+		}
+		async text() {
+			return this.#body ? native.utf8Decode(this.#body, false) : '';
+		}
+		async json() {
+			return JSON.parse(await this.text());
+		}
+	}
+
+	/** What `next` answers as a `Response` (Harper's has `status`, `headers` and `body`). */
+	function nextResponse([status, headers, body]) {
+		const bodyless = status === 204 || status === 304 || status < 200;
+		const response = new Response(bodyless ? null : body, { status: Math.max(status, 200), headers });
+		if (status < 200) Object.defineProperty(response, 'status', { value: status });
+		return response;
+	}
+
+	/** A listener's answer as the layer before it gets it from `next`: headers it can set. */
+	function asResponse(answer) {
+		if (answer === undefined || answer === null) return new Response('Not found', { status: 404 });
+		if (typeof answer === 'object' && !(answer.headers instanceof Headers)) answer.headers = new Headers(answer.headers ?? {});
+		return answer;
+	}
+
+	/**
+	 * Runs the middleware of `phase` on one request (see worker.rs `serve_http`):
+	 * each listener gets the request and the next layer; the innermost layer is Lyre's.
+	 */
+	function serveHttp(phase, method, url, body, ip, handle) {
+		const request = new HttpRequest(method, url, body, ip, handle);
+		/** The listeners of `listeners` around `innermost`. */
+		const around = (listeners, innermost) => {
+			let chain = innermost;
+			for (let i = listeners.length; i > 0; ) {
+				const listener = listeners[--i];
+				const next = chain;
+				chain = (passed) => listener(passed ?? request, next);
+			}
+			return chain;
+		};
+		const lyre = (passed) => {
+			const on = passed ?? request;
+			const bytes = on.body ?? null;
+			return native
+				.httpNext(handle, phase, String(on.method ?? method), String(on.url ?? url), on.headers.pairs(), bytes)
+				.then((answer) => {
+					// Nothing of Lyre's answered: the last-phase listeners may, in this same call.
+					if (phase === 'first' && answer[3] && middleware.last.length) {
+						return Promise.resolve(around(middleware.last, () => nextResponse(answer))(on)).then(asResponse);
+					}
+					return nextResponse(answer);
+				});
+		};
+		const chain = around(middleware[phase], lyre);
+		const context = new RequestContext(method, request.pathname, request.search.slice(1), handle, undefined);
+		try {
+			const result = chain(request);
+			const answer = (settled) => (settled === undefined || settled === null ? reply({ status: 404, headers: [], body: 'Not found' }, method, context) : reply(settled, method, context));
+			if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+				return result.then(answer, (error) => failure(error, method));
+			}
+			return answer(result);
+		} catch (error) {
+			return failure(error, method);
+		}
+	}
+
+	/** Harper's `server`: HTTP middleware registration. */
+	const server = {
+		/** Adds `listener(request, next)` to the HTTP port's handling (`{runFirst}` puts it before Lyre's own). */
+		http(listener, options = {}) {
+			if (typeof listener !== 'function') throw new TypeError('server.http takes a function (request, next)');
+			if (options?.port !== undefined || options?.securePort !== undefined) {
+				console.warn('server.http: Lyre serves middleware on the HTTP port only; the port options are left out');
+			}
+			const phase = options?.runFirst ? 'first' : 'last';
+			if (phase === 'first') middleware.first.unshift(listener);
+			else middleware.last.push(listener);
+			registeredMiddleware[phase]++;
+		},
+	};
+
 	// ---- CommonJS (packages in node_modules that Node would run as CommonJS) ----
 	const commonjs = new Map();
 	/** Node's `require` of the file at `path` (canonical, inside a component). */
@@ -744,6 +873,7 @@
 	const hidden = (value) => ({ value, enumerable: false, writable: false, configurable: false });
 	Object.defineProperties(globalThis, {
 		__lyre_dispatch: hidden(dispatch),
+		__lyre_http: hidden(serveHttp),
 		__lyre_register: hidden(register),
 		__lyre_source: hidden(askSource),
 		__lyre_require: hidden(requireFile),
@@ -764,6 +894,7 @@
 		databases,
 		logger,
 		console,
+		server,
 		RequestTarget,
 		ClientError,
 		ServerError,

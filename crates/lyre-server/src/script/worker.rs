@@ -25,8 +25,8 @@ use super::modules::ComponentModules;
 use super::native::{self, Bridge};
 use super::web::{self, Web};
 use super::{
-    DeclaredSource, LoadReport, ReplyBody, RestGrammar, ScriptComponent, ScriptError, ScriptExport, ScriptReply,
-    ScriptRequest, ScriptSettings, ScriptsLoaded,
+    DeclaredSource, HttpCall, HttpNext, LoadReport, Middleware, Phase, ReplyBody, RestGrammar, ScriptComponent,
+    ScriptError, ScriptExport, ScriptReply, ScriptRequest, ScriptSettings, ScriptsLoaded,
 };
 use crate::cache::source::CodeAnswer;
 
@@ -50,6 +50,7 @@ pub(super) struct Spec {
     pub engine: Arc<Engine>,
     pub grammar: Arc<dyn RestGrammar>,
     pub settings: ScriptSettings,
+    pub next: Arc<std::sync::OnceLock<Arc<dyn HttpNext>>>,
 }
 
 /// Work for a worker, and where its answer goes.
@@ -58,6 +59,8 @@ pub(super) enum Job {
     Request { request: Box<ScriptRequest>, reply: oneshot::Sender<Result<ScriptReply, ScriptError>> },
     /// A caching table's source asked for one record.
     Source { database: String, table: String, id: Value, reply: oneshot::Sender<Result<CodeAnswer, ScriptError>> },
+    /// An HTTP request for the scripts' middleware (`server.http`).
+    Http { call: Box<HttpCall>, reply: oneshot::Sender<Result<ScriptReply, ScriptError>> },
 }
 
 /// A registered function computing an attribute (`setComputedAttribute`), asked by
@@ -134,6 +137,11 @@ fn run(spec: &Spec, queues: Arc<Queues>, loaded: oneshot::Sender<LoadReport>) {
                             let _ = reply.send(outcome);
                             healthy
                         }
+                        Some(Job::Http { call, reply }) => {
+                            let (outcome, healthy) = js.serve_http(*call).await;
+                            let _ = reply.send(outcome);
+                            healthy
+                        }
                     }
                 }
                 Some(id) = async { js.due.lock().await.recv().await } => js.fire_timer(id).await,
@@ -192,7 +200,7 @@ impl Js {
         runtime.set_loader(modules.clone(), modules.clone()).await;
         let context =
             AsyncContext::full(&runtime).await.map_err(|e| format!("the JavaScript context could not start: {e}"))?;
-        let bridge = Rc::new(Bridge::new(spec.engine.clone(), spec.grammar.clone()));
+        let bridge = Rc::new(Bridge::new(spec.engine.clone(), spec.grammar.clone(), spec.next.clone()));
         let (timers, due) = mpsc::unbounded_channel();
         let web = Rc::new(Web::new(timers, spec.settings.timeout));
         let driver = tokio::task::spawn_local(runtime.drive());
@@ -263,7 +271,7 @@ impl Js {
                     // A synchronous handler's answer: nothing to wait for.
                     None => Array::from_value(answer)?,
                 };
-                read_reply(&ctx, &reply, expose, &request)
+                read_reply(&ctx, &reply, expose, (&request.export, &request.method))
             };
             run().await.map_err(|e| describe(&ctx, e, None))
         });
@@ -274,6 +282,41 @@ impl Js {
             other => other,
         };
         self.judge(outcome, &format!("a JavaScript request for {}", request.export))
+    }
+
+    /// Runs the middleware of `call.phase` on one HTTP request; `false` when the
+    /// runtime must be rebuilt afterwards.
+    async fn serve_http(&self, mut call: HttpCall) -> (Result<ScriptReply, ScriptError>, bool) {
+        let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers));
+        self.bridge.hand_on(handle, std::mem::take(&mut call.extensions));
+        self.bridge.set_component("middleware");
+        let expose = self.settings.expose_errors;
+        let waits = self.waits();
+        let phase = match call.phase {
+            Phase::First => "first",
+            Phase::Last => "last",
+        };
+        let call = &call;
+        let run = self.context.async_with(async |ctx| -> Result<ScriptReply, String> {
+            let run = async || -> rquickjs::Result<ScriptReply> {
+                let http: Function = ctx.globals().get("__lyre_http")?;
+                let body = match &call.body {
+                    Some(bytes) => TypedArray::<u8>::new(ctx.clone(), bytes.as_slice())?.into_value(),
+                    None => rquickjs::Value::new_null(ctx.clone()),
+                };
+                let answer: rquickjs::Value =
+                    http.call((phase, call.method.as_str(), call.url.as_str(), body, call.ip.as_str(), handle))?;
+                let reply = match answer.as_promise() {
+                    Some(promise) => settle(&ctx, promise.clone(), waits).await?,
+                    None => Array::from_value(answer)?,
+                };
+                read_reply(&ctx, &reply, expose, ("middleware", &call.method))
+            };
+            run().await.map_err(|e| describe(&ctx, e, None))
+        });
+        let outcome = self.within_budget(run).await;
+        self.bridge.answered(handle);
+        self.judge(outcome, &format!("the HTTP middleware for {} {}", call.method, call.url))
     }
 
     /// Runs timer `id`'s callback (between requests, as nobody's request); `false`
@@ -461,11 +504,15 @@ async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent, waits: Waits
                     expiration: seconds(entry.get("expiration")?),
                 });
             }
-            Ok::<_, rquickjs::Error>((exports, sources))
+            let middleware: rquickjs::Object = found.get("middleware")?;
+            let middleware = Middleware { first: middleware.get("first")?, last: middleware.get("last")? };
+            Ok::<_, rquickjs::Error>((exports, sources, middleware))
         };
-        let (exports, sources) = imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
+        let (exports, sources, middleware) = imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
         loaded.exports.extend(exports);
         loaded.sources.extend(sources);
+        loaded.middleware.first |= middleware.first;
+        loaded.middleware.last |= middleware.last;
     }
     Ok(loaded)
 }
@@ -521,7 +568,7 @@ fn read_reply<'js>(
     ctx: &Ctx<'js>,
     reply: &Array<'js>,
     expose: bool,
-    request: &ScriptRequest,
+    (export, method): (&str, &str),
 ) -> rquickjs::Result<ScriptReply> {
     let status: f64 = reply.get(0)?;
     let status = if (100.0..600.0).contains(&status) { status as u16 } else { 500 };
@@ -536,7 +583,7 @@ fn read_reply<'js>(
         let stated: bool = reply.get(5).unwrap_or(false);
         let stack: String = reply.get(6).unwrap_or_default();
         let shown = if status >= 500 {
-            tracing::error!(export = %request.export, method = %request.method, "{message}\n{stack}");
+            tracing::error!(export = %export, method = %method, "{message}\n{stack}");
             // The engine's own out-of-memory error is no secret of the script's, and
             // tells the worker to rebuild its runtime.
             if stated || expose || message.starts_with(OUT_OF_MEMORY) {

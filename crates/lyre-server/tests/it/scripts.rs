@@ -913,3 +913,78 @@ async fn computed_attributes_are_computed_indexed_and_queried_but_never_written(
     let (_, _, dear) = s.rest_send(Method::GET, "/Product/?totalPrice=gt=10&select(id)", None, &[]).await;
     assert_eq!(dear, json!(["p1", "p2"]));
 }
+
+/// HTTP middleware: one that runs first (around everything of Lyre's), one that
+/// answers what nothing else did.
+const GATE_RESOURCES: &str = r#"
+server.http(async (request, next) => {
+	if (request.pathname === '/ping') return new Response('pong', { headers: { 'content-type': 'text/plain' } });
+	if (request.pathname === '/boom') throw new Error('the gate broke');
+	const response = await next(request);
+	response.headers.set('x-gate', `${request.method} ${response.status}`);
+	return response;
+}, { runFirst: true });
+server.http((request, next) => {
+	if (request.pathname !== '/hello') return next(request);
+	return { status: 200, headers: { 'x-user': String(request.user?.username ?? 'anyone') }, data: { hello: request.url } };
+});
+"#;
+
+#[tokio::test]
+async fn middleware_runs_first_around_lyre_or_answers_what_nothing_else_did() {
+    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let s = TestServer::start_app(
+        &[
+            ("components/gate/config.yaml", config),
+            ("components/gate/schema.graphql", "type Bird @table @export { id: ID @primaryKey name: String }\n"),
+            ("components/gate/resources.js", GATE_RESOURCES),
+        ],
+        &[],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    // Answered by the middleware alone, without credentials.
+    let ping = client.get(s.rest("/ping")).send().await.unwrap();
+    assert_eq!(ping.status(), 200);
+    assert_eq!(ping.headers()["content-type"], "text/plain");
+    assert_eq!(ping.text().await.unwrap(), "pong");
+    // Lyre's REST, body and all, through the middleware, which sees its answer.
+    let (status, headers, _) = s.rest_send(Method::PUT, "/Bird/b1", Some(&json!({"name": "robin"})), &[]).await;
+    assert_eq!((status, headers["x-gate"].to_str().unwrap()), (204, "PUT 204"));
+    let (status, headers, body) = s.rest_send(Method::GET, "/Bird/b1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"id": "b1", "name": "robin"})));
+    assert_eq!(headers["x-gate"], "GET 200");
+    let anonymous = client.get(s.rest("/Bird/b1")).send().await.unwrap();
+    assert_eq!((anonymous.status().as_u16(), anonymous.headers()["x-gate"].to_str().unwrap()), (401, "GET 401"));
+    // What no export serves reaches the last middleware, as the authenticated user.
+    let (status, headers, body) = s.rest_send(Method::GET, "/hello?x=1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"hello": "/hello?x=1"})));
+    assert_eq!((headers["x-user"].to_str().unwrap(), headers["x-gate"].to_str().unwrap()), (USER, "GET 200"));
+    // …and what it passes on is Lyre's 404.
+    let (status, headers, _) = s.rest_send(Method::GET, "/nothing/here", None, &[]).await;
+    assert_eq!((status, headers["x-gate"].to_str().unwrap()), (404, "GET 404"));
+    // A middleware that throws is a 500 in Harper's shape; the server serves on.
+    let (status, _, body) = s.rest_send(Method::GET, "/boom", None, &[]).await;
+    assert_eq!(status, 500, "{body}");
+    let (status, _, _) = s.rest_send(Method::GET, "/Bird/b1", None, &[]).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn middleware_alone_answers_paths_no_export_serves_with_or_without_credentials() {
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let resources = "server.http((request, next) => request.pathname === '/hello' ? \
+                     { status: 200, headers: {}, data: { user: request.user?.username ?? null } } : next(request));\n";
+    let s = TestServer::start_app(
+        &[("components/hello/config.yaml", config), ("components/hello/resources.js", resources)],
+        &[],
+    )
+    .await;
+    let (status, _, body) = s.rest_send(Method::GET, "/hello", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"user": USER})));
+    let anonymous = reqwest::Client::new().get(s.rest("/hello")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 200);
+    assert_eq!(anonymous.json::<Value>().await.unwrap(), json!({"user": null}));
+    let (status, _, _) = s.rest_send(Method::GET, "/nothing", None, &[]).await;
+    assert_eq!(status, 404);
+}

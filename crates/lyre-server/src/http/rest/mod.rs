@@ -7,6 +7,7 @@
 //! `"ClientError: <message>"` with the status (plain text for 404 on unknown paths).
 
 mod blob;
+pub(crate) mod middleware;
 mod openapi;
 pub mod query;
 pub(crate) mod script;
@@ -38,6 +39,8 @@ use crate::http::negotiate::response_format;
 use crate::http::stream::{Framing, answer_bounded, stream_search};
 use url::Target;
 
+use crate::script::Phase;
+
 /// The peer of a request that came without one.
 const UNKNOWN_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
 
@@ -56,6 +59,12 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     let (started, method, uri) = (std::time::Instant::now(), parts.method.clone(), parts.uri.clone());
     let mut response = if cors::is_preflight(origin.as_ref(), &parts.method, &parts.headers) {
         cors::preflight()
+    } else if state.components.scripts().middleware().first
+        && !crate::http::realtime::is_websocket(&parts.headers)
+        && !crate::http::realtime::is_event_stream(&parts.headers)
+    {
+        // Scripts' `runFirst` middleware sees the request before anything of Lyre's.
+        middleware::run(&state, Phase::First, peer, parts, &mut body, None).await
     } else {
         route(&state, peer, parts, &mut body).await
     };
@@ -136,6 +145,10 @@ async fn route(
     let user = match authenticate(&state, &parts.headers, peer, client).await {
         Ok(user) => Some(user),
         Err(err) if scripted.is_some() && err.code() == Code::MustLogin => None,
+        // A path no export serves is the scripts' middleware's, if they registered any.
+        Err(err) if err.code() == Code::MustLogin && !names_export(&exports, &parts, nested.is_some()) => {
+            return unanswered(&state, peer, parts, body, None).await;
+        }
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
     };
     if let Some((path, export)) = scripted {
@@ -147,8 +160,12 @@ async fn route(
     if crate::http::graphql::is_endpoint(parts.uri.path()) && exports.graphql() {
         return crate::http::graphql::handle(&state, &exports, Context::new(user), &parts, body).await;
     }
-    let Some(path) = nested.or_else(|| url::split(parts.uri.path())) else { return not_found() };
-    let Some(export) = exports.get(&path.export) else { return not_found() };
+    let Some(path) = nested.or_else(|| url::split(parts.uri.path())) else {
+        return unanswered(&state, peer, parts, body, Some(user)).await;
+    };
+    let Some(export) = exports.get(&path.export) else {
+        return unanswered(&state, peer, parts, body, Some(user)).await;
+    };
     let format = match path.format.map(Ok).unwrap_or_else(|| response_format(&parts.headers)) {
         Ok(format) => format,
         Err(err) => return err.render_rest(Format::Json),
@@ -210,6 +227,38 @@ async fn openapi_response(
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Err(err) => ApiError::from(err).render_rest(Format::Json),
     }
+}
+
+/// Whether the request's path names something Lyre serves (an export, a script's
+/// nested export, the GraphQL endpoint).
+fn names_export(exports: &crate::components::Exports, parts: &axum::http::request::Parts, nested: bool) -> bool {
+    nested
+        || (crate::http::graphql::is_endpoint(parts.uri.path()) && exports.graphql())
+        || url::split(parts.uri.path()).is_some_and(|path| exports.get(&path.export).is_some())
+}
+
+/// A request nothing of Lyre's answers: the scripts' last-phase middleware's, when
+/// they registered any (reported back when a first-phase one passed it on); else 404.
+async fn unanswered(
+    state: &Arc<AppState>,
+    peer: SocketAddr,
+    parts: axum::http::request::Parts,
+    body: &mut Option<Body>,
+    user: Option<Arc<lyre_core::access::User>>,
+) -> Response {
+    let last = state.components.scripts().middleware().last;
+    if last && parts.extensions.get::<middleware::PassedOn>().is_some() {
+        let mut response = not_found();
+        response.extensions_mut().insert(middleware::Unmatched(user));
+        return response;
+    }
+    if last {
+        return middleware::run(state, Phase::Last, peer, parts, body, user).await;
+    }
+    if user.is_none() {
+        return ApiError::new(Code::MustLogin, "Must login").render_rest(Format::Json);
+    }
+    not_found()
 }
 
 fn not_found() -> Response {

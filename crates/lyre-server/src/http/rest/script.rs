@@ -131,7 +131,7 @@ fn target(state: &AppState, export: &ScriptExport, rest: Option<&str>) -> Result
 }
 
 /// Whether the request declares a body.
-fn carries_body(headers: &axum::http::HeaderMap) -> bool {
+pub(super) fn carries_body(headers: &axum::http::HeaderMap) -> bool {
     headers.contains_key(header::TRANSFER_ENCODING)
         || headers
             .get(header::CONTENT_LENGTH)
@@ -141,7 +141,7 @@ fn carries_body(headers: &axum::http::HeaderMap) -> bool {
 }
 
 /// A script host's refusal as the error it is answered with.
-fn refusal(err: ScriptError) -> ApiError {
+pub(super) fn refusal(err: ScriptError) -> ApiError {
     let code = match err.status() {
         404 => Code::NotFound,
         503 => Code::Overloaded,
@@ -152,7 +152,7 @@ fn refusal(err: ScriptError) -> ApiError {
 
 /// The script's reply as a response: a value in the client's format, raw bytes as
 /// given, or nothing.
-fn respond(reply: ScriptReply, format: Format) -> Result<Response, ApiError> {
+pub(super) fn respond(reply: ScriptReply, format: Format) -> Result<Response, ApiError> {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = match reply.body {
         ReplyBody::Empty => status.into_response(),
