@@ -23,6 +23,14 @@ use rquickjs::{Ctx, Error, Module};
 /// The largest module file read (a bundled package can be large; a runaway file is refused).
 const MAX_MODULE_BYTES: u64 = 32 << 20;
 
+/// The names Harper's own API is imported by (`import { tables } from 'harperdb'`),
+/// and the module Lyre answers them with: its globals.
+const HARPER_MODULE_NAMES: &[&str] = &["harperdb", "harper"];
+const HARPER_MODULE: &str = "lyre:harper";
+const HARPER_MODULE_SOURCE: &str = "const g = globalThis;\n\
+export const { Resource, tables, databases, logger, server, RequestTarget, ClientError, ServerError } = g;\n\
+export default { Resource, tables, databases, logger, server, RequestTarget, ClientError, ServerError };\n";
+
 /// Node's built-in modules, refused by name (with or without `node:`).
 const NODE_BUILTINS: &[&str] = &[
     "assert",
@@ -107,6 +115,9 @@ impl ComponentModules {
     }
 
     fn resolve_as(&self, base: &str, name: &str, condition: Condition) -> Result<PathBuf, String> {
+        if HARPER_MODULE_NAMES.contains(&name) {
+            return Ok(PathBuf::from(HARPER_MODULE));
+        }
         let importer = Path::new(base);
         let shown_base = if base.is_empty() { "the component" } else { base };
         let bare = name.strip_prefix("node:").unwrap_or(name);
@@ -403,6 +414,9 @@ impl Loader for ComponentModules {
         name: &str,
         _attributes: Option<ImportAttributes<'js>>,
     ) -> rquickjs::Result<Module<'js, Declared>> {
+        if name == HARPER_MODULE {
+            return Module::declare(ctx.clone(), name, HARPER_MODULE_SOURCE);
+        }
         let path = Path::new(name);
         let source = self.read(path).map_err(|message| Error::new_loading_message(name, message))?;
         if is_commonjs(path) || name.ends_with(".json") {

@@ -860,7 +860,10 @@
 			module.exports = JSON.parse(source);
 		} else {
 			const dirname = path.slice(0, path.lastIndexOf('/'));
-			const require = (name) => requireFile(native.resolveRequire(path, String(name)));
+			const require = (name) =>
+				name === 'harperdb' || name === 'harper'
+					? { Resource, tables, databases, logger, server, RequestTarget, ClientError, ServerError }
+					: requireFile(native.resolveRequire(path, String(name)));
 			require.resolve = (name) => native.resolveRequire(path, String(name));
 			require.cache = {};
 			const wrapped = (0, eval)(`(function (exports, require, module, __filename, __dirname) {${source}\n})`);

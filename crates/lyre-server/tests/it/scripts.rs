@@ -51,6 +51,7 @@ type Cat @table { id: ID @primaryKey name: String }
 /// one), a custom endpoint with `post`, and resources that fail in each way.
 const KENNEL_RESOURCES: &str = r#"
 import { shout } from './lib/words.js';
+import { tables, Resource } from 'harperdb';
 
 export class Dog extends tables.Dog {
 	static loadAsInstance = false;
@@ -679,7 +680,7 @@ import settings from './settings.json';
 export class Packages extends Resource {
 	static loadAsInstance = false;
 	get() {
-		return { named: greet('Ann'), version, whole: greeter.greet('Bo'), esm: shout('hey'), settings, env: process.env.NODE_ENV ?? null };
+		return { named: greet('Ann'), version, whole: greeter.greet('Bo'), esm: shout('hey'), settings, env: process.env.NODE_ENV ?? null, harper: greeter.harper };
 	}
 }
 "#;
@@ -690,7 +691,7 @@ export class Packages extends Resource {
         ("node_modules/cjs-greeter/package.json", r#"{"name": "cjs-greeter", "main": "lib/index.js"}"#),
         (
             "node_modules/cjs-greeter/lib/index.js",
-            "const helper = require('./helper');\nconst data = require('../data.json');\nexports.greet = (name) => helper.prefix + name;\nexports.version = data.version;\n",
+            "const helper = require('./helper');\nconst data = require('../data.json');\nconst { Resource } = require('harperdb');\nexports.greet = (name) => helper.prefix + name;\nexports.version = data.version;\nexports.harper = typeof Resource.get;\n",
         ),
         ("node_modules/cjs-greeter/lib/helper.js", "module.exports = { prefix: 'Hi ' };\n"),
         ("node_modules/cjs-greeter/data.json", r#"{"version": "1.2.3"}"#),
@@ -706,7 +707,7 @@ export class Packages extends Resource {
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body,
-        json!({"named": "Hi Ann", "version": "1.2.3", "whole": "Hi Bo", "esm": "HEY!", "settings": {"mode": "test"}, "env": null})
+        json!({"named": "Hi Ann", "version": "1.2.3", "whole": "Hi Bo", "esm": "HEY!", "settings": {"mode": "test"}, "env": null, "harper": "function"})
     );
     // A package that needs a Node built-in fails its component, naming both.
     let files = [
