@@ -67,7 +67,7 @@ pub use record::computed::{AttributeComputer, Computers};
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{
     CurrentPage, CurrentRecord, DeleteSummary, Expect, HeldRecord, KeyScope, RecordBody, RecordVersion, Table,
-    WriteMode, WriteOptions, WriteSummary,
+    TransactionWrite, WriteMode, WriteOptions, WriteSummary, transact,
 };
 pub use time::{now_ms, parse_iso8601};
 pub use value::{BlobRef, Object, Value, object_with_capacity};

@@ -27,7 +27,7 @@ use crate::value::{Object, Value};
 pub use current::{CurrentPage, CurrentRecord, KeyScope};
 
 pub use crate::record::WriteMode;
-pub use write::{DeleteSummary, Expect, WriteOptions, WriteSummary};
+pub use write::{DeleteSummary, Expect, TransactionWrite, WriteOptions, WriteSummary, transact};
 
 /// How deep a projection [`Table::answers_one_record`] accepts may follow to-one
 /// relationships (REST's own bound on relationship paths).

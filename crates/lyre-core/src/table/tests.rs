@@ -198,3 +198,52 @@ async fn an_expires_at_sweep_reads_only_due_records_through_the_index() {
     assert!(report.is_consistent(), "{report:?}");
     assert_eq!(sessions.stats(&ctx).unwrap().record_count, 1_000);
 }
+
+/// A transaction's writes, over two tables, are committed together or not at all.
+#[tokio::test]
+async fn a_transaction_commits_every_write_or_none() {
+    use crate::table::{TransactionWrite, transact};
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, t) = table(dir.path()).await;
+    let ctx = Context::system();
+    let db = engine.database("dev").unwrap();
+    db.create_table(&ctx, TableSpec::dynamic("u", "id")).await.unwrap();
+    let u = db.table("u").unwrap();
+    t.insert(&ctx, vec![record(r#"{"id": 1, "n": 1}"#), record(r#"{"id": 2}"#)]).await.unwrap();
+    let answers = transact(
+        &ctx,
+        vec![
+            (t.clone(), TransactionWrite::Patch(Value::Int(1), record(r#"{"n": 2}"#))),
+            (u.clone(), TransactionWrite::Create(record(r#"{"id": "a", "from": 1}"#))),
+            (t.clone(), TransactionWrite::Delete(Value::Int(2))),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(answers, vec![Value::Null, Value::String("a".into()), Value::Bool(true)]);
+    assert_eq!(t.get(&ctx, &Value::Int(1)).unwrap().unwrap().0["n"], Value::Int(2));
+    assert!(t.get(&ctx, &Value::Int(2)).unwrap().is_none());
+    // A create of a key that exists refuses the whole transaction: the patch before it
+    // is not kept.
+    let refused = transact(
+        &ctx,
+        vec![
+            (t.clone(), TransactionWrite::Patch(Value::Int(1), record(r#"{"n": 3}"#))),
+            (u.clone(), TransactionWrite::Create(record(r#"{"id": "a"}"#))),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("already exists"), "{refused}");
+    assert_eq!(t.get(&ctx, &Value::Int(1)).unwrap().unwrap().0["n"], Value::Int(2));
+    // A transaction over two databases is refused before anything is queued.
+    let other = engine.create_database(&ctx, "other").await.unwrap();
+    other.create_table(&ctx, TableSpec::dynamic("v", "id")).await.unwrap();
+    let v = other.table("v").unwrap();
+    let mixed = vec![
+        (t.clone(), TransactionWrite::Put(Value::Int(1), record(r#"{"n": 9}"#))),
+        (v, TransactionWrite::Put(Value::Int(1), record("{}"))),
+    ];
+    assert!(transact(&ctx, mixed).await.unwrap_err().to_string().contains("one database"));
+    assert_eq!(t.get(&ctx, &Value::Int(1)).unwrap().unwrap().0["n"], Value::Int(2));
+}

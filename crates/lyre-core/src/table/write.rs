@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use lyre_store::{OwnedKey, RecordHeader, TableStore, Version, WriteTxn, decode_key};
 
-use crate::access::{Context, TableAccess};
+use crate::access::{Action, Context, TableAccess};
 use crate::blobs::{self, PendingBlobs};
 use crate::catalog::{Attribute, AttributeSpec, CREATED_TIME, SchemaState, Stamp, TableSchema, UPDATED_TIME};
 use crate::db::{CatalogChange, last_updated_key};
@@ -263,50 +263,55 @@ pub(crate) async fn delete(
     refuse_while_lagging(table, ctx, at)?;
     table
         .db()
-        .write(ctx, "delete", move |txn, state| {
-            if let Some(at) = at {
-                txn.set_version(at);
-            }
-            let mut job = WriteJob::start(txn, state, &database, &name, computing, at.is_some())?;
-            for (key, id, expect) in &keys {
-                if let Some(expect) = expect {
-                    job.check(txn, key, id, expect)?;
-                }
-            }
-            let mut summary = DeleteSummary { deleted: Vec::new(), skipped: Vec::new(), txn_time: txn.version().time };
-            let version = txn.version();
-            for (key, id, _) in keys {
-                let Some(stored) = txn.get_record(&job.store, &key)? else {
-                    summary.skipped.push(id);
-                    continue;
-                };
-                let old = decode_entry(stored)?;
-                if at.is_some() && old.version().cmp_order(&version) == std::cmp::Ordering::Greater {
-                    // A replicated delete older than the record's last write loses.
-                    summary.skipped.push(id);
-                    continue;
-                }
-                update_record_indexes(
-                    &mut job.index_changes,
-                    &job.computing,
-                    &job.table,
-                    &key,
-                    Some(&old.record),
-                    None,
-                )?;
-                blobs::queue_freed(txn, &job.table.name, Some(&old.record), None)?;
-                txn.delete_record(&job.store, &key)?;
-                job.changed = true;
-                // An expired record is removed all the same, but it was not there to delete.
-                match job.is_live(&old) {
-                    true => summary.deleted.push(id),
-                    false => summary.skipped.push(id),
-                }
-            }
-            job.finish(txn, state)?;
-            Ok(summary)
-        })
+        .write(ctx, "delete", move |txn, state| delete_job(txn, state, &database, &name, computing, keys, at))
         .await
+}
+
+/// The body of [`delete`]'s writer job: `keys` are each record's encoded key, id
+/// and condition.
+fn delete_job(
+    txn: &mut WriteTxn<'_, '_>,
+    state: &mut SchemaState,
+    database: &str,
+    name: &str,
+    computing: Computing,
+    keys: Vec<(Vec<u8>, Value, Option<Expect>)>,
+    at: Option<Version>,
+) -> Result<DeleteSummary> {
+    if let Some(at) = at {
+        txn.set_version(at);
+    }
+    let mut job = WriteJob::start(txn, state, database, name, computing, at.is_some())?;
+    for (key, id, expect) in &keys {
+        if let Some(expect) = expect {
+            job.check(txn, key, id, expect)?;
+        }
+    }
+    let mut summary = DeleteSummary { deleted: Vec::new(), skipped: Vec::new(), txn_time: txn.version().time };
+    let version = txn.version();
+    for (key, id, _) in keys {
+        let Some(stored) = txn.get_record(&job.store, &key)? else {
+            summary.skipped.push(id);
+            continue;
+        };
+        let old = decode_entry(stored)?;
+        if at.is_some() && old.version().cmp_order(&version) == std::cmp::Ordering::Greater {
+            // A replicated delete older than the record's last write loses.
+            summary.skipped.push(id);
+            continue;
+        }
+        update_record_indexes(&mut job.index_changes, &job.computing, &job.table, &key, Some(&old.record), None)?;
+        blobs::queue_freed(txn, &job.table.name, Some(&old.record), None)?;
+        txn.delete_record(&job.store, &key)?;
+        job.changed = true;
+        // An expired record is removed all the same, but it was not there to delete.
+        match job.is_live(&old) {
+            true => summary.deleted.push(id),
+            false => summary.skipped.push(id),
+        }
+    }
+    job.finish(txn, state)?;
+    Ok(summary)
 }
 
 /// Logs `message` as published to the record `key` names (which need not exist),
@@ -755,4 +760,112 @@ mod tests {
         assert_eq!(stamp_value(Some("String"), 1_700_000_000_123.0), Value::String("2023-11-14T22:13:20.123Z".into()));
         assert_eq!(stamp_value(Some("String"), 0.0), Value::String("1970-01-01T00:00:00.000Z".into()));
     }
+}
+
+/// One write of a transaction ([`transact`]).
+#[derive(Debug, Clone)]
+pub enum TransactionWrite {
+    /// Replaces (or creates) the record with this id.
+    Put(Value, Object),
+    /// Merges into (or creates) the record with this id.
+    Patch(Value, Object),
+    /// Creates a record (its key generated when it has none); a key that exists
+    /// fails the transaction (409).
+    Create(Object),
+    /// Deletes the record with this id.
+    Delete(Value),
+}
+
+/// A transaction's write, checked and prepared for the writer.
+enum Step {
+    Write { name: String, mode: WriteMode, prepared: Vec<Prepared>, access: TableAccess },
+    Delete { name: String, keys: Vec<(Vec<u8>, Value, Option<Expect>)> },
+}
+
+/// Applies `writes`, to tables of one database, in order and as one transaction
+/// (Harper's `transaction()`): all of them are committed together, in one writer
+/// job, or none is. Each is checked as `ctx` writing it, before any is queued.
+/// Answers, per write: a created record's id, whether a delete removed a record,
+/// or `null`.
+///
+/// A create whose key exists is refused before anything is written. A write that
+/// fails only once an earlier one wrote (a storage failure, an increment of a
+/// value that is not a number) fails its writer batch, whose other jobs are
+/// answered with a retryable 503: nothing of it is kept either way.
+pub async fn transact(ctx: &Context, writes: Vec<(Table, TransactionWrite)>) -> Result<Vec<Value>> {
+    let Some((first, _)) = writes.first() else { return Ok(Vec::new()) };
+    let db = first.db().clone();
+    let mut steps = Vec::with_capacity(writes.len());
+    let mut blobs = Vec::new();
+    for (table, write) in writes {
+        if !Arc::ptr_eq(table.db(), &db) {
+            return Err(Error::invalid(format!(
+                "a transaction writes to one database: {}.{} is not in {}",
+                table.database(),
+                table.schema().name,
+                db.name()
+            )));
+        }
+        refuse_while_lagging(&table, ctx, None)?;
+        let name = table.schema().name.clone();
+        let (mode, record) = match write {
+            TransactionWrite::Delete(id) => {
+                table.access(ctx, &[Action::Delete])?;
+                steps.push(Step::Delete { name, keys: vec![(encode_primary_key(&id)?, id, None)] });
+                continue;
+            }
+            TransactionWrite::Put(id, body) => (WriteMode::Replace, super::with_key(table.schema(), id, body)),
+            TransactionWrite::Patch(id, body) => (WriteMode::Upsert, super::with_key(table.schema(), id, body)),
+            TransactionWrite::Create(body) => (WriteMode::Insert, body),
+        };
+        let access = table.write_access(ctx, mode, record.keys().map(String::as_str))?;
+        let mut prepared = prepare(table.schema(), mode, vec![record], Vec::new())?;
+        blobs.push(store_blobs(&table, &mut prepared).await?);
+        steps.push(Step::Write { name, mode, prepared, access });
+    }
+    let database = db.name().to_string();
+    let computing = db.computing();
+    db.write(ctx, "transaction", move |txn, state| {
+        let written = transaction_job(txn, state, &database, &computing, steps);
+        let kept: Vec<_> = blobs.into_iter().map(|pending| pending.settle(&written)).collect();
+        written.map(|answers| (answers, kept))
+    })
+    .await
+    .map(|(answers, _kept)| answers)
+}
+
+/// The body of [`transact`]'s writer job.
+fn transaction_job(
+    txn: &mut WriteTxn<'_, '_>,
+    state: &mut SchemaState,
+    database: &str,
+    computing: &Computing,
+    steps: Vec<Step>,
+) -> Result<Vec<Value>> {
+    // Creates of keys that exist are refused before the first write.
+    for step in &steps {
+        if let Step::Write { name, mode: WriteMode::Insert, prepared, .. } = step {
+            let job = WriteJob::start(txn, state, database, name, computing.clone(), false)?;
+            for (key, id) in prepared.iter().filter_map(|p| p.key.as_ref()) {
+                if job.stored(txn, key)?.is_some_and(|entry| job.is_live(&entry)) {
+                    return Err(Error::Conflict(format!("Record {id} already exists in {name}")));
+                }
+            }
+        }
+    }
+    let mut answers = Vec::with_capacity(steps.len());
+    for step in steps {
+        match step {
+            Step::Write { name, mode, prepared, access } => {
+                let summary = apply_job(txn, state, database, &name, computing.clone(), mode, prepared, None, access)?;
+                let created = (mode == WriteMode::Insert).then(|| summary.written.into_iter().next());
+                answers.push(created.flatten().unwrap_or(Value::Null));
+            }
+            Step::Delete { name, keys } => {
+                let summary = delete_job(txn, state, database, &name, computing.clone(), keys, None)?;
+                answers.push(Value::Bool(!summary.deleted.is_empty()));
+            }
+        }
+    }
+    Ok(answers)
 }

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use lyre_core::access::{Action, User};
-use lyre_core::{Code, Context, Engine, Object, Table, Value, WriteOptions};
+use lyre_core::{Code, Context, Engine, Object, Table, TransactionWrite, Value, WriteOptions};
 use rquickjs::function::Async;
 use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject, TypedArray};
 
@@ -515,5 +515,60 @@ fn install_writes<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'j
     for kind in ["put", "patch", "delete", "create"] {
         native.set(kind, Function::new(ctx.clone(), write(kind))?)?;
     }
-    Ok(())
+    install_transact(ctx, bridge, native)
+}
+
+/// `transact(handle, writes)`: a transaction's writes (`[kind, database, table,
+/// first, second]`, as `put`… take them) committed together, per database (as
+/// Harper's, a transaction is atomic within one database); their answers.
+fn install_transact<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'js>) -> rquickjs::Result<()> {
+    let b = bridge.clone();
+    let transact = Async(move |ctx: Ctx<'js>, handle: u32, writes: Vec<Array<'js>>| {
+        let b = b.clone();
+        async move {
+            let mut parsed = Vec::with_capacity(writes.len());
+            for write in writes {
+                let (kind, database, table): (String, String, String) = (write.get(0)?, write.get(1)?, write.get(2)?);
+                let (first, second): (rquickjs::Value, rquickjs::Value) = (write.get(3)?, write.get(4)?);
+                let step = match kind.as_str() {
+                    "put" => TransactionWrite::Put(required(&ctx, first, "an id")?, record(&ctx, second)?),
+                    "patch" => TransactionWrite::Patch(required(&ctx, first, "an id")?, record(&ctx, second)?),
+                    "delete" => TransactionWrite::Delete(required(&ctx, first, "an id")?),
+                    _ => TransactionWrite::Create(record(&ctx, first)?),
+                };
+                parsed.push((database, table, step));
+            }
+            let done = async {
+                let user = b.context(handle)?;
+                // One transaction per database, in the order each is first written.
+                let mut databases: Vec<String> = Vec::new();
+                for (database, _, _) in &parsed {
+                    if !databases.contains(database) {
+                        databases.push(database.clone());
+                    }
+                }
+                let mut answers = vec![Value::Null; parsed.len()];
+                for database in databases {
+                    let mut at = Vec::new();
+                    let mut group = Vec::new();
+                    for (i, (db, table, step)) in parsed.iter().enumerate() {
+                        if *db == database {
+                            at.push(i);
+                            group.push((b.table(db, table)?, step.clone()));
+                        }
+                    }
+                    let answered = lyre_core::transact(&user, group).await.map_err(core)?;
+                    for (i, answer) in at.into_iter().zip(answered) {
+                        answers[i] = answer;
+                    }
+                }
+                Ok::<_, (Code, String)>(answers)
+            };
+            match done.await {
+                Ok(answers) => to_js(&ctx, &Value::Array(answers)),
+                Err(err) => Err(throw(&ctx, err)),
+            }
+        }
+    });
+    native.set("transact", Function::new(ctx.clone(), transact)?)
 }

@@ -333,10 +333,100 @@
 		return withComputed(info, native.get(database, table, id, handle));
 	}
 
+	// ---- Transactions (`transaction`) ----
+	/**
+	 * Writes that commit together (Harper's TransactionSet): a table call whose
+	 * context holds an open one joins it instead of writing at once.
+	 */
+	class TransactionSet {
+		#writes = [];
+		constructor(handle) {
+			this[CONTEXT_HANDLE] = handle;
+			this.open = true;
+			this.timestamp = Date.now();
+		}
+		/** Queues a write (`put`, `patch`, `delete` or `create`, as `native` takes them). */
+		add(kind, database, table, first, second) {
+			if (!this.open) throw new Error('this transaction is no longer open');
+			this.#writes.push([kind, database, table, first ?? null, second ?? null]);
+		}
+		/** Commits the queued writes, together (per database); their answers. */
+		commit() {
+			if (!this.open) return Promise.resolve([]);
+			this.open = false;
+			const writes = this.#writes.splice(0);
+			return writes.length ? native.transact(this[CONTEXT_HANDLE], writes) : Promise.resolve([]);
+		}
+		/** Drops the queued writes. */
+		abort() {
+			this.open = false;
+			this.#writes.length = 0;
+		}
+		/** Reads always see what is committed (Lyre reads from the latest snapshot). */
+		resetReadSnapshot() {}
+	}
+
+	/** The open transaction a resource's calls join, if its context holds one. */
+	function transactionOf(resource) {
+		const context = resource.getContext?.();
+		const open = context instanceof TransactionSet ? context : context?.transaction;
+		return open instanceof TransactionSet && open.open ? open : undefined;
+	}
+
+	/**
+	 * Harper's `transaction([context], callback)`: runs `callback(transaction)`; the
+	 * table calls made with the context (or the transaction itself) as their context
+	 * commit together when it returns (or its promise resolves), or not at all when
+	 * it throws. Within an open transaction of the context, it just runs `callback`.
+	 */
+	function transaction(context, callback) {
+		if (typeof context === 'function' && callback === undefined) {
+			callback = context;
+			context = {};
+		} else if (!context) {
+			context = {};
+		} else if (context.transaction?.open && typeof callback === 'function') {
+			return callback(context.transaction);
+		}
+		if (typeof callback !== 'function') throw new Error('Callback function must be provided to transaction');
+		const handle = context[CONTEXT_HANDLE] ?? context.getContext?.()?.[CONTEXT_HANDLE] ?? UNCHECKED;
+		const open = (context.transaction = new TransactionSet(handle));
+		let result;
+		try {
+			result = callback(open);
+		} catch (error) {
+			open.abort();
+			throw error;
+		}
+		const commit = (value) => open.commit().then(() => value);
+		if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+			return result.then(commit, (error) => {
+				open.abort();
+				throw error;
+			});
+		}
+		return commit(result);
+	}
+	const transactionIn = (source, what) => {
+		const open = (source?.getContext?.() ?? source)?.transaction ?? (source instanceof TransactionSet ? source : undefined);
+		if (!open) throw new Error(`No active transaction is available to ${what}`);
+		return open;
+	};
+	transaction.commit = (source) => transactionIn(source, 'commit').commit();
+	transaction.abort = (source) => transactionIn(source, 'abort').abort();
+
 	/** A class for a table, with Harper's table API over Lyre's. */
 	function makeTable(info) {
 		const { database, table, primaryKey } = info;
 		info.computed = info.attributes.filter((attribute) => attribute.computed);
+		/** Writes now, or queues the write in the resource's open transaction. */
+		const write = (resource, kind, handle, first, second) => {
+			const open = transactionOf(resource);
+			if (!open) return native[kind](database, table, first, second ?? null, handle);
+			open.add(kind, database, table, first, second);
+			const id = kind === 'create' ? first?.[primaryKey] : undefined;
+			return Promise.resolve(kind === 'delete' ? true : id);
+		};
 		const TableClass = class extends Resource {
 			static get primaryKey() {
 				return primaryKey;
@@ -391,39 +481,33 @@
 			put(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const [target, data] = legacy ? [second, first] : [first, second];
-				return guarded(this, 'allowUpdate', data, target, (handle) =>
-					native.put(database, table, this.getId(), data, handle),
-				);
+				return guarded(this, 'allowUpdate', data, target, (handle) => write(this, 'put', handle, this.getId(), data));
 			}
 			patch(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const [target, data] = legacy ? [second, first] : [first, second];
-				return guarded(this, 'allowUpdate', data, target, (handle) =>
-					native.patch(database, table, this.getId(), data, handle),
-				);
+				return guarded(this, 'allowUpdate', data, target, (handle) => write(this, 'patch', handle, this.getId(), data));
 			}
 			update(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const data = legacy ? first : second;
-				return native.patch(database, table, this.getId(), data ?? {}, handleFor(this, legacy ? second : first));
+				return write(this, 'patch', handleFor(this, legacy ? second : first), this.getId(), data ?? {});
 			}
 			delete(target) {
 				return guarded(this, 'allowDelete', target, target, async (handle) => {
 					if (this.isCollection || target?.isCollection) {
 						const matches = await this.search(target);
-						for (const record of matches) await native.delete(database, table, record[primaryKey], null, handle);
+						for (const record of matches) await write(this, 'delete', handle, record[primaryKey]);
 						return true;
 					}
-					await native.delete(database, table, this.getId(), null, handle);
+					await write(this, 'delete', handle, this.getId());
 					return true;
 				});
 			}
 			create(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const [target, data] = legacy && !(first instanceof RequestTarget) ? [second, first] : [first, second];
-				return guarded(this, 'allowCreate', data, target, (handle) =>
-					native.create(database, table, data ?? {}, null, handle),
-				);
+				return guarded(this, 'allowCreate', data, target, (handle) => write(this, 'create', handle, data ?? {}));
 			}
 			allowRead(user, target, context) {
 				return native.allowed(database, table, 'read', handleOfUser(context));
@@ -862,7 +946,7 @@
 			const dirname = path.slice(0, path.lastIndexOf('/'));
 			const require = (name) =>
 				name === 'harperdb' || name === 'harper'
-					? { Resource, tables, databases, logger, server, RequestTarget, ClientError, ServerError }
+					? { Resource, tables, databases, logger, server, transaction, RequestTarget, ClientError, ServerError }
 					: requireFile(native.resolveRequire(path, String(name)));
 			require.resolve = (name) => native.resolveRequire(path, String(name));
 			require.cache = {};
@@ -898,6 +982,7 @@
 		logger,
 		console,
 		server,
+		transaction,
 		RequestTarget,
 		ClientError,
 		ServerError,

@@ -989,3 +989,65 @@ async fn middleware_alone_answers_paths_no_export_serves_with_or_without_credent
     let (status, _, _) = s.rest_send(Method::GET, "/nothing", None, &[]).await;
     assert_eq!(status, 404);
 }
+
+/// `transaction()`: a transfer's writes to two tables commit together or not at all.
+const BANK_SCHEMA: &str = "type Account @table @export { id: ID @primaryKey balance: Int }\n\
+                           type Ledger @table @export { id: ID @primaryKey amount: Int }\n";
+const BANK_RESOURCES: &str = r#"
+import { transaction } from 'harperdb';
+export class Transfer extends Resource {
+	static loadAsInstance = false;
+	async post(target, data) {
+		return transaction(this.getContext(), async (txn) => {
+			const from = await tables.Account.get(data.from);
+			const to = await tables.Account.get(data.to);
+			await tables.Account.put(data.from, { balance: from.balance - data.amount }, txn);
+			await tables.Account.put(data.to, { balance: to.balance + data.amount }, txn);
+			await tables.Ledger.create({ id: data.ref, amount: data.amount }, txn);
+			// Nothing is written until the transaction commits.
+			const unchanged = (await tables.Account.get(data.from)).balance === from.balance;
+			if (data.fail) throw new ClientError('refused on purpose', 400);
+			return { unchanged };
+		});
+	}
+}
+"#;
+
+#[tokio::test]
+async fn a_transactions_writes_commit_together_or_not_at_all() {
+    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let s = TestServer::start_app(
+        &[
+            ("components/bank/config.yaml", config),
+            ("components/bank/schema.graphql", BANK_SCHEMA),
+            ("components/bank/resources.js", BANK_RESOURCES),
+        ],
+        &[],
+    )
+    .await;
+    for (id, balance) in [("a", 100), ("b", 0)] {
+        s.rest_send(Method::PUT, &format!("/Account/{id}"), Some(&json!({"balance": balance})), &[]).await;
+    }
+    let balances = async || {
+        let (_, _, a) = s.rest_send(Method::GET, "/Account/a", None, &[]).await;
+        let (_, _, b) = s.rest_send(Method::GET, "/Account/b", None, &[]).await;
+        (a["balance"].clone(), b["balance"].clone())
+    };
+    let transfer =
+        |reference: &str, fail: bool| json!({"from": "a", "to": "b", "amount": 30, "ref": reference, "fail": fail});
+    let (status, _, body) = s.rest_send(Method::POST, "/Transfer", Some(&transfer("t1", false)), &[]).await;
+    assert_eq!((status, body), (200, json!({"unchanged": true})));
+    assert_eq!(balances().await, (json!(70), json!(30)));
+    let (status, _, ledger) = s.rest_send(Method::GET, "/Ledger/t1", None, &[]).await;
+    assert_eq!((status, ledger), (200, json!({"id": "t1", "amount": 30})));
+    // The callback throws after queuing its writes: none is kept.
+    let (status, _, body) = s.rest_send(Method::POST, "/Transfer", Some(&transfer("t2", true)), &[]).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(balances().await, (json!(70), json!(30)));
+    let (status, _, _) = s.rest_send(Method::GET, "/Ledger/t2", None, &[]).await;
+    assert_eq!(status, 404);
+    // The ledger entry exists already: the commit is refused, and so are the transfers.
+    let (status, _, body) = s.rest_send(Method::POST, "/Transfer", Some(&transfer("t1", false)), &[]).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(balances().await, (json!(70), json!(30)));
+}
