@@ -392,7 +392,7 @@ impl Components {
         loaded: ScriptsLoaded,
         rest: config::Rest,
     ) -> Vec<ScriptExport> {
-        let ScriptsLoaded { exports: scripts, sources: coded, middleware: _ } = loaded;
+        let ScriptsLoaded { exports: scripts, sources: coded, .. } = loaded;
         for declared in coded {
             let table = declared.table.clone();
             let source = Arc::new(Source::Code(CodeSource(Arc::new(ScriptSource::new(&self.scripts, declared)))));

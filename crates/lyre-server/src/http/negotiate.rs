@@ -19,6 +19,12 @@ pub fn response_format(headers: &HeaderMap) -> Result<Format, ApiError> {
     if accept.trim().is_empty() {
         return Ok(Format::Json);
     }
+    accepted(accept).iter().find_map(|media| Format::from_media_type(media)).ok_or_else(not_acceptable)
+}
+
+/// The media types an `Accept` value names (lower case), the client's preferred
+/// first (by `q`, then by position); those it refuses (`q=0`) left out.
+pub fn accepted(accept: &str) -> Vec<String> {
     let mut choices: Vec<(f32, usize, &str)> = accept
         .split(',')
         .enumerate()
@@ -34,10 +40,7 @@ pub fn response_format(headers: &HeaderMap) -> Result<Format, ApiError> {
         .filter(|(q, _, _)| *q > 0.0)
         .collect();
     choices.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    choices
-        .iter()
-        .find_map(|(_, _, media)| Format::from_media_type(&media.to_ascii_lowercase()))
-        .ok_or_else(not_acceptable)
+    choices.into_iter().map(|(_, _, media)| media.to_ascii_lowercase()).collect()
 }
 
 fn not_acceptable() -> ApiError {

@@ -122,6 +122,35 @@ pub struct HttpCall {
     pub extensions: axum::http::Extensions,
 }
 
+/// A content type a script registered (`contentTypes.set(type, handler)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptContentType {
+    /// The media type (`text/yaml`), lower case.
+    pub media: String,
+    /// Its handler serializes responses.
+    pub serialize: bool,
+    /// Its handler deserializes request bodies.
+    pub deserialize: bool,
+}
+
+/// A conversion a script's content type makes.
+#[derive(Debug)]
+pub enum Conversion {
+    /// A response's value into the type's bytes.
+    Serialize(Value),
+    /// A request body in the type into a value.
+    Deserialize(Vec<u8>),
+}
+
+/// What a conversion gave.
+#[derive(Debug)]
+pub enum Converted {
+    /// A serialized response body.
+    Bytes(Vec<u8>),
+    /// A deserialized request body.
+    Value(Value),
+}
+
 /// Which middleware the loaded scripts registered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Middleware {
@@ -280,6 +309,8 @@ pub struct ScriptsLoaded {
     pub sources: Vec<DeclaredSource>,
     /// The HTTP middleware they registered (`server.http`).
     pub middleware: Middleware,
+    /// The content types they registered.
+    pub content_types: Vec<ScriptContentType>,
 }
 
 /// A table a script gave a source.
@@ -306,6 +337,8 @@ struct Generation {
     computes: mpsc::Sender<worker::Compute>,
     /// The middleware its scripts registered.
     middleware: Middleware,
+    /// The content types its scripts registered.
+    content_types: Arc<[ScriptContentType]>,
     /// The paths its scripts export.
     exports: BTreeMap<String, ScriptExport>,
 }
@@ -371,6 +404,21 @@ impl Scripts {
     /// Which middleware the loaded scripts registered.
     pub fn middleware(&self) -> Middleware {
         self.current.read().as_ref().map(|g| g.middleware).unwrap_or_default()
+    }
+
+    /// The content types the loaded scripts registered; `None` when they registered
+    /// none (asked on every request: nothing is allocated then).
+    pub fn content_types(&self) -> Option<Arc<[ScriptContentType]>> {
+        self.current.read().as_ref().filter(|g| !g.content_types.is_empty()).map(|g| g.content_types.clone())
+    }
+
+    /// Converts with the handler a script registered for `media`: a value into its
+    /// bytes, or bytes into a value.
+    pub async fn convert(&self, media: &str, conversion: Conversion) -> Result<Converted, ScriptError> {
+        let generation = self.current.read().clone().ok_or(ScriptError::Stopped)?;
+        let (reply, answer) = oneshot::channel();
+        submit(&generation, worker::Job::Convert { media: media.to_string(), conversion, reply })?;
+        answer.await.map_err(|_| ScriptError::Stopped)?
     }
 
     /// Runs the middleware of `call.phase` on one HTTP request.
@@ -440,7 +488,14 @@ impl Scripts {
             loaded().flat_map(|loaded| &loaded.exports).map(|export| (export.path.clone(), export.clone())).collect();
         let middleware =
             Middleware { first: loaded().any(|l| l.middleware.first), last: loaded().any(|l| l.middleware.last) };
-        *self.current.write() = Some(Arc::new(Generation { jobs, computes, middleware, exports }));
+        let mut content_types: Vec<ScriptContentType> = Vec::new();
+        for registered in loaded().flat_map(|l| &l.content_types) {
+            // A later registration of a type replaces an earlier one, as a Map's `set`.
+            content_types.retain(|t| t.media != registered.media);
+            content_types.push(registered.clone());
+        }
+        let content_types = content_types.into();
+        *self.current.write() = Some(Arc::new(Generation { jobs, computes, middleware, content_types, exports }));
         self.reindex_registered_computed().await;
         report
     }

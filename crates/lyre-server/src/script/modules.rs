@@ -28,8 +28,8 @@ const MAX_MODULE_BYTES: u64 = 32 << 20;
 const HARPER_MODULE_NAMES: &[&str] = &["harperdb", "harper"];
 const HARPER_MODULE: &str = "lyre:harper";
 const HARPER_MODULE_SOURCE: &str = "const g = globalThis;\n\
-export const { Resource, tables, databases, logger, server, transaction, RequestTarget, ClientError, ServerError } = g;\n\
-export default { Resource, tables, databases, logger, server, transaction, RequestTarget, ClientError, ServerError };\n";
+export const { Resource, tables, databases, logger, server, transaction, contentTypes, RequestTarget, ClientError, ServerError } = g;\n\
+export default { Resource, tables, databases, logger, server, transaction, contentTypes, RequestTarget, ClientError, ServerError };\n";
 
 /// Node's built-in modules, refused by name (with or without `node:`).
 const NODE_BUILTINS: &[&str] = &[

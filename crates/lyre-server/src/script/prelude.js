@@ -676,7 +676,7 @@
 		});
 		const middleware = { first: registeredMiddleware.first > 0, last: registeredMiddleware.last > 0 };
 		registeredMiddleware.first = registeredMiddleware.last = 0;
-		return { exports, sources: declaredSources.splice(0), middleware };
+		return { exports, sources: declaredSources.splice(0), middleware, contentTypes: registeredTypes.splice(0) };
 	}
 
 	/** The request as a resource's context (Harper passes the request itself); its user and headers are read when asked for. */
@@ -916,8 +916,42 @@
 		}
 	}
 
+	// ---- Content types (`contentTypes`) ----
+	/** Types registered since the last component's registration: `[type, serializes, deserializes]`. */
+	const registeredTypes = [];
+	/**
+	 * Harper's `contentTypes`: a Map from media type to `{serialize, deserialize, q}`.
+	 * A type a script sets is offered by REST: a response the client's `Accept`
+	 * prefers in it is serialized by it, a request body of its `Content-Type`
+	 * deserialized by it.
+	 */
+	class ContentTypes extends Map {
+		set(type, handler) {
+			super.set(type, handler);
+			registeredTypes.push([
+				String(type),
+				typeof handler?.serialize === 'function',
+				typeof handler?.deserialize === 'function',
+			]);
+			return this;
+		}
+	}
+	const contentTypes = new ContentTypes();
+	Map.prototype.set.call(contentTypes, 'application/json', {
+		serialize: (data) => JSON.stringify(data),
+		deserialize: (bytes) => JSON.parse(native.utf8Decode(bytes, false)),
+		q: 0.8,
+	});
+	/** A conversion REST asks of a registered type (worker.rs `convert`). */
+	function convertContent(kind, type, payload) {
+		const handler = contentTypes.get(type) ?? [...contentTypes].find(([name]) => name.toLowerCase() === type)?.[1];
+		if (typeof handler?.[kind] !== 'function') throw new ServerError(`the content type ${type} cannot ${kind}`, 500);
+		return handler[kind](payload);
+	}
+
 	/** Harper's `server`: HTTP middleware registration. */
 	const server = {
+		contentTypes,
 		/** Adds `listener(request, next)` to the HTTP port's handling (`{runFirst}` puts it before Lyre's own). */
 		http(listener, options = {}) {
 			if (typeof listener !== 'function') throw new TypeError('server.http takes a function (request, next)');
@@ -946,7 +980,7 @@
 			const dirname = path.slice(0, path.lastIndexOf('/'));
 			const require = (name) =>
 				name === 'harperdb' || name === 'harper'
-					? { Resource, tables, databases, logger, server, transaction, RequestTarget, ClientError, ServerError }
+					? { Resource, tables, databases, logger, server, transaction, contentTypes, RequestTarget, ClientError, ServerError }
 					: requireFile(native.resolveRequire(path, String(name)));
 			require.resolve = (name) => native.resolveRequire(path, String(name));
 			require.cache = {};
@@ -961,6 +995,7 @@
 	Object.defineProperties(globalThis, {
 		__lyre_dispatch: hidden(dispatch),
 		__lyre_http: hidden(serveHttp),
+		__lyre_content: hidden(convertContent),
 		__lyre_register: hidden(register),
 		__lyre_source: hidden(askSource),
 		__lyre_require: hidden(requireFile),
@@ -983,6 +1018,7 @@
 		console,
 		server,
 		transaction,
+		contentTypes,
 		RequestTarget,
 		ClientError,
 		ServerError,

@@ -25,8 +25,9 @@ use super::modules::ComponentModules;
 use super::native::{self, Bridge};
 use super::web::{self, Web};
 use super::{
-    DeclaredSource, HttpCall, HttpNext, LoadReport, Middleware, Phase, ReplyBody, RestGrammar, ScriptComponent,
-    ScriptError, ScriptExport, ScriptReply, ScriptRequest, ScriptSettings, ScriptsLoaded,
+    Conversion, Converted, DeclaredSource, HttpCall, HttpNext, LoadReport, Middleware, Phase, ReplyBody, RestGrammar,
+    ScriptComponent, ScriptContentType, ScriptError, ScriptExport, ScriptReply, ScriptRequest, ScriptSettings,
+    ScriptsLoaded,
 };
 use crate::cache::source::CodeAnswer;
 
@@ -61,6 +62,8 @@ pub(super) enum Job {
     Source { database: String, table: String, id: Value, reply: oneshot::Sender<Result<CodeAnswer, ScriptError>> },
     /// An HTTP request for the scripts' middleware (`server.http`).
     Http { call: Box<HttpCall>, reply: oneshot::Sender<Result<ScriptReply, ScriptError>> },
+    /// A conversion by a content type a script registered.
+    Convert { media: String, conversion: Conversion, reply: oneshot::Sender<Result<Converted, ScriptError>> },
 }
 
 /// A registered function computing an attribute (`setComputedAttribute`), asked by
@@ -139,6 +142,11 @@ fn run(spec: &Spec, queues: Arc<Queues>, loaded: oneshot::Sender<LoadReport>) {
                         }
                         Some(Job::Http { call, reply }) => {
                             let (outcome, healthy) = js.serve_http(*call).await;
+                            let _ = reply.send(outcome);
+                            healthy
+                        }
+                        Some(Job::Convert { media, conversion, reply }) => {
+                            let (outcome, healthy) = js.convert(&media, conversion).await;
                             let _ = reply.send(outcome);
                             healthy
                         }
@@ -317,6 +325,49 @@ impl Js {
         let outcome = self.within_budget(run).await;
         self.bridge.answered(handle);
         self.judge(outcome, &format!("the HTTP middleware for {} {}", call.method, call.url))
+    }
+
+    /// Converts with the content type a script registered for `media`; `false`
+    /// when the runtime must be rebuilt afterwards.
+    async fn convert(&self, media: &str, conversion: Conversion) -> (Result<Converted, ScriptError>, bool) {
+        let waits = self.waits();
+        let conversion = &conversion;
+        let call = self.context.async_with(async |ctx| -> Result<Converted, String> {
+            let run = async || -> rquickjs::Result<Converted> {
+                let convert: Function = ctx.globals().get("__lyre_content")?;
+                let (kind, payload) = match conversion {
+                    Conversion::Serialize(value) => ("serialize", to_js(&ctx, value)?),
+                    Conversion::Deserialize(bytes) => {
+                        ("deserialize", TypedArray::<u8>::new(ctx.clone(), bytes.as_slice())?.into_value())
+                    }
+                };
+                let mut answer: rquickjs::Value = convert.call((kind, media, payload))?;
+                if let Some(promise) = answer.as_promise() {
+                    answer = settle(&ctx, promise.clone(), waits).await?;
+                }
+                Ok(match conversion {
+                    Conversion::Deserialize(_) => Converted::Value(from_js(&ctx, answer)?.unwrap_or(Value::Null)),
+                    Conversion::Serialize(_) => {
+                        if let Some(text) = answer.as_string() {
+                            Converted::Bytes(text.to_string()?.into_bytes())
+                        } else if let Some(bytes) =
+                            answer.as_object().and_then(|o| TypedArray::<u8>::from_object(o.clone()).ok())
+                        {
+                            Converted::Bytes(super::convert::copy_bytes(&bytes))
+                        } else {
+                            return Err(rquickjs::Error::new_from_js_message(
+                                "value",
+                                "bytes",
+                                format!("the serialize of content type {media} must answer a string or bytes"),
+                            ));
+                        }
+                    }
+                })
+            };
+            run().await.map_err(|e| describe(&ctx, e, None))
+        });
+        let outcome = self.within_budget(call).await;
+        self.judge(outcome, &format!("the content type {media}"))
     }
 
     /// Runs timer `id`'s callback (between requests, as nobody's request); `false`
@@ -506,9 +557,20 @@ async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent, waits: Waits
             }
             let middleware: rquickjs::Object = found.get("middleware")?;
             let middleware = Middleware { first: middleware.get("first")?, last: middleware.get("last")? };
-            Ok::<_, rquickjs::Error>((exports, sources, middleware))
+            let mut content_types = Vec::new();
+            for entry in found.get::<_, Array>("contentTypes")?.iter::<Array>() {
+                let entry = entry?;
+                content_types.push(ScriptContentType {
+                    media: entry.get::<String>(0)?.to_ascii_lowercase(),
+                    serialize: entry.get(1)?,
+                    deserialize: entry.get(2)?,
+                });
+            }
+            Ok::<_, rquickjs::Error>((exports, sources, middleware, content_types))
         };
-        let (exports, sources, middleware) = imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
+        let (exports, sources, middleware, content_types) =
+            imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
+        loaded.content_types.extend(content_types);
         loaded.exports.extend(exports);
         loaded.sources.extend(sources);
         loaded.middleware.first |= middleware.first;

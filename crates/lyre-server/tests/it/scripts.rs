@@ -1051,3 +1051,66 @@ async fn a_transactions_writes_commit_together_or_not_at_all() {
     assert_eq!(status, 409, "{body}");
     assert_eq!(balances().await, (json!(70), json!(30)));
 }
+
+/// A content type a script registers: REST answers in it and reads bodies in it.
+const LINES_RESOURCES: &str = r#"
+contentTypes.set('text/x-lines', {
+	serialize(data) {
+		const records = Array.isArray(data) ? data : [data];
+		return records.map((r) => Object.entries(r).map(([k, v]) => `${k}=${v}`).join(';')).join('\n');
+	},
+	deserialize(bytes) {
+		const text = new TextDecoder().decode(bytes);
+		return Object.fromEntries(text.trim().split(';').map((pair) => pair.split('=')));
+	},
+	q: 0.9,
+});
+"#;
+
+#[tokio::test]
+async fn content_types_a_script_registers_serialize_answers_and_deserialize_bodies() {
+    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let s = TestServer::start_app(
+        &[
+            ("components/lines/config.yaml", config),
+            ("components/lines/schema.graphql", "type Bird @table @export { id: ID @primaryKey name: String }\n"),
+            ("components/lines/resources.js", LINES_RESOURCES),
+        ],
+        &[],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let put = client
+        .put(s.rest("/Bird/b1"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "text/x-lines")
+        .body("name=robin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 204, "{:?}", put.text().await);
+    let (_, _, stored) = s.rest_send(Method::GET, "/Bird/b1", None, &[]).await;
+    assert_eq!(stored, json!({"id": "b1", "name": "robin"}));
+    let got = client
+        .get(s.rest("/Bird/b1"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("accept", "text/x-lines, application/json;q=0.5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.headers()["content-type"], "text/x-lines");
+    assert_eq!(got.text().await.unwrap(), "id=b1;name=robin");
+    // Lyre's own formats stay Lyre's when the client prefers them.
+    let (_, headers, _) =
+        s.rest_send(Method::GET, "/Bird/b1", None, &[("accept", "application/json, text/x-lines")]).await;
+    assert_eq!(headers["content-type"], "application/json");
+    // Errors stay in JSON.
+    let missing = client
+        .get(s.rest("/Bird/none"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("accept", "text/x-lines")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}

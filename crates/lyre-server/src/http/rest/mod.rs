@@ -7,6 +7,7 @@
 //! `"ClientError: <message>"` with the status (plain text for 404 on unknown paths).
 
 mod blob;
+mod content_types;
 pub(crate) mod middleware;
 mod openapi;
 pub mod query;
@@ -66,7 +67,10 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
         // Scripts' `runFirst` middleware sees the request before anything of Lyre's.
         middleware::run(&state, Phase::First, peer, parts, &mut body, None).await
     } else {
-        route(&state, peer, parts, &mut body).await
+        match state.components.scripts().content_types() {
+            None => route(&state, peer, parts, &mut body).await,
+            Some(types) => content_types::adapt(&state, &types, peer, parts, &mut body).await,
+        }
     };
     state.metrics.record(
         crate::metrics::Request {
