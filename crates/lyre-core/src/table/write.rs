@@ -846,9 +846,10 @@ fn transaction_job(
     for step in &steps {
         if let Step::Write { name, mode: WriteMode::Insert, prepared, .. } = step {
             let job = WriteJob::start(txn, state, database, name, computing.clone(), false)?;
-            for (key, id) in prepared.iter().filter_map(|p| p.key.as_ref()) {
+            for (key, _) in prepared.iter().filter_map(|p| p.key.as_ref()) {
                 if job.stored(txn, key)?.is_some_and(|entry| job.is_live(&entry)) {
-                    return Err(Error::Conflict(format!("Record {id} already exists in {name}")));
+                    // Harper's words, as `Table::create` answers.
+                    return Err(Error::Conflict("Record already exists".to_string()));
                 }
             }
         }

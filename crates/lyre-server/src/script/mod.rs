@@ -333,6 +333,8 @@ pub type LoadReport = BTreeMap<String, Result<ScriptsLoaded, String>>;
 /// One set of workers that loaded the same scripts.
 struct Generation {
     jobs: mpsc::Sender<worker::Job>,
+    /// Jobs of requests a middleware's `next` passed on.
+    nested: mpsc::Sender<worker::Job>,
     /// Computed attributes' registered functions to run.
     computes: mpsc::Sender<worker::Compute>,
     /// The middleware its scripts registered.
@@ -343,9 +345,24 @@ struct Generation {
     exports: BTreeMap<String, ScriptExport>,
 }
 
+tokio::task_local! {
+    /// Set while the server handles a request a middleware's `next` passed on
+    /// ([`passed_on`]): the jobs it needs go to the queue of jobs a waiting worker
+    /// runs itself.
+    static PASSED_ON: ();
+}
+
+/// Runs `handling` (the server's handling of a request a middleware's `next`
+/// passed on) so that the scripts it needs are answered by the worker waiting for
+/// it, even when every worker waits.
+pub async fn passed_on<F: std::future::Future>(handling: F) -> F::Output {
+    PASSED_ON.scope((), handling).await
+}
+
 /// Queues `job` for the generation's workers; refused when the queue is full.
 fn submit(generation: &Generation, job: worker::Job) -> Result<(), ScriptError> {
-    generation.jobs.try_send(job).map_err(|err| match err {
+    let queue = if PASSED_ON.try_with(|_| ()).is_ok() { &generation.nested } else { &generation.jobs };
+    queue.try_send(job).map_err(|err| match err {
         mpsc::error::TrySendError::Full(_) => ScriptError::Busy,
         mpsc::error::TrySendError::Closed(_) => ScriptError::Stopped,
     })
@@ -440,8 +457,10 @@ impl Scripts {
         }
         let (jobs, receiver) = mpsc::channel(QUEUE_DEPTH);
         let (computes, computed) = mpsc::channel(QUEUE_DEPTH);
+        let (nested, passed) = mpsc::channel(QUEUE_DEPTH);
         let queues = Arc::new(worker::Queues {
             jobs: tokio::sync::Mutex::new(receiver),
+            nested: tokio::sync::Mutex::new(passed),
             computes: tokio::sync::Mutex::new(computed),
         });
         let spec = Arc::new(worker::Spec {
@@ -495,7 +514,8 @@ impl Scripts {
             content_types.push(registered.clone());
         }
         let content_types = content_types.into();
-        *self.current.write() = Some(Arc::new(Generation { jobs, computes, middleware, content_types, exports }));
+        *self.current.write() =
+            Some(Arc::new(Generation { jobs, nested, computes, middleware, content_types, exports }));
         self.reindex_registered_computed().await;
         report
     }

@@ -145,15 +145,16 @@ fn core(err: lyre_core::Error) -> (Code, String) {
     (err.code(), err.to_string())
 }
 
-/// A JavaScript `Error` with Harper's `statusCode`, thrown.
+/// A JavaScript `Error` with Harper's `statusCode`, thrown; marked (a hidden
+/// `__lyre`) as Lyre's own, so its answer is named as Harper names its refusals.
 pub fn throw(ctx: &Ctx<'_>, (code, message): (Code, String)) -> rquickjs::Error {
-    match Exception::from_message(ctx.clone(), &message) {
-        Ok(error) => {
-            if let Err(err) = error.as_object().set("statusCode", code.status()) {
-                return err;
-            }
-            ctx.throw(error.into_value())
-        }
+    let made = Exception::from_message(ctx.clone(), &message).and_then(|error| {
+        error.as_object().set("statusCode", code.status())?;
+        error.as_object().prop("__lyre", rquickjs::object::Property::from(true))?;
+        Ok(error)
+    });
+    match made {
+        Ok(error) => ctx.throw(error.into_value()),
         Err(err) => err,
     }
 }

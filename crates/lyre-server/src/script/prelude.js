@@ -752,9 +752,10 @@
 	function failure(error, method) {
 		const stated = error !== null && typeof error === 'object' && Number.isInteger(error.statusCode);
 		const status = stated && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
-		// Lyre's own refusals (a table call's 401 or 403) read as Harper's.
+		// Lyre's own refusals (a table call's 401 or 403, a 4xx) read as Harper's.
 		const refused = stated && (error.statusCode === 401 || error.statusCode === 403) && error.constructor === Error;
-		const name = refused ? 'AccessViolation' : (error?.constructor?.name ?? 'Error');
+		const ours = stated && error.__lyre === true && error.statusCode < 500;
+		const name = refused ? 'AccessViolation' : ours ? 'ClientError' : (error?.constructor?.name ?? 'Error');
 		const text = refused ? (error.statusCode === 401 ? 'Must login' : 'Unauthorized access to resource') : error?.message;
 		let message = error !== null && typeof error === 'object' && typeof text === 'string' ? `${name}: ${text}` : String(error);
 		const headers = [];

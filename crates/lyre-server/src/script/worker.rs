@@ -10,7 +10,9 @@
 //! again, before the worker serves another request.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -80,6 +82,9 @@ pub(super) struct Compute {
 /// The queues a generation's workers share.
 pub(super) struct Queues {
     pub jobs: Mutex<mpsc::Receiver<Job>>,
+    /// Jobs a request passed on by a middleware's `next` needs (a worker waiting
+    /// for that `next` runs them itself).
+    pub nested: Mutex<mpsc::Receiver<Job>>,
     pub computes: Mutex<mpsc::Receiver<Compute>>,
 }
 
@@ -127,31 +132,11 @@ fn run(spec: &Spec, queues: Arc<Queues>, loaded: oneshot::Sender<LoadReport>) {
         };
         loop {
             let healthy = tokio::select! {
-                job = async { queues.jobs.lock().await.recv().await } => {
-                    match job {
-                        None => break,
-                        Some(Job::Request { request, reply }) => {
-                            let (outcome, healthy) = js.serve(*request).await;
-                            let _ = reply.send(outcome);
-                            healthy
-                        }
-                        Some(Job::Source { database, table, id, reply }) => {
-                            let (outcome, healthy) = js.source_get(&database, &table, &id).await;
-                            let _ = reply.send(outcome);
-                            healthy
-                        }
-                        Some(Job::Http { call, reply }) => {
-                            let (outcome, healthy) = js.serve_http(*call).await;
-                            let _ = reply.send(outcome);
-                            healthy
-                        }
-                        Some(Job::Convert { media, conversion, reply }) => {
-                            let (outcome, healthy) = js.convert(&media, conversion).await;
-                            let _ = reply.send(outcome);
-                            healthy
-                        }
-                    }
-                }
+                job = async { queues.jobs.lock().await.recv().await } => match job {
+                    None => break,
+                    Some(job) => js.run_job(job).await,
+                },
+                Some(job) = async { queues.nested.lock().await.recv().await } => js.run_job(job).await,
                 Some(id) = async { js.due.lock().await.recv().await } => js.fire_timer(id).await,
                 Some(job) = async { queues.computes.lock().await.recv().await } => js.compute(job).await,
             };
@@ -222,7 +207,6 @@ impl Js {
     /// Evaluates the prelude, then each component's files in order.
     async fn load(&self, components: &[ScriptComponent], modules: &ComponentModules) -> Result<LoadReport, String> {
         let (bridge, web, deadline, timeout) = (&self.bridge, &self.web, &self.deadline, self.settings.timeout);
-        let waits = self.waits();
         self.context
             .async_with(async |ctx| -> Result<LoadReport, String> {
                 deadline.set(Some(Instant::now() + timeout));
@@ -237,7 +221,7 @@ impl Js {
                 for component in components {
                     deadline.set(Some(Instant::now() + timeout));
                     bridge.set_component(&component.name);
-                    let loading = load_component(&ctx, component, waits);
+                    let loading = load_component(&ctx, component, self);
                     let outcome = match tokio::time::timeout(timeout, loading).await {
                         Ok(outcome) => outcome,
                         Err(_) => Err(format!("its scripts did not finish loading within {timeout:?}")),
@@ -250,9 +234,62 @@ impl Js {
             .await
     }
 
-    /// What this worker answers while it waits for a promise.
-    fn waits(&self) -> Waits<'_> {
-        Waits { due: &self.due, web: &self.web, queues: &self.queues }
+    /// Runs one job from a queue and answers it; `false` when the runtime must be
+    /// rebuilt afterwards.
+    async fn run_job(&self, job: Job) -> bool {
+        match job {
+            Job::Request { request, reply } => {
+                let (outcome, healthy) = self.serve(*request).await;
+                let _ = reply.send(outcome);
+                healthy
+            }
+            Job::Source { database, table, id, reply } => {
+                let (outcome, healthy) = self.source_get(&database, &table, &id).await;
+                let _ = reply.send(outcome);
+                healthy
+            }
+            Job::Http { call, reply } => {
+                let (outcome, healthy) = self.serve_http(*call).await;
+                let _ = reply.send(outcome);
+                healthy
+            }
+            Job::Convert { media, conversion, reply } => {
+                let (outcome, healthy) = self.convert(&media, conversion).await;
+                let _ = reply.send(outcome);
+                healthy
+            }
+        }
+    }
+
+    /// Runs a job that a request this worker is answering waits for (one its
+    /// middleware's `next` passed on), inside that request's call and budget: no
+    /// other worker may be free to take it.
+    fn run_inline<'a, 'js: 'a>(&'a self, ctx: &'a Ctx<'js>, job: Job) -> Pin<Box<dyn Future<Output = ()> + 'a>> {
+        Box::pin(async move {
+            match job {
+                Job::Request { mut request, reply } => {
+                    let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
+                    let outcome = self.serve_in(ctx, &request, handle).await.map_err(ScriptError::Engine);
+                    self.bridge.answered(handle);
+                    let _ = reply.send(outcome);
+                }
+                Job::Source { database, table, id, reply } => {
+                    let outcome = self.source_in(ctx, &database, &table, &id).await.map_err(ScriptError::Engine);
+                    let _ = reply.send(outcome);
+                }
+                Job::Http { mut call, reply } => {
+                    let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers));
+                    self.bridge.hand_on(handle, std::mem::take(&mut call.extensions));
+                    let outcome = self.http_in(ctx, &call, handle).await.map_err(ScriptError::Engine);
+                    self.bridge.answered(handle);
+                    let _ = reply.send(outcome);
+                }
+                Job::Convert { media, conversion, reply } => {
+                    let outcome = self.convert_in(ctx, &media, &conversion).await.map_err(ScriptError::Engine);
+                    let _ = reply.send(outcome);
+                }
+            }
+        })
     }
 
     /// Computes an attribute with a registered function, between requests; `false`
@@ -268,21 +305,8 @@ impl Js {
     async fn serve(&self, mut request: ScriptRequest) -> (Result<ScriptReply, ScriptError>, bool) {
         let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
         self.bridge.set_component(&request.component);
-        let expose = self.settings.expose_errors;
-        let waits = self.waits();
-        let call = self.context.async_with(async |ctx| -> Result<ScriptReply, String> {
-            let run = async || -> rquickjs::Result<ScriptReply> {
-                let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
-                let answer: rquickjs::Value = dispatch.call((request_array(&ctx, &request, handle)?,))?;
-                let reply = match answer.as_promise() {
-                    Some(promise) => settle(&ctx, promise.clone(), waits).await?,
-                    // A synchronous handler's answer: nothing to wait for.
-                    None => Array::from_value(answer)?,
-                };
-                read_reply(&ctx, &reply, expose, (&request.export, &request.method))
-            };
-            run().await.map_err(|e| describe(&ctx, e, None))
-        });
+        let request = &request;
+        let call = self.context.async_with(async |ctx| self.serve_in(&ctx, request, handle).await);
         let outcome = self.within_budget(call).await;
         self.bridge.answered(handle);
         let outcome = match outcome {
@@ -292,82 +316,100 @@ impl Js {
         self.judge(outcome, &format!("a JavaScript request for {}", request.export))
     }
 
+    /// A request's answer, computed in `ctx`.
+    async fn serve_in<'js>(&self, ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> Result<ScriptReply, String> {
+        let run = async || -> rquickjs::Result<ScriptReply> {
+            let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
+            let answer: rquickjs::Value = dispatch.call((request_array(ctx, request, handle)?,))?;
+            let reply = match answer.as_promise() {
+                Some(promise) => settle(ctx, promise.clone(), self).await?,
+                // A synchronous handler's answer: nothing to wait for.
+                None => Array::from_value(answer)?,
+            };
+            read_reply(ctx, &reply, self.settings.expose_errors, (&request.export, &request.method))
+        };
+        run().await.map_err(|e| describe(ctx, e, None))
+    }
+
     /// Runs the middleware of `call.phase` on one HTTP request; `false` when the
     /// runtime must be rebuilt afterwards.
     async fn serve_http(&self, mut call: HttpCall) -> (Result<ScriptReply, ScriptError>, bool) {
         let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers));
         self.bridge.hand_on(handle, std::mem::take(&mut call.extensions));
         self.bridge.set_component("middleware");
-        let expose = self.settings.expose_errors;
-        let waits = self.waits();
-        let phase = match call.phase {
-            Phase::First => "first",
-            Phase::Last => "last",
-        };
         let call = &call;
-        let run = self.context.async_with(async |ctx| -> Result<ScriptReply, String> {
-            let run = async || -> rquickjs::Result<ScriptReply> {
-                let http: Function = ctx.globals().get("__lyre_http")?;
-                let body = match &call.body {
-                    Some(bytes) => TypedArray::<u8>::new(ctx.clone(), bytes.as_slice())?.into_value(),
-                    None => rquickjs::Value::new_null(ctx.clone()),
-                };
-                let answer: rquickjs::Value =
-                    http.call((phase, call.method.as_str(), call.url.as_str(), body, call.ip.as_str(), handle))?;
-                let reply = match answer.as_promise() {
-                    Some(promise) => settle(&ctx, promise.clone(), waits).await?,
-                    None => Array::from_value(answer)?,
-                };
-                read_reply(&ctx, &reply, expose, ("middleware", &call.method))
-            };
-            run().await.map_err(|e| describe(&ctx, e, None))
-        });
+        let run = self.context.async_with(async |ctx| self.http_in(&ctx, call, handle).await);
         let outcome = self.within_budget(run).await;
         self.bridge.answered(handle);
         self.judge(outcome, &format!("the HTTP middleware for {} {}", call.method, call.url))
     }
 
+    /// The middleware's answer to `call`, computed in `ctx`.
+    async fn http_in<'js>(&self, ctx: &Ctx<'js>, call: &HttpCall, handle: u32) -> Result<ScriptReply, String> {
+        let phase = match call.phase {
+            Phase::First => "first",
+            Phase::Last => "last",
+        };
+        let run = async || -> rquickjs::Result<ScriptReply> {
+            let http: Function = ctx.globals().get("__lyre_http")?;
+            let body = match &call.body {
+                Some(bytes) => TypedArray::<u8>::new(ctx.clone(), bytes.as_slice())?.into_value(),
+                None => rquickjs::Value::new_null(ctx.clone()),
+            };
+            let answer: rquickjs::Value =
+                http.call((phase, call.method.as_str(), call.url.as_str(), body, call.ip.as_str(), handle))?;
+            let reply = match answer.as_promise() {
+                Some(promise) => settle(ctx, promise.clone(), self).await?,
+                None => Array::from_value(answer)?,
+            };
+            read_reply(ctx, &reply, self.settings.expose_errors, ("middleware", &call.method))
+        };
+        run().await.map_err(|e| describe(ctx, e, None))
+    }
+
     /// Converts with the content type a script registered for `media`; `false`
     /// when the runtime must be rebuilt afterwards.
     async fn convert(&self, media: &str, conversion: Conversion) -> (Result<Converted, ScriptError>, bool) {
-        let waits = self.waits();
         let conversion = &conversion;
-        let call = self.context.async_with(async |ctx| -> Result<Converted, String> {
-            let run = async || -> rquickjs::Result<Converted> {
-                let convert: Function = ctx.globals().get("__lyre_content")?;
-                let (kind, payload) = match conversion {
-                    Conversion::Serialize(value) => ("serialize", to_js(&ctx, value)?),
-                    Conversion::Deserialize(bytes) => {
-                        ("deserialize", TypedArray::<u8>::new(ctx.clone(), bytes.as_slice())?.into_value())
-                    }
-                };
-                let mut answer: rquickjs::Value = convert.call((kind, media, payload))?;
-                if let Some(promise) = answer.as_promise() {
-                    answer = settle(&ctx, promise.clone(), waits).await?;
-                }
-                Ok(match conversion {
-                    Conversion::Deserialize(_) => Converted::Value(from_js(&ctx, answer)?.unwrap_or(Value::Null)),
-                    Conversion::Serialize(_) => {
-                        if let Some(text) = answer.as_string() {
-                            Converted::Bytes(text.to_string()?.into_bytes())
-                        } else if let Some(bytes) =
-                            answer.as_object().and_then(|o| TypedArray::<u8>::from_object(o.clone()).ok())
-                        {
-                            Converted::Bytes(super::convert::copy_bytes(&bytes))
-                        } else {
-                            return Err(rquickjs::Error::new_from_js_message(
-                                "value",
-                                "bytes",
-                                format!("the serialize of content type {media} must answer a string or bytes"),
-                            ));
-                        }
-                    }
-                })
-            };
-            run().await.map_err(|e| describe(&ctx, e, None))
-        });
+        let call = self.context.async_with(async |ctx| self.convert_in(&ctx, media, conversion).await);
         let outcome = self.within_budget(call).await;
         self.judge(outcome, &format!("the content type {media}"))
+    }
+
+    /// A content type's conversion, computed in `ctx`.
+    async fn convert_in<'js>(&self, ctx: &Ctx<'js>, media: &str, conversion: &Conversion) -> Result<Converted, String> {
+        let run = async || -> rquickjs::Result<Converted> {
+            let convert: Function = ctx.globals().get("__lyre_content")?;
+            let (kind, payload) = match conversion {
+                Conversion::Serialize(value) => ("serialize", to_js(ctx, value)?),
+                Conversion::Deserialize(bytes) => {
+                    ("deserialize", TypedArray::<u8>::new(ctx.clone(), bytes.as_slice())?.into_value())
+                }
+            };
+            let mut answer: rquickjs::Value = convert.call((kind, media, payload))?;
+            if let Some(promise) = answer.as_promise() {
+                answer = settle(ctx, promise.clone(), self).await?;
+            }
+            Ok(match conversion {
+                Conversion::Deserialize(_) => Converted::Value(from_js(ctx, answer)?.unwrap_or(Value::Null)),
+                Conversion::Serialize(_) => {
+                    if let Some(text) = answer.as_string() {
+                        Converted::Bytes(text.to_string()?.into_bytes())
+                    } else if let Some(bytes) =
+                        answer.as_object().and_then(|o| TypedArray::<u8>::from_object(o.clone()).ok())
+                    {
+                        Converted::Bytes(super::convert::copy_bytes(&bytes))
+                    } else {
+                        return Err(rquickjs::Error::new_from_js_message(
+                            "value",
+                            "bytes",
+                            format!("the serialize of content type {media} must answer a string or bytes"),
+                        ));
+                    }
+                }
+            })
+        };
+        run().await.map_err(|e| describe(ctx, e, None))
     }
 
     /// Runs timer `id`'s callback (between requests, as nobody's request); `false`
@@ -388,23 +430,31 @@ impl Js {
     /// Asks the source a script gave `database.table` for record `id`; `false`
     /// when the runtime must be rebuilt afterwards.
     async fn source_get(&self, database: &str, table: &str, id: &Value) -> (Result<CodeAnswer, ScriptError>, bool) {
-        let waits = self.waits();
-        let call = self.context.async_with(async |ctx| -> Result<CodeAnswer, String> {
-            let run = async || -> rquickjs::Result<CodeAnswer> {
-                let source: Function = ctx.globals().get("__lyre_source")?;
-                let promise: Promise = source.call((database, table, to_js(&ctx, id)?))?;
-                let answer: rquickjs::Object = settle(&ctx, promise, waits).await?;
-                let record = match from_js(&ctx, answer.get("record")?)? {
-                    Some(Value::Object(record)) => Some(record),
-                    _ => None,
-                };
-                let fresh_for = seconds(answer.get("expiration")?);
-                Ok(CodeAnswer { record, fresh_for })
-            };
-            run().await.map_err(|e| describe(&ctx, e, None))
-        });
+        let call = self.context.async_with(async |ctx| self.source_in(&ctx, database, table, id).await);
         let outcome = self.within_budget(call).await;
         self.judge(outcome, &format!("the source of {database}.{table}"))
+    }
+
+    /// A source's answer for record `id`, computed in `ctx`.
+    async fn source_in<'js>(
+        &self,
+        ctx: &Ctx<'js>,
+        database: &str,
+        table: &str,
+        id: &Value,
+    ) -> Result<CodeAnswer, String> {
+        let run = async || -> rquickjs::Result<CodeAnswer> {
+            let source: Function = ctx.globals().get("__lyre_source")?;
+            let promise: Promise = source.call((database, table, to_js(ctx, id)?))?;
+            let answer: rquickjs::Object = settle(ctx, promise, self).await?;
+            let record = match from_js(ctx, answer.get("record")?)? {
+                Some(Value::Object(record)) => Some(record),
+                _ => None,
+            };
+            let fresh_for = seconds(answer.get("expiration")?);
+            Ok(CodeAnswer { record, fresh_for })
+        };
+        run().await.map_err(|e| describe(ctx, e, None))
     }
 
     /// Runs `work` (one call into the runtime) within the time budget: the
@@ -449,14 +499,6 @@ impl Js {
     }
 }
 
-/// What a worker answers while it waits for a promise: due timers and computes.
-#[derive(Clone, Copy)]
-struct Waits<'a> {
-    due: &'a Mutex<mpsc::UnboundedReceiver<u32>>,
-    web: &'a Web,
-    queues: &'a Queues,
-}
-
 /// Runs a registered function computing an attribute (`__lyre_compute`); it must
 /// answer at once (an index is kept inside a write).
 fn compute(ctx: &Ctx<'_>, job: &Compute) -> Result<Option<Value>, String> {
@@ -478,25 +520,27 @@ fn compute(ctx: &Ctx<'_>, job: &Compute) -> Result<Option<Value>, String> {
 }
 
 /// Waits for a script's promise while firing the timers that come due meanwhile
-/// (the promise may be waiting for one of them) and answering computes.
+/// (the promise may be waiting for one of them), answering computes (a write it
+/// waits for may wait on one), and running the jobs its middleware's `next`
+/// passed on (the request it waits for may need this very worker).
 async fn settle<'js, T: rquickjs::FromJs<'js> + 'js>(
     ctx: &Ctx<'js>,
     promise: Promise<'js>,
-    waits: Waits<'_>,
+    js: &Js,
 ) -> rquickjs::Result<T> {
-    let Waits { due, web, queues } = waits;
     let answer = promise.into_future::<T>();
     tokio::pin!(answer);
-    let mut due = due.lock().await;
     loop {
+        // Each queue is locked only while this waits on it, so a job run here may
+        // wait on the same queues in turn.
         tokio::select! {
             settled = &mut answer => return settled,
-            // A write this promise waits for may wait on a computed attribute.
-            Some(job) = async { queues.computes.lock().await.recv().await } => {
+            Some(job) = async { js.queues.computes.lock().await.recv().await } => {
                 let _ = job.reply.send(compute(ctx, &job));
             }
-            Some(id) = due.recv() => {
-                web.fired(id);
+            Some(job) = async { js.queues.nested.lock().await.recv().await } => js.run_inline(ctx, job).await,
+            Some(id) = async { js.due.lock().await.recv().await } => {
+                js.web.fired(id);
                 let fire: Function = ctx.globals().get("__lyre_timer")?;
                 if let Err(err) = fire.call::<_, ()>((id,)) {
                     tracing::error!(error = %describe(ctx, err, None), "a JavaScript timer's callback failed");
@@ -531,7 +575,7 @@ fn evaluate<'js>(ctx: &Ctx<'js>, name: &str, source: &str, native: rquickjs::Obj
 
 /// Imports a component's files and registers what they export and the sources
 /// they declare.
-async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent, waits: Waits<'_>) -> Result<ScriptsLoaded, String> {
+async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent, js: &Js) -> Result<ScriptsLoaded, String> {
     let register: Function = ctx.globals().get("__lyre_register").map_err(|e| e.to_string())?;
     let mut loaded = ScriptsLoaded::default();
     for file in &component.files {
@@ -539,7 +583,7 @@ async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent, waits: Waits
         let path = std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let imported = async {
             let promise = Module::import(ctx, path.to_string_lossy().as_bytes())?;
-            let namespace: rquickjs::Object = settle(ctx, promise, waits).await?;
+            let namespace: rquickjs::Object = settle(ctx, promise, js).await?;
             let found: rquickjs::Object = register.call((component.name.clone(), namespace))?;
             let mut exports = Vec::new();
             for entry in found.get::<_, Array>("exports")?.iter::<rquickjs::Value>() {

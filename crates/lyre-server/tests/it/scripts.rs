@@ -1048,12 +1048,14 @@ async fn a_transactions_writes_commit_together_or_not_at_all() {
     assert_eq!(status, 404);
     // The ledger entry exists already: the commit is refused, and so are the transfers.
     let (status, _, body) = s.rest_send(Method::POST, "/Transfer", Some(&transfer("t1", false)), &[]).await;
-    assert_eq!(status, 409, "{body}");
+    assert_eq!((status, body), (409, json!("ClientError: Record already exists")));
     assert_eq!(balances().await, (json!(70), json!(30)));
 }
 
 /// A content type a script registers: REST answers in it and reads bodies in it.
 const LINES_RESOURCES: &str = r#"
+// A runFirst middleware: its `next` reaches the content types too.
+server.http((request, next) => next(request), { runFirst: true });
 contentTypes.set('text/x-lines', {
 	serialize(data) {
 		const records = Array.isArray(data) ? data : [data];
@@ -1113,4 +1115,31 @@ async fn content_types_a_script_registers_serialize_answers_and_deserialize_bodi
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn a_runfirst_middleware_in_front_of_scripts_never_waits_on_its_own_worker() {
+    // One worker: the middleware's `next` needs the export's class, the source and
+    // the content type on the very worker that waits for it.
+    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let resources = format!(
+        "{LINES_RESOURCES}\nexport class BirdView extends tables.Bird {{\n\
+         \tstatic loadAsInstance = false;\n\
+         \tasync get(target) {{ const bird = await super.get(target); return bird && {{ ...bird, seen: true }}; }}\n}}\n"
+    );
+    let s = TestServer::start_app(
+        &[
+            ("components/nest/config.yaml", config),
+            ("components/nest/schema.graphql", "type Bird @table @export { id: ID @primaryKey name: String }\n"),
+            ("components/nest/resources.js", &resources),
+        ],
+        &[("JAVASCRIPT_THREADS", "1"), ("JAVASCRIPT_TIMEOUT", "5s")],
+    )
+    .await;
+    s.rest_send(Method::PUT, "/Bird/b1", Some(&json!({"name": "robin"})), &[]).await;
+    let requests = (0..4).map(|_| s.rest_send(Method::GET, "/BirdView/b1", None, &[("accept", "text/x-lines")]));
+    for (status, headers, body) in futures_util::future::join_all(requests).await {
+        assert_eq!((status, headers["content-type"].to_str().unwrap()), (200, "text/x-lines"), "{body}");
+        assert_eq!(body, json!("id=b1;name=robin;seen=true"));
+    }
 }

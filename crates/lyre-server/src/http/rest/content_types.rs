@@ -4,8 +4,8 @@
 //! successful JSON answer the client's `Accept` prefers in such a type (before any
 //! of Lyre's own) is serialized by the script. Requests that use none of them never
 //! come here (`mod.rs` checks the registered types first), so Lyre's own formats
-//! keep their path. An answer is serialized whole, within the size middleware's
-//! `next` may hold.
+//! keep their path (past any `runFirst` middleware, whose `next` comes here too).
+//! An answer is serialized whole, within the size middleware's `next` may hold.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! Scripts' HTTP middleware (`server.http`) in the REST port's handling, as
 //! Harper orders it: a `runFirst` listener sees every request before anything of
-//! Lyre's (static files, REST, authentication), and its `next` is all of that; any
+//! Lyre's (static files, REST, authentication, the scripts' content types), and its
+//! `next` is all of that; any
 //! other listener sees what Lyre's own handling found nothing for, after
 //! authentication, and its `next` answers 404. When both kinds are registered, a
 //! request that passes through the first kind to nothing is handed to the second
@@ -96,17 +97,18 @@ impl HttpNext for RestNext {
     fn next(&self, phase: Phase, request: NextRequest) -> BoxFuture<'static, NextResponse> {
         let (state, runtime) = (self.state.clone(), self.runtime.clone());
         Box::pin(async move {
-            let handled = runtime.spawn(async move {
+            // The scripts it needs are answered by the worker waiting for this `next`.
+            let handled = runtime.spawn(crate::script::passed_on(async move {
                 let response = match (phase, state.upgrade()) {
                     (_, None) => (StatusCode::SERVICE_UNAVAILABLE, "the server is stopping").into_response(),
                     (Phase::Last, Some(_)) => super::not_found(),
                     (Phase::First, Some(state)) => match rebuilt(request) {
-                        Ok((peer, parts, body)) => super::route(&state, peer, parts, &mut Some(body)).await,
+                        Ok((peer, parts, body)) => super::answer(&state, peer, parts, &mut Some(body)).await,
                         Err(err) => err.render_rest(Format::Json),
                     },
                 };
                 whole(response).await
-            });
+            }));
             handled.await.unwrap_or_else(|_| NextResponse {
                 status: 500,
                 headers: Vec::new(),

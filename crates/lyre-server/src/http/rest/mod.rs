@@ -67,10 +67,7 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
         // Scripts' `runFirst` middleware sees the request before anything of Lyre's.
         middleware::run(&state, Phase::First, peer, parts, &mut body, None).await
     } else {
-        match state.components.scripts().content_types() {
-            None => route(&state, peer, parts, &mut body).await,
-            Some(types) => content_types::adapt(&state, &types, peer, parts, &mut body).await,
-        }
+        answer(&state, peer, parts, &mut body).await
     };
     state.metrics.record(
         crate::metrics::Request {
@@ -101,6 +98,20 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
 /// names one (metrics ask the exports only about a segment they have not seen).
 fn first_segment(path: &str) -> &str {
     path.trim_start_matches('/').split('/').next().unwrap_or("")
+}
+
+/// Lyre's own answer to a request (past any `runFirst` middleware): its routing,
+/// with the content types scripts registered where they apply.
+async fn answer(
+    state: &Arc<AppState>,
+    peer: SocketAddr,
+    parts: axum::http::request::Parts,
+    body: &mut Option<Body>,
+) -> Response {
+    match state.components.scripts().content_types() {
+        None => route(state, peer, parts, body).await,
+        Some(types) => content_types::adapt(state, &types, peer, parts, body).await,
+    }
 }
 
 /// Answers one request; takes `body` out of its slot only to read it.
