@@ -104,7 +104,7 @@ pub(crate) fn update_record_indexes(
     old: Option<&Object>,
     new: Option<&Object>,
 ) -> Result<Vec<String>> {
-    let (old, new) = (computing.indexed(table, old)?, computing.indexed(table, new)?);
+    let (old, new) = (computing.indexed(table, old), computing.indexed(table, new));
     let (old, new) = (old.as_deref(), new.as_deref());
     let mut newly_multi = Vec::new();
     for attribute in table.indexed_attributes() {
@@ -161,7 +161,7 @@ pub(crate) fn build_attribute_index(
         let (pk, stored) = item?;
         let mut record = decode_object(stored)?;
         if attribute.shape.computed.is_some() {
-            computing.add(table, &mut record, |a, _| a.name == attribute.name)?;
+            computing.add_for_index(table, &mut record, |a| a.name == attribute.name);
         }
         if let Some(value) = record.get(&attribute.name) {
             multi |= entries_for(attribute, value, pk, &mut entries)?;

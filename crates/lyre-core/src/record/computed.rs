@@ -95,14 +95,39 @@ impl Computing {
         &self,
         table: &TableSchema,
         record: Option<&'r Object>,
-    ) -> Result<Option<std::borrow::Cow<'r, Object>>> {
-        let Some(record) = record else { return Ok(None) };
+    ) -> Option<std::borrow::Cow<'r, Object>> {
+        let record = record?;
         if !table.computed_attributes().any(|(a, _)| a.indexed) {
-            return Ok(Some(std::borrow::Cow::Borrowed(record)));
+            return Some(std::borrow::Cow::Borrowed(record));
         }
         let mut with = record.clone();
-        self.add(table, &mut with, |a, _| a.indexed)?;
-        Ok(Some(std::borrow::Cow::Owned(with)))
+        self.add_for_index(table, &mut with, |a| a.indexed);
+        Some(std::borrow::Cow::Owned(with))
+    }
+
+    /// Adds the computed attributes `wanted` picks for an index: inside a write, a
+    /// value the code cannot compute (it throws, it is too slow, no worker answers)
+    /// is left out of the index and logged, instead of failing the write (and its
+    /// writer batch with it) or leaving a record that can never be deleted.
+    pub(crate) fn add_for_index(&self, table: &TableSchema, record: &mut Object, wanted: impl Fn(&Attribute) -> bool) {
+        let Some(computer) = &self.computer else { return };
+        for (attribute, computed) in table.computed_attributes().filter(|(a, _)| wanted(a)) {
+            match computer.compute(&self.database, &table.name, attribute, computed, record) {
+                Ok(Some(value)) => {
+                    record.insert(attribute.name.clone(), value);
+                }
+                Ok(None) => {
+                    record.shift_remove(&attribute.name);
+                }
+                Err(message) => {
+                    tracing::warn!(
+                        database = %self.database, table = %table.name, attribute = %attribute.name, error = %message,
+                        "a computed attribute could not be computed for its index; the record is left out of it"
+                    );
+                    record.shift_remove(&attribute.name);
+                }
+            }
+        }
     }
 }
 

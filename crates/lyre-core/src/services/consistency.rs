@@ -16,6 +16,7 @@ use crate::access::Context;
 use crate::catalog::TableSchema;
 use crate::error::Result;
 use crate::index::entries_for;
+use crate::record::computed::Computing;
 use crate::record::decode_object;
 use crate::table::Table;
 use crate::value::{Object, Value};
@@ -57,20 +58,28 @@ pub fn check_consistency(table: &Table, ctx: &Context) -> Result<ConsistencyRepo
     let schema = table.schema();
     let mut report = ConsistencyReport { table: schema.name.clone(), ..Default::default() };
     if let Some(store) = store {
-        check_table(&txn, &store, schema, &mut report)?;
+        check_table(&txn, &store, schema, &table.db().computing(), &mut report)?;
     }
     Ok(report)
 }
 
 /// Checks every index of `table` (stored in `store`) against its records in the
-/// snapshot `txn`.
-fn check_table(txn: &ReadTxn, store: &TableStore, table: &TableSchema, report: &mut ConsistencyReport) -> Result<()> {
+/// snapshot `txn` (with their indexed `@computed` values, as `computing` computes
+/// them).
+fn check_table(
+    txn: &ReadTxn,
+    store: &TableStore,
+    table: &TableSchema,
+    computing: &Computing,
+    report: &mut ConsistencyReport,
+) -> Result<()> {
     let everything = (Bound::Unbounded, Bound::Unbounded);
     // Every entry a record implies must be present.
     for item in txn.records(store, everything, false)? {
         let (pk, stored) = item?;
         report.records += 1;
         let record = decode_object(stored)?;
+        let record = computing.indexed(table, Some(&record)).unwrap_or_default();
         for (attribute, entry) in implied_entries(table, &record, pk)? {
             if !has_entry(txn, store, &entry)? {
                 note(&mut report.missing, &mut report.missing_count, attribute, pk);
@@ -87,6 +96,7 @@ fn check_table(txn: &ReadTxn, store: &TableStore, table: &TableSchema, report: &
         let implied = match (attribute, txn.get_record(store, pk)?) {
             (Some(attribute), Some(stored)) => {
                 let record = decode_object(stored)?;
+                let record = computing.indexed(table, Some(&record)).unwrap_or_default();
                 let mut expected = BTreeSet::new();
                 if let Some(value) = record.get(&attribute.name) {
                     entries_for(attribute, value, pk, &mut expected)?;

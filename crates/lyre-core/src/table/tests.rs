@@ -210,14 +210,11 @@ async fn a_transaction_commits_every_write_or_none() {
     db.create_table(&ctx, TableSpec::dynamic("u", "id")).await.unwrap();
     let u = db.table("u").unwrap();
     t.insert(&ctx, vec![record(r#"{"id": 1, "n": 1}"#), record(r#"{"id": 2}"#)]).await.unwrap();
-    let answers = transact(
-        &ctx,
-        vec![
-            (t.clone(), TransactionWrite::Patch(Value::Int(1), record(r#"{"n": 2}"#))),
-            (u.clone(), TransactionWrite::Create(record(r#"{"id": "a", "from": 1}"#))),
-            (t.clone(), TransactionWrite::Delete(Value::Int(2))),
-        ],
-    )
+    let answers = transact(vec![
+        (ctx.clone(), t.clone(), TransactionWrite::Patch(Value::Int(1), record(r#"{"n": 2}"#))),
+        (ctx.clone(), u.clone(), TransactionWrite::Create(record(r#"{"id": "a", "from": 1}"#))),
+        (ctx.clone(), t.clone(), TransactionWrite::Delete(Value::Int(2))),
+    ])
     .await
     .unwrap();
     assert_eq!(answers, vec![Value::Null, Value::String("a".into()), Value::Bool(true)]);
@@ -225,25 +222,35 @@ async fn a_transaction_commits_every_write_or_none() {
     assert!(t.get(&ctx, &Value::Int(2)).unwrap().is_none());
     // A create of a key that exists refuses the whole transaction: the patch before it
     // is not kept.
-    let refused = transact(
-        &ctx,
-        vec![
-            (t.clone(), TransactionWrite::Patch(Value::Int(1), record(r#"{"n": 3}"#))),
-            (u.clone(), TransactionWrite::Create(record(r#"{"id": "a"}"#))),
-        ],
-    )
+    let refused = transact(vec![
+        (ctx.clone(), t.clone(), TransactionWrite::Patch(Value::Int(1), record(r#"{"n": 3}"#))),
+        (ctx.clone(), u.clone(), TransactionWrite::Create(record(r#"{"id": "a"}"#))),
+    ])
     .await
     .unwrap_err();
     assert!(refused.to_string().contains("already exists"), "{refused}");
     assert_eq!(t.get(&ctx, &Value::Int(1)).unwrap().unwrap().0["n"], Value::Int(2));
+    // So is a second create of a key within one transaction; a create after a
+    // delete of the same key is not.
+    let twice = vec![
+        (ctx.clone(), u.clone(), TransactionWrite::Create(record(r#"{"id": "b"}"#))),
+        (ctx.clone(), u.clone(), TransactionWrite::Create(record(r#"{"id": "b"}"#))),
+    ];
+    assert!(transact(twice).await.unwrap_err().to_string().contains("already exists"));
+    assert!(u.get(&ctx, &Value::String("b".into())).unwrap().is_none());
+    let again = vec![
+        (ctx.clone(), u.clone(), TransactionWrite::Delete(Value::String("a".into()))),
+        (ctx.clone(), u.clone(), TransactionWrite::Create(record(r#"{"id": "a", "from": 2}"#))),
+    ];
+    assert_eq!(transact(again).await.unwrap(), vec![Value::Bool(true), Value::String("a".into())]);
     // A transaction over two databases is refused before anything is queued.
     let other = engine.create_database(&ctx, "other").await.unwrap();
     other.create_table(&ctx, TableSpec::dynamic("v", "id")).await.unwrap();
     let v = other.table("v").unwrap();
     let mixed = vec![
-        (t.clone(), TransactionWrite::Put(Value::Int(1), record(r#"{"n": 9}"#))),
-        (v, TransactionWrite::Put(Value::Int(1), record("{}"))),
+        (ctx.clone(), t.clone(), TransactionWrite::Put(Value::Int(1), record(r#"{"n": 9}"#))),
+        (ctx.clone(), v, TransactionWrite::Put(Value::Int(1), record("{}"))),
     ];
-    assert!(transact(&ctx, mixed).await.unwrap_err().to_string().contains("one database"));
+    assert!(transact(mixed).await.unwrap_err().to_string().contains("one database"));
     assert_eq!(t.get(&ctx, &Value::Int(1)).unwrap().unwrap().0["n"], Value::Int(2));
 }

@@ -784,20 +784,21 @@ enum Step {
 
 /// Applies `writes`, to tables of one database, in order and as one transaction
 /// (Harper's `transaction()`): all of them are committed together, in one writer
-/// job, or none is. Each is checked as `ctx` writing it, before any is queued.
-/// Answers, per write: a created record's id, whether a delete removed a record,
-/// or `null`.
+/// job, or none is. Each is checked as the context it comes with, before any is
+/// queued. Answers, per write: a created record's id, whether a delete removed a
+/// record, or `null`.
 ///
-/// A create whose key exists is refused before anything is written. A write that
-/// fails only once an earlier one wrote (a storage failure, an increment of a
-/// value that is not a number) fails its writer batch, whose other jobs are
-/// answered with a retryable 503: nothing of it is kept either way.
-pub async fn transact(ctx: &Context, writes: Vec<(Table, TransactionWrite)>) -> Result<Vec<Value>> {
-    let Some((first, _)) = writes.first() else { return Ok(Vec::new()) };
-    let db = first.db().clone();
+/// A create whose key exists (or an earlier write of the transaction made) is
+/// refused before anything is written. A write that fails only once an earlier one
+/// wrote (a storage failure, an increment of a value that is not a number) fails
+/// its writer batch, whose other jobs are answered with a retryable 503: nothing of
+/// it is kept either way.
+pub async fn transact(writes: Vec<(Context, Table, TransactionWrite)>) -> Result<Vec<Value>> {
+    let Some((first_ctx, first, _)) = writes.first() else { return Ok(Vec::new()) };
+    let (ctx, db) = (first_ctx.clone(), first.db().clone());
     let mut steps = Vec::with_capacity(writes.len());
     let mut blobs = Vec::new();
-    for (table, write) in writes {
+    for (ctx, table, write) in writes {
         if !Arc::ptr_eq(table.db(), &db) {
             return Err(Error::invalid(format!(
                 "a transaction writes to one database: {}.{} is not in {}",
@@ -806,11 +807,11 @@ pub async fn transact(ctx: &Context, writes: Vec<(Table, TransactionWrite)>) -> 
                 db.name()
             )));
         }
-        refuse_while_lagging(&table, ctx, None)?;
+        refuse_while_lagging(&table, &ctx, None)?;
         let name = table.schema().name.clone();
         let (mode, record) = match write {
             TransactionWrite::Delete(id) => {
-                table.access(ctx, &[Action::Delete])?;
+                table.access(&ctx, &[Action::Delete])?;
                 steps.push(Step::Delete { name, keys: vec![(encode_primary_key(&id)?, id, None)] });
                 continue;
             }
@@ -818,20 +819,58 @@ pub async fn transact(ctx: &Context, writes: Vec<(Table, TransactionWrite)>) -> 
             TransactionWrite::Patch(id, body) => (WriteMode::Upsert, super::with_key(table.schema(), id, body)),
             TransactionWrite::Create(body) => (WriteMode::Insert, body),
         };
-        let access = table.write_access(ctx, mode, record.keys().map(String::as_str))?;
+        let access = table.write_access(&ctx, mode, record.keys().map(String::as_str))?;
         let mut prepared = prepare(table.schema(), mode, vec![record], Vec::new())?;
         blobs.push(store_blobs(&table, &mut prepared).await?);
         steps.push(Step::Write { name, mode, prepared, access });
     }
     let database = db.name().to_string();
     let computing = db.computing();
-    db.write(ctx, "transaction", move |txn, state| {
+    db.write(&ctx, "transaction", move |txn, state| {
         let written = transaction_job(txn, state, &database, &computing, steps);
         let kept: Vec<_> = blobs.into_iter().map(|pending| pending.settle(&written)).collect();
         written.map(|answers| (answers, kept))
     })
     .await
     .map(|(answers, _kept)| answers)
+}
+
+/// Refuses, before anything is written, a create of a key that exists when it runs:
+/// stored (and not expired), or written by an earlier step, and not deleted since.
+fn check_creates(
+    txn: &WriteTxn<'_, '_>,
+    state: &SchemaState,
+    database: &str,
+    computing: &Computing,
+    steps: &[Step],
+) -> Result<()> {
+    let mut exists: HashMap<(&str, &[u8]), bool> = HashMap::new();
+    for step in steps {
+        let (name, keys, now): (&str, Vec<&[u8]>, Option<bool>) = match step {
+            Step::Write { name, mode, prepared, .. } => {
+                let keys = prepared.iter().filter_map(|p| p.key.as_ref()).map(|(key, _)| key.as_slice()).collect();
+                (name, keys, (*mode != WriteMode::Insert).then_some(true))
+            }
+            Step::Delete { name, keys } => (name, keys.iter().map(|(key, _, _)| key.as_slice()).collect(), Some(false)),
+        };
+        for key in keys {
+            let known = match exists.get(&(name, key)) {
+                Some(known) => *known,
+                None => {
+                    let job = WriteJob::start(txn, state, database, name, computing.clone(), false)?;
+                    job.stored(txn, key)?.is_some_and(|entry| job.is_live(&entry))
+                }
+            };
+            let after = match now {
+                Some(after) => after,
+                // A create: Harper's words, as `Table::create` answers.
+                None if known => return Err(Error::Conflict("Record already exists".to_string())),
+                None => true,
+            };
+            exists.insert((name, key), after);
+        }
+    }
+    Ok(())
 }
 
 /// The body of [`transact`]'s writer job.
@@ -843,17 +882,7 @@ fn transaction_job(
     steps: Vec<Step>,
 ) -> Result<Vec<Value>> {
     // Creates of keys that exist are refused before the first write.
-    for step in &steps {
-        if let Step::Write { name, mode: WriteMode::Insert, prepared, .. } = step {
-            let job = WriteJob::start(txn, state, database, name, computing.clone(), false)?;
-            for (key, _) in prepared.iter().filter_map(|p| p.key.as_ref()) {
-                if job.stored(txn, key)?.is_some_and(|entry| job.is_live(&entry)) {
-                    // Harper's words, as `Table::create` answers.
-                    return Err(Error::Conflict("Record already exists".to_string()));
-                }
-            }
-        }
-    }
+    check_creates(txn, state, database, computing, &steps)?;
     let mut answers = Vec::with_capacity(steps.len());
     for step in steps {
         match step {

@@ -519,51 +519,35 @@ fn install_writes<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'j
     install_transact(ctx, bridge, native)
 }
 
-/// `transact(handle, writes)`: a transaction's writes (`[kind, database, table,
-/// first, second]`, as `put`… take them) committed together, per database (as
-/// Harper's, a transaction is atomic within one database); their answers.
+/// `transact(writes)`: a transaction's writes (`[kind, database, table, first,
+/// second, handle]`, as `put`… take them, each checked as its handle's user)
+/// committed together; their answers. A transaction writes to one database (Harper
+/// commits each database's writes apart, so one across two is not atomic there;
+/// Lyre refuses it before anything is written).
 fn install_transact<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject<'js>) -> rquickjs::Result<()> {
     let b = bridge.clone();
-    let transact = Async(move |ctx: Ctx<'js>, handle: u32, writes: Vec<Array<'js>>| {
+    let transact = Async(move |ctx: Ctx<'js>, writes: Vec<Array<'js>>| {
         let b = b.clone();
         async move {
             let mut parsed = Vec::with_capacity(writes.len());
             for write in writes {
                 let (kind, database, table): (String, String, String) = (write.get(0)?, write.get(1)?, write.get(2)?);
                 let (first, second): (rquickjs::Value, rquickjs::Value) = (write.get(3)?, write.get(4)?);
+                let handle: u32 = write.get(5)?;
                 let step = match kind.as_str() {
                     "put" => TransactionWrite::Put(required(&ctx, first, "an id")?, record(&ctx, second)?),
                     "patch" => TransactionWrite::Patch(required(&ctx, first, "an id")?, record(&ctx, second)?),
                     "delete" => TransactionWrite::Delete(required(&ctx, first, "an id")?),
                     _ => TransactionWrite::Create(record(&ctx, first)?),
                 };
-                parsed.push((database, table, step));
+                parsed.push((handle, database, table, step));
             }
             let done = async {
-                let user = b.context(handle)?;
-                // One transaction per database, in the order each is first written.
-                let mut databases: Vec<String> = Vec::new();
-                for (database, _, _) in &parsed {
-                    if !databases.contains(database) {
-                        databases.push(database.clone());
-                    }
+                let mut writes = Vec::with_capacity(parsed.len());
+                for (handle, database, table, step) in parsed {
+                    writes.push((b.context(handle)?, b.table(&database, &table)?, step));
                 }
-                let mut answers = vec![Value::Null; parsed.len()];
-                for database in databases {
-                    let mut at = Vec::new();
-                    let mut group = Vec::new();
-                    for (i, (db, table, step)) in parsed.iter().enumerate() {
-                        if *db == database {
-                            at.push(i);
-                            group.push((b.table(db, table)?, step.clone()));
-                        }
-                    }
-                    let answered = lyre_core::transact(&user, group).await.map_err(core)?;
-                    for (i, answer) in at.into_iter().zip(answered) {
-                        answers[i] = answer;
-                    }
-                }
-                Ok::<_, (Code, String)>(answers)
+                lyre_core::transact(writes).await.map_err(core)
             };
             match done.await {
                 Ok(answers) => to_js(&ctx, &Value::Array(answers)),

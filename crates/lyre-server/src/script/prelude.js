@@ -345,17 +345,17 @@
 			this.open = true;
 			this.timestamp = Date.now();
 		}
-		/** Queues a write (`put`, `patch`, `delete` or `create`, as `native` takes them). */
-		add(kind, database, table, first, second) {
+		/** Queues a write (`put`, `patch`, `delete` or `create`, as `native` takes them), checked as `handle`'s user. */
+		add(kind, database, table, first, second, handle) {
 			if (!this.open) throw new Error('this transaction is no longer open');
-			this.#writes.push([kind, database, table, first ?? null, second ?? null]);
+			this.#writes.push([kind, database, table, first ?? null, second ?? null, handle]);
 		}
-		/** Commits the queued writes, together (per database); their answers. */
+		/** Commits the queued writes together (one database's); their answers. */
 		commit() {
 			if (!this.open) return Promise.resolve([]);
 			this.open = false;
 			const writes = this.#writes.splice(0);
-			return writes.length ? native.transact(this[CONTEXT_HANDLE], writes) : Promise.resolve([]);
+			return writes.length ? native.transact(writes) : Promise.resolve([]);
 		}
 		/** Drops the queued writes. */
 		abort() {
@@ -423,7 +423,7 @@
 		const write = (resource, kind, handle, first, second) => {
 			const open = transactionOf(resource);
 			if (!open) return native[kind](database, table, first, second ?? null, handle);
-			open.add(kind, database, table, first, second);
+			open.add(kind, database, table, first, second, handle);
 			const id = kind === 'create' ? first?.[primaryKey] : undefined;
 			return Promise.resolve(kind === 'delete' ? true : id);
 		};

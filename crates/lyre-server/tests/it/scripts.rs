@@ -880,6 +880,9 @@ async fn computed_attributes_are_computed_indexed_and_queried_but_never_written(
                    "search_value": "p1:dear", "get_attributes": ["id", "totalPrice"]}))
         .await;
     assert_eq!(found, json!([{"id": "p1", "totalPrice": 15}]));
+    // The indexes hold exactly what the records compute to.
+    let report = s.ok(json!({"operation": "check_consistency", "database": "data", "table": "Product"})).await;
+    assert_eq!(report["consistent"], true, "{report}");
     // Described only when asked for (Harper's `include_computed`).
     let names = |described: &Value| -> Vec<String> {
         described["attributes"]
@@ -1115,6 +1118,7 @@ async fn content_types_a_script_registers_serialize_answers_and_deserialize_bodi
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
+    assert_ne!(missing.headers().get("content-type").map(|v| v.to_str().unwrap()), Some("text/x-lines"));
 }
 
 #[tokio::test]

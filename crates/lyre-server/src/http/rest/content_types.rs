@@ -63,6 +63,13 @@ async fn deserialize_body(
     if !types.iter().any(|t| t.deserialize && t.media == media) {
         return Ok(());
     }
+    // Only for a path something serves: a client may not make the scripts parse
+    // bodies for paths nothing answers.
+    let exports = state.components.exports();
+    let scripted = super::script::find(&exports, parts.uri.path()).is_some();
+    if !super::names_export(&exports, parts, scripted) {
+        return Ok(());
+    }
     let arrived = read_body(state, &parts.headers, body, state.rest_body_limit).await?;
     let value = match state.components.scripts().convert(&media, Conversion::Deserialize(arrived.bytes.to_vec())).await
     {
