@@ -301,12 +301,12 @@ impl Db {
         .await
     }
 
-    /// Indexes again `table`'s indexed `@computed` attributes whose values come from
-    /// a function an application registers (`setComputedAttribute`, not an
-    /// expression): the schema defines such an index before any script could
-    /// compute it, so the server calls this once its scripts have (re)loaded.
-    /// Returns how many attributes were indexed again.
-    pub async fn reindex_registered_computed(&self, ctx: &Context, table: &str) -> Result<usize> {
+    /// Indexes again the indexed `@computed` attributes `attributes` of `table`
+    /// (others are left alone): the server calls this when the code computing them
+    /// changed without the schema changing (a script's function registered,
+    /// replaced or gone), since the schema defined the index before any script
+    /// could compute it. Returns how many attributes were indexed again.
+    pub async fn reindex_computed(&self, ctx: &Context, table: &str, attributes: Vec<String>) -> Result<usize> {
         require_super_user(ctx)?;
         let computing = self.computing();
         let table = table.to_string();
@@ -316,7 +316,7 @@ impl Db {
                 state.table(&table).cloned().ok_or_else(|| Error::TableNotFound { database, table: table.clone() })?;
             let registered: Vec<_> = existing
                 .computed_attributes()
-                .filter(|(attribute, computed)| attribute.indexed && computed.from.is_none())
+                .filter(|(attribute, _)| attribute.indexed && attributes.contains(&attribute.name))
                 .map(|(attribute, _)| attribute.clone())
                 .collect();
             if registered.is_empty() {

@@ -63,7 +63,9 @@ impl AttributeComputer for ScriptComputer {
         computed: &Computed,
         record: &Object,
     ) -> Result<Option<Value>, String> {
-        if let Some(expression) = &computed.from {
+        let scripts = self.scripts.upgrade();
+        let function = scripts.as_ref().is_some_and(|s| s.computes_with_function(database, table, &attribute.name));
+        if let (Some(expression), false) = (&computed.from, function) {
             return EXPRESSIONS.with(|cell| {
                 let mut slot = cell.borrow_mut();
                 if slot.is_none() {
@@ -78,7 +80,7 @@ impl AttributeComputer for ScriptComputer {
         if ON_WORKER.with(Cell::get) {
             return Ok(None);
         }
-        let Some(scripts) = self.scripts.upgrade() else { return Ok(None) };
+        let Some(scripts) = scripts else { return Ok(None) };
         scripts.compute_blocking(database, table, &attribute.name, record)
     }
 }

@@ -23,7 +23,7 @@ mod native;
 mod web;
 mod worker;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -311,6 +311,9 @@ pub struct ScriptsLoaded {
     pub middleware: Middleware,
     /// The content types they registered.
     pub content_types: Vec<ScriptContentType>,
+    /// The computed attributes they gave a function (`setComputedAttribute`):
+    /// `(database, table, attribute)`.
+    pub computed: Vec<(String, String, String)>,
 }
 
 /// A table a script gave a source.
@@ -341,6 +344,8 @@ struct Generation {
     middleware: Middleware,
     /// The content types its scripts registered.
     content_types: Arc<[ScriptContentType]>,
+    /// The computed attributes its scripts gave a function.
+    computed: HashSet<(String, String, String)>,
     /// The paths its scripts export.
     exports: BTreeMap<String, ScriptExport>,
 }
@@ -450,9 +455,10 @@ impl Scripts {
     /// from it; the previous generation ends once its requests are answered.
     /// Components whose scripts fail are reported and left out; the rest serve.
     pub async fn load(&self, components: Vec<ScriptComponent>) -> LoadReport {
+        let previous = self.current.read().as_ref().map(|g| g.computed.clone()).unwrap_or_default();
         if components.is_empty() {
             *self.current.write() = None;
-            self.reindex_registered_computed().await;
+            self.reindex_computed(&previous).await;
             return LoadReport::new();
         }
         let (jobs, receiver) = mpsc::channel(QUEUE_DEPTH);
@@ -514,27 +520,38 @@ impl Scripts {
             content_types.push(registered.clone());
         }
         let content_types = content_types.into();
+        let computed = loaded().flat_map(|l| l.computed.iter().cloned()).collect();
         *self.current.write() =
-            Some(Arc::new(Generation { jobs, nested, computes, middleware, content_types, exports }));
-        self.reindex_registered_computed().await;
+            Some(Arc::new(Generation { jobs, nested, computes, middleware, content_types, computed, exports }));
+        self.reindex_computed(&previous).await;
         report
     }
 
-    /// Indexes again every indexed `@computed` attribute a script's function
-    /// computes: the functions it is computed by are the new generation's.
-    async fn reindex_registered_computed(&self) {
+    /// Indexes again every indexed `@computed` attribute whose code may have
+    /// changed with the scripts: those without an expression (a function computes
+    /// them, or nothing does) and those a function computes now or computed in the
+    /// `previous` generation.
+    async fn reindex_computed(&self, previous: &HashSet<(String, String, String)>) {
         for name in self.engine.database_names() {
             let Ok(db) = self.engine.database(&name) else { continue };
-            let tables: Vec<String> = db
-                .schema()
-                .tables
-                .values()
-                .filter(|t| t.computed_attributes().any(|(a, c)| a.indexed && c.from.is_none()))
-                .map(|t| t.name.clone())
-                .collect();
-            for table in tables {
-                if let Err(err) = db.reindex_registered_computed(&lyre_core::Context::system(), &table).await {
-                    tracing::error!(database = %name, table = %table, error = %err, "indexing computed attributes failed");
+            let schema = db.schema();
+            for table in schema.tables.values() {
+                let attributes: Vec<String> = table
+                    .computed_attributes()
+                    .filter(|(attribute, computed)| {
+                        let key = (name.clone(), table.name.clone(), attribute.name.clone());
+                        attribute.indexed
+                            && (computed.from.is_none()
+                                || previous.contains(&key)
+                                || self.computes_with_function(&name, &table.name, &attribute.name))
+                    })
+                    .map(|(attribute, _)| attribute.name.clone())
+                    .collect();
+                if attributes.is_empty() {
+                    continue;
+                }
+                if let Err(err) = db.reindex_computed(&lyre_core::Context::system(), &table.name, attributes).await {
+                    tracing::error!(database = %name, table = %table.name, error = %err, "indexing computed attributes failed");
                 }
             }
         }
@@ -559,6 +576,16 @@ impl Scripts {
             worker::Job::Source { database: database.to_string(), table: table.to_string(), id: id.clone(), reply };
         submit(&generation, job)?;
         answer.await.map_err(|_| ScriptError::Stopped)?
+    }
+
+    /// Whether a loaded script gave `attribute` of `database.table` a function
+    /// (which then computes it, even over its `@computed(from:)` expression, as
+    /// Harper's `setComputedAttribute` replaces the expression's resolver).
+    pub fn computes_with_function(&self, database: &str, table: &str, attribute: &str) -> bool {
+        self.current
+            .read()
+            .as_ref()
+            .is_some_and(|g| g.computed.iter().any(|(d, t, a)| d == database && t == table && a == attribute))
     }
 
     /// Computes `attribute` of a `database.table` record with the function a script

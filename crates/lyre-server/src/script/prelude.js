@@ -244,6 +244,8 @@
 	// ---- Computed attributes ----
 	/** Functions scripts registered (`setComputedAttribute`), by `database.table`, then attribute. */
 	const computedResolvers = new Map();
+	/** Functions registered since the last component's registration: `[database, table, attribute]`. */
+	const registeredComputed = [];
 	/** `@computed(from:)` expressions, compiled once each. */
 	const expressions = new Map();
 
@@ -546,6 +548,7 @@
 				const key = `${database}.${table}`;
 				if (!computedResolvers.has(key)) computedResolvers.set(key, new Map());
 				computedResolvers.get(key).set(name, resolver);
+				registeredComputed.push([database, table, name]);
 			}
 			/** Makes this table a cache of `Source` (a class whose `get` answers one record). */
 			static sourcedFrom(Source, options = {}) {
@@ -676,7 +679,13 @@
 		});
 		const middleware = { first: registeredMiddleware.first > 0, last: registeredMiddleware.last > 0 };
 		registeredMiddleware.first = registeredMiddleware.last = 0;
-		return { exports, sources: declaredSources.splice(0), middleware, contentTypes: registeredTypes.splice(0) };
+		return {
+			exports,
+			sources: declaredSources.splice(0),
+			middleware,
+			contentTypes: registeredTypes.splice(0),
+			computed: registeredComputed.splice(0),
+		};
 	}
 
 	/** The request as a resource's context (Harper passes the request itself); its user and headers are read when asked for. */

@@ -610,11 +610,17 @@ async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent, js: &Js) -> 
                     deserialize: entry.get(2)?,
                 });
             }
-            Ok::<_, rquickjs::Error>((exports, sources, middleware, content_types))
+            let mut computed = Vec::new();
+            for entry in found.get::<_, Array>("computed")?.iter::<Array>() {
+                let entry = entry?;
+                computed.push((entry.get::<String>(0)?, entry.get::<String>(1)?, entry.get::<String>(2)?));
+            }
+            Ok::<_, rquickjs::Error>((exports, sources, middleware, content_types, computed))
         };
-        let (exports, sources, middleware, content_types) =
+        let (exports, sources, middleware, content_types, computed) =
             imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
         loaded.content_types.extend(content_types);
+        loaded.computed.extend(computed);
         loaded.exports.extend(exports);
         loaded.sources.extend(sources);
         loaded.middleware.first |= middleware.first;

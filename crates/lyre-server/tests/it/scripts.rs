@@ -819,11 +819,14 @@ type Product @table @export {
     taxRate: Float
     totalPrice: Float @computed(from: "price + price * taxRate") @indexed
     label: String @computed @indexed
+    code: String @computed(from: "'expression'") @indexed
     tag: String @computed(from: "'#' + id") @enumerable
 }
 "#;
 const SHOP_RESOURCES: &str = r#"
 tables.Product.setComputedAttribute('label', (record) => `${record.id}:${record.price >= 10 ? 'dear' : 'cheap'}`);
+// A function replaces an expression, as in Harper.
+tables.Product.setComputedAttribute('code', (record) => `c-${record.id}`);
 export class ProductView extends tables.Product {
 	static loadAsInstance = false;
 	async get(target) {
@@ -863,6 +866,8 @@ async fn computed_attributes_are_computed_indexed_and_queried_but_never_written(
     assert_eq!(cheap, json!(["p2"]));
     let (_, _, sorted) = s.rest_send(Method::GET, "/Product/?sort(-totalPrice)&select(id,totalPrice)", None, &[]).await;
     assert_eq!(sorted, json!([{"id": "p1", "totalPrice": 15}, {"id": "p2", "totalPrice": 5}]));
+    let (_, _, coded) = s.rest_send(Method::GET, "/Product/?code=c-p2&select(id,code)", None, &[]).await;
+    assert_eq!(coded, json!([{"id": "p2", "code": "c-p2"}]));
     // A change moves the record in both indexes.
     s.rest_send(Method::PATCH, "/Product/p2", Some(&json!({"price": 20.0})), &[]).await;
     let (_, _, dear) = s.rest_send(Method::GET, "/Product/?totalPrice=gt=10&select(id)", None, &[]).await;
@@ -895,7 +900,7 @@ async fn computed_attributes_are_computed_indexed_and_queried_but_never_written(
     let (_, plain) = s.op(json!({"operation": "describe_table", "table": "Product"})).await;
     assert_eq!(names(&plain), ["id", "price", "taxRate"]);
     let (_, all) = s.op(json!({"operation": "describe_table", "table": "Product", "include_computed": true})).await;
-    assert_eq!(names(&all), ["id", "price", "taxRate", "totalPrice", "label", "tag"]);
+    assert_eq!(names(&all), ["id", "price", "taxRate", "totalPrice", "label", "code", "tag"]);
     assert_eq!(all["attributes"][3]["computed"], true, "{all}");
     // A script reads them as properties; only the enumerable one is listed.
     let (_, _, view) = s.rest_send(Method::GET, "/ProductView/p1", None, &[]).await;
