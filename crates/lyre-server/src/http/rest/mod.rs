@@ -31,6 +31,7 @@ use crate::app::AppState;
 use crate::cache::control::Directives;
 use crate::cache::{CachedRead, Forwarded, Source, Sourced};
 use crate::http::auth::authenticate;
+use crate::http::blocking::blocking;
 use crate::http::body::{DecodedBody, Held, read_and_decode};
 use crate::http::cors;
 use crate::http::error::ApiError;
@@ -210,6 +211,20 @@ async fn route(
     match result {
         Ok(response) => response,
         Err(err) => err.render_rest(format),
+    }
+}
+
+/// The record with primary key `id` as `ctx` may read it: its stored bytes when
+/// `whole` allows (see [`lyre_core::Table::get_body`]), else decoded.
+fn read_record(
+    table: &Table,
+    ctx: &Context,
+    id: &Value,
+    whole: bool,
+) -> lyre_core::Result<Option<(RecordBody, RecordVersion)>> {
+    match whole {
+        true => table.get_body(ctx, id),
+        false => Ok(table.get(ctx, id)?.map(|(record, version)| (RecordBody::Decoded(record), version))),
     }
 }
 
@@ -517,7 +532,9 @@ impl RestRequest<'_> {
             Target::Table | Target::Collection => {
                 let query = self.search_query()?;
                 let framing = Framing::Sequence;
-                let mut response = if self.table.answers_one_record(&query) {
+                // A table with computed attributes reads on the blocking pool: the
+                // code computing them may wait for a JavaScript worker.
+                let mut response = if self.table.answers_one_record(&query) && !self.table.schema().has_computed() {
                     answer_bounded(self.format, framing, self.table.search(&self.ctx, query))?
                 } else {
                     let (table, ctx) = (self.table.clone(), self.ctx.clone());
@@ -537,10 +554,15 @@ impl RestRequest<'_> {
                     return Box::pin(self.get_cached(id, source, query.select)).await;
                 }
                 // The whole record is served from its stored bytes; a projection
-                // needs it decoded.
-                let found = match query.select {
-                    None => self.table.get_body(&self.ctx, id)?,
-                    Some(_) => self.table.get(&self.ctx, id)?.map(|(record, v)| (RecordBody::Decoded(record), v)),
+                // needs it decoded. A table with computed attributes reads on the
+                // blocking pool: the code computing them may wait for a worker.
+                let computes = self.table.schema().has_computed();
+                let whole = query.select.is_none();
+                let found = if computes {
+                    let (table, ctx, id) = (self.table.clone(), self.ctx.clone(), id.clone());
+                    blocking("a read of computed attributes", move || read_record(&table, &ctx, &id, whole)).await?
+                } else {
+                    read_record(&self.table, &self.ctx, id, whole)?
                 };
                 let Some((record, version)) = found else {
                     return Ok(empty(StatusCode::NOT_FOUND));
@@ -549,6 +571,14 @@ impl RestRequest<'_> {
                     return Ok(response);
                 }
                 let mut response = match query.select {
+                    Some(select) if computes => {
+                        let (table, ctx, record) = (self.table.clone(), self.ctx.clone(), record.into_object()?);
+                        let projected = blocking("a projection of computed attributes", move || {
+                            table.project(&ctx, record, &select)
+                        })
+                        .await?;
+                        self.reply(&projected)?
+                    }
                     Some(select) => self.reply(&self.table.project(&self.ctx, record.into_object()?, &select)?)?,
                     None => self.reply_bytes(self.format.encode_record(&record)?),
                 };
