@@ -622,8 +622,29 @@ impl Table {
         let named = select.attributes_named();
         access.require_attributes(named.iter().copied(), &[Action::Read], &self.schema.primary_key)?;
         select.validate(&self.schema)?;
-        // The computed attributes it names, computed from the whole record.
-        self.db.computing().add(&self.schema, &mut record, |attribute, _| named.contains(&attribute.name.as_str()))?;
+        // The computed attributes it names, computed from the whole record (as the
+        // index and a search compute them): for a role that may not read some of
+        // its attributes, the stored record, read again.
+        let wanted = |attribute: &crate::catalog::Attribute, _: &_| named.contains(&attribute.name.as_str());
+        if self.schema.computed_attributes().any(|(a, c)| wanted(a, c)) {
+            let computing = self.db.computing();
+            let stored = match (access.restricts_attributes(), record.get(&self.schema.primary_key)) {
+                (true, Some(id)) => self.lookup(id, |stored| decode_entry(stored).map(|entry| Some(entry.record)))?,
+                _ => None,
+            };
+            match stored {
+                Some(mut whole) => {
+                    computing.add(&self.schema, &mut whole, wanted)?;
+                    for (attribute, _) in self.schema.computed_attributes().filter(|(a, c)| wanted(a, c)) {
+                        match whole.shift_remove(&attribute.name) {
+                            Some(value) => record.insert(attribute.name.clone(), value),
+                            None => record.shift_remove(&attribute.name),
+                        };
+                    }
+                }
+                None => computing.add(&self.schema, &mut record, wanted)?,
+            }
+        }
         let txn = self.db.store().read()?;
         let related = crate::query::Related::new(&txn, &self.db, &self.schema).viewed_by(ctx);
         let projected = select.project_value(&self.schema, record, Some(&related))?;

@@ -885,6 +885,17 @@ async fn computed_attributes_are_computed_indexed_and_queried_but_never_written(
                    "search_value": "p1:dear", "get_attributes": ["id", "totalPrice"]}))
         .await;
     assert_eq!(found, json!([{"id": "p1", "totalPrice": 15}]));
+    // A role that may read the computed attribute but not what it is computed
+    // from gets it computed from the whole record, as the index has it.
+    let grant = json!({"data": {"tables": {"Product": {"read": true, "insert": false, "update": false, "delete": false,
+        "attribute_permissions": [{"attribute_name": "totalPrice", "read": true, "insert": false, "update": false}]}}}});
+    s.ok(json!({"operation": "add_role", "role": "totals", "permission": grant})).await;
+    s.ok(json!({"operation": "add_user", "username": "tally", "password": "pw", "role": "totals", "active": true}))
+        .await;
+    let (status, total) = s.rest_as("tally", "pw", Method::GET, "/Product/p1?select(id,totalPrice)", None).await;
+    assert_eq!((status, total), (200, json!({"id": "p1", "totalPrice": 15})));
+    let (_, stripped) = s.rest_as("tally", "pw", Method::GET, "/Product/p1", None).await;
+    assert_eq!(stripped, json!({"id": "p1"}));
     // The indexes hold exactly what the records compute to.
     let report = s.ok(json!({"operation": "check_consistency", "database": "data", "table": "Product"})).await;
     assert_eq!(report["consistent"], true, "{report}");
