@@ -18,6 +18,7 @@ mod listen;
 mod metrics;
 mod mqtt;
 mod outbound;
+mod passed_on;
 mod process;
 mod script;
 mod telemetry;

@@ -53,7 +53,8 @@ where
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let (map, own_key) = (Arc::downgrade(&self.running), key.clone());
         let future = call();
-        let task = tokio::spawn(async move {
+        // A request a script's middleware passed on keeps its mark in the call.
+        let task = tokio::spawn(crate::passed_on::inherit(async move {
             let outcome = future.await;
             // Gone from the map before its waiters wake: a caller after this point
             // starts a new call and sees what this one stored.
@@ -64,7 +65,7 @@ where
                 }
             }
             outcome
-        });
+        }));
         let outcome = async move { task.await.unwrap_or_else(|err| failed(err.to_string())) }.boxed().shared();
         running.insert(key, (number, outcome.clone()));
         outcome

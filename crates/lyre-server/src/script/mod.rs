@@ -350,23 +350,10 @@ struct Generation {
     exports: BTreeMap<String, ScriptExport>,
 }
 
-tokio::task_local! {
-    /// Set while the server handles a request a middleware's `next` passed on
-    /// ([`passed_on`]): the jobs it needs go to the queue of jobs a waiting worker
-    /// runs itself.
-    static PASSED_ON: ();
-}
-
-/// Runs `handling` (the server's handling of a request a middleware's `next`
-/// passed on) so that the scripts it needs are answered by the worker waiting for
-/// it, even when every worker waits.
-pub async fn passed_on<F: std::future::Future>(handling: F) -> F::Output {
-    PASSED_ON.scope((), handling).await
-}
-
 /// Queues `job` for the generation's workers; refused when the queue is full.
 fn submit(generation: &Generation, job: worker::Job) -> Result<(), ScriptError> {
-    let queue = if PASSED_ON.try_with(|_| ()).is_ok() { &generation.nested } else { &generation.jobs };
+    // What a request a middleware passed on needs is run by the worker waiting for it.
+    let queue = if crate::passed_on::is_marked() { &generation.nested } else { &generation.jobs };
     queue.try_send(job).map_err(|err| match err {
         mpsc::error::TrySendError::Full(_) => ScriptError::Busy,
         mpsc::error::TrySendError::Closed(_) => ScriptError::Stopped,

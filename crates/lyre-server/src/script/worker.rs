@@ -168,6 +168,9 @@ struct Js {
     driver: tokio::task::JoinHandle<()>,
     /// The generation's queues (computes are answered while a promise is waited on).
     queues: Arc<Queues>,
+    /// Set while the components' scripts load: a promise waited on then answers no
+    /// other job (the runtime is not whole yet).
+    loading: Cell<bool>,
     settings: ScriptSettings,
 }
 
@@ -199,8 +202,10 @@ impl Js {
         let driver = tokio::task::spawn_local(runtime.drive());
         let due = Mutex::new(due);
         let queues = queues.clone();
-        let js = Js { context, deadline, bridge, web, due, driver, queues, settings: spec.settings.clone() };
+        let loading = Cell::new(true);
+        let js = Js { context, deadline, bridge, web, due, driver, queues, loading, settings: spec.settings.clone() };
         let report = js.load(&spec.components, &modules).await?;
+        js.loading.set(false);
         Ok((js, report))
     }
 
@@ -269,6 +274,7 @@ impl Js {
             match job {
                 Job::Request { mut request, reply } => {
                     let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
+                    self.bridge.set_component(&request.component);
                     let outcome = self.serve_in(ctx, &request, handle).await.map_err(ScriptError::Engine);
                     self.bridge.answered(handle);
                     let _ = reply.send(outcome);
@@ -535,10 +541,10 @@ async fn settle<'js, T: rquickjs::FromJs<'js> + 'js>(
         // wait on the same queues in turn.
         tokio::select! {
             settled = &mut answer => return settled,
-            Some(job) = async { js.queues.computes.lock().await.recv().await } => {
+            Some(job) = async { serving(js, &js.queues.computes).await } => {
                 let _ = job.reply.send(compute(ctx, &job));
             }
-            Some(job) = async { js.queues.nested.lock().await.recv().await } => js.run_inline(ctx, job).await,
+            Some(job) = async { serving(js, &js.queues.nested).await } => js.run_inline(ctx, job).await,
             Some(id) = async { js.due.lock().await.recv().await } => {
                 js.web.fired(id);
                 let fire: Function = ctx.globals().get("__lyre_timer")?;
@@ -548,6 +554,15 @@ async fn settle<'js, T: rquickjs::FromJs<'js> + 'js>(
             }
         }
     }
+}
+
+/// The next job of `queue`, for a worker whose runtime is whole (never while it
+/// loads the components' scripts).
+async fn serving<T>(js: &Js, queue: &Mutex<mpsc::Receiver<T>>) -> Option<T> {
+    if js.loading.get() {
+        return std::future::pending().await;
+    }
+    queue.lock().await.recv().await
 }
 
 /// A script's number of seconds as a duration: `None` when absent, negative, not a

@@ -1154,12 +1154,18 @@ async fn a_runfirst_middleware_in_front_of_scripts_never_waits_on_its_own_worker
     let resources = format!(
         "{LINES_RESOURCES}\nexport class BirdView extends tables.Bird {{\n\
          \tstatic loadAsInstance = false;\n\
-         \tasync get(target) {{ const bird = await super.get(target); return bird && {{ ...bird, seen: true }}; }}\n}}\n"
+         \tasync get(target) {{ const bird = await super.get(target); return bird && {{ ...bird, seen: true }}; }}\n}}\n\
+         class NestSource extends Resource {{ get() {{ return {{ v: `sourced ${{this.getId()}}` }}; }} }}\n\
+         tables.Nest.sourcedFrom(NestSource);\n"
     );
     let s = TestServer::start_app(
         &[
             ("components/nest/config.yaml", config),
-            ("components/nest/schema.graphql", "type Bird @table @export { id: ID @primaryKey name: String }\n"),
+            (
+                "components/nest/schema.graphql",
+                "type Bird @table @export { id: ID @primaryKey name: String }\n\
+                 type Nest @table @export { id: ID @primaryKey v: String }\n",
+            ),
             ("components/nest/resources.js", &resources),
         ],
         &[("JAVASCRIPT_THREADS", "1"), ("JAVASCRIPT_TIMEOUT", "5s")],
@@ -1171,4 +1177,7 @@ async fn a_runfirst_middleware_in_front_of_scripts_never_waits_on_its_own_worker
         assert_eq!((status, headers["content-type"].to_str().unwrap()), (200, "text/x-lines"), "{body}");
         assert_eq!(body, json!("id=b1;name=robin;seen=true"));
     }
+    // A caching table's miss asks its script source from a task of its own.
+    let (status, _, body) = s.rest_send(Method::GET, "/Nest/n1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"id": "n1", "v": "sourced n1"})));
 }

@@ -98,7 +98,7 @@ impl HttpNext for RestNext {
         let (state, runtime) = (self.state.clone(), self.runtime.clone());
         Box::pin(async move {
             // The scripts it needs are answered by the worker waiting for this `next`.
-            let handled = runtime.spawn(crate::script::passed_on(async move {
+            let handled = runtime.spawn(crate::passed_on::mark(async move {
                 let response = match (phase, state.upgrade()) {
                     (_, None) => (StatusCode::SERVICE_UNAVAILABLE, "the server is stopping").into_response(),
                     (Phase::Last, Some(_)) => super::not_found(),

@@ -589,14 +589,24 @@ impl RestRequest<'_> {
                 Ok(response)
             }
             Target::Property(id, name) => {
-                let Some((record, version)) = self.table.get(&self.ctx, id)? else {
-                    return Ok(empty(StatusCode::NOT_FOUND));
-                };
                 let select = Select::Fields {
                     fields: vec![lyre_core::query::Field { name: name.clone(), nested: None }],
                     shape: lyre_core::query::Shaped::Value,
                 };
-                let value = self.table.project(&self.ctx, record, &select)?;
+                let read = |table: &Table, ctx: &Context, id: &Value, select: &Select| {
+                    let Some((record, version)) = table.get(ctx, id)? else { return Ok(None) };
+                    Ok::<_, lyre_core::Error>(Some((table.project(ctx, record, select)?, version)))
+                };
+                // A computed attribute's code may wait for a worker: off the request thread.
+                let found = if self.table.schema().has_computed() {
+                    let (table, ctx, id) = (self.table.clone(), self.ctx.clone(), id.clone());
+                    blocking("a read of a computed attribute", move || read(&table, &ctx, &id, &select)).await?
+                } else {
+                    read(&self.table, &self.ctx, id, &select)?
+                };
+                let Some((value, version)) = found else {
+                    return Ok(empty(StatusCode::NOT_FOUND));
+                };
                 let etag = version.unique.then(|| header_value(&etag::etag(version.time)));
                 if let Value::Blob(blob) = &value {
                     if let Some(response) = self.not_modified(&version) {
