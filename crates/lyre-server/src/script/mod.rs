@@ -14,7 +14,11 @@
 //! `logger`, …) and `native.rs` what it calls in Lyre; `web.js` the web-standard
 //! globals (`fetch`, `URL`, `TextEncoder`, timers, …) and `web.rs` their native
 //! side; `worker.rs` one runtime; `modules.rs` where imports lead; `convert.rs`
-//! values crossing over.
+//! values crossing over; `computed.rs` the `@computed` attributes core asks the
+//! server for. Besides requests, the host runs the scripts' HTTP middleware
+//! (`server.http`), content types (`contentTypes`) and computed attributes'
+//! functions; a request a middleware's `next` passed on has its jobs run by the
+//! worker waiting for it (`crate::passed_on`).
 
 mod computed;
 mod convert;
