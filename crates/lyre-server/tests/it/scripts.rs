@@ -1039,6 +1039,18 @@ export class Transfer extends Resource {
 		});
 	}
 }
+// Writes made with the request's context are checked as its user, each of them.
+export class Deposit extends Resource {
+	static loadAsInstance = false;
+	async post(target, data) {
+		const context = this.getContext();
+		return transaction(context, async () => {
+			await tables.Account.patch(data.to, { balance: data.balance }, context);
+			await tables.Ledger.put(data.ref, { amount: data.balance }, context);
+			return { ok: true };
+		});
+	}
+}
 "#;
 
 #[tokio::test]
@@ -1078,6 +1090,24 @@ async fn a_transactions_writes_commit_together_or_not_at_all() {
     let (status, _, body) = s.rest_send(Method::POST, "/Transfer", Some(&transfer("t1", false)), &[]).await;
     assert_eq!((status, body), (409, json!("ClientError: Record already exists")));
     assert_eq!(balances().await, (json!(70), json!(30)));
+    // A teller may write accounts but not the ledger: its deposit writes neither.
+    let grant = |table: &str, write: bool| json!({table: {"read": true, "insert": write, "update": write, "delete": false, "attribute_permissions": []}});
+    let mut tables = grant("Account", true);
+    tables.as_object_mut().unwrap().extend(grant("Ledger", false).as_object().unwrap().clone());
+    s.ok(json!({"operation": "add_role", "role": "teller", "permission": {"data": {"tables": tables}}})).await;
+    s.ok(json!({"operation": "add_user", "username": "tom", "password": "pw", "role": "teller", "active": true})).await;
+    let deposit = json!({"to": "b", "balance": 1000, "ref": "d1"});
+    let (status, body) = s.rest_as("tom", "pw", Method::POST, "/Deposit", Some(&deposit)).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(balances().await, (json!(70), json!(30)));
+    let (status, body) = s.rest_as(USER, PASSWORD, Method::POST, "/Deposit", Some(&deposit)).await;
+    assert_eq!((status, body), (200, json!({"ok": true})));
+    assert_eq!(balances().await, (json!(70), json!(1000)));
+    // …while writes made with the transaction itself are the script's own, unchecked
+    // (as outside a transaction, and in Harper), whoever's request runs it.
+    let (status, body) = s.rest_as("tom", "pw", Method::POST, "/Transfer", Some(&transfer("t3", false))).await;
+    assert_eq!((status, body), (200, json!({"unchanged": true})));
+    assert_eq!(balances().await, (json!(40), json!(1030)));
 }
 
 /// A content type a script registers: REST answers in it and reads bodies in it.
