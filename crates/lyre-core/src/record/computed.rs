@@ -72,21 +72,9 @@ impl Computing {
         record: &mut Object,
         wanted: impl Fn(&Attribute, &Computed) -> bool,
     ) -> Result<()> {
-        let Some(computer) = &self.computer else { return Ok(()) };
-        if !table.has_computed() {
-            return Ok(());
-        }
-        for (attribute, computed) in table.computed_attributes().filter(|(a, c)| wanted(a, c)) {
-            let value =
-                computer.compute(&self.database, &table.name, attribute, computed, record).map_err(|message| {
-                    Error::Computed { table: table.name.clone(), attribute: attribute.name.clone(), message }
-                })?;
-            match value {
-                Some(value) => record.insert(attribute.name.clone(), value),
-                None => record.shift_remove(&attribute.name),
-            };
-        }
-        Ok(())
+        self.each(table, record, wanted, |attribute, message| {
+            Err(Error::Computed { table: table.name.clone(), attribute: attribute.name.clone(), message })
+        })
     }
 
     /// `record` with its indexed computed attributes added, for index maintenance;
@@ -110,8 +98,33 @@ impl Computing {
     /// is left out of the index and logged, instead of failing the write (and its
     /// writer batch with it) or leaving a record that can never be deleted.
     pub(crate) fn add_for_index(&self, table: &TableSchema, record: &mut Object, wanted: impl Fn(&Attribute) -> bool) {
-        let Some(computer) = &self.computer else { return };
-        for (attribute, computed) in table.computed_attributes().filter(|(a, _)| wanted(a)) {
+        // Never fails: a failure is logged and the work goes on.
+        let _ = self.each(
+            table,
+            record,
+            |a, _| wanted(a),
+            |attribute, message| {
+                tracing::warn!(
+                    database = %self.database, table = %table.name, attribute = %attribute.name, error = %message,
+                    "a computed attribute could not be computed for its index; the record is left out of it"
+                );
+                Ok(())
+            },
+        );
+    }
+
+    /// Sets (or, without a value, removes) each computed attribute `wanted` picks;
+    /// what the code fails to compute is removed and handed to `failed`, which
+    /// decides whether that ends the work.
+    fn each(
+        &self,
+        table: &TableSchema,
+        record: &mut Object,
+        wanted: impl Fn(&Attribute, &Computed) -> bool,
+        failed: impl Fn(&Attribute, String) -> Result<()>,
+    ) -> Result<()> {
+        let Some(computer) = &self.computer else { return Ok(()) };
+        for (attribute, computed) in table.computed_attributes().filter(|(a, c)| wanted(a, c)) {
             match computer.compute(&self.database, &table.name, attribute, computed, record) {
                 Ok(Some(value)) => {
                     record.insert(attribute.name.clone(), value);
@@ -120,14 +133,12 @@ impl Computing {
                     record.shift_remove(&attribute.name);
                 }
                 Err(message) => {
-                    tracing::warn!(
-                        database = %self.database, table = %table.name, attribute = %attribute.name, error = %message,
-                        "a computed attribute could not be computed for its index; the record is left out of it"
-                    );
                     record.shift_remove(&attribute.name);
+                    failed(attribute, message)?;
                 }
             }
         }
+        Ok(())
     }
 }
 

@@ -854,20 +854,21 @@ fn check_creates(
             Step::Delete { name, keys } => (name, keys.iter().map(|(key, _, _)| key.as_slice()).collect(), Some(false)),
         };
         for key in keys {
-            let known = match exists.get(&(name, key)) {
-                Some(known) => *known,
-                None => {
-                    let job = WriteJob::start(txn, state, database, name, computing.clone(), false)?;
-                    job.stored(txn, key)?.is_some_and(|entry| job.is_live(&entry))
+            // Only a create asks whether its key exists; a put or a delete settles it.
+            if now.is_none() {
+                let known = match exists.get(&(name, key)) {
+                    Some(known) => *known,
+                    None => {
+                        let job = WriteJob::start(txn, state, database, name, computing.clone(), false)?;
+                        job.stored(txn, key)?.is_some_and(|entry| job.is_live(&entry))
+                    }
+                };
+                if known {
+                    // Harper's words, as `Table::create` answers.
+                    return Err(Error::Conflict("Record already exists".to_string()));
                 }
-            };
-            let after = match now {
-                Some(after) => after,
-                // A create: Harper's words, as `Table::create` answers.
-                None if known => return Err(Error::Conflict("Record already exists".to_string())),
-                None => true,
-            };
-            exists.insert((name, key), after);
+            }
+            exists.insert((name, key), now.unwrap_or(true));
         }
     }
     Ok(())

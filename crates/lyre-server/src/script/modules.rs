@@ -27,9 +27,9 @@ const MAX_MODULE_BYTES: u64 = 32 << 20;
 /// and the module Lyre answers them with: its globals.
 const HARPER_MODULE_NAMES: &[&str] = &["harperdb", "harper"];
 const HARPER_MODULE: &str = "lyre:harper";
-const HARPER_MODULE_SOURCE: &str = "const g = globalThis;\n\
-export const { Resource, tables, databases, logger, server, transaction, contentTypes, RequestTarget, ClientError, ServerError } = g;\n\
-export default { Resource, tables, databases, logger, server, transaction, contentTypes, RequestTarget, ClientError, ServerError };\n";
+const HARPER_MODULE_SOURCE: &str = "const harper = globalThis.__lyre_harper;\n\
+export const { Resource, tables, databases, logger, server, transaction, contentTypes, RequestTarget, ClientError, ServerError } = harper;\n\
+export default harper;\n";
 
 /// Node's built-in modules, refused by name (with or without `node:`).
 const NODE_BUILTINS: &[&str] = &[

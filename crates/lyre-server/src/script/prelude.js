@@ -989,9 +989,7 @@
 		} else {
 			const dirname = path.slice(0, path.lastIndexOf('/'));
 			const require = (name) =>
-				name === 'harperdb' || name === 'harper'
-					? { Resource, tables, databases, logger, server, transaction, contentTypes, RequestTarget, ClientError, ServerError }
-					: requireFile(native.resolveRequire(path, String(name)));
+				name === 'harperdb' || name === 'harper' ? harper : requireFile(native.resolveRequire(path, String(name)));
 			require.resolve = (name) => native.resolveRequire(path, String(name));
 			require.cache = {};
 			const wrapped = (0, eval)(`(function (exports, require, module, __filename, __dirname) {${source}\n})`);
@@ -1020,17 +1018,19 @@
 		cwd: () => '/',
 		nextTick: (callback, ...args) => queueMicrotask(() => callback(...args)),
 	};
-	Object.assign(globalThis, {
+	/** Harper's API: the globals, and what `import … from 'harperdb'` (`modules.rs`) and `require('harperdb')` give. */
+	const harper = {
 		Resource,
 		tables,
 		databases,
 		logger,
-		console,
 		server,
 		transaction,
 		contentTypes,
 		RequestTarget,
 		ClientError,
 		ServerError,
-	});
+	};
+	Object.assign(globalThis, harper, { console });
+	Object.defineProperty(globalThis, '__lyre_harper', hidden(harper));
 });

@@ -166,6 +166,20 @@ export const api = { v1: { Greeting: class extends Resource { static loadAsInsta
 
 const WORDS: &str = "export function shout(text) { return String(text).toUpperCase() + '!'; }\n";
 
+/// The `config.yaml` of a component with a schema and `resources.js`.
+const APP_CONFIG: &str = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
+
+/// A server started with component `name`: `schema` and `resources` under
+/// [`APP_CONFIG`], with `env` set.
+async fn scripted_app(name: &str, schema: &str, resources: &str, env: &[(&str, &str)]) -> TestServer {
+    let (config, schema_file, resources_file) = (
+        format!("components/{name}/config.yaml"),
+        format!("components/{name}/schema.graphql"),
+        format!("components/{name}/resources.js"),
+    );
+    TestServer::start_app(&[(&config, APP_CONFIG), (&schema_file, schema), (&resources_file, resources)], env).await
+}
+
 /// Deploys `files` as component `name`; the operation's status and answer.
 async fn deploy(s: &TestServer, name: &str, files: &[(&str, &str)]) -> (u16, Value) {
     s.op(json!({"operation": "deploy_component", "project": name, "payload": payload(files)})).await
@@ -795,7 +809,7 @@ async fn at_start_up_scripts_load_once_every_components_tables_exist() {
     let view = "export class BirdView extends tables.Bird {\n\
                 \tstatic loadAsInstance = false;\n\
                 \tget(target) { const bird = super.get(target); return bird && { ...bird, seen: true }; }\n}\n";
-    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let config = APP_CONFIG;
     let s = TestServer::start_app(
         &[
             ("components/a-view/config.yaml", config),
@@ -841,16 +855,7 @@ export class ProductView extends tables.Product {
 
 #[tokio::test]
 async fn computed_attributes_are_computed_indexed_and_queried_but_never_written() {
-    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
-    let mut s = TestServer::start_app(
-        &[
-            ("components/shop/config.yaml", config),
-            ("components/shop/schema.graphql", SHOP_SCHEMA),
-            ("components/shop/resources.js", SHOP_RESOURCES),
-        ],
-        &[],
-    )
-    .await;
+    let mut s = scripted_app("shop", SHOP_SCHEMA, SHOP_RESOURCES, &[]).await;
     for (id, price, rate) in [("p1", 10.0, 0.5), ("p2", 4.0, 0.25)] {
         let (status, _, body) = s
             .rest_send(Method::PUT, &format!("/Product/{id}"), Some(&json!({"price": price, "taxRate": rate})), &[])
@@ -931,7 +936,8 @@ async fn computed_attributes_are_computed_indexed_and_queried_but_never_written(
     let resources =
         format!("{SHOP_RESOURCES}\ntables.Product.setComputedAttribute('band', (r) => Math.floor(r.price / 10));\n");
     let (status, answer) =
-        deploy(&s, "shop", &[("config.yaml", config), ("schema.graphql", &schema), ("resources.js", &resources)]).await;
+        deploy(&s, "shop", &[("config.yaml", APP_CONFIG), ("schema.graphql", &schema), ("resources.js", &resources)])
+            .await;
     assert_eq!(status, 200, "{answer}");
     let (_, _, band) = s.rest_send(Method::GET, "/Product/?band=2&select(id)", None, &[]).await;
     assert_eq!(band, json!(["p2"]));
@@ -961,16 +967,8 @@ server.http((request, next) => {
 
 #[tokio::test]
 async fn middleware_runs_first_around_lyre_or_answers_what_nothing_else_did() {
-    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
-    let s = TestServer::start_app(
-        &[
-            ("components/gate/config.yaml", config),
-            ("components/gate/schema.graphql", "type Bird @table @export { id: ID @primaryKey name: String }\n"),
-            ("components/gate/resources.js", GATE_RESOURCES),
-        ],
-        &[],
-    )
-    .await;
+    let s = scripted_app("gate", "type Bird @table @export { id: ID @primaryKey name: String }\n", GATE_RESOURCES, &[])
+        .await;
     let client = reqwest::Client::new();
     // Answered by the middleware alone, without credentials.
     let ping = client.get(s.rest("/ping")).send().await.unwrap();
@@ -1055,16 +1053,7 @@ export class Deposit extends Resource {
 
 #[tokio::test]
 async fn a_transactions_writes_commit_together_or_not_at_all() {
-    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
-    let s = TestServer::start_app(
-        &[
-            ("components/bank/config.yaml", config),
-            ("components/bank/schema.graphql", BANK_SCHEMA),
-            ("components/bank/resources.js", BANK_RESOURCES),
-        ],
-        &[],
-    )
-    .await;
+    let s = scripted_app("bank", BANK_SCHEMA, BANK_RESOURCES, &[]).await;
     for (id, balance) in [("a", 100), ("b", 0)] {
         s.rest_send(Method::PUT, &format!("/Account/{id}"), Some(&json!({"balance": balance})), &[]).await;
     }
@@ -1121,7 +1110,10 @@ contentTypes.set('text/x-lines', {
 	},
 	deserialize(bytes) {
 		const text = new TextDecoder().decode(bytes);
-		return Object.fromEntries(text.trim().split(';').map((pair) => pair.split('=')));
+		return Object.fromEntries(text.trim().split(';').map((pair) => {
+			if (!pair.includes('=')) throw new Error(`'${pair}' is not name=value`);
+			return pair.split('=');
+		}));
 	},
 	q: 0.9,
 });
@@ -1129,16 +1121,9 @@ contentTypes.set('text/x-lines', {
 
 #[tokio::test]
 async fn content_types_a_script_registers_serialize_answers_and_deserialize_bodies() {
-    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
-    let s = TestServer::start_app(
-        &[
-            ("components/lines/config.yaml", config),
-            ("components/lines/schema.graphql", "type Bird @table @export { id: ID @primaryKey name: String }\n"),
-            ("components/lines/resources.js", LINES_RESOURCES),
-        ],
-        &[],
-    )
-    .await;
+    let s =
+        scripted_app("lines", "type Bird @table @export { id: ID @primaryKey name: String }\n", LINES_RESOURCES, &[])
+            .await;
     let client = reqwest::Client::new();
     let put = client
         .put(s.rest("/Bird/b1"))
@@ -1151,6 +1136,20 @@ async fn content_types_a_script_registers_serialize_answers_and_deserialize_bodi
     assert_eq!(put.status(), 204, "{:?}", put.text().await);
     let (_, _, stored) = s.rest_send(Method::GET, "/Bird/b1", None, &[]).await;
     assert_eq!(stored, json!({"id": "b1", "name": "robin"}));
+    // A body the type cannot read is the client's error, and nothing is written.
+    let bad = client
+        .put(s.rest("/Bird/b2"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "text/x-lines")
+        .body("robin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let message = bad.text().await.unwrap();
+    assert!(message.contains("not valid text/x-lines") && message.contains("'robin' is not name=value"), "{message}");
+    let (status, _, _) = s.rest_send(Method::GET, "/Bird/b2", None, &[]).await;
+    assert_eq!(status, 404);
     let got = client
         .get(s.rest("/Bird/b1"))
         .basic_auth(USER, Some(PASSWORD))
@@ -1180,7 +1179,6 @@ async fn content_types_a_script_registers_serialize_answers_and_deserialize_bodi
 async fn a_runfirst_middleware_in_front_of_scripts_never_waits_on_its_own_worker() {
     // One worker: the middleware's `next` needs the export's class, the source and
     // the content type on the very worker that waits for it.
-    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\njsResource:\n  files: 'resources.js'\n";
     let resources = format!(
         "{LINES_RESOURCES}\nexport class BirdView extends tables.Bird {{\n\
          \tstatic loadAsInstance = false;\n\
@@ -1188,19 +1186,10 @@ async fn a_runfirst_middleware_in_front_of_scripts_never_waits_on_its_own_worker
          class NestSource extends Resource {{ get() {{ return {{ v: `sourced ${{this.getId()}}` }}; }} }}\n\
          tables.Nest.sourcedFrom(NestSource);\n"
     );
-    let s = TestServer::start_app(
-        &[
-            ("components/nest/config.yaml", config),
-            (
-                "components/nest/schema.graphql",
-                "type Bird @table @export { id: ID @primaryKey name: String }\n\
-                 type Nest @table @export { id: ID @primaryKey v: String }\n",
-            ),
-            ("components/nest/resources.js", &resources),
-        ],
-        &[("JAVASCRIPT_THREADS", "1"), ("JAVASCRIPT_TIMEOUT", "5s")],
-    )
-    .await;
+    let schema = "type Bird @table @export { id: ID @primaryKey name: String }\n\
+                  type Nest @table @export { id: ID @primaryKey v: String }\n";
+    let env = [("JAVASCRIPT_THREADS", "1"), ("JAVASCRIPT_TIMEOUT", "5s")];
+    let s = scripted_app("nest", schema, &resources, &env).await;
     s.rest_send(Method::PUT, "/Bird/b1", Some(&json!({"name": "robin"})), &[]).await;
     let requests = (0..4).map(|_| s.rest_send(Method::GET, "/BirdView/b1", None, &[("accept", "text/x-lines")]));
     for (status, headers, body) in futures_util::future::join_all(requests).await {

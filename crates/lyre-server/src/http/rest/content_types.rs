@@ -22,7 +22,7 @@ use crate::http::body::read_body;
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::negotiate::accepted;
-use crate::script::{Conversion, Converted, ScriptContentType};
+use crate::script::{Conversion, Converted, ScriptContentType, ScriptError};
 
 /// Answers a request through Lyre's routing, converting its body and its answer
 /// with the scripts' `types` where they apply.
@@ -75,6 +75,13 @@ async fn deserialize_body(
     {
         Ok(Converted::Value(value)) => value,
         Ok(Converted::Bytes(_)) => Value::Null,
+        // The script's deserializer refused the body: the client's to mend.
+        Err(ScriptError::Engine(message)) => {
+            return Err(ApiError::new(
+                lyre_core::Code::BadRequest,
+                format!("the body is not valid {media}: {message}"),
+            ));
+        }
         Err(err) => return Err(refusal(err)),
     };
     let json = Format::Json.encode(&value)?;

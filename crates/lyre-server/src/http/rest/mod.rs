@@ -161,8 +161,12 @@ async fn route(
     let user = match authenticate(&state, &parts.headers, peer, client).await {
         Ok(user) => Some(user),
         Err(err) if scripted.is_some() && err.code() == Code::MustLogin => None,
-        // A path no export serves is the scripts' middleware's, if they registered any.
-        Err(err) if err.code() == Code::MustLogin && !names_export(&exports, &parts, nested.is_some()) => {
+        // A path no export serves is the scripts' last middleware's, if they registered any.
+        Err(err)
+            if err.code() == Code::MustLogin
+                && state.components.scripts().middleware().last
+                && !names_export(&exports, &parts, nested.is_some()) =>
+        {
             return unanswered(&state, peer, parts, body, None).await;
         }
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
@@ -269,6 +273,7 @@ fn names_export(exports: &crate::components::Exports, parts: &axum::http::reques
 
 /// A request nothing of Lyre's answers: the scripts' last-phase middleware's, when
 /// they registered any (reported back when a first-phase one passed it on); else 404.
+/// A request without credentials comes here only when there is such middleware.
 async fn unanswered(
     state: &Arc<AppState>,
     peer: SocketAddr,
@@ -284,9 +289,6 @@ async fn unanswered(
     }
     if last {
         return middleware::run(state, Phase::Last, peer, parts, body, user).await;
-    }
-    if user.is_none() {
-        return ApiError::new(Code::MustLogin, "Must login").render_rest(Format::Json);
     }
     not_found()
 }
