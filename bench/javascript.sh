@@ -14,7 +14,8 @@
 # its plain GET). The target is 3× Harper.
 #
 #   bench/javascript.sh
-# Writes bench/results/<date>-javascript.md (REPORT overrides).
+# Writes bench/results/<date>-javascript.md (REPORT overrides). LYRE_ONLY=1 measures
+# Lyre alone and writes no report (for trying a change quickly; the ratio needs Harper).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +28,8 @@ WORK=$(mktemp -d /tmp/lyre-javascript.XXXXXX)
 
 source "$ROOT/bench/lib.sh"
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
-[ -d "$HOME/.cache/harper5/src" ] ||
+LYRE_ONLY=${LYRE_ONLY:-}
+[ -n "$LYRE_ONLY" ] || [ -d "$HOME/.cache/harper5/src" ] ||
   { echo "Harper 5 is needed: HARPER_MIRROR=<git dir> $HARPER5 setup" >&2; exit 1; }
 (cd "$ROOT" && cargo build --release --locked -p lyre-server -p lyre-bench)
 
@@ -83,11 +85,13 @@ start_harper5() {
 
 write_app "$WORK/lyre-javascript/root"
 start_lyre javascript
-start_harper5
+[ -n "$LYRE_ONLY" ] || start_harper5
 
 AUTH="admin:password"
 records=$(seq 0 $((RECORDS - 1)) | awk '{printf "%s{\"id\":\"d%d\",\"name\":\"Dog %d\",\"breed\":\"breed %d\",\"age\":%d}", (NR > 1 ? "," : ""), $1, $1, $1 % 50, $1 % 15}')
-for ops in "$LYRE_PORT" "$H_OPS"; do
+OPS_PORTS=("$LYRE_PORT")
+[ -n "$LYRE_ONLY" ] || OPS_PORTS+=("$H_OPS")
+for ops in "${OPS_PORTS[@]}"; do
   echo "{\"operation\":\"upsert\",\"table\":\"Dog\",\"records\":[$records]}" |
     curl -fsS -u "$AUTH" -H 'content-type: application/json' "http://127.0.0.1:$ops" --data-binary @- >/dev/null
 done
@@ -106,6 +110,15 @@ request = function()
 end
 LUA
 done
+
+if [ -n "$LYRE_ONLY" ]; then
+  for round in $(seq 1 "$ROUNDS"); do
+    for workload in plain class endpoint; do
+      wrk_round "$round" "lyre-$workload" "$LYRE_PID" "$LYRE_REST" "$WORK/$workload.lua"
+    done
+  done
+  exit 0
+fi
 
 # Both servers answer the same before anything is measured.
 for path in /Dog/d7 /DogView/d7 /Hello; do

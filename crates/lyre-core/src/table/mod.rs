@@ -755,7 +755,7 @@ impl RecordVersion {
 }
 
 /// A record as a read answers it (see [`Table::get_body`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RecordBody {
     /// The record's MessagePack bytes as stored: every attribute, nothing decoded.
     Stored(Vec<u8>),

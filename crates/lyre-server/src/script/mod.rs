@@ -268,6 +268,9 @@ pub enum ReplyBody {
     Value(Value),
     /// Bytes sent as they are (a `{status, headers, body}` response's body).
     Raw(Vec<u8>),
+    /// A record as a table's `get` read it, answered as a whole-record REST read is
+    /// (the handler returned the very record it was given).
+    Record(lyre_core::RecordBody),
 }
 
 /// Why a script's request has no reply of its own.

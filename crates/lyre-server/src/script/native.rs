@@ -60,6 +60,18 @@ pub struct Bridge {
     unchecked: Context,
     /// The component each log line is attributed to.
     component_of: RefCell<String>,
+    /// The last record a table's `get` read for a handler (see [`Bridge::take_read`]).
+    last_read: RefCell<Option<ReadRecord>>,
+}
+
+/// A record a table's `get` gave a handler, frozen, with its stored bytes: a
+/// handler that answers with this very object is answered from the bytes, as a
+/// whole-record REST read is, without converting the object back.
+pub struct ReadRecord {
+    /// The object the handler got (held, so no other object can be it).
+    pub object: rquickjs::Persistent<JsObject<'static>>,
+    /// The record as stored.
+    pub body: lyre_core::RecordBody,
 }
 
 impl Bridge {
@@ -78,6 +90,7 @@ impl Bridge {
             next_handle: std::cell::Cell::new(UNCHECKED),
             unchecked: Context::new(Arc::new(User::system())),
             component_of: RefCell::new(String::new()),
+            last_read: RefCell::new(None),
         }
     }
 
@@ -135,6 +148,12 @@ impl Bridge {
         }
     }
 
+    /// The record the last remembering `get` read (taken: read once). Taken inside
+    /// the runtime, as the object it holds must be let go there.
+    pub fn take_read(&self) -> Option<ReadRecord> {
+        self.last_read.borrow_mut().take()
+    }
+
     fn table(&self, database: &str, table: &str) -> Result<Table, (Code, String)> {
         let db = self.engine.database(database).map_err(core)?;
         db.table(table).map_err(core)
@@ -180,14 +199,38 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
         "get",
         Function::new(
             ctx.clone(),
-            move |ctx: Ctx<'js>, db: String, table: String, id: rquickjs::Value<'js>, handle: u32| {
+            // `remember`: the caller freezes the record and may hand it to a handler
+            // as it is (prelude.js `readRecord`), so it is kept with its bytes.
+            move |ctx: Ctx<'js>,
+                  db: String,
+                  table: String,
+                  id: rquickjs::Value<'js>,
+                  handle: u32,
+                  remember: rquickjs::function::Opt<bool>| {
                 let id = required(&ctx, id, "an id")?;
-                let run = || -> Result<Option<Object>, (Code, String)> {
+                let remember = remember.0.unwrap_or(false);
+                let run = || -> Result<Option<(Object, Option<lyre_core::RecordBody>)>, (Code, String)> {
                     let user = b.context(handle)?;
-                    Ok(b.table(&db, &table)?.get(&user, &id).map_err(core)?.map(|(record, _)| record))
+                    let table = b.table(&db, &table)?;
+                    // Stored bytes lack computed attributes; such tables read decoded.
+                    if !remember || table.schema().computed_attributes().next().is_some() {
+                        return Ok(table.get(&user, &id).map_err(core)?.map(|(record, _)| (record, None)));
+                    }
+                    let Some((body, _)) = table.get_body(&user, &id).map_err(core)? else { return Ok(None) };
+                    let record = body.clone().into_object().map_err(core)?;
+                    let stored = matches!(body, lyre_core::RecordBody::Stored(_)).then_some(body);
+                    Ok(Some((record, stored)))
                 };
                 match run() {
-                    Ok(Some(record)) => to_js(&ctx, &Value::Object(record)),
+                    Ok(Some((record, stored))) => {
+                        let object = to_js(&ctx, &Value::Object(record))?;
+                        let read = stored.zip(object.as_object()).map(|(body, object)| ReadRecord {
+                            object: rquickjs::Persistent::save(&ctx, object.clone()),
+                            body,
+                        });
+                        *b.last_read.borrow_mut() = read;
+                        Ok(object)
+                    }
                     Ok(None) => Ok(rquickjs::Value::new_undefined(ctx.clone())),
                     Err(err) => Err(throw(&ctx, err)),
                 }

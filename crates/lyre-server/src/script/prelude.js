@@ -429,6 +429,19 @@
 			const id = kind === 'create' ? first?.[primaryKey] : undefined;
 			return Promise.resolve(kind === 'delete' ? true : id);
 		};
+		const sourceKey = `${database}.${table}`;
+		/**
+		 * Record `id` as `handle` may read it, frozen (or its promise, for a table with
+		 * a source). Lyre keeps its stored bytes (`native.get`'s last argument): a
+		 * handler answering with this very record is answered from them.
+		 */
+		const readRecord = (id, handle) => {
+			if (!sources.has(sourceKey)) {
+				const record = withComputed(info, native.get(database, table, id, handle, true));
+				return record === undefined ? undefined : Object.freeze(record);
+			}
+			return readThrough(info, id, handle).then((record) => (record === undefined ? undefined : Object.freeze(record)));
+		};
 		const TableClass = class extends Resource {
 			static get primaryKey() {
 				return primaryKey;
@@ -459,15 +472,11 @@
 				const id = this.getId();
 				if (id === undefined) return native.describe(database, table, handleFor(this, target));
 				if (legacy) return this[LOADED] ? this : undefined;
-				return guarded(this, 'allowRead', target, target, (handle) => {
-					if (!sources.has(`${database}.${table}`)) {
-						const record = withComputed(info, native.get(database, table, id, handle));
-						return record === undefined ? undefined : Object.freeze(record);
-					}
-					return readThrough(info, id, handle).then((record) =>
-						record === undefined ? undefined : Object.freeze(record),
-					);
-				});
+				// The common case without guarded's closure: no hook of the class's own to ask.
+				if (this.allowRead === TableClass.prototype.allowRead || !target?.checkPermission) {
+					return readRecord(id, handleFor(this, target));
+				}
+				return guarded(this, 'allowRead', target, target, (handle) => readRecord(id, handle));
 			}
 			search(target) {
 				const query =
@@ -689,10 +698,13 @@
 	}
 
 	/** The request as a resource's context (Harper passes the request itself); its user and headers are read when asked for. */
+	// What a request's context fetched or made when first asked (symbols, not private
+	// fields: a context that is never asked for them pays nothing for them).
+	const USER = Symbol('lyre.user');
+	const REQUEST_HEADERS = Symbol('lyre.requestHeaders');
+	const RESPONSE_HEADERS = Symbol('lyre.responseHeaders');
+
 	class RequestContext {
-		#user;
-		#headers;
-		#responseHeaders;
 		constructor(method, pathname, search, handle, data) {
 			this[CONTEXT_HANDLE] = handle;
 			this.method = method;
@@ -702,29 +714,30 @@
 			this.authorize = true;
 		}
 		get user() {
-			if (this.#user === undefined) this.#user = native.user(this[CONTEXT_HANDLE]);
-			return this.#user;
+			const user = this[USER];
+			return user !== undefined ? user : (this[USER] = native.user(this[CONTEXT_HANDLE]));
 		}
 		set user(user) {
-			this.#user = user;
+			this[USER] = user;
 		}
 		get headers() {
-			if (this.#headers === undefined) {
+			let headers = this[REQUEST_HEADERS];
+			if (headers === undefined) {
 				const map = new Map(native.headers(this[CONTEXT_HANDLE]));
-				this.#headers = {
+				headers = this[REQUEST_HEADERS] = {
 					get: (name) => map.get(String(name).toLowerCase()) ?? null,
 					has: (name) => map.has(String(name).toLowerCase()),
 					[Symbol.iterator]: () => map.entries(),
 				};
 			}
-			return this.#headers;
+			return headers;
 		}
 		get responseHeaders() {
-			return (this.#responseHeaders ??= new Headers());
+			return (this[RESPONSE_HEADERS] ??= new Headers());
 		}
-		/** The headers a script set on the response, as pairs. */
+		/** The headers a script set on the response, as pairs (`undefined` when none). */
 		responsePairs() {
-			return this.#responseHeaders === undefined ? [] : this.#responseHeaders.pairs();
+			return this[RESPONSE_HEADERS]?.pairs();
 		}
 	}
 
@@ -735,24 +748,23 @@
 		return Object.entries(headers);
 	}
 
-	/** A handler's result as Lyre answers it: `[status, headers, value, body]`. */
+	/** A handler's result as Lyre answers it: `[status, headers, value, body]` (headers `undefined` when none). */
 	function reply(result, method, context) {
 		const headers = context.responsePairs();
 		if (result === undefined || result === null) {
 			return [method === 'GET' || method === 'HEAD' ? 404 : 204, headers];
 		}
-		if (typeof result === 'object' && result.status > 0 && result.headers) {
-			headers.push(...pairsOf(result.headers).map(([n, v]) => [String(n), String(v)]));
-			if (result.data !== undefined) return [result.status, headers, result.data];
-			return [result.status, headers, undefined, result.body];
+		if (typeof result !== 'object') return [200, headers, result];
+		if (result.status > 0 && result.headers) {
+			const all = [...(headers ?? []), ...pairsOf(result.headers).map(([n, v]) => [String(n), String(v)])];
+			if (result.data !== undefined) return [result.status, all, result.data];
+			return [result.status, all, undefined, result.body];
 		}
-		if (typeof result === 'object' && typeof result.contentType === 'string' && 'data' in result && !(result instanceof Resource)) {
-			headers.push(['content-type', result.contentType]);
-			return [200, headers, undefined, result.data];
+		if (typeof result.contentType === 'string' && 'data' in result && !(result instanceof Resource)) {
+			return [200, [...(headers ?? []), ['content-type', result.contentType]], undefined, result.data];
 		}
 		if (context.createdResource) {
-			headers.push(['location', String(context.newLocation)]);
-			return [201, headers, result];
+			return [201, [...(headers ?? []), ['location', String(context.newLocation)]], result];
 		}
 		return [200, headers, result];
 	}
@@ -773,6 +785,15 @@
 			headers.push(['allow', ['GET', 'POST', 'TRACE', 'HEAD', 'OPTIONS', ...error.allow.filter((m) => m !== 'get' && m !== 'post').map((m) => m.toUpperCase())].join(', ')]);
 		}
 		return [status, headers, undefined, undefined, message, stated, error?.stack ?? ''];
+	}
+
+	/** The answer to a handler's promise (one async frame: cheaper than `then` with two closures). */
+	async function replyWhenSettled(result, method, context) {
+		try {
+			return reply(await result, method, context);
+		} catch (error) {
+			return failure(error, method);
+		}
 	}
 
 	const METHODS = { GET: 'get', HEAD: 'get', PUT: 'put', PATCH: 'patch', POST: 'post', DELETE: 'delete' };
@@ -803,10 +824,7 @@
 						? Class[method](target, data, context)
 						: Class[method](target, context);
 			if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
-				return result.then(
-					(settled) => reply(settled, httpMethod, context),
-					(error) => failure(error, httpMethod),
-				);
+				return replyWhenSettled(result, httpMethod, context);
 			}
 			return reply(result, httpMethod, context);
 		} catch (error) {

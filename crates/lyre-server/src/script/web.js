@@ -56,91 +56,104 @@
 			.replace(/%20/g, '+')
 			.replace(/[!'()~]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 
+	/** `text`'s `[name, value]` pairs (a leading `?` ignored). */
+	function parseSearch(text) {
+		const pairs = [];
+		for (const part of (text.startsWith('?') ? text.slice(1) : text).split('&')) {
+			if (!part) continue;
+			const at = part.indexOf('=');
+			pairs.push(at < 0 ? [decodeComponent(part), ''] : [decodeComponent(part.slice(0, at)), decodeComponent(part.slice(at + 1))]);
+		}
+		return pairs;
+	}
+
+	/** Parameters a URL hears every change of (`url.searchParams`): its callback. */
+	const linkedParams = new WeakMap();
+
 	class URLSearchParams {
-		#pairs = [];
-		#changed = null;
+		/**
+		 * The `[name, value]` pairs, or the text they are parsed from when first used:
+		 * every request's target is one of these, and most never read their query.
+		 */
+		#pairs = '';
 		constructor(init) {
 			if (init === undefined || init === null) return;
 			if (init instanceof URLSearchParams) {
 				this.#pairs = [...init];
 			} else if (typeof init === 'string') {
-				this.#parse(init);
+				this.#pairs = init;
 			} else if (typeof init[Symbol.iterator] === 'function') {
+				const pairs = [];
 				for (const pair of init) {
 					const [name, value] = [...pair];
-					this.#pairs.push([String(name), String(value)]);
+					pairs.push([String(name), String(value)]);
 				}
+				this.#pairs = pairs;
 			} else {
-				for (const name of Object.keys(init)) this.#pairs.push([name, String(init[name])]);
+				this.#pairs = Object.keys(init).map((name) => [name, String(init[name])]);
 			}
 		}
-		#parse(text) {
-			this.#pairs = [];
-			for (const part of (text.startsWith('?') ? text.slice(1) : text).split('&')) {
-				if (!part) continue;
-				const at = part.indexOf('=');
-				this.#pairs.push(
-					at < 0 ? [decodeComponent(part), ''] : [decodeComponent(part.slice(0, at)), decodeComponent(part.slice(at + 1))],
-				);
-			}
+		#list() {
+			const pairs = this.#pairs;
+			return typeof pairs === 'string' ? (this.#pairs = parseSearch(pairs)) : pairs;
 		}
 		/** Links these parameters to a URL, which hears of every change (`url.searchParams`). */
 		static link(params, text, changed) {
-			params.#parse(text);
-			params.#changed = changed;
+			params.#pairs = text;
+			linkedParams.set(params, changed);
 		}
 		#touch() {
-			this.#changed?.(this.toString());
+			linkedParams.get(this)?.(this.toString());
 		}
 		get size() {
-			return this.#pairs.length;
+			return this.#list().length;
 		}
 		append(name, value) {
-			this.#pairs.push([String(name), String(value)]);
+			this.#list().push([String(name), String(value)]);
 			this.#touch();
 		}
 		delete(name, value) {
-			this.#pairs = this.#pairs.filter(([n, v]) => n !== name || (value !== undefined && v !== String(value)));
+			this.#pairs = this.#list().filter(([n, v]) => n !== name || (value !== undefined && v !== String(value)));
 			this.#touch();
 		}
 		get(name) {
-			const found = this.#pairs.find(([n]) => n === name);
+			const found = this.#list().find(([n]) => n === name);
 			return found ? found[1] : null;
 		}
 		getAll(name) {
-			return this.#pairs.filter(([n]) => n === name).map(([, v]) => v);
+			return this.#list().filter(([n]) => n === name).map(([, v]) => v);
 		}
 		has(name, value) {
-			return this.#pairs.some(([n, v]) => n === name && (value === undefined || v === String(value)));
+			return this.#list().some(([n, v]) => n === name && (value === undefined || v === String(value)));
 		}
 		set(name, value) {
-			const at = this.#pairs.findIndex(([n]) => n === name);
+			const at = this.#list().findIndex(([n]) => n === name);
 			if (at < 0) return this.append(name, value);
 			this.#pairs[at] = [String(name), String(value)];
-			this.#pairs = this.#pairs.filter(([n], i) => n !== name || i === at);
+			this.#pairs = this.#list().filter(([n], i) => n !== name || i === at);
 			this.#touch();
 		}
 		sort() {
-			this.#pairs.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+			this.#list().sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
 			this.#touch();
 		}
 		forEach(callback, thisArg) {
-			for (const [name, value] of this.#pairs) callback.call(thisArg, value, name, this);
+			for (const [name, value] of this.#list()) callback.call(thisArg, value, name, this);
 		}
 		*entries() {
-			for (const [name, value] of this.#pairs) yield [name, value];
+			for (const [name, value] of this.#list()) yield [name, value];
 		}
 		*keys() {
-			for (const [name] of this.#pairs) yield name;
+			for (const [name] of this.#list()) yield name;
 		}
 		*values() {
-			for (const [, value] of this.#pairs) yield value;
+			for (const [, value] of this.#list()) yield value;
 		}
 		[Symbol.iterator]() {
 			return this.entries();
 		}
 		toString() {
-			return this.#pairs.map(([n, v]) => `${encodeComponent(n)}=${encodeComponent(v)}`).join('&');
+			return this.#list().map(([n, v]) => `${encodeComponent(n)}=${encodeComponent(v)}`).join('&');
 		}
 	}
 

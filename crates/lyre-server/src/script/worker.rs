@@ -176,6 +176,8 @@ struct Js {
 
 impl Drop for Js {
     fn drop(&mut self) {
+        // The record it holds is let go while its runtime still lives.
+        drop(self.bridge.take_read());
         self.web.cancel_all();
         self.driver.abort();
     }
@@ -328,11 +330,19 @@ impl Js {
             let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
             let answer: rquickjs::Value = dispatch.call((request_array(ctx, request, handle)?,))?;
             let reply = match answer.as_promise() {
-                Some(promise) => settle(ctx, promise.clone(), self).await?,
+                Some(promise) => {
+                    run_queued_jobs().await;
+                    match promise.result() {
+                        // Settled by the microtasks its call queued (most handlers).
+                        Some(settled) => settled?,
+                        None => settle(ctx, promise.clone(), self).await?,
+                    }
+                }
                 // A synchronous handler's answer: nothing to wait for.
                 None => Array::from_value(answer)?,
             };
-            read_reply(ctx, &reply, self.settings.expose_errors, (&request.export, &request.method))
+            let read = self.bridge.take_read();
+            read_reply(ctx, &reply, self.settings.expose_errors, (&request.export, &request.method), read)
         };
         run().await.map_err(|e| describe(ctx, e, None))
     }
@@ -368,7 +378,7 @@ impl Js {
                 Some(promise) => settle(ctx, promise.clone(), self).await?,
                 None => Array::from_value(answer)?,
             };
-            read_reply(ctx, &reply, self.settings.expose_errors, ("middleware", &call.method))
+            read_reply(ctx, &reply, self.settings.expose_errors, ("middleware", &call.method), None)
         };
         run().await.map_err(|e| describe(ctx, e, None))
     }
@@ -523,6 +533,23 @@ fn compute(ctx: &Ctx<'_>, job: &Compute) -> Result<Option<Value>, String> {
         from_js(ctx, value)
     };
     run().map_err(|e| describe(ctx, e, None))
+}
+
+/// Returns to `async_with` once, which runs the runtime's pending jobs (the
+/// microtasks the call before queued) before it polls again: a promise they settle
+/// is then read at once, without `settle`'s waiting (a callback made for the
+/// promise, the queues watched).
+async fn run_queued_jobs() {
+    let mut returned = false;
+    std::future::poll_fn(|cx| {
+        if returned {
+            return std::task::Poll::Ready(());
+        }
+        returned = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Waits for a script's promise while firing the timers that come due meanwhile
@@ -690,12 +717,14 @@ fn request_array<'js>(ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> r
 }
 
 /// The prelude's answer, `[status, headers, value, body, error, stated, stack]`
-/// (absent parts `undefined`), as a reply.
+/// (absent parts `undefined`), as a reply; `read` is the record the request's
+/// handler last got from a table (`Bridge::take_read`).
 fn read_reply<'js>(
     ctx: &Ctx<'js>,
     reply: &Array<'js>,
     expose: bool,
     (export, method): (&str, &str),
+    read: Option<native::ReadRecord>,
 ) -> rquickjs::Result<ScriptReply> {
     let status: f64 = reply.get(0)?;
     let status = if (100.0..600.0).contains(&status) { status as u16 } else { 500 };
@@ -725,6 +754,13 @@ fn read_reply<'js>(
     }
     let value: rquickjs::Value = reply.get(2)?;
     if !value.is_undefined() {
+        // The very record a table's `get` read (frozen then, so unchanged): answered
+        // from its stored bytes, as a plain REST read is, nothing converted back.
+        if let Some(native::ReadRecord { object, body }) = read
+            && object.restore(ctx).is_ok_and(|object| object.as_value() == &value)
+        {
+            return Ok(ScriptReply { status, headers, body: ReplyBody::Record(body) });
+        }
         let body = from_js(ctx, value)?.map_or(ReplyBody::Empty, ReplyBody::Value);
         return Ok(ScriptReply { status, headers, body });
     }

@@ -140,6 +140,15 @@ pub(super) fn carries_body(headers: &axum::http::HeaderMap) -> bool {
             .is_some_and(|n| n > 0)
 }
 
+/// An encoded value as a response in `format`.
+fn encoded(status: StatusCode, bytes: Vec<u8>, format: Format) -> Response {
+    let mut response = (status, bytes).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+    headers.insert(header::VARY, HeaderValue::from_static("Accept, Accept-Encoding"));
+    response
+}
+
 /// A script host's refusal as the error it is answered with.
 pub(super) fn refusal(err: ScriptError) -> ApiError {
     let code = match err.status() {
@@ -156,13 +165,8 @@ pub(super) fn respond(reply: ScriptReply, format: Format) -> Result<Response, Ap
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = match reply.body {
         ReplyBody::Empty => status.into_response(),
-        ReplyBody::Value(value) => {
-            let mut response = (status, format.encode(&value)?).into_response();
-            let headers = response.headers_mut();
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
-            headers.insert(header::VARY, HeaderValue::from_static("Accept, Accept-Encoding"));
-            response
-        }
+        ReplyBody::Value(value) => encoded(status, format.encode(&value)?, format),
+        ReplyBody::Record(record) => encoded(status, format.encode_record(&record)?, format),
         ReplyBody::Raw(bytes) => (status, bytes).into_response(),
     };
     for (name, value) in reply.headers {
