@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use lyre_core::{Code, Engine, Object, Value};
 use rquickjs::context::EvalOptions;
+use rquickjs::function::Args;
 use rquickjs::{Array, AsyncContext, AsyncRuntime, CaughtError, Ctx, Function, Module, Promise, TypedArray};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
@@ -328,7 +329,7 @@ impl Js {
     async fn serve_in<'js>(&self, ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> Result<ScriptReply, String> {
         let run = async || -> rquickjs::Result<ScriptReply> {
             let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
-            let answer: rquickjs::Value = dispatch.call((request_array(ctx, request, handle)?,))?;
+            let answer: rquickjs::Value = dispatch.call_arg(dispatch_args(ctx, request, handle)?)?;
             let reply = match answer.as_promise() {
                 Some(promise) => {
                     run_queued_jobs().await;
@@ -694,26 +695,27 @@ fn read_export<'js>(ctx: &Ctx<'js>, entry: rquickjs::Value<'js>) -> rquickjs::Re
     Ok(ScriptExport { path, component, table, overrides })
 }
 
-/// The request as the prelude's `dispatch` takes it: `[path, method, id,
-/// collection, search, pathname, handle, data]` (positions, not names: no property
-/// lookups to build or read it). Its user and headers are fetched by the prelude
-/// only when a script asks for them (`native.user`, `native.headers`).
-fn request_array<'js>(ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> rquickjs::Result<Array<'js>> {
-    let array = Array::new(ctx.clone())?;
-    array.set(0, request.export.as_str())?;
-    array.set(1, request.method.as_str())?;
+/// The request as the prelude's `dispatch` takes it: arguments `(path, method, id,
+/// collection, search, pathname, handle, data)` (positions: no object to build or
+/// array to take apart). Its user and headers are fetched by the prelude only when
+/// a script asks for them (`native.user`, `native.headers`).
+fn dispatch_args<'js>(ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> rquickjs::Result<Args<'js>> {
+    let mut args = Args::new(ctx.clone(), 8);
+    args.push_arg(request.export.as_str())?;
+    args.push_arg(request.method.as_str())?;
     match &request.id {
-        Some(id) => array.set(2, to_js(ctx, id)?)?,
-        None => array.set(2, rquickjs::Value::new_undefined(ctx.clone()))?,
+        Some(id) => args.push_arg(to_js(ctx, id)?)?,
+        None => args.push_arg(rquickjs::Value::new_undefined(ctx.clone()))?,
     }
-    array.set(3, request.collection)?;
-    array.set(4, request.query.as_str())?;
-    array.set(5, request.pathname.as_str())?;
-    array.set(6, handle)?;
-    if let Some(body) = &request.body {
-        array.set(7, to_js(ctx, body)?)?;
+    args.push_arg(request.collection)?;
+    args.push_arg(request.query.as_str())?;
+    args.push_arg(request.pathname.as_str())?;
+    args.push_arg(handle)?;
+    match &request.body {
+        Some(body) => args.push_arg(to_js(ctx, body)?)?,
+        None => args.push_arg(rquickjs::Value::new_undefined(ctx.clone()))?,
     }
-    Ok(array)
+    Ok(args)
 }
 
 /// The prelude's answer, `[status, headers, value, body, error, stated, stack]`
