@@ -209,7 +209,9 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                   remember: rquickjs::function::Opt<bool>| {
                 let id = required(&ctx, id, "an id")?;
                 let remember = remember.0.unwrap_or(false);
-                let run = || -> Result<Option<(Object, Option<lyre_core::RecordBody>)>, (Code, String)> {
+                // The record, and its stored bytes when remembered.
+                type Read = Option<(Object, Option<lyre_core::RecordBody>)>;
+                let run = || -> Result<Read, (Code, String)> {
                     let user = b.context(handle)?;
                     let table = b.table(&db, &table)?;
                     // Stored bytes lack computed attributes; such tables read decoded.

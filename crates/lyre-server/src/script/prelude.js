@@ -761,13 +761,12 @@
 		if (result === undefined || result === null) {
 			return [method === 'GET' || method === 'HEAD' ? 404 : 204, headers];
 		}
-		if (typeof result !== 'object') return [200, headers, result];
-		if (result.status > 0 && result.headers) {
+		if (typeof result === 'object' && result.status > 0 && result.headers) {
 			const all = [...(headers ?? []), ...pairsOf(result.headers).map(([n, v]) => [String(n), String(v)])];
 			if (result.data !== undefined) return [result.status, all, result.data];
 			return [result.status, all, undefined, result.body];
 		}
-		if (typeof result.contentType === 'string' && 'data' in result && !(result instanceof Resource)) {
+		if (typeof result === 'object' && typeof result.contentType === 'string' && 'data' in result && !(result instanceof Resource)) {
 			return [200, [...(headers ?? []), ['content-type', result.contentType]], undefined, result.data];
 		}
 		if (context.createdResource) {
