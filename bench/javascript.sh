@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The JavaScript layer, Lyre against Harper 5 (built from source by
 # ../shared/tools/harper5.sh) on the same resources.js: each server alone on CPU 0
-# with one request thread (Lyre: one JavaScript worker), `wrk -t1 -c32` on CPU 1:
+# with one request thread (Lyre: one JavaScript worker), `wrk -t1 -c32` on CPU 1,
+# the other server stopped (SIGSTOP) for the round:
 #
 #   plain     GET /Dog/<random id>        the table's own REST GET (no JavaScript)
 #   class     GET /DogView/<random id>    a table's class whose get calls super.get(target)
@@ -133,8 +134,8 @@ done
 : >"$WORK/rounds.tsv"
 for round in $(seq 1 "$ROUNDS"); do
   for workload in plain class endpoint; do
-    wrk_round "$round" "lyre-$workload" "$LYRE_PID" "$LYRE_REST" "$WORK/$workload.lua"
-    wrk_round "$round" "harper5-$workload" "$HARPER_PID" "$H_REST" "$WORK/$workload.lua"
+    PAUSED=$HARPER_PID wrk_round "$round" "lyre-$workload" "$LYRE_PID" "$LYRE_REST" "$WORK/$workload.lua"
+    PAUSED=$LYRE_PID wrk_round "$round" "harper5-$workload" "$HARPER_PID" "$H_REST" "$WORK/$workload.lua"
   done
 done
 
@@ -143,7 +144,8 @@ done
   echo
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared. Each server on CPU 0"
   echo "with one request thread (Lyre: one JavaScript worker; Harper 5: THREADS_COUNT=1), \`wrk -t1 -c32 -d${SECONDS_PER_ROUND}s\`"
-  echo "on CPU 1, $RECORDS records, Basic auth, $ROUNDS alternating rounds. Medians (min–max); CPU is the server's user +"
+  echo "on CPU 1 (the other server stopped for the round), $RECORDS records, Basic auth, $ROUNDS alternating rounds."
+  echo "Medians (min–max); CPU is the server's user +"
   echo "system time per request (Harper 5's whole process tree's main process)."
   echo
   echo "| workload | requests/s | p50 µs | p99 µs | CPU µs/request | non-2xx |"

@@ -140,12 +140,17 @@ workload_args() {
 # One wrk round (`wrk -t1 -c32` on CPU 1, CONNECTIONS overriding 32, for SECONDS_PER_ROUND seconds with Lua script
 # $5) against the server of process $3 on port $4: appends "round, name, requests/s,
 # p50 µs, p99 µs, server CPU µs per request (from /proc), non-2xx" to
-# $WORK/rounds.tsv and prints it. Round $1, server name $2.
+# $WORK/rounds.tsv and prints it. Round $1, server name $2. The process groups in
+# PAUSED (space-separated leaders' pids: the other servers sharing the CPU) are
+# stopped for the round, so the server measured is alone on its CPU: an idle Harper's
+# timers and collector take about 7% of a core.
 wrk_round() {
-  local round=$1 name=$2 pid=$3 port=$4 script=$5 before after out rps requests errors p50 p99 cpu
+  local round=$1 name=$2 pid=$3 port=$4 script=$5 before after out rps requests errors p50 p99 cpu paused
+  for paused in ${PAUSED:-}; do kill -STOP -- "-$paused"; done
   before=$(cpu_ticks "$pid")
   out=$(taskset -c 1 wrk -t1 -c"${CONNECTIONS:-32}" -d"${SECONDS_PER_ROUND}s" --latency -s "$script" "http://127.0.0.1:$port")
   after=$(cpu_ticks "$pid")
+  for paused in ${PAUSED:-}; do kill -CONT -- "-$paused"; done
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
   errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
