@@ -305,7 +305,8 @@ impl Js {
     /// when the runtime must be rebuilt afterwards.
     async fn compute(&self, job: Compute) -> bool {
         let call = self.context.async_with(async |ctx| compute(&ctx, &job));
-        let (outcome, healthy) = self.judge(self.within_budget(call).await, "a computed attribute's function");
+        let (outcome, healthy) =
+            self.judge(self.within_budget(call).await, format_args!("a computed attribute's function"));
         let _ = job.reply.send(outcome.map_err(|e| e.to_string()));
         healthy
     }
@@ -322,7 +323,7 @@ impl Js {
             Ok(reply) if is_out_of_memory(&reply) => Err(ScriptError::OutOfMemory(self.settings.memory_limit)),
             other => other,
         };
-        self.judge(outcome, &format!("a JavaScript request for {}", request.export))
+        self.judge(outcome, format_args!("a JavaScript request for {}", request.export))
     }
 
     /// A request's answer, computed in `ctx`.
@@ -358,7 +359,7 @@ impl Js {
         let run = self.context.async_with(async |ctx| self.http_in(&ctx, call, handle).await);
         let outcome = self.within_budget(run).await;
         self.bridge.answered(handle);
-        self.judge(outcome, &format!("the HTTP middleware for {} {}", call.method, call.url))
+        self.judge(outcome, format_args!("the HTTP middleware for {} {}", call.method, call.url))
     }
 
     /// The middleware's answer to `call`, computed in `ctx`.
@@ -390,7 +391,7 @@ impl Js {
         let conversion = &conversion;
         let call = self.context.async_with(async |ctx| self.convert_in(&ctx, media, conversion).await);
         let outcome = self.within_budget(call).await;
-        self.judge(outcome, &format!("the content type {media}"))
+        self.judge(outcome, format_args!("the content type {media}"))
     }
 
     /// A content type's conversion, computed in `ctx`.
@@ -441,7 +442,7 @@ impl Js {
             run().map_err(|e| describe(&ctx, e, None))
         });
         let outcome = self.within_budget(fire).await;
-        self.judge(outcome, "a JavaScript timer's callback").1
+        self.judge(outcome, format_args!("a JavaScript timer's callback")).1
     }
 
     /// Asks the source a script gave `database.table` for record `id`; `false`
@@ -449,7 +450,7 @@ impl Js {
     async fn source_get(&self, database: &str, table: &str, id: &Value) -> (Result<CodeAnswer, ScriptError>, bool) {
         let call = self.context.async_with(async |ctx| self.source_in(&ctx, database, table, id).await);
         let outcome = self.within_budget(call).await;
-        self.judge(outcome, &format!("the source of {database}.{table}"))
+        self.judge(outcome, format_args!("the source of {database}.{table}"))
     }
 
     /// A source's answer for record `id`, computed in `ctx`.
@@ -494,9 +495,13 @@ impl Js {
         }
     }
 
-    /// An outcome, logged, and whether the runtime may serve on: one that was
-    /// stopped or ran out of memory is rebuilt.
-    fn judge<T>(&self, outcome: Result<T, ScriptError>, what: &str) -> (Result<T, ScriptError>, bool) {
+    /// An outcome, logged (as `what`, written only then), and whether the runtime
+    /// may serve on: one that was stopped or ran out of memory is rebuilt.
+    fn judge<T>(
+        &self,
+        outcome: Result<T, ScriptError>,
+        what: std::fmt::Arguments<'_>,
+    ) -> (Result<T, ScriptError>, bool) {
         let healthy = match &outcome {
             Ok(_) => true,
             Err(ScriptError::Timeout(budget)) => {

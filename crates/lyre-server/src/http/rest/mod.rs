@@ -172,7 +172,7 @@ async fn route(
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
     };
     if let Some((path, export)) = scripted {
-        return script::serve(&state, &export, user, &parts, body, path).await;
+        return script::serve(&state, &export, user, parts, body, path).await;
     }
     let Some(user) = user else {
         return ApiError::new(Code::MustLogin, "Must login").render_rest(Format::Json);

@@ -69,12 +69,13 @@ pub fn find(exports: &Exports, path: &str) -> Option<(RestPath, ScriptExport)> {
     Some((split, export))
 }
 
-/// Answers a request for `export` with its script.
+/// Answers a request for `export` with its script (the request's headers move into
+/// the script's request, not copied).
 pub async fn serve(
     state: &AppState,
     export: &ScriptExport,
     user: Option<Arc<User>>,
-    parts: &axum::http::request::Parts,
+    parts: axum::http::request::Parts,
     body: &mut Option<Body>,
     path: RestPath,
 ) -> Response {
@@ -101,7 +102,7 @@ pub async fn serve(
             query: parts.uri.query().unwrap_or("").to_string(),
             pathname: parts.uri.path().to_string(),
             user,
-            headers: parts.headers.clone(),
+            headers: parts.headers,
             body,
         };
         let reply = state.components.scripts().call(request).await.map_err(refusal)?;
