@@ -17,6 +17,8 @@ PIDS=()
 
 # Stops every recorded server group: TERM, a second's grace, then KILL.
 cleanup() {
+  # A server a round stopped (PAUSED) is let go on first, so it can shut down.
+  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -CONT -- "-$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true; done
   sleep 1
   for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true; done

@@ -220,7 +220,16 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                     }
                     let Some((body, _)) = table.get_body(&user, &id).map_err(core)? else { return Ok(None) };
                     let record = body.clone().into_object().map_err(core)?;
-                    let stored = matches!(body, lyre_core::RecordBody::Stored(_)).then_some(body);
+                    // Only a flat record: freezing it leaves nested objects, arrays and
+                    // bytes changeable, and a handler answering with a record it changed
+                    // inside must be answered with the change.
+                    let flat = record.values().all(|value| {
+                        matches!(
+                            value,
+                            Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::String(_)
+                        )
+                    });
+                    let stored = (flat && matches!(body, lyre_core::RecordBody::Stored(_))).then_some(body);
                     Ok(Some((record, stored)))
                 };
                 match run() {

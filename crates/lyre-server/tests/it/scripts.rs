@@ -1230,6 +1230,14 @@ export class FirstOfTwo extends tables.Thing {
 		return first;
 	}
 }
+export class ChangedInside extends tables.Thing {
+	static loadAsInstance = false;
+	async get(target) {
+		const record = await super.get(target);
+		record.list.push('pushed');
+		return record;
+	}
+}
 export class PricedAsRead extends tables.Priced {
 	static loadAsInstance = false;
 	get(target) {
@@ -1251,14 +1259,31 @@ async fn get_bytes(s: &TestServer, path: &str, accept: &str) -> (u16, String, Ve
 #[tokio::test]
 async fn a_handler_answering_with_the_record_it_read_answers_what_the_table_does() {
     let s = scripted_app("as-read", ANSWERED_AS_READ_SCHEMA, ANSWERED_AS_READ_RESOURCES, &[]).await;
+    let flat = json!({"id": "flat", "name": "Zoë ✓ \"quoted\"\n", "count": 9007199254740991_i64, "ratio": 0.1, "none": null, "yes": true});
     let record = json!({
         "id": "x", "name": "Zoë ✓ \"quoted\"\n", "count": 9007199254740991_i64, "ratio": 0.1, "none": null,
         "yes": true, "list": [1, "two", {"three": [3.5]}], "nested": {"a": {"b": []}}
     });
     s.ok(json!({"operation": "insert", "table": "Thing", "records": [record, {"id": "other", "name": "o"}]})).await;
-    // Every format: the same bytes as the table's own GET (served from the stored
-    // record), and the same as a class answering through the general path (which
-    // converts the record back from JavaScript: integers past 2^53 would round there).
+    s.ok(json!({"operation": "insert", "table": "Thing", "records": [flat.clone()]})).await;
+    // Every format: the same bytes as the table's own GET (a flat record is served
+    // from its stored bytes), and the same as a class answering through the general
+    // path (which converts the record back from JavaScript; there integers past 2^53
+    // would round, and keys that look like integers would come first).
+    for accept in ["application/json", "application/cbor", "application/x-msgpack", "text/csv", "*/*"] {
+        let plain = get_bytes(&s, "/Thing/flat", accept).await;
+        assert_eq!(plain.0, 200, "{accept}");
+        assert_eq!(get_bytes(&s, "/AsRead/flat", accept).await, plain, "{accept}");
+        assert_eq!(get_bytes(&s, "/FirstOfTwo/flat", accept).await, plain, "{accept}");
+    }
+    // A handler answering with the flat record as read gets its stored bytes: an
+    // integer past 2^53 stays exact, as in the table's own GET (JavaScript's number
+    // would round it).
+    s.ok(json!({"operation": "insert", "table": "Thing", "records": [{"id": "big", "count": 9007199254740993_i64}]}))
+        .await;
+    let (status, _, body) = get_bytes(&s, "/AsRead/big", "application/json").await;
+    assert_eq!((status, String::from_utf8_lossy(&body)), (200, r#"{"id":"big","count":9007199254740993}"#.into()));
+    // A record with nested values answers through the general path, the same.
     for accept in ["application/json", "application/cbor", "application/x-msgpack", "text/csv", "*/*"] {
         let plain = get_bytes(&s, "/Thing/x", accept).await;
         assert_eq!(plain.0, 200, "{accept}");
@@ -1272,6 +1297,11 @@ async fn a_handler_answering_with_the_record_it_read_answers_what_the_table_does
     let mut changed = record.clone();
     changed["extra"] = json!(1);
     assert_eq!((status, body), (200, changed));
+    // A record changed inside (frozen is only its top level) is answered changed.
+    let (status, _, body) = s.rest_send(Method::GET, "/ChangedInside/x", None, &[]).await;
+    let mut pushed = record.clone();
+    pushed["list"].as_array_mut().expect("list").push(json!("pushed"));
+    assert_eq!((status, body), (200, pushed));
     // A record returned after another was read is still the first.
     let (status, _, body) = s.rest_send(Method::GET, "/FirstOfTwo/x", None, &[]).await;
     assert_eq!((status, body), (200, record));
