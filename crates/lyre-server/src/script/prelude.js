@@ -698,11 +698,12 @@
 	}
 
 	/** The request as a resource's context (Harper passes the request itself); its user and headers are read when asked for. */
-	// What a request's context fetched or made when first asked (symbols, not private
-	// fields: a context that is never asked for them pays nothing for them).
-	const USER = Symbol('lyre.user');
-	const REQUEST_HEADERS = Symbol('lyre.requestHeaders');
-	const RESPONSE_HEADERS = Symbol('lyre.responseHeaders');
+	// What a request's context fetched or made when first asked, by context: not
+	// private fields (a context never asked pays nothing for them), and not properties
+	// (a script may freeze or copy its context).
+	const contextUsers = new WeakMap();
+	const contextRequestHeaders = new WeakMap();
+	const contextResponseHeaders = new WeakMap();
 
 	/** A request's context, as its handler's `getContext()` gives it. */
 	function requestContext(method, pathname, search, handle, data) {
@@ -721,30 +722,39 @@
 	/** What a request's context (`requestContext`) can do: user, headers, response headers. */
 	class RequestContext {
 		get user() {
-			const user = this[USER];
-			return user !== undefined ? user : (this[USER] = native.user(this[CONTEXT_HANDLE]));
+			const user = contextUsers.get(this);
+			if (user !== undefined) return user;
+			const fetched = native.user(this[CONTEXT_HANDLE]);
+			contextUsers.set(this, fetched);
+			return fetched;
 		}
 		set user(user) {
-			this[USER] = user;
+			contextUsers.set(this, user);
 		}
 		get headers() {
-			let headers = this[REQUEST_HEADERS];
+			let headers = contextRequestHeaders.get(this);
 			if (headers === undefined) {
 				const map = new Map(native.headers(this[CONTEXT_HANDLE]));
-				headers = this[REQUEST_HEADERS] = {
+				headers = {
 					get: (name) => map.get(String(name).toLowerCase()) ?? null,
 					has: (name) => map.has(String(name).toLowerCase()),
 					[Symbol.iterator]: () => map.entries(),
 				};
+				contextRequestHeaders.set(this, headers);
 			}
 			return headers;
 		}
 		get responseHeaders() {
-			return (this[RESPONSE_HEADERS] ??= new Headers());
+			let headers = contextResponseHeaders.get(this);
+			if (headers === undefined) {
+				headers = new Headers();
+				contextResponseHeaders.set(this, headers);
+			}
+			return headers;
 		}
 		/** The headers a script set on the response, as pairs (`undefined` when none). */
 		responsePairs() {
-			return this[RESPONSE_HEADERS]?.pairs();
+			return contextResponseHeaders.get(this)?.pairs();
 		}
 	}
 

@@ -107,8 +107,9 @@ export const v2 = { Dogs: class extends tables.Dog { static loadAsInstance = fal
 export class Echo extends Resource {
 	static loadAsInstance = false;
 	post(target, data) {
-		this.getContext().responseHeaders.set('X-Echoed', 'yes');
-		const context = this.getContext();
+		// A context the script froze still fetches what it is asked for.
+		const context = Object.freeze(this.getContext());
+		context.responseHeaders.set('X-Echoed', 'yes');
 		return { echoed: data, user: context.user?.username ?? null, probe: context.headers.get('X-Probe') };
 	}
 }
