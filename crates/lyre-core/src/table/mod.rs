@@ -768,8 +768,16 @@ impl RecordBody {
     pub fn into_object(self) -> Result<Object> {
         match self {
             RecordBody::Decoded(record) => Ok(record),
+            stored => stored.to_object(),
+        }
+    }
+
+    /// The record as an object, this body kept (decoding the stored bytes).
+    pub fn to_object(&self) -> Result<Object> {
+        match self {
+            RecordBody::Decoded(record) => Ok(record.clone()),
             RecordBody::Stored(bytes) => {
-                match crate::raw::decode_value(&bytes).map_err(|e| Error::Corrupt(e.into()))? {
+                match crate::raw::decode_value(bytes).map_err(|e| Error::Corrupt(e.into()))? {
                     Value::Object(record) => Ok(record),
                     other => Err(Error::Corrupt(format!("a stored record is a {}", other.type_name()))),
                 }

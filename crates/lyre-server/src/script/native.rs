@@ -219,7 +219,7 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                         return Ok(table.get(&user, &id).map_err(core)?.map(|(record, _)| (record, None)));
                     }
                     let Some((body, _)) = table.get_body(&user, &id).map_err(core)? else { return Ok(None) };
-                    let record = body.clone().into_object().map_err(core)?;
+                    let record = body.to_object().map_err(core)?;
                     // Only a flat record: freezing it leaves nested objects, arrays and
                     // bytes changeable, and a handler answering with a record it changed
                     // inside must be answered with the change.

@@ -432,8 +432,8 @@
 		const sourceKey = `${database}.${table}`;
 		/**
 		 * Record `id` as `handle` may read it, frozen (or its promise, for a table with
-		 * a source). Lyre keeps its stored bytes (`native.get`'s last argument): a
-		 * handler answering with this very record is answered from them.
+		 * a source). Lyre keeps a flat one's stored bytes (`native.get`'s last argument):
+		 * a handler answering with this very record is answered from them.
 		 */
 		const readRecord = (id, handle) => {
 			if (!sources.has(sourceKey)) {
@@ -697,13 +697,22 @@
 		};
 	}
 
-	/** The request as a resource's context (Harper passes the request itself); its user and headers are read when asked for. */
 	// What a request's context fetched or made when first asked, by context: not
 	// private fields (a context never asked pays nothing for them), and not properties
 	// (a script may freeze or copy its context).
 	const contextUsers = new WeakMap();
 	const contextRequestHeaders = new WeakMap();
 	const contextResponseHeaders = new WeakMap();
+
+	/** What `context` keeps in `kept`, made by `make` when first asked. */
+	function keptFor(kept, context, make) {
+		let value = kept.get(context);
+		if (value === undefined) {
+			value = make();
+			kept.set(context, value);
+		}
+		return value;
+	}
 
 	/** A request's context, as its handler's `getContext()` gives it. */
 	function requestContext(method, pathname, search, handle, data) {
@@ -719,38 +728,29 @@
 		};
 	}
 
-	/** What a request's context (`requestContext`) can do: user, headers, response headers. */
+	/**
+	 * The request as a resource's context (`requestContext` makes one; Harper passes the
+	 * request itself); its user and headers are read when asked for.
+	 */
 	class RequestContext {
 		get user() {
-			const user = contextUsers.get(this);
-			if (user !== undefined) return user;
-			const fetched = native.user(this[CONTEXT_HANDLE]);
-			contextUsers.set(this, fetched);
-			return fetched;
+			return keptFor(contextUsers, this, () => native.user(this[CONTEXT_HANDLE]));
 		}
 		set user(user) {
 			contextUsers.set(this, user);
 		}
 		get headers() {
-			let headers = contextRequestHeaders.get(this);
-			if (headers === undefined) {
+			return keptFor(contextRequestHeaders, this, () => {
 				const map = new Map(native.headers(this[CONTEXT_HANDLE]));
-				headers = {
+				return {
 					get: (name) => map.get(String(name).toLowerCase()) ?? null,
 					has: (name) => map.has(String(name).toLowerCase()),
 					[Symbol.iterator]: () => map.entries(),
 				};
-				contextRequestHeaders.set(this, headers);
-			}
-			return headers;
+			});
 		}
 		get responseHeaders() {
-			let headers = contextResponseHeaders.get(this);
-			if (headers === undefined) {
-				headers = new Headers();
-				contextResponseHeaders.set(this, headers);
-			}
-			return headers;
+			return keptFor(contextResponseHeaders, this, () => new Headers());
 		}
 		/** The headers a script set on the response, as pairs (`undefined` when none). */
 		responsePairs() {

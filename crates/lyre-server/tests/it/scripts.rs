@@ -1126,26 +1126,20 @@ async fn content_types_a_script_registers_serialize_answers_and_deserialize_bodi
         scripted_app("lines", "type Bird @table @export { id: ID @primaryKey name: String }\n", LINES_RESOURCES, &[])
             .await;
     let client = reqwest::Client::new();
-    let put = client
-        .put(s.rest("/Bird/b1"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "text/x-lines")
-        .body("name=robin")
-        .send()
-        .await
-        .unwrap();
+    let put_lines = |path: &str, body: &'static str| {
+        client
+            .put(s.rest(path))
+            .basic_auth(USER, Some(PASSWORD))
+            .header("content-type", "text/x-lines")
+            .body(body)
+            .send()
+    };
+    let put = put_lines("/Bird/b1", "name=robin").await.unwrap();
     assert_eq!(put.status(), 204, "{:?}", put.text().await);
     let (_, _, stored) = s.rest_send(Method::GET, "/Bird/b1", None, &[]).await;
     assert_eq!(stored, json!({"id": "b1", "name": "robin"}));
     // A body the type cannot read is the client's error, and nothing is written.
-    let bad = client
-        .put(s.rest("/Bird/b2"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("content-type", "text/x-lines")
-        .body("robin")
-        .send()
-        .await
-        .unwrap();
+    let bad = put_lines("/Bird/b2", "robin").await.unwrap();
     assert_eq!(bad.status(), 400);
     let message = bad.text().await.unwrap();
     assert!(message.contains("not valid text/x-lines") && message.contains("'robin' is not name=value"), "{message}");
