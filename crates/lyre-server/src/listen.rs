@@ -56,8 +56,8 @@ fn request_threads(config: &Config) -> usize {
 
 /// One run of the server, until it is asked to stop or restart.
 fn run_once(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit> {
-    let _log_guard =
-        telemetry::init(&config.root().join("log"), &config.logging.level).context("opening the log directory")?;
+    let _log_guard = telemetry::init(&config.root().join("log"), config.logging.level.as_str())
+        .context("opening the log directory")?;
     let threads = request_threads(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)

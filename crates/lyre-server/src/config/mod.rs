@@ -335,12 +335,48 @@ pub struct MqttNetworkConfig {
     pub secure_port: Option<u16>,
 }
 
+/// Harper's log levels, least severe first; any other value is refused when the
+/// configuration is read or changed (it was once taken and logged at `info`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Everything.
+    Trace,
+    /// Detail for diagnosing.
+    Debug,
+    /// What the server does (the default).
+    Info,
+    /// What may need attention.
+    Warn,
+    /// What failed.
+    Error,
+    /// What stops the server (logged as `error`: tracing has no such level).
+    Fatal,
+    /// Harper's level for notices (logged as `error`).
+    Notify,
+}
+
+impl LogLevel {
+    /// The level's name, as in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Trace => "trace",
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Warn => "warn",
+            Self::Error => "error",
+            Self::Fatal => "fatal",
+            Self::Notify => "notify",
+        }
+    }
+}
+
 /// `logging.*`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LoggingConfig {
-    /// `trace`, `debug`, `info`, `warn`, `error`, `fatal` or `notify`.
-    pub level: String,
+    /// The least severe entries logged.
+    pub level: LogLevel,
     /// How long audit (transaction) log entries are kept before a background task
     /// removes them (Harper's key and default, `3d`).
     #[serde(default = "default_audit_retention")]
@@ -509,7 +545,7 @@ impl Default for Config {
             },
             mqtt: MqttConfig { network: MqttNetworkConfig { port: 1883, secure_port: None } },
             logging: LoggingConfig {
-                level: "info".into(),
+                level: LogLevel::Info,
                 audit_retention: default_audit_retention(),
                 consumer_timeout: default_consumer_timeout(),
             },
@@ -663,7 +699,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.http.port, 8080);
         assert_eq!(config.operations_api.network.port, 7000);
-        assert_eq!(config.logging.level, "warn");
+        assert_eq!(config.logging.level, LogLevel::Warn);
         assert_eq!(config.mqtt.network.port, 1883);
         let config = Config::load(Some(root.clone()), &vars(&[("AUTHENTICATION_AUTHORIZELOCAL", "true")])).unwrap();
         assert!(config.authentication.authorize_local);

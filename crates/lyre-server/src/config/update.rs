@@ -184,6 +184,8 @@ mod tests {
         assert_eq!(err.to_string(), "unknown configuration key 'http_colour'");
         let err = set(dir.path(), &[("http_cors", "sometimes".into())]).unwrap_err();
         assert_eq!(err.to_string(), "'http_cors' must be a boolean, not string \"sometimes\"");
+        let err = set(dir.path(), &[("logging_level", "loud".into())]).unwrap_err();
+        assert!(err.to_string().starts_with("'logging_level' must be one of `trace`"), "{err}");
         let err = set(dir.path(), &[("http_port", 70_000.into())]).unwrap_err();
         assert!(err.to_string().starts_with("'http_port' "), "{err}");
         assert_eq!(std::fs::read_to_string(dir.path().join(CONFIG_FILE)).unwrap(), before);

@@ -4,6 +4,7 @@ mod auth;
 pub(crate) mod blocking;
 pub mod body;
 pub mod conn;
+mod console;
 mod cors;
 pub(crate) mod error;
 mod etag;
@@ -27,14 +28,19 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::app::AppState;
 
-/// The Operations API: `POST /` with an operation, `GET /health`.
+/// The Operations API: `POST /` with an operation, `GET /health`, and the web
+/// console (`GET /` and `/console/...`, `console.rs`).
 pub fn operations_router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/", post(ops::handle).options(ops::options).get(front_page))
+        .route("/", post(ops::handle).options(ops::options).get(console::page))
+        .route("/console/data/{*path}", get(console::data))
+        .route("/console/changes/{*path}", get(console::changes))
+        .route("/console/{*file}", get(console::asset))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(axum::middleware::from_fn(console::no_browser_prompt))
         .layer(axum::middleware::from_fn_with_state(state.clone(), cors::operations))
         .with_state(state)
 }
@@ -146,13 +152,6 @@ async fn metrics(
         Err(_) => error::ApiError::new(lyre_core::Code::Internal, "the metrics could not be written")
             .render(format::Format::Json),
     }
-}
-
-/// `GET /`: Harper serves its Studio here, so browsers and load balancers probing
-/// `/` get 200; Lyre has no Studio and says where to go instead.
-async fn front_page() -> Response {
-    const PAGE: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Lyre</title></head>\n<body><h1>Lyre is running</h1><p>The Operations API takes <code>POST /</code> with a JSON operation; <code>GET /health</code> answers monitors.</p></body></html>\n";
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
 }
 
 async fn not_found() -> Response {

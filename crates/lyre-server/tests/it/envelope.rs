@@ -21,7 +21,11 @@ async fn the_front_page_answers_without_credentials() {
     let page = s.client.get(s.url("/")).send().await.unwrap();
     assert_eq!(page.status(), 200);
     assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
-    assert!(page.text().await.unwrap().contains("Lyre is running"));
+    // The web console, which loads nothing from anywhere but this server.
+    let policy = page.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(policy.starts_with("default-src 'self'"), "{policy}");
+    let text = page.text().await.unwrap();
+    assert!(text.contains("<title>Lyre console</title>") && text.contains("/console/app.js"), "{text}");
 }
 
 #[tokio::test]

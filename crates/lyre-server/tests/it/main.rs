@@ -8,6 +8,7 @@ mod cache;
 mod cli;
 mod components;
 mod connections;
+mod console;
 mod derived_index;
 mod drop_restore;
 mod envelope;

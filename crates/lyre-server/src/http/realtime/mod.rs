@@ -78,9 +78,34 @@ pub(crate) async fn open(
         Some(format) => format,
         None => response_format(&parts.headers).unwrap_or(Format::Json),
     };
-    let db = state.engine.database(&export.database).map_err(|e| ApiError::from(e).hidden_from(&ctx))?;
-    let table = db.table(&export.table).map_err(|e| ApiError::from(e).hidden_from(&ctx))?;
-    let (scope, collection) = match url::target(path.rest.as_deref(), table.schema())? {
+    let start = match resume {
+        Some(position) => (Start::After(position), true),
+        None => start_from_query(parts.uri.query().unwrap_or(""))?,
+    };
+    let place = TablePlace { database: &export.database, table: &export.table, rest: path.rest.as_deref() };
+    open_table(state, &ctx, place, start, format).await
+}
+
+/// Where a subscription reads: a table by its database and name, and the part of
+/// the URL after the table (a record, a prefix, or nothing for the whole table).
+pub(crate) struct TablePlace<'a> {
+    pub(crate) database: &'a str,
+    pub(crate) table: &'a str,
+    pub(crate) rest: Option<&'a str>,
+}
+
+/// Opens `ctx`'s subscription to `place` from `start` (where to begin, and whether
+/// to leave out the current records), its events written in `format`.
+pub(crate) async fn open_table(
+    state: &AppState,
+    ctx: &Context,
+    place: TablePlace<'_>,
+    (start, omit_current): (Start, bool),
+    format: Format,
+) -> Result<Opened, ApiError> {
+    let db = state.engine.database(place.database).map_err(|e| ApiError::from(e).hidden_from(ctx))?;
+    let table = db.table(place.table).map_err(|e| ApiError::from(e).hidden_from(ctx))?;
+    let (scope, collection) = match url::target(place.rest, table.schema())? {
         Target::Table | Target::Collection => (KeyScope::Table, true),
         Target::Prefix(prefix) => (KeyScope::Prefix(format!("{prefix}/")), true),
         Target::Record(id) => (KeyScope::Record(id), false),
@@ -89,27 +114,23 @@ pub(crate) async fn open(
         }
     };
     drop(db);
-    let (start, omit_current) = match resume {
-        Some(position) => (Start::After(position), true),
-        None => start_from_query(parts.uri.query().unwrap_or(""))?,
-    };
     let request = SubscribeRequest {
-        database: export.database.clone(),
-        table: Some(export.table.clone()),
+        database: place.database.to_string(),
+        table: Some(place.table.to_string()),
         scope,
         matcher: None,
         start,
         omit_current,
     };
     let subscription =
-        state.services.feed().subscribe(&ctx, request).await.map_err(|e| ApiError::from(e).hidden_from(&ctx))?;
+        state.services.feed().subscribe(ctx, request).await.map_err(|e| ApiError::from(e).hidden_from(ctx))?;
     Ok(Opened { subscription, format: format.for_errors(), collection })
 }
 
 /// Where the query string says to start: `previousCount=N` (at most 1,000),
 /// `startTime=<ms or ISO 8601>`, `omitCurrent=true`; other parameters are ignored,
 /// as Harper ignores every one of them.
-fn start_from_query(query: &str) -> Result<(Start, bool), ApiError> {
+pub(crate) fn start_from_query(query: &str) -> Result<(Start, bool), ApiError> {
     let (mut start, mut omit_current) = (Start::Now, false);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));

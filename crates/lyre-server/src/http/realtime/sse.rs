@@ -44,10 +44,14 @@ pub(crate) async fn stream(state: &Arc<AppState>, peer: SocketAddr, parts: axum:
         Some(Some(position)) => Some(position),
         Some(None) => return refusal(&ApiError::bad_request("Last-Event-ID is not an event id this server sent")),
     };
-    let mut opened = match open(state, peer, &parts, resume).await {
-        Ok(opened) => opened,
-        Err(err) => return refusal(&err),
-    };
+    match open(state, peer, &parts, resume).await {
+        Ok(opened) => send(state, opened),
+        Err(err) => refusal(&err),
+    }
+}
+
+/// Streams the events of a subscription already opened (its errors as JSON).
+pub(crate) fn send(state: &AppState, mut opened: Opened) -> Response {
     opened.format = crate::http::format::Format::Json;
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHUNKS_IN_FLIGHT);
     tokio::spawn(relay(opened, tx, state.stopping.clone()));
@@ -101,7 +105,7 @@ async fn relay(
 }
 
 /// An error before the stream started, as Harper answers it on an event stream.
-fn refusal(err: &ApiError) -> Response {
+pub(crate) fn refusal(err: &ApiError) -> Response {
     let status = StatusCode::from_u16(err.code().status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = format!("data: {}\n\n", err.rest_text().replace('\n', " "));
     let mut response = (status, body).into_response();

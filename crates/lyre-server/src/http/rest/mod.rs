@@ -218,6 +218,34 @@ async fn route(
     }
 }
 
+/// A `GET` of any table by its database and name, answered as REST answers an
+/// exported table's (`rest` the path after the table, `query` REST's grammar): the
+/// web console's view of tables no component exports (`http/console.rs`).
+pub(crate) async fn read_table(
+    state: &AppState,
+    ctx: Context,
+    (database, table): (&str, &str),
+    rest: Option<&str>,
+    headers: &HeaderMap,
+    query: &str,
+) -> Response {
+    let format = match response_format(headers) {
+        Ok(format) => format,
+        Err(err) => return err.render_rest(Format::Json),
+    };
+    let result = async {
+        let db = state.engine.database(database).map_err(|e| ApiError::from(e).hidden_from(&ctx))?;
+        let _lease = db.lease(ForUser { what: format!("console GET {database}/{table}"), user: ctx.user.clone() });
+        let table = db.table(table).map_err(|e| ApiError::from(e).hidden_from(&ctx))?;
+        let target = url::target(rest, table.schema())?;
+        let request =
+            RestRequest { state, ctx, table, target, format, headers, query, last_modified: false, source: None };
+        request.get().await
+    }
+    .await;
+    result.unwrap_or_else(|err| err.render_rest(format))
+}
+
 /// The record with primary key `id` as `ctx` may read it: its stored bytes when
 /// `whole` allows (see [`lyre_core::Table::get_body`]), else decoded.
 fn read_record(

@@ -1,0 +1,58 @@
+// Line charts drawn as SVG: time along the bottom, one line per series, the newest
+// value of each in the legend and in the chart's accessible name.
+
+const SVG = 'http://www.w3.org/2000/svg';
+const COLORS = ['#2f5bd3', '#d3562f', '#1e7b45', '#8a3fb8'];
+const [WIDTH, HEIGHT, LEFT, BOTTOM] = [360, 150, 58, 18];
+
+function svg(tag, attributes) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value));
+  return node;
+}
+
+/** A chart of `series` (`{name, points: [[ms, value], …]}`), values shown by `format`. */
+export function lineChart({ title, series, format = (v) => v.toFixed(1) }) {
+  const figure = document.createElement('figure');
+  figure.className = 'chart card';
+  const caption = document.createElement('figcaption');
+  caption.textContent = title;
+  const points = series.flatMap((s) => s.points);
+  const latest = series.map((s) => `${s.name}: ${s.points.length ? format(s.points[s.points.length - 1][1]) : 'no data yet'}`);
+  const chart = svg('svg', { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, role: 'img', 'aria-label': `${title}. Latest: ${latest.join('; ')}` });
+  const top = Math.max(...points.map((p) => p[1]), 0) || 1;
+  const first = Math.min(...points.map((p) => p[0]));
+  const last = Math.max(...points.map((p) => p[0]));
+  const span = last - first || 1;
+  const x = (t) => LEFT + ((t - first) / span) * (WIDTH - LEFT - 6);
+  const y = (v) => HEIGHT - BOTTOM - (v / top) * (HEIGHT - BOTTOM - 8);
+  chart.append(svg('line', { class: 'axis', x1: LEFT, y1: HEIGHT - BOTTOM, x2: WIDTH, y2: HEIGHT - BOTTOM }));
+  chart.append(svg('line', { class: 'axis', x1: LEFT, y1: 4, x2: LEFT, y2: HEIGHT - BOTTOM }));
+  for (const [value, at] of [[top, y(top)], [top / 2, y(top / 2)], [0, y(0)]]) {
+    const label = svg('text', { x: LEFT - 4, y: at + 3, 'text-anchor': 'end' });
+    label.textContent = format(value);
+    chart.append(label);
+  }
+  if (points.length) {
+    for (const [time, anchor, at] of [[first, 'start', LEFT], [last, 'end', WIDTH]]) {
+      const label = svg('text', { x: at, y: HEIGHT - 4, 'text-anchor': anchor });
+      label.textContent = new Date(time).toLocaleTimeString();
+      chart.append(label);
+    }
+  }
+  series.forEach((s, i) => {
+    if (!s.points.length) return;
+    const path = s.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(' ');
+    chart.append(svg('polyline', { points: path, fill: 'none', stroke: COLORS[i % COLORS.length], 'stroke-width': 1.6 }));
+  });
+  const legend = document.createElement('div');
+  legend.className = 'legend';
+  series.forEach((s, i) => {
+    const item = document.createElement('span');
+    item.style.color = COLORS[i % COLORS.length];
+    item.textContent = latest[i];
+    legend.append(item);
+  });
+  figure.append(caption, chart, legend);
+  return figure;
+}

@@ -1,0 +1,82 @@
+// Configuration: every setting `get_configuration` answers, by Harper's flattened
+// name (`logging_level`), editable; changed ones are written with `set_configuration`
+// (which refuses an unknown key or a wrong value, naming it), and a restart applies them.
+
+import { op } from '../api.js';
+import { attempt, fill, h, notify, sure } from '../ui.js';
+
+export async function render(main) {
+  const status = h('div');
+  const form = h('div');
+  fill(main, h('h1', {}, 'Configuration'), status, form);
+  const config = await attempt(status, () => op('get_configuration'));
+  if (!config) return;
+  const inputs = flatten(config).map(([key, value]) => {
+    const input = h('input', { name: key, value: show(value), 'data-original': show(value), size: 28, 'aria-label': key });
+    return { key, value, input };
+  });
+  const problem = h('div');
+  fill(form,
+    h('p', { class: 'hint' }, 'Changes are written to the configuration file and apply when Lyre restarts. Values are JSON where they are not plain text (numbers, true/false, lists).'),
+    h('form', {
+      onsubmit: async (event) => {
+        event.preventDefault();
+        const changed = {};
+        for (const { key, value, input } of inputs) {
+          if (input.value === input.dataset.original) continue;
+          changed[key] = typed(input.value, value);
+        }
+        if (!Object.keys(changed).length) { notify('Nothing changed'); return; }
+        const done = await attempt(problem, () => op('set_configuration', changed));
+        if (done) {
+          for (const { input } of inputs) input.dataset.original = input.value;
+          fill(problem, h('p', { class: 'ok', role: 'status' }, `${done.message} Changed: ${(done.restart_required ?? Object.keys(changed)).join(', ')}`));
+        }
+      },
+    },
+    h('div', { class: 'scroll' }, h('table', { class: 'data' },
+      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Setting'), h('th', { scope: 'col' }, 'Value'))),
+      h('tbody', {}, inputs.map(({ key, input }) => h('tr', {}, h('th', { scope: 'row' }, h('code', {}, key)), h('td', {}, input)))))),
+    problem,
+    h('div', { class: 'row' },
+      h('button', { type: 'submit' }, 'Save changes'),
+      h('button', { type: 'button', class: 'danger', onclick: () => restart(problem) }, 'Restart Lyre'))));
+}
+
+/** `{a: {b: 1}}` as `[['a_b', 1]]`, Harper's flattened names; lists stay whole. */
+function flatten(value, prefix = '') {
+  if (value && typeof value === 'object' && !Array.isArray(value)) {
+    return Object.entries(value).flatMap(([key, inner]) => flatten(inner, prefix ? `${prefix}_${key}` : key));
+  }
+  return [[prefix, value]];
+}
+
+function show(value) {
+  if (value === null || value === undefined) return '';
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
+/** The text typed for a setting, as the type the setting had (text stays text). */
+function typed(text, original) {
+  if (typeof original === 'string') return text;
+  if (text === '') return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text; // the server names the setting and what it expected
+  }
+}
+
+async function restart(place) {
+  if (!sure('Restart Lyre? Requests in flight finish first; the console reconnects when it is back.')) return;
+  const done = await attempt(place, () => op('restart'));
+  if (!done) return;
+  fill(place, h('p', { class: 'hint', role: 'status' }, 'Restarting…'));
+  for (let i = 0; i < 60; i += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    try {
+      if ((await fetch('/health')).ok) { fill(place, h('p', { class: 'ok', role: 'status' }, 'Lyre is back.')); return; }
+    } catch { /* still down */ }
+  }
+  fill(place, h('div', { class: 'error', role: 'alert' }, 'Lyre has not answered /health for a minute after the restart.'));
+}

@@ -1,0 +1,422 @@
+//! The web console, driven in a real headless Chromium through ChromeDriver (Debian's
+//! `chromium` and `chromium-driver`, which `.ci/test` installs), and its two reads
+//! over plain HTTP.
+//!
+//! Each browser test takes a screenshot of every page it visits; with
+//! `LYRE_CONSOLE_SCREENSHOTS=<dir>` they are kept there (the README's come from
+//! `docs/console/`).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::support::{PASSWORD, TestServer, USER, basic, free_port};
+
+/// How long the page may take to show what a step waits for.
+const PATIENCE: Duration = Duration::from_secs(15);
+
+/// ChromeDriver with a headless Chromium session; both stop when dropped.
+struct Browser {
+    client: Option<Client>,
+    driver: Child,
+    _profile: tempfile::TempDir,
+    shots: Option<PathBuf>,
+}
+
+impl Browser {
+    async fn open() -> Browser {
+        let port = free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver runs (Debian's chromium-driver; .ci/test installs it)");
+        let profile = tempfile::tempdir().unwrap();
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1280,900",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ],
+            },
+            "unhandledPromptBehavior": "accept",
+        });
+        let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let started = Instant::now();
+        let client = loop {
+            match ClientBuilder::new(connector.clone())
+                .capabilities(capabilities.clone())
+                .connect(&format!("http://127.0.0.1:{port}"))
+                .await
+            {
+                Ok(client) => break client,
+                Err(_) if started.elapsed() < PATIENCE => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(err) => panic!("no ChromeDriver session: {err}"),
+            }
+        };
+        let shots = std::env::var_os("LYRE_CONSOLE_SCREENSHOTS").map(PathBuf::from);
+        Browser { client: Some(client), driver, _profile: profile, shots }
+    }
+
+    fn client(&self) -> &Client {
+        self.client.as_ref().unwrap()
+    }
+
+    /// The first element `xpath` finds, once there is one.
+    async fn find(&self, xpath: &str) -> fantoccini::elements::Element {
+        match self.client().wait().at_most(PATIENCE).for_element(Locator::XPath(xpath)).await {
+            Ok(element) => element,
+            Err(err) => {
+                let page = self.client().source().await.unwrap_or_default();
+                panic!("nothing matched {xpath} in time ({err}); the page:\n{page}")
+            }
+        }
+    }
+
+    /// Clicks the button whose text is `text` (inside `within`, an XPath, if given).
+    async fn press(&self, within: &str, text: &str) {
+        self.find(&format!("{within}//button[normalize-space()='{text}']")).await.click().await.unwrap();
+    }
+
+    /// Types `text` into the control labelled `label` (its text starts so), replacing what it held.
+    async fn type_into(&self, within: &str, label: &str, text: &str) {
+        let control = self
+            .find(&format!(
+                "{within}//label[starts-with(normalize-space(), '{label}')]//*[self::input or self::textarea]"
+            ))
+            .await;
+        control.clear().await.unwrap();
+        control.send_keys(text).await.unwrap();
+    }
+
+    /// Waits until the page shows `text` somewhere inside `within`.
+    async fn sees(&self, within: &str, text: &str) -> fantoccini::elements::Element {
+        self.find(&format!("{within}//*[contains(text(), '{text}')]")).await
+    }
+
+    /// Waits until `xpath` matches nothing.
+    async fn gone(&self, xpath: &str) {
+        let started = Instant::now();
+        while !self.client().find_all(Locator::XPath(xpath)).await.unwrap().is_empty() {
+            assert!(started.elapsed() < PATIENCE, "{xpath} is still on the page");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn go(&self, url: &str) {
+        self.client().goto(url).await.unwrap();
+    }
+
+    /// Signs in through the console's dialog.
+    async fn sign_in(&self, user: &str, password: &str) {
+        let dialog = "//dialog[@id='sign-in' and @open]";
+        self.type_into(dialog, "Username", user).await;
+        // Enter submits: the form works from the keyboard.
+        self.type_into(dialog, "Password", &format!("{password}\u{E007}")).await;
+        self.sees("//header", &format!("{user} (")).await;
+        self.gone(dialog).await;
+    }
+
+    /// A screenshot of the window, kept as `<name>.png` when screenshots are asked for.
+    async fn shot(&self, name: &str) {
+        let png = self.client().screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 4096, "{name}: not a screenshot");
+        if let Some(dir) = &self.shots {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+        }
+    }
+
+    /// What the page's script answers for `expression`.
+    async fn eval(&self, expression: &str) -> Value {
+        self.client().execute(&format!("return {expression};"), Vec::new()).await.unwrap()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            // Ending the session stops Chromium; ChromeDriver is killed after.
+            let ended = std::thread::spawn(move || {
+                if let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    let _ = runtime.block_on(client.close());
+                }
+            });
+            let _ = ended.join();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
+    // Info entries, so the logs page has the server's start to show.
+    let s = TestServer::start_with(&[("LOGGING_LEVEL", "info")]).await;
+    let browser = Browser::open().await;
+    browser.go(&s.url("/")).await;
+    browser.find("//dialog[@id='sign-in' and @open]").await;
+    browser.shot("sign-in").await;
+    browser.sign_in(USER, PASSWORD).await;
+
+    // A database and a table, made in the page.
+    browser.type_into("//main", "New database", "shop").await;
+    browser.press("//main", "Create database").await;
+    let shop = "//section[@aria-label='Database shop']";
+    browser.type_into(shop, "New table", "product").await;
+    browser.type_into(shop, "Attributes", "name:String, price:Float").await;
+    browser.press(shop, "Create table").await;
+    browser.find(&format!("{shop}//a[normalize-space()='product']")).await;
+    let described = s.ok(json!({"operation": "describe_table", "database": "shop", "table": "product"})).await;
+    let attributes: Vec<&str> =
+        described["attributes"].as_array().unwrap().iter().filter_map(|a| a["attribute"].as_str()).collect();
+    assert!(attributes.contains(&"name") && attributes.contains(&"price"), "{described}");
+    browser.shot("databases").await;
+
+    // A record inserted, then edited, in the records page.
+    browser.find(&format!("{shop}//a[normalize-space()='product']")).await.click().await.unwrap();
+    browser.press("//main", "Insert a record").await;
+    let editor = browser.find("//textarea[@aria-label='New record as JSON']").await;
+    editor.clear().await.unwrap();
+    editor.send_keys(r#"{"id": 1, "name": "Lamp", "price": 20}"#).await.unwrap();
+    browser.press("//main", "Insert record").await;
+    browser.find("//table//td[normalize-space()='Lamp']").await;
+    browser.find("//button[@aria-label='Edit record 1']").await.click().await.unwrap();
+    let editor = browser.find("//textarea[@aria-label='Record 1 as JSON']").await;
+    editor.clear().await.unwrap();
+    editor.send_keys(r#"{"id": 1, "price": 25.5}"#).await.unwrap();
+    browser.press("//main", "Save record").await;
+    browser.find("//table//td[normalize-space()='25.5']").await;
+    let stored = s.ok(json!({"operation": "search_by_id", "database": "shop", "table": "product", "ids": [1], "get_attributes": ["*"]})).await;
+    assert_eq!(stored[0]["name"], "Lamp", "the edit kept what it left out: {stored}");
+    assert_eq!(stored[0]["price"], 25.5, "the edit reached the table: {stored}");
+
+    // REST's grammar filters the page.
+    s.ok(json!({"operation": "insert", "database": "shop", "table": "product", "records": [{"id": 2, "name": "Desk", "price": 90}]}))
+        .await;
+    browser.type_into("//main", "Filter", "price=gt=50").await;
+    browser.press("//main", "Apply").await;
+    browser.find("//table//td[normalize-space()='Desk']").await;
+    browser.gone("//table//td[normalize-space()='Lamp']").await;
+    browser.shot("records").await;
+
+    // On a phone's screen the page does not overflow sideways (wide tables scroll inside).
+    browser.client().set_window_size(390, 844).await.unwrap();
+    browser.find("//table//td[normalize-space()='Desk']").await;
+    let overflow = browser.eval("document.documentElement.scrollWidth - document.documentElement.clientWidth").await;
+    assert_eq!(overflow, json!(0), "the page is wider than a phone's screen");
+    browser.shot("phone-records").await;
+    browser.client().set_window_size(1280, 900).await.unwrap();
+
+    // A bad filter is shown, naming the problem.
+    browser.type_into("//main", "Filter", "price=gt=").await;
+    browser.press("//main", "Apply").await;
+    let problem = browser.find("//main//div[@role='alert']").await.text().await.unwrap();
+    assert!(!problem.trim().is_empty() && problem.contains("price"), "{problem}");
+
+    // SQL, answered as a table with its timing.
+    browser.go(&s.url("/#/query")).await;
+    let sql = browser.find("//textarea[@aria-label='SQL statement']").await;
+    sql.clear().await.unwrap();
+    sql.send_keys("SELECT name, price FROM shop.product ORDER BY price").await.unwrap();
+    browser.press("//main", "Run SQL").await;
+    browser.find("//table//td[normalize-space()='Desk']").await;
+    let timing = browser.find("//p[@data-timing]").await.text().await.unwrap();
+    assert!(timing.starts_with("2 rows in ") && timing.ends_with(" ms"), "{timing}");
+    browser.shot("query").await;
+
+    // The live view shows a change committed after it opened.
+    browser.go(&s.url("/#/live/shop/product")).await;
+    browser.sees("//main", "Watching").await;
+    s.ok(json!({"operation": "insert", "database": "shop", "table": "product", "records": [{"id": 3, "name": "Chair", "price": 40}]}))
+        .await;
+    let event = browser.find("//li[contains(@class, 'event')]").await.text().await.unwrap();
+    assert!(event.contains("Chair") && event.contains("put"), "{event}");
+    browser.shot("live").await;
+
+    // Logs, a metrics chart, jobs, components and configuration show.
+    browser.go(&s.url("/#/logs")).await;
+    browser.find("//table//td[contains(., 'Lyre is running')]").await;
+    browser.shot("logs").await;
+    browser.go(&s.url("/#/metrics")).await;
+    let line = browser.find("//figure[figcaption='Requests per second']//*[local-name()='polyline']").await;
+    assert!(line.attr("points").await.unwrap().is_some_and(|points| points.contains(',')));
+    browser.shot("metrics").await;
+    s.ok(json!({"operation": "csv_data_load", "database": "shop", "table": "product", "data": "id,name,price\n4,Shelf,30\n"}))
+        .await;
+    browser.go(&s.url("/#/jobs")).await;
+    browser.find("//table//td[normalize-space()='csv_data_load']").await;
+    browser.shot("jobs").await;
+    s.ok(json!({"operation": "add_component", "project": "storefront"})).await;
+    browser.go(&s.url("/#/components")).await;
+    browser.press("//section[@aria-label='Component storefront']", "schema.graphql").await;
+    browser.find("//textarea[@aria-label='storefront/schema.graphql']").await;
+    browser.shot("components").await;
+    browser.go(&s.url("/#/config")).await;
+    let level = browser.find("//input[@aria-label='logging_level']").await;
+    level.clear().await.unwrap();
+    level.send_keys("loud").await.unwrap();
+    browser.press("//main", "Save changes").await;
+    let refused = browser.find("//main//div[@role='alert']").await.text().await.unwrap();
+    assert!(refused.contains("'logging_level' must be one of"), "an invalid level is refused, naming it: {refused}");
+    browser.shot("config").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_sees_only_what_it_may_and_an_ended_session_keeps_what_was_typed() {
+    let s = TestServer::start().await;
+    for table in ["product", "payroll"] {
+        s.ok(json!({"operation": "create_table", "database": "shop", "table": table, "primary_key": "id"})).await;
+    }
+    s.ok(
+        json!({"operation": "insert", "database": "shop", "table": "product", "records": [{"id": 1, "name": "Lamp"}]}),
+    )
+    .await;
+    let browser = Browser::open().await;
+    browser.go(&s.url("/#/roles")).await;
+    browser.sign_in(USER, PASSWORD).await;
+
+    // A role that reads shop.product only, and a user with it, made in the page.
+    browser.press("//main", "Add a role").await;
+    browser.type_into("//main", "Role name", "viewer").await;
+    browser.find("//input[@aria-label='read shop.product']").await.click().await.unwrap();
+    browser.press("//main", "Save role").await;
+    browser.find("//table//td[normalize-space()='viewer']").await;
+    browser.shot("roles").await;
+    let roles = s.ok(json!({"operation": "list_roles"})).await;
+    let viewer = roles.as_array().unwrap().iter().find(|r| r["role"] == "viewer").expect("the role was made");
+    assert_eq!(viewer["permission"]["shop"]["tables"]["product"]["read"], true, "{viewer}");
+    assert_eq!(viewer["permission"]["shop"]["tables"]["payroll"]["read"], false, "{viewer}");
+    browser.go(&s.url("/#/users")).await;
+    let add = "//section[h2='Add a user']";
+    browser.type_into(add, "Username", "vera").await;
+    browser.type_into(add, "Password", "secret-1").await;
+    browser.find(&format!("{add}//select[@name='role']/option[@value='viewer']")).await.click().await.unwrap();
+    browser.press(add, "Add user").await;
+    browser.find("//table//td[normalize-space()='vera']").await;
+    browser.shot("users").await;
+
+    // Signed in as the new user: no administration pages, only the table it may read.
+    browser.press("//header", "Sign out").await;
+    browser.sign_in("vera", "secret-1").await;
+    assert_eq!(browser.eval("document.querySelector('a[href=\"#/users\"]').closest('li').hidden").await, json!(true));
+    browser.go(&s.url("/#/databases")).await;
+    browser.find("//a[normalize-space()='product']").await;
+    assert!(
+        browser.client().find_all(Locator::XPath("//a[normalize-space()='payroll']")).await.unwrap().is_empty(),
+        "a table the role may not read is not listed"
+    );
+    // An insert the role may not make is refused in the page, saying so.
+    browser.go(&s.url("/#/table/shop/product")).await;
+    browser.press("//main", "Insert a record").await;
+    let editor = browser.find("//textarea[@aria-label='New record as JSON']").await;
+    editor.clear().await.unwrap();
+    editor.send_keys(r#"{"id": 9, "name": "Forbidden"}"#).await.unwrap();
+    browser.press("//main", "Insert record").await;
+    let refused = browser.find("//section//div[@role='alert']").await.text().await.unwrap();
+    assert!(refused.contains("not authorized") && refused.contains("shop.product needs insert"), "{refused}");
+    browser.shot("refused").await;
+    let (_, found) =
+        s.op(json!({"operation": "search_by_id", "database": "shop", "table": "product", "ids": [9]})).await;
+    assert_eq!(found, json!([]), "nothing was written");
+
+    // The session ends (its cookie gone): the next action asks to sign in again over the
+    // page, then completes, with what was typed still there.
+    browser.go(&s.url("/#/query")).await;
+    let sql = browser.find("//textarea[@aria-label='SQL statement']").await;
+    sql.clear().await.unwrap();
+    sql.send_keys("SELECT name FROM shop.product").await.unwrap();
+    browser.client().delete_all_cookies().await.unwrap();
+    browser.press("//main", "Run SQL").await;
+    browser.sees("//dialog[@id='sign-in' and @open]", "session has ended").await;
+    browser.sign_in("vera", "secret-1").await;
+    browser.find("//table//td[normalize-space()='Lamp']").await;
+    let typed = browser.eval("document.querySelector('textarea[aria-label=\"SQL statement\"]').value").await;
+    assert_eq!(typed, json!("SELECT name FROM shop.product"));
+}
+
+#[tokio::test]
+async fn the_console_reads_any_table_with_rest_grammar_and_streams_its_changes() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "shop", "table": "product", "primary_key": "id"})).await;
+    let records = json!([{"id": 1, "name": "Lamp", "price": 20}, {"id": 2, "name": "Desk", "price": 90}]);
+    s.ok(json!({"operation": "insert", "database": "shop", "table": "product", "records": records})).await;
+    let auth = basic(USER, PASSWORD);
+    let get = |path: &str| s.client.get(s.url(path)).header("authorization", &auth).send();
+
+    // No export serves the table, yet the console reads it as REST would.
+    let response = get("/console/data/shop/product/?price=gt=50&select(name,price)").await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.json::<Value>().await.unwrap(), json!([{"name": "Desk", "price": 90}]));
+    let one = get("/console/data/shop/product/1").await.unwrap().json::<Value>().await.unwrap();
+    assert_eq!(one["name"], "Lamp");
+    let csv = s
+        .client
+        .get(s.url("/console/data/shop/product/?sort(+id)&select(id,name)"))
+        .header("authorization", &auth)
+        .header("accept", "text/csv")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(csv.status(), 200);
+    let csv = csv.text().await.unwrap();
+    assert!(csv.contains("1,\"Lamp\"") && csv.contains("2,\"Desk\""), "{csv}");
+    let missing = get("/console/data/shop/nothing/").await.unwrap();
+    assert_eq!(missing.status(), 404);
+    let bad = get("/console/data/shop/product/?price=gt=5&sort(price").await.unwrap();
+    assert_eq!(bad.status(), 400, "{:?}", bad.text().await);
+    let nameless = get("/console/data/shop").await.unwrap();
+    assert_eq!(nameless.status(), 400);
+
+    // Credentials are required; a page's script gets no password prompt with its 401.
+    let anonymous = s.client.get(s.url("/console/data/shop/product/")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert!(anonymous.headers().contains_key("www-authenticate"));
+    let scripted =
+        s.client.get(s.url("/console/data/shop/product/")).header("sec-fetch-dest", "empty").send().await.unwrap();
+    assert_eq!(scripted.status(), 401);
+    assert!(!scripted.headers().contains_key("www-authenticate"));
+    let op = s
+        .client
+        .post(s.url("/"))
+        .header("sec-fetch-dest", "empty")
+        .json(&json!({"operation": "describe_all"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(op.status(), 401);
+    assert!(!op.headers().contains_key("www-authenticate"));
+
+    // The changes stream sends a change made after it opened.
+    let mut stream = get("/console/changes/shop/product/?omitCurrent=true").await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    s.ok(
+        json!({"operation": "upsert", "database": "shop", "table": "product", "records": [{"id": 3, "name": "Chair"}]}),
+    )
+    .await;
+    let mut text = String::new();
+    while !text.contains("Chair") {
+        let chunk = tokio::time::timeout(PATIENCE, stream.chunk()).await.unwrap().unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("\"id\":3"), "{text}");
+    let refused = s.client.get(s.url("/console/changes/shop/nothing/")).header("authorization", &auth).send().await;
+    assert_eq!(refused.unwrap().status(), 404);
+
+    // Every file of the console is served; an unknown one is 404.
+    for file in ["app.js", "console.css", "pages/records.js"] {
+        let response = s.client.get(s.url(&format!("/console/{file}"))).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{file}");
+    }
+    assert_eq!(s.client.get(s.url("/console/nope.js")).send().await.unwrap().status(), 404);
+}
