@@ -67,16 +67,30 @@ function typed(text, original) {
   }
 }
 
+// When the server answering now started (`system_information`'s time), or null.
+async function started() {
+  try {
+    return (await op('system_information', { attributes: ['time'] }, { retry: false })).time.process_started;
+  } catch {
+    return null; // down, or between processes
+  }
+}
+
 async function restart(place) {
   if (!sure('Restart Lyre? Requests in flight finish first; the console reconnects when it is back.')) return;
+  const before = await attempt(place, () => op('system_information', { attributes: ['time'] }));
+  if (!before) return;
   const done = await attempt(place, () => op('restart'));
   if (!done) return;
   fill(place, h('p', { class: 'hint', role: 'status' }, 'Restarting…'));
-  for (let i = 0; i < 60; i += 1) {
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-    try {
-      if ((await fetch('/health')).ok) { fill(place, h('p', { class: 'ok', role: 'status' }, 'Lyre is back.')); return; }
-    } catch { /* still down */ }
+  // Back is a server that started after the one that took the restart.
+  for (let i = 0; i < 120; i += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const now = await started();
+    if (now && now !== before.time.process_started) {
+      fill(place, h('p', { class: 'ok', role: 'status' }, 'Lyre is back.'));
+      return;
+    }
   }
-  fill(place, h('div', { class: 'error', role: 'alert' }, 'Lyre has not answered /health for a minute after the restart.'));
+  fill(place, h('div', { class: 'error', role: 'alert' }, 'Lyre has not come back within a minute of the restart.'));
 }

@@ -24,6 +24,12 @@ async fn wait_for_restart(s: &TestServer) {
     }
 }
 
+/// When the server answering started, as `system_information` says (ms).
+async fn started(s: &TestServer) -> i64 {
+    let time = s.ok(json!({"operation": "system_information", "attributes": ["time"]})).await;
+    time["time"]["process_started"].as_i64().unwrap()
+}
+
 #[tokio::test]
 async fn a_configuration_change_applies_at_restart_and_nothing_committed_is_lost() {
     let s = TestServer::start_app(
@@ -56,10 +62,12 @@ async fn a_configuration_change_applies_at_restart_and_nothing_committed_is_lost
     s.ok(json!({"operation": "insert", "database": "dev", "table": "dog", "records": [{"id": 2, "name": "Kato"}]}))
         .await;
 
+    let before = started(&s).await;
     let restarting = s.ok(json!({"operation": "restart"})).await;
     assert_eq!(restarting["message"], "Restarting Lyre. This may take up to 60 seconds.");
     wait_for_restart(&s).await;
     assert_eq!(s.pid(), pid, "the process restarts itself in place");
+    assert!(started(&s).await > before, "a restart in place is a new start");
     let kato = s
         .ok(json!({"operation": "search_by_hash", "database": "dev", "table": "dog", "hash_values": [2],
         "get_attributes": ["name"]}))

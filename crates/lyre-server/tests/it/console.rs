@@ -22,7 +22,7 @@ const PATIENCE: Duration = Duration::from_secs(15);
 struct Browser {
     client: Option<Client>,
     driver: Child,
-    _profile: tempfile::TempDir,
+    profile: tempfile::TempDir,
     shots: Option<PathBuf>,
 }
 
@@ -49,6 +49,11 @@ impl Browser {
             },
             "unhandledPromptBehavior": "accept",
         });
+        let mut capabilities = capabilities;
+        capabilities["goog:chromeOptions"]["prefs"] = json!({
+            "download.default_directory": profile.path().join("downloads"),
+            "download.prompt_for_download": false,
+        });
         let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
         let started = Instant::now();
@@ -64,7 +69,7 @@ impl Browser {
             }
         };
         let shots = std::env::var_os("LYRE_CONSOLE_SCREENSHOTS").map(PathBuf::from);
-        Browser { client: Some(client), driver, _profile: profile, shots }
+        Browser { client: Some(client), driver, profile, shots }
     }
 
     fn client(&self) -> &Client {
@@ -82,9 +87,24 @@ impl Browser {
         }
     }
 
-    /// Clicks the button whose text is `text` (inside `within`, an XPath, if given).
+    /// Clicks what `xpath` finds; found again if the page replaced it in between
+    /// (a table re-rendered under the pointer).
+    async fn click(&self, xpath: &str) {
+        let started = Instant::now();
+        loop {
+            match self.find(xpath).await.click().await {
+                Ok(()) => return,
+                Err(fantoccini::error::CmdError::Standard(err))
+                    if err.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && started.elapsed() < PATIENCE => {}
+                Err(err) => panic!("clicking {xpath}: {err}"),
+            }
+        }
+    }
+
+    /// Clicks the button whose text is `text` (inside `within`, an XPath).
     async fn press(&self, within: &str, text: &str) {
-        self.find(&format!("{within}//button[normalize-space()='{text}']")).await.click().await.unwrap();
+        self.click(&format!("{within}//button[normalize-space()='{text}']")).await;
     }
 
     /// Types `text` into the control labelled `label` (its text starts so), replacing what it held.
@@ -136,6 +156,19 @@ impl Browser {
         }
     }
 
+    /// The text of the file the browser downloaded as `name`, once it is there.
+    async fn downloaded(&self, name: &str) -> String {
+        let path = self.profile.path().join("downloads").join(name);
+        let started = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                return text;
+            }
+            assert!(started.elapsed() < PATIENCE, "{name} was not downloaded");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// What the page's script answers for `expression`.
     async fn eval(&self, expression: &str) -> Value {
         self.client().execute(&format!("return {expression};"), Vec::new()).await.unwrap()
@@ -183,14 +216,14 @@ async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
     browser.shot("databases").await;
 
     // A record inserted, then edited, in the records page.
-    browser.find(&format!("{shop}//a[normalize-space()='product']")).await.click().await.unwrap();
+    browser.click(&format!("{shop}//a[normalize-space()='product']")).await;
     browser.press("//main", "Insert a record").await;
     let editor = browser.find("//textarea[@aria-label='New record as JSON']").await;
     editor.clear().await.unwrap();
     editor.send_keys(r#"{"id": 1, "name": "Lamp", "price": 20}"#).await.unwrap();
     browser.press("//main", "Insert record").await;
     browser.find("//table//td[normalize-space()='Lamp']").await;
-    browser.find("//button[@aria-label='Edit record 1']").await.click().await.unwrap();
+    browser.click("//button[@aria-label='Edit record 1']").await;
     let editor = browser.find("//textarea[@aria-label='Record 1 as JSON']").await;
     editor.clear().await.unwrap();
     editor.send_keys(r#"{"id": 1, "price": 25.5}"#).await.unwrap();
@@ -246,6 +279,10 @@ async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
     // Logs, a metrics chart, jobs, components and configuration show.
     browser.go(&s.url("/#/logs")).await;
     browser.find("//table//td[contains(., 'Lyre is running')]").await;
+    // Followed, the page shows an entry written after it opened.
+    browser.click("//label[contains(., 'Follow')]/input").await;
+    s.ok(json!({"operation": "set_configuration", "http_cors": false})).await;
+    browser.find("//table//td[contains(., 'the configuration file changed')]").await;
     browser.shot("logs").await;
     browser.go(&s.url("/#/metrics")).await;
     let line = browser.find("//figure[figcaption='Requests per second']//*[local-name()='polyline']").await;
@@ -269,6 +306,20 @@ async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
     let refused = browser.find("//main//div[@role='alert']").await.text().await.unwrap();
     assert!(refused.contains("'logging_level' must be one of"), "an invalid level is refused, naming it: {refused}");
     browser.shot("config").await;
+    // A valid change is written, and a restart from the page applies it.
+    level.clear().await.unwrap();
+    level.send_keys("info").await.unwrap();
+    let threshold = browser.find("//input[@aria-label='http_compressionThreshold']").await;
+    threshold.clear().await.unwrap();
+    threshold.send_keys("2000").await.unwrap();
+    browser.press("//main", "Save changes").await;
+    browser.sees("//main", "Changed: http.compressionThreshold").await;
+    browser.press("//main", "Restart Lyre").await;
+    browser.sees("//main", "Lyre is back.").await;
+    let status = s.ok(json!({"operation": "get_status"})).await;
+    assert_eq!(status["restartRequired"], false, "the restart happened: {status}");
+    let config = s.ok(json!({"operation": "get_configuration"})).await;
+    assert_eq!(config["http"]["compressionThreshold"], 2000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +339,7 @@ async fn a_role_sees_only_what_it_may_and_an_ended_session_keeps_what_was_typed(
     // A role that reads shop.product only, and a user with it, made in the page.
     browser.press("//main", "Add a role").await;
     browser.type_into("//main", "Role name", "viewer").await;
-    browser.find("//input[@aria-label='read shop.product']").await.click().await.unwrap();
+    browser.click("//input[@aria-label='read shop.product']").await;
     browser.press("//main", "Save role").await;
     browser.find("//table//td[normalize-space()='viewer']").await;
     browser.shot("roles").await;
@@ -300,7 +351,7 @@ async fn a_role_sees_only_what_it_may_and_an_ended_session_keeps_what_was_typed(
     let add = "//section[h2='Add a user']";
     browser.type_into(add, "Username", "vera").await;
     browser.type_into(add, "Password", "secret-1").await;
-    browser.find(&format!("{add}//select[@name='role']/option[@value='viewer']")).await.click().await.unwrap();
+    browser.click(&format!("{add}//select[@name='role']/option[@value='viewer']")).await;
     browser.press(add, "Add user").await;
     browser.find("//table//td[normalize-space()='vera']").await;
     browser.shot("users").await;
@@ -419,4 +470,85 @@ async fn the_console_reads_any_table_with_rest_grammar_and_streams_its_changes()
         assert_eq!(response.status(), 200, "{file}");
     }
     assert_eq!(s.client.get(s.url("/console/nope.js")).send().await.unwrap().status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_import_export_sort_and_delete_and_a_broken_component_shows_its_error() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_table", "database": "shop", "table": "product", "primary_key": "id",
+        "attributes": [{"name": "name", "type": "String"}, {"name": "price", "type": "Int"}]}))
+        .await;
+    let files = tempfile::tempdir().unwrap();
+    let csv = files.path().join("products.csv");
+    std::fs::write(&csv, "id,name,price\n1,Lamp,20\n2,Desk,90\n3,Chair,40\n").unwrap();
+    // More records than one batch, so the JSON import takes several operations.
+    let many: Vec<Value> = (100..1300).map(|id| json!({"id": id, "name": format!("item {id}"), "price": id})).collect();
+    let json_file = files.path().join("products.json");
+    std::fs::write(&json_file, serde_json::to_string(&many).unwrap()).unwrap();
+
+    let browser = Browser::open().await;
+    browser.go(&s.url("/#/table/shop/product")).await;
+    browser.sign_in(USER, PASSWORD).await;
+    let import = "//section[h2='Import']";
+
+    // A CSV import runs as a job, followed to its end.
+    let file = browser.find(&format!("{import}//input[@type='file']")).await;
+    file.send_keys(&csv.to_string_lossy()).await.unwrap();
+    browser.press(import, "Import").await;
+    browser.sees("//main", "COMPLETE").await;
+    browser.find("//table//td[normalize-space()='Chair']").await;
+
+    // A JSON import goes in batches, its bar filled at the end.
+    let file = browser.find(&format!("{import}//input[@type='file']")).await;
+    file.send_keys(&json_file.to_string_lossy()).await.unwrap();
+    browser.press(import, "Import").await;
+    browser.sees("//main", "1200 of 1200 sent").await;
+    let bar = browser.eval("document.querySelector('progress[aria-label=\"Import progress\"]').value").await;
+    assert_eq!(bar, json!(1200));
+    let count = s.ok(json!({"operation": "sql", "sql": "SELECT COUNT(*) AS n FROM shop.product"})).await;
+    assert_eq!(count[0]["n"], 1203, "{count}");
+
+    // Sorting by a column, descending on the second press.
+    browser.type_into("//main", "Filter", "price=lt=100").await;
+    browser.press("//main", "Apply").await;
+    browser.gone("//tbody/tr[4]").await;
+    let price = "//th//button[starts-with(normalize-space(), 'price')]";
+    browser.click(price).await;
+    browser.find("//th[@aria-sort='ascending']").await;
+    browser.click(price).await;
+    browser.find("//th[@aria-sort='descending']").await;
+    let first = browser.find("//tbody/tr[1]/td[2]").await.text().await.unwrap();
+    assert_eq!(first, "Desk", "the highest price under 100 comes first");
+
+    // Export what the filter selects, as CSV and JSON.
+    browser.press("//main", "Export CSV").await;
+    let exported = browser.downloaded("shop.product.csv").await;
+    assert!(exported.contains("Desk") && exported.contains("Lamp") && !exported.contains("item 100"), "{exported}");
+    browser.press("//main", "Export JSON").await;
+    let exported: Value = serde_json::from_str(&browser.downloaded("shop.product.json").await).unwrap();
+    assert_eq!(exported.as_array().map(Vec::len), Some(3), "{exported}");
+
+    // Delete a record (the confirmation accepted).
+    browser.click("//button[@aria-label='Delete record 2']").await;
+    browser.gone("//table//td[normalize-space()='Desk']").await;
+    let (_, found) =
+        s.op(json!({"operation": "search_by_id", "database": "shop", "table": "product", "ids": [2]})).await;
+    assert_eq!(found, json!([]));
+
+    // A component whose schema no longer parses shows its error, with file and line.
+    s.ok(json!({"operation": "add_component", "project": "storefront"})).await;
+    browser.go(&s.url("/#/components")).await;
+    let card = "//section[@aria-label='Component storefront']";
+    browser.press(card, "schema.graphql").await;
+    let text = browser.find("//textarea[@aria-label='storefront/schema.graphql']").await;
+    text.clear().await.unwrap();
+    text.send_keys("type Broken @table { id: ID @primaryKey").await.unwrap();
+    browser.press("//main", "Save file").await;
+    let problem = browser.find("//main//div[@role='alert']").await.text().await.unwrap();
+    assert!(problem.contains("storefront/schema.graphql:1:"), "{problem}");
+    browser.go(&s.url("/#/databases")).await;
+    browser.go(&s.url("/#/components")).await;
+    let status = browser.find(&format!("{card}//p[@role='alert']")).await.text().await.unwrap();
+    assert!(status.contains("schema.graphql:1:"), "{status}");
+    browser.find(&format!("{card}//span[normalize-space()='error']")).await;
 }

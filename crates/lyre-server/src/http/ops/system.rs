@@ -239,7 +239,9 @@ impl Machine {
     }
 }
 
-/// `time`: now, the machine's uptime and the process's, the time zone.
+/// `time`: now, the machine's uptime and the process's, when the server started
+/// (ms since the epoch; a restart in place changes it, which is how the console
+/// knows a restart happened), the time zone.
 fn time(state: &AppState) -> Value {
     let mut out = Object::default();
     let now = std::time::SystemTime::now();
@@ -247,6 +249,8 @@ fn time(state: &AppState) -> Value {
     out.insert("uptime".into(), System::uptime().map_or(Value::Null, |s| Value::Int(s as i64)));
     let running = now.duration_since(state.control.started).map_or(0, |d| d.as_secs());
     out.insert("process_uptime".into(), Value::Int(running as i64));
+    let started = state.control.started.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    out.insert("process_started".into(), Value::Int(started as i64));
     out.insert("timezone".into(), chrono::Local::now().format("%:z").to_string().into());
     Value::Object(out)
 }
