@@ -2,7 +2,7 @@
 // name (`logging_level`), editable; changed ones are written with `set_configuration`
 // (which refuses an unknown key or a wrong value, naming it), and a restart applies them.
 
-import { op } from '../api.js';
+import { ApiError, op } from '../api.js';
 import { attempt, fill, h, notify, sure } from '../ui.js';
 
 export async function render(main) {
@@ -67,12 +67,21 @@ function typed(text, original) {
   }
 }
 
-// When the server answering now started (`system_information`'s time), or null.
+// When the server answering now started (`system_information`'s time), or null
+// while none answers. A server that answers but no longer knows this session (it
+// expired, or the applied configuration ended it) is up: the user signs in again,
+// as on any other page, and the question is asked once more.
 async function started() {
+  const ask = async (retry) => (await op('system_information', { attributes: ['time'] }, { retry })).time.process_started;
   try {
-    return (await op('system_information', { attributes: ['time'] }, { retry: false })).time.process_started;
-  } catch {
-    return null; // down, or between processes
+    return await ask(false);
+  } catch (error) {
+    if (!(error instanceof ApiError && error.status === 401)) return null; // down, or between processes
+    try {
+      return await ask(true);
+    } catch {
+      return null;
+    }
   }
 }
 
@@ -87,7 +96,7 @@ async function restart(place) {
   for (let i = 0; i < 120; i += 1) {
     await new Promise((resolve) => setTimeout(resolve, 500));
     const now = await started();
-    if (now && now !== before.time.process_started) {
+    if (now != null && now !== before.time.process_started) {
       fill(place, h('p', { class: 'ok', role: 'status' }, 'Lyre is back.'));
       return;
     }
