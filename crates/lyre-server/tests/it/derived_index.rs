@@ -40,6 +40,15 @@ async fn ready(s: &TestServer) {
     assert!(findable(s, "seed", &[-5.0; 16]).await, "the index never became ready");
 }
 
+/// Waits until the index is built (over the empty table) and follows the log,
+/// writing nothing: the next write is the first its runner applies, so a failpoint
+/// counted from the first apply falls on it. (After [`ready`] it may not: the seed
+/// is applied either by the build or by the runner, as the two race.)
+async fn following(s: &TestServer) {
+    let built = eventually(Duration::from_secs(20), async || index_status(s).await["state"] == "ready").await;
+    assert!(built, "the index never became ready: {}", index_status(s).await);
+}
+
 /// A record's own vector finds it first.
 async fn findable(s: &TestServer, id: &str, vector: &[f64]) -> bool {
     nearest_id(s, vector, 20_000).await == (200, json!(id))
@@ -96,7 +105,7 @@ async fn a_lagging_index_refuses_writes_until_it_catches_up() {
         &[("LYRE_FAILPOINT", "stall:derived-apply=3000*1")],
     )
     .await;
-    ready(&s).await;
+    following(&s).await;
     s.ok(insert_one("first", &[0.5; 16])).await; // its apply stalls 3 s
     let mut refused = Value::Null;
     let lagging = eventually(Duration::from_secs(3), async || {
@@ -127,7 +136,7 @@ async fn a_lagging_index_refuses_writes_until_it_catches_up() {
 #[tokio::test]
 async fn a_strict_query_is_current_or_refused() {
     let s = vector_server(&[("LYRE_FAILPOINT", "stall:derived-apply=1500*1")]).await;
-    ready(&s).await;
+    following(&s).await;
     s.ok(insert_one("stalled", &[9.0; 16])).await;
     let strict = |target: Vec<f64>| {
         json!({"operation": "search", "database": "vec", "table": "Doc",
