@@ -52,12 +52,17 @@ async function decoded(response) {
   return parseOr(await response.text());
 }
 
-/** Runs one operation; resolves with its answer or throws an ApiError naming the problem. */
-export async function op(operation, params = {}, { retry = true } = {}) {
+/**
+ * Runs one operation; resolves with its answer or throws an ApiError naming the
+ * problem. `retry: false` answers a 401 as an error instead of asking to sign in;
+ * `signal` aborts the request (an `AbortSignal.timeout` bounds a wait).
+ */
+export async function op(operation, params = {}, { retry = true, signal } = {}) {
   const response = await send('/', {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'application/json' },
     body: JSON.stringify({ operation, ...params }),
+    signal,
   }, retry);
   const body = await decoded(response);
   if (!response.ok) throw new ApiError(messageOf(body, response), response.status, body);

@@ -72,9 +72,10 @@ function typed(text, original) {
 // expired, or the applied configuration ended it) is up: the user signs in again,
 // as on any other page, and the question is asked once more.
 async function started() {
-  const ask = async (retry) => (await op('system_information', { attributes: ['time'] }, { retry })).time.process_started;
+  const ask = async (retry, signal) => (await op('system_information', { attributes: ['time'] }, { retry, signal })).time.process_started;
   try {
-    return await ask(false);
+    // A request the stopping server took but will not answer is given up after 2 s.
+    return await ask(false, AbortSignal.timeout(2000));
   } catch (error) {
     if (!(error instanceof ApiError && error.status === 401)) return null; // down, or between processes
     try {
@@ -93,7 +94,8 @@ async function restart(place) {
   if (!done) return;
   fill(place, h('p', { class: 'hint', role: 'status' }, 'Restarting…'));
   // Back is a server that started after the one that took the restart.
-  for (let i = 0; i < 120; i += 1) {
+  const giveUpAt = Date.now() + 60_000;
+  while (Date.now() < giveUpAt) {
     await new Promise((resolve) => setTimeout(resolve, 500));
     const now = await started();
     if (now != null && now !== before.time.process_started) {
