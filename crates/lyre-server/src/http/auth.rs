@@ -37,18 +37,39 @@ pub async fn authenticate(
 }
 
 /// The suffix of the session cookie's name (Harper names it
-/// `<host>-hdb-session`).
-pub const SESSION_COOKIE_SUFFIX: &str = "-hdb-session";
+/// `<origin>-hdb-session`).
+const SESSION_COOKIE_SUFFIX: &str = "-hdb-session";
 
-/// The session id a `Cookie` header carries, if any.
+/// The name of the session cookie that counts for this request, as Harper names
+/// it: the request's `Origin` (else its `Host`) without its scheme, as a cookie-name
+/// token (every character but letters, digits and `_` becomes `_`), then
+/// `-hdb-session`. `login` sets the cookie under this name and only this name is
+/// read back, so a session serves the origin that signed in: a page of another
+/// origin (another site, another port, a sandboxed `null`) that makes the browser
+/// send the cookie is not signed in by it (Harper's protection against cross-site
+/// request forgery and WebSocket hijacking).
+pub fn session_cookie_name(headers: &HeaderMap) -> String {
+    let origin = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::HOST))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("lyre");
+    let bare = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+    let prefix: String = bare.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    format!("{prefix}{SESSION_COOKIE_SUFFIX}")
+}
+
+/// The session id of this request's origin's session cookie
+/// ([`session_cookie_name`]), if the `Cookie` header carries one.
 pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    let wanted = session_cookie_name(headers);
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, value)| name.ends_with(SESSION_COOKIE_SUFFIX) && !value.is_empty())
+        .find(|(name, value)| *name == wanted && !value.is_empty())
         .map(|(_, value)| value.to_string())
 }
 

@@ -1,7 +1,7 @@
 //! Tokens and sessions through the real binary (issue 12): JWT operation and refresh
 //! tokens on both ports, their expiry, refresh and tampering; `login` cookies on both
-//! ports, `logout`, and sessions across a restart; malformed `Authorization`
-//! headers.
+//! ports for the origin that signed in and no other, `logout`, and sessions across a
+//! restart; malformed `Authorization` headers.
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -9,13 +9,20 @@ use serde_json::{Value, json};
 use crate::support::{PASSWORD, TestServer, USER};
 
 async fn anonymous(s: &TestServer, body: &Value) -> (u16, Value, reqwest::header::HeaderMap) {
-    let response = reqwest::Client::new()
-        .post(s.url("/"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    anonymous_from(s, None, body).await
+}
+
+/// An operation without credentials, sent as a page of `origin` would send it.
+async fn anonymous_from(
+    s: &TestServer,
+    origin: Option<&str>,
+    body: &Value,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let mut request = reqwest::Client::new().post(s.url("/")).header("content-type", "application/json");
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    let response = request.body(body.to_string()).send().await.unwrap();
     let (status, headers) = (response.status().as_u16(), response.headers().clone());
     let text = response.text().await.unwrap();
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)), headers)
@@ -23,18 +30,22 @@ async fn anonymous(s: &TestServer, body: &Value) -> (u16, Value, reqwest::header
 
 /// An operation and a REST GET with this `Authorization` or `Cookie` header.
 async fn with_header(s: &TestServer, name: &str, value: &str) -> (u16, u16, Value) {
+    with_headers(s, &[(name, value)]).await
+}
+
+/// An operation and a REST GET with these headers.
+async fn with_headers(s: &TestServer, headers: &[(&str, &str)]) -> (u16, u16, Value) {
     let client = reqwest::Client::new();
-    let op = client
-        .post(s.url("/"))
-        .header(name, value)
-        .header("content-type", "application/json")
-        .body(json!({"operation": "user_info"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut op = client.post(s.url("/")).header("content-type", "application/json");
+    let mut rest = client.get(s.rest("/nosuchtable/"));
+    for (name, value) in headers {
+        op = op.header(*name, *value);
+        rest = rest.header(*name, *value);
+    }
+    let op = op.body(json!({"operation": "user_info"}).to_string()).send().await.unwrap();
     let op_status = op.status().as_u16();
     let body: Value = op.json().await.unwrap_or(Value::Null);
-    let rest = client.get(s.rest("/nosuchtable/")).header(name, value).send().await.unwrap();
+    let rest = rest.send().await.unwrap();
     // A logged-in client is told the table does not exist; anyone else, to log in.
     (op_status, rest.status().as_u16(), body)
 }
@@ -111,29 +122,44 @@ async fn tokens_expire_and_survive_a_restart() {
 #[tokio::test]
 async fn a_login_session_works_on_both_ports_until_logout_and_across_a_restart() {
     let mut s = TestServer::start().await;
+    // A page of one origin signs in; the browser sends its origin with the cookie.
+    let page = "http://app.example:8080";
     let (status, answer, headers) =
-        anonymous(&s, &json!({"operation": "login", "username": USER, "password": PASSWORD})).await;
+        anonymous_from(&s, Some(page), &json!({"operation": "login", "username": USER, "password": PASSWORD})).await;
     assert_eq!((status, answer["message"].as_str()), (200, Some("Login successful")));
     let set_cookie = headers.get("set-cookie").unwrap().to_str().unwrap().to_string();
-    assert!(set_cookie.contains("-hdb-session="), "{set_cookie}");
+    assert!(set_cookie.starts_with("app_example_8080-hdb-session="), "{set_cookie}");
     assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
     let cookie = set_cookie.split(';').next().unwrap().to_string();
+    let from_page = [("cookie", cookie.as_str()), ("origin", page)];
 
-    let (op, rest, info) = with_header(&s, "cookie", &cookie).await;
+    let (op, rest, info) = with_headers(&s, &from_page).await;
     assert_eq!((op, rest, info["username"].as_str()), (200, 404, Some(USER)), "the session logs in on both ports");
     s.restart().await;
-    let (op, rest, info) = with_header(&s, "cookie", &cookie).await;
+    let (op, rest, info) = with_headers(&s, &from_page).await;
     assert_eq!((op, rest), (200, 404), "the session outlives a restart: {info}");
+
+    // The browser sends the cookie with another origin's requests too (another site's
+    // form, another port's page, a sandboxed frame): they are not signed in by it.
+    for other in ["http://evil.example", "http://app.example:8081", "null"] {
+        let (op, rest, answer) = with_headers(&s, &[("cookie", cookie.as_str()), ("origin", other)]).await;
+        assert_eq!((op, rest), (401, 401), "a request from {other}: {answer}");
+    }
+    let (op, rest, _) = with_header(&s, "cookie", &cookie).await;
+    assert_eq!((op, rest), (401, 401), "without an origin the host names the cookie, and it is another");
 
     let response = reqwest::Client::new()
         .post(s.url("/"))
         .header("cookie", &cookie)
+        .header("origin", page)
         .json(&json!({"operation": "logout"}))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 200);
-    let (op, rest, _) = with_header(&s, "cookie", &cookie).await;
+    let cleared = response.headers().get("set-cookie").unwrap().to_str().unwrap();
+    assert!(cleared.starts_with("app_example_8080-hdb-session=;"), "{cleared}");
+    let (op, rest, _) = with_headers(&s, &from_page).await;
     assert_eq!((op, rest), (401, 401), "logged out");
 
     // A wrong password starts no session.

@@ -14,7 +14,7 @@ use lyre_core::{Code, Error, Object, Value};
 
 use crate::app::AppState;
 use crate::config::ConfigDuration;
-use crate::http::auth::{SESSION_COOKIE_SUFFIX, session_cookie};
+use crate::http::auth::{session_cookie, session_cookie_name};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::ops::{Params, message, reply};
@@ -97,8 +97,9 @@ pub async fn refresh_operation_token(
 }
 
 /// `login`: checks the body's `username` and `password` and starts a session, its
-/// id in an HttpOnly cookie that authenticates later requests on both ports (and
-/// travels only over TLS when it was set over TLS).
+/// id in an HttpOnly cookie named for the request's origin, which authenticates
+/// later requests from that origin on both ports (and travels only over TLS when it
+/// was set over TLS).
 pub async fn login(
     state: &AppState,
     peer: SocketAddr,
@@ -117,7 +118,7 @@ pub async fn login(
     let expires = std::time::SystemTime::now() + ttl;
     let cookie = format!(
         "{}={id}; Path=/; Expires={}; HttpOnly; SameSite=Lax{}",
-        cookie_name(headers),
+        session_cookie_name(headers),
         httpdate::fmt_http_date(expires),
         if over_tls { "; Secure" } else { "" }
     );
@@ -131,8 +132,10 @@ pub async fn logout(state: &AppState, headers: &HeaderMap, format: Format) -> Re
     if let Some(id) = session_cookie(headers) {
         state.engine.users().end_session(&id).await?;
     }
-    let cookie =
-        format!("{}=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite=Lax", cookie_name(headers));
+    let cookie = format!(
+        "{}=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite=Lax",
+        session_cookie_name(headers)
+    );
     let mut response = message(format, "Logout successful")?;
     set_cookie(&mut response, &cookie)?;
     Ok(response)
@@ -142,18 +145,4 @@ fn set_cookie(response: &mut Response, cookie: &str) -> Result<(), ApiError> {
     let value = HeaderValue::from_str(cookie).map_err(|e| ApiError::new(Code::Internal, e.to_string()))?;
     response.headers_mut().append(header::SET_COOKIE, value);
     Ok(())
-}
-
-/// Harper's cookie name: the request's origin (else host) without its scheme, as a
-/// cookie-name token (every character but letters, digits and `_` becomes `_`),
-/// then `-hdb-session`.
-fn cookie_name(headers: &HeaderMap) -> String {
-    let origin = headers
-        .get(header::ORIGIN)
-        .or_else(|| headers.get(header::HOST))
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("lyre");
-    let bare = origin.split_once("://").map_or(origin, |(_, rest)| rest);
-    let prefix: String = bare.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
-    format!("{prefix}{SESSION_COOKIE_SUFFIX}")
 }
