@@ -254,3 +254,39 @@ async fn a_transaction_commits_every_write_or_none() {
     assert!(transact(mixed).await.unwrap_err().to_string().contains("one database"));
     assert_eq!(t.get(&ctx, &Value::Int(1)).unwrap().unwrap().0["n"], Value::Int(2));
 }
+
+/// `Expect::Unchanged` holds while what is stored under the key is what was seen:
+/// nothing at all, or the record at that version, expired or not (a caching table
+/// refreshes an expired copy under it); any write or removal in between fails it.
+#[tokio::test]
+async fn unchanged_holds_until_the_stored_record_changes_expired_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = table(dir.path()).await;
+    let ctx = Context::system();
+    let sdl = "type Copy @table(database: \"dev\") { id: Int @primaryKey name: String until: Long @expiresAt }";
+    engine.define_tables(&ctx, crate::catalog::parse_sdl(sdl, "schema.graphql").unwrap()).await.unwrap();
+    let copies = engine.database("dev").unwrap().table("Copy").unwrap();
+    let put = |id: i64, name: &str, seen: Option<f64>| {
+        let body = record(&format!(r#"{{"name": "{name}", "until": 1}}"#));
+        let options = WriteOptions { expect: vec![Some(Expect::Unchanged(seen))], at: None };
+        copies.put(&ctx, Value::Int(id), body, options)
+    };
+    fn refused<T: std::fmt::Debug>(result: crate::Result<T>) {
+        assert_eq!(result.unwrap_err().code(), crate::Code::PreconditionFailed);
+    }
+
+    // Nothing stored: `None` holds, a version does not.
+    refused(put(1, "x", Some(1.0)).await);
+    put(1, "fetched", None).await.unwrap();
+    refused(put(1, "again", None).await);
+    // Stored (and expired: `until` is long past), at the version seen: holds.
+    let seen = copies.get_held(&ctx, &Value::Int(1)).unwrap().unwrap().version.time;
+    assert!(copies.get(&ctx, &Value::Int(1)).unwrap().is_none(), "the copy has expired");
+    put(1, "refreshed", Some(seen)).await.unwrap();
+    // Written since: the version seen no longer holds, for a put or a delete.
+    refused(put(1, "stale answer", Some(seen)).await);
+    let delete = WriteOptions { expect: vec![Some(Expect::Unchanged(Some(seen)))], at: None };
+    refused(copies.delete_with(&ctx, vec![Value::Int(1)], delete).await);
+    let held = copies.get_held(&ctx, &Value::Int(1)).unwrap().unwrap();
+    assert_eq!(held.record["name"], Value::String("refreshed".into()));
+}

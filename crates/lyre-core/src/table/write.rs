@@ -65,6 +65,11 @@ pub enum Expect {
     /// comparison, or a version the client read). A record whose version is not
     /// unique never satisfies it: its content may differ under the same version.
     Version(Arc<dyn Fn(RecordVersion) -> bool + Send + Sync>),
+    /// What is stored under the key, expired or not, is still what was seen:
+    /// `Some(time)` the record at that (unique) version, `None` no record at all.
+    /// How a caching table keeps an origin's answer only if nothing wrote or
+    /// removed the record while it was being fetched.
+    Unchanged(Option<f64>),
 }
 
 impl std::fmt::Debug for Expect {
@@ -72,6 +77,7 @@ impl std::fmt::Debug for Expect {
         f.write_str(match self {
             Expect::Exists => "Exists",
             Expect::Version(_) => "Version(..)",
+            Expect::Unchanged(_) => "Unchanged(..)",
         })
     }
 }
@@ -436,14 +442,21 @@ impl WriteJob {
 
     /// Fails (before anything is written) unless `expect` holds for record `key`.
     fn check(&self, txn: &WriteTxn<'_, '_>, key: &[u8], id: &Value, expect: &Expect) -> Result<()> {
-        let current = self.stored(txn, key)?.filter(|entry| self.is_live(entry));
-        let holds = match (expect, &current) {
-            (_, None) => false,
-            (Expect::Exists, Some(_)) => true,
-            (Expect::Version(test), Some(entry)) => {
-                let version = RecordVersion::of(entry);
+        let stored = self.stored(txn, key)?;
+        let holds = match expect {
+            Expect::Unchanged(seen) => match (seen, &stored) {
+                (None, None) => true,
+                (Some(time), Some(entry)) => {
+                    let version = RecordVersion::of(entry);
+                    version.unique && version.time == *time
+                }
+                _ => false,
+            },
+            Expect::Exists => stored.is_some_and(|entry| self.is_live(&entry)),
+            Expect::Version(test) => stored.filter(|entry| self.is_live(entry)).is_some_and(|entry| {
+                let version = RecordVersion::of(&entry);
                 version.unique && test(version)
-            }
+            }),
         };
         if holds {
             Ok(())

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lyre_core::{Code, Context, Engine, HeldRecord, Object, RecordVersion, Table, Value, WriteOptions, now_ms};
+use lyre_core::{Code, Context, Engine, Expect, HeldRecord, Object, RecordVersion, Table, Value, WriteOptions, now_ms};
 use parking_lot::Mutex;
 
 use self::control::{Directives, OriginHeaders};
@@ -72,6 +72,10 @@ enum Refreshed {
     NotModified,
     /// The source has no such record (a copy held was removed).
     Gone,
+    /// A client wrote or removed the record (or it was invalidated) while the
+    /// source was asked: what the table holds now is newer than the answer, which
+    /// was not kept (read the table back as each waiter may see it).
+    Superseded,
 }
 
 /// A call's outcome and how long the source took (ms).
@@ -210,13 +214,15 @@ impl Cache {
                         let version = RecordVersion { time: now, unique: false };
                         Some(CachedRead { record, version, hit: false, age_s: None, resolve_ms })
                     }
-                    Refreshed::Stored | Refreshed::NotModified => table.get_held(ctx, id)?.map(|held| CachedRead {
-                        record: held.record,
-                        version: held.version,
-                        hit: false,
-                        age_s: None,
-                        resolve_ms,
-                    }),
+                    Refreshed::Stored | Refreshed::NotModified | Refreshed::Superseded => {
+                        table.get_held(ctx, id)?.map(|held| CachedRead {
+                            record: held.record,
+                            version: held.version,
+                            hit: false,
+                            age_s: None,
+                            resolve_ms,
+                        })
+                    }
                 };
                 Ok(read)
             }
@@ -305,6 +311,7 @@ impl Cache {
             move || async move {
                 let started = Instant::now();
                 let schema = table.schema().clone();
+                let seen = stored_now(&table, &id)?;
                 let fetched = origin::fetch(
                     &engine,
                     &client,
@@ -314,7 +321,7 @@ impl Cache {
                 )
                 .await;
                 let resolve_ms = started.elapsed().as_secs_f64() * 1000.0;
-                let refreshed = cache.keep(&table, &id, own_key, fetched?, request).await?;
+                let refreshed = cache.keep(&table, &id, own_key, fetched?, request, seen).await?;
                 Ok((refreshed, resolve_ms))
             },
             |panic| Err(OriginError::Invalid(format!("the call to the source failed: {panic}"))),
@@ -323,7 +330,8 @@ impl Cache {
 
     /// Keeps what the source answered: stores a record (with the origin's word
     /// on it), refreshes a copy still current, removes one the source no longer
-    /// has.
+    /// has; each only if the table still holds what it held when the source was
+    /// asked (`seen`), else the newer write stands ([`Refreshed::Superseded`]).
     async fn keep(
         &self,
         table: &Table,
@@ -331,10 +339,12 @@ impl Cache {
         key: RecordKey,
         fetched: Fetched,
         request: Directives,
+        seen: Option<Expect>,
     ) -> Result<Refreshed, OriginError> {
         let stored = |err: lyre_core::Error| OriginError::Invalid(format!("the fetched record was not stored: {err}"));
         let now = now_ms();
         let system = Context::system();
+        let unless_changed = WriteOptions { expect: vec![seen.clone()], at: None };
         match fetched {
             Fetched::Record(mut record, headers) => {
                 if !headers.storable() || request.no_store {
@@ -344,12 +354,19 @@ impl Cache {
                 if let (Some(attribute), Some(at)) = (&table.schema().expires_at, fresh_until) {
                     record.insert(attribute.clone(), Value::Int(at as i64));
                 }
-                let summary = table.put(&system, id.clone(), record, WriteOptions::default()).await.map_err(stored)?;
+                let summary = match table.put(&system, id.clone(), record, unless_changed).await {
+                    Err(lyre_core::Error::PreconditionFailed(_)) => return Ok(Refreshed::Superseded),
+                    written => written.map_err(stored)?,
+                };
                 self.remember(key, Note::of(summary.txn_time, now, fresh_until, headers));
                 Ok(Refreshed::Stored)
             }
             Fetched::NotModified(headers) => {
                 let Some(held) = table.get_held(&system, id).map_err(stored)? else { return Ok(Refreshed::Gone) };
+                if matches!(&seen, Some(Expect::Unchanged(Some(time))) if *time != held.version.time) {
+                    // The origin vouched for the copy it was asked about, not a newer write.
+                    return Ok(Refreshed::Superseded);
+                }
                 // Fresh again: as the origin now says, else for the table's period.
                 let fresh_until = headers
                     .fresh_until(now)
@@ -362,8 +379,10 @@ impl Cache {
             }
             Fetched::Gone => {
                 self.notes.lock().remove(&key);
-                table.delete(&system, vec![id.clone()]).await.map_err(stored)?;
-                Ok(Refreshed::Gone)
+                match table.delete_with(&system, vec![id.clone()], unless_changed).await {
+                    Err(lyre_core::Error::PreconditionFailed(_)) => Ok(Refreshed::Superseded),
+                    deleted => deleted.map(|_| Refreshed::Gone).map_err(stored),
+                }
             }
         }
     }
@@ -394,6 +413,21 @@ impl Note {
             must_revalidate: headers.directives.must_revalidate,
         }
     }
+}
+
+/// The condition that keeps a source's answer from overwriting a newer write:
+/// what `table` stores for `id` as the source is asked (expired or not, or
+/// nothing). `None` (no condition) for a record whose version is not unique (an
+/// out-of-order replicated write), which no version condition can name.
+fn stored_now(table: &Table, id: &Value) -> Result<Option<Expect>, OriginError> {
+    let held = table
+        .get_held(&Context::system(), id)
+        .map_err(|err| OriginError::Invalid(format!("the copy held could not be read: {err}")))?;
+    Ok(match held {
+        None => Some(Expect::Unchanged(None)),
+        Some(held) if held.version.unique => Some(Expect::Unchanged(Some(held.version.time))),
+        Some(_) => None,
+    })
 }
 
 /// When a held copy was fetched or last revalidated (its write, when the origin's

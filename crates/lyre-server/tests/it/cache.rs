@@ -349,6 +349,41 @@ async fn no_store_gone_records_and_purge() {
     assert!(body.to_string().contains("not a caching table"), "{body}");
 }
 
+/// A client's write that lands while the origin is being asked for the record is
+/// newer than the origin's answer: the answer is not stored over it (nor does a
+/// "gone" delete it), and the reader that was waiting gets the write. For a record
+/// not held, one held but stale, and one the origin no longer has.
+#[tokio::test]
+async fn a_write_during_a_fetch_stands_over_the_older_answer() {
+    let (origin, port) = origin().await;
+    let s = Arc::new(server(port, "").await);
+    let (status, _, _) = s
+        .rest_send(Method::PUT, "/Item/held", Some(&json!({"name": "local"})), &[("cache-control", "max-age=1")])
+        .await;
+    assert_eq!(status, 204);
+    tokio::time::sleep(Duration::from_millis(1_100)).await; // stale: the next read asks the origin
+    origin.set(|b| b.delay = Duration::from_millis(600));
+    for (n, id) in ["absent", "held", "missing"].into_iter().enumerate() {
+        let path = format!("/Item/{id}");
+        let reader = {
+            let (s, path) = (s.clone(), path.clone());
+            tokio::spawn(async move { get(&s, &path, &[]).await })
+        };
+        let asked = Instant::now();
+        while origin.count() < n + 1 {
+            assert!(asked.elapsed() < Duration::from_secs(5), "the origin was never asked for {id}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (status, _, _) = s.rest_send(Method::PUT, &path, Some(&json!({"name": "written"})), &[]).await;
+        assert_eq!(status, 204);
+        let (status, _, body) = reader.await.unwrap();
+        assert_eq!((status, &body["name"]), (200, &json!("written")), "the waiting reader of {id}: {body}");
+        let (status, _, body) = get(&s, &path, &[("cache-control", "only-if-cached")]).await;
+        assert_eq!((status, &body["name"]), (200, &json!("written")), "what is kept of {id}: {body}");
+    }
+    assert_eq!(origin.count(), 3);
+}
+
 /// Another table as the source: a miss reads it, and the copy stays while the
 /// source changes (the table has no expiry), until purged.
 #[tokio::test]
