@@ -197,11 +197,11 @@ impl Cache {
             && !must_revalidate
             && while_revalidating.is_some_and(|window| stale_for <= window.as_millis() as f64)
         {
-            drop(self.call(engine, &sourced, id, key.clone(), note.as_ref(), request));
+            drop(self.call(engine, &sourced, id, key.clone(), (note.as_ref(), seen(Some(held))), request));
             return Ok(Some(answer(held.clone(), note.as_ref(), now)));
         }
         let started = Instant::now();
-        let outcome = self.call(engine, &sourced, id, key.clone(), note.as_ref(), request).await;
+        let outcome = self.call(engine, &sourced, id, key.clone(), (note.as_ref(), seen(held.as_ref())), request).await;
         let waited = started.elapsed().as_secs_f64() * 1000.0;
         match outcome {
             Ok((refreshed, resolve_ms)) => {
@@ -291,14 +291,16 @@ impl Cache {
         Ok(summary.deleted.len())
     }
 
-    /// The call to the source for `key`: the one under way, or a new one.
+    /// The call to the source for `key`: the one under way, or a new one, about
+    /// the copy the caller found (the origin's `note` on it, and `seen`, the
+    /// condition that keeps the answer from overwriting a newer write).
     fn call(
         self: &Arc<Self>,
         engine: &Arc<Engine>,
         sourced: &Sourced<'_>,
         id: &Value,
         key: RecordKey,
-        note: Option<&Note>,
+        (note, seen): (Option<&Note>, Option<Expect>),
         request: Directives,
     ) -> futures_util::future::Shared<futures_util::future::BoxFuture<'static, CallOutcome>> {
         let (engine, table, source, id) = (engine.clone(), sourced.table.clone(), sourced.source.clone(), id.clone());
@@ -311,7 +313,6 @@ impl Cache {
             move || async move {
                 let started = Instant::now();
                 let schema = table.schema().clone();
-                let seen = stored_now(&table, &id)?;
                 let fetched = origin::fetch(
                     &engine,
                     &client,
@@ -354,8 +355,17 @@ impl Cache {
                 if let (Some(attribute), Some(at)) = (&table.schema().expires_at, fresh_until) {
                     record.insert(attribute.clone(), Value::Int(at as i64));
                 }
-                let summary = match table.put(&system, id.clone(), record, unless_changed).await {
-                    Err(lyre_core::Error::PreconditionFailed(_)) => return Ok(Refreshed::Superseded),
+                let summary = match table.put(&system, id.clone(), record.clone(), unless_changed).await {
+                    Err(lyre_core::Error::PreconditionFailed(_)) => {
+                        // Removed meanwhile (a delete, an invalidation, the expiry sweep):
+                        // the waiting readers get the answer, which is not kept.
+                        let held = table.get_held(&system, id).map_err(stored)?;
+                        return Ok(if held.is_some() {
+                            Refreshed::Superseded
+                        } else {
+                            Refreshed::Unstored(Arc::new(record))
+                        });
+                    }
                     written => written.map_err(stored)?,
                 };
                 self.remember(key, Note::of(summary.txn_time, now, fresh_until, headers));
@@ -363,8 +373,13 @@ impl Cache {
             }
             Fetched::NotModified(headers) => {
                 let Some(held) = table.get_held(&system, id).map_err(stored)? else { return Ok(Refreshed::Gone) };
-                if matches!(&seen, Some(Expect::Unchanged(Some(time))) if *time != held.version.time) {
-                    // The origin vouched for the copy it was asked about, not a newer write.
+                // The origin vouched for the copy it was asked about, not a newer write.
+                let vouched_for = match &seen {
+                    Some(Expect::Unchanged(Some(time))) => held.version.unique && held.version.time == *time,
+                    Some(Expect::Unchanged(None)) => false,
+                    _ => true,
+                };
+                if !vouched_for {
                     return Ok(Refreshed::Superseded);
                 }
                 // Fresh again: as the origin now says, else for the table's period.
@@ -416,18 +431,15 @@ impl Note {
 }
 
 /// The condition that keeps a source's answer from overwriting a newer write:
-/// what `table` stores for `id` as the source is asked (expired or not, or
-/// nothing). `None` (no condition) for a record whose version is not unique (an
-/// out-of-order replicated write), which no version condition can name.
-fn stored_now(table: &Table, id: &Value) -> Result<Option<Expect>, OriginError> {
-    let held = table
-        .get_held(&Context::system(), id)
-        .map_err(|err| OriginError::Invalid(format!("the copy held could not be read: {err}")))?;
-    Ok(match held {
+/// the table still stores what the caller found for the record (`held`, expired
+/// or not, or nothing). `None` (no condition) for a record whose version is not
+/// unique (an out-of-order replicated write), which no version condition can name.
+fn seen(held: Option<&HeldRecord>) -> Option<Expect> {
+    match held {
         None => Some(Expect::Unchanged(None)),
         Some(held) if held.version.unique => Some(Expect::Unchanged(Some(held.version.time))),
         Some(_) => None,
-    })
+    }
 }
 
 /// When a held copy was fetched or last revalidated (its write, when the origin's

@@ -42,8 +42,9 @@ const SESSION_COOKIE_SUFFIX: &str = "-hdb-session";
 
 /// The name of the session cookie that counts for this request, as Harper names
 /// it: the request's `Origin` (else its `Host`) without its scheme, as a cookie-name
-/// token (every character but letters, digits and `_` becomes `_`), then
-/// `-hdb-session`. `login` sets the cookie under this name and only this name is
+/// token, then `-hdb-session`. (Harper turns only the first character that is not a
+/// letter, digit or `_` into `_`; Lyre turns every one, so the name is a valid
+/// cookie-name token: `app_example_8080` where Harper has `app_example:8080`.) `login` sets the cookie under this name and only this name is
 /// read back, so a session serves the origin that signed in: a page of another
 /// origin (another site, another port, a sandboxed `null`) that makes the browser
 /// send the cookie is not signed in by it (Harper's protection against cross-site
@@ -60,8 +61,18 @@ pub fn session_cookie_name(headers: &HeaderMap) -> String {
 }
 
 /// The session id of this request's origin's session cookie
-/// ([`session_cookie_name`]), if the `Cookie` header carries one.
+/// ([`session_cookie_name`]), if the `Cookie` header carries one and a browser
+/// could not have sent it for a page of another origin: an opaque `Origin`
+/// (`null`: a sandboxed frame, a file) has no session, and a request without an
+/// `Origin` whose `Sec-Fetch-Site` says another site or port made it (a link
+/// followed, an image or script fetched: the browser sends the cookie but no
+/// `Origin`) is not signed in by it.
 pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    match (header("origin"), header("sec-fetch-site")) {
+        (Some("null"), _) | (None, Some("cross-site" | "same-site")) => return None,
+        _ => {}
+    }
     let wanted = session_cookie_name(headers);
     headers
         .get_all(header::COOKIE)

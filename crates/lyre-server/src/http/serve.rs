@@ -242,6 +242,19 @@ struct Served<R> {
     guard: ConnectionGuard,
 }
 
+/// Gives an HTTP/2 request the `Host` header HTTP/1.1 requests carry: over h2 the
+/// host travels as the `:authority` pseudo-header (hyper puts it in the URI), and
+/// what reads the host (the session cookie's name, redirects) reads the header.
+fn host_from_authority<B>(request: &mut hyper::Request<B>) {
+    if request.headers().contains_key(hyper::header::HOST) {
+        return;
+    }
+    let host = request.uri().authority().and_then(|a| hyper::header::HeaderValue::from_str(a.as_str()).ok());
+    if let Some(host) = host {
+        request.headers_mut().insert(hyper::header::HOST, host);
+    }
+}
+
 impl<R: Service> Served<R> {
     /// Serves HTTP on `io`; every request carries the peer's address, whether it came
     /// over TLS, and the client certificate's user, if any.
@@ -261,6 +274,7 @@ impl<R: Service> Served<R> {
             if let Some(client) = &client {
                 request.extensions_mut().insert(client.clone());
             }
+            host_from_authority(&mut request);
             let in_flight = InFlight::start(&requests);
             let response = router.clone().oneshot(request.map(axum::body::Body::new));
             async move {
@@ -417,5 +431,18 @@ mod tests {
         assert!(gate.admit(c).is_none(), "the reserve is bounded too");
         drop((a1, c1));
         assert!(gate.admit(b).is_some(), "a closed connection frees its place");
+    }
+
+    #[test]
+    fn an_http2_request_gets_its_authority_as_host_and_a_host_header_is_kept() {
+        let mut h2 = hyper::Request::get("https://db.example:9925/console/data/x").body(()).unwrap();
+        host_from_authority(&mut h2);
+        assert_eq!(h2.headers()[hyper::header::HOST], "db.example:9925");
+        let mut h1 = hyper::Request::get("/x").header(hyper::header::HOST, "other:1").body(()).unwrap();
+        host_from_authority(&mut h1);
+        assert_eq!(h1.headers()[hyper::header::HOST], "other:1");
+        let mut bare = hyper::Request::get("/x").body(()).unwrap();
+        host_from_authority(&mut bare);
+        assert!(!bare.headers().contains_key(hyper::header::HOST));
     }
 }

@@ -33,6 +33,8 @@ struct Behaviour {
     status: Option<u16>,
     /// Never answers.
     hang: bool,
+    /// Answers each request only once the test lets it (`notify_one`).
+    gate: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Default for Behaviour {
@@ -44,6 +46,7 @@ impl Default for Behaviour {
             delay: Duration::ZERO,
             status: None,
             hang: false,
+            gate: None,
         }
     }
 }
@@ -84,6 +87,9 @@ async fn item(State(origin): State<Arc<Origin>>, Path(id): Path<String>, headers
     let behaviour = origin.behaviour.lock().clone();
     if behaviour.hang {
         std::future::pending::<()>().await;
+    }
+    if let Some(gate) = &behaviour.gate {
+        gate.notified().await;
     }
     tokio::time::sleep(behaviour.delay).await;
     if let Some(status) = behaviour.status {
@@ -352,36 +358,55 @@ async fn no_store_gone_records_and_purge() {
 /// A client's write that lands while the origin is being asked for the record is
 /// newer than the origin's answer: the answer is not stored over it (nor does a
 /// "gone" delete it), and the reader that was waiting gets the write. For a record
-/// not held, one held but stale, and one the origin no longer has.
+/// not held, one held but stale, and one the origin no longer has. A copy removed
+/// meanwhile (invalidated) is not brought back: the waiting reader gets the answer,
+/// which is not kept.
 #[tokio::test]
 async fn a_write_during_a_fetch_stands_over_the_older_answer() {
     let (origin, port) = origin().await;
     let s = Arc::new(server(port, "").await);
-    let (status, _, _) = s
-        .rest_send(Method::PUT, "/Item/held", Some(&json!({"name": "local"})), &[("cache-control", "max-age=1")])
-        .await;
-    assert_eq!(status, 204);
+    for id in ["held", "invalidated"] {
+        let path = format!("/Item/{id}");
+        let (status, _, _) =
+            s.rest_send(Method::PUT, &path, Some(&json!({"name": "local"})), &[("cache-control", "max-age=1")]).await;
+        assert_eq!(status, 204);
+    }
     tokio::time::sleep(Duration::from_millis(1_100)).await; // stale: the next read asks the origin
-    origin.set(|b| b.delay = Duration::from_millis(600));
-    for (n, id) in ["absent", "held", "missing"].into_iter().enumerate() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    origin.set(|b| b.gate = Some(gate.clone()));
+    // While the origin holds its answer, each record is written (or invalidated).
+    let during = async |n: usize, id: &str, meanwhile: &dyn Fn() -> Value| {
         let path = format!("/Item/{id}");
         let reader = {
             let (s, path) = (s.clone(), path.clone());
             tokio::spawn(async move { get(&s, &path, &[]).await })
         };
         let asked = Instant::now();
-        while origin.count() < n + 1 {
-            assert!(asked.elapsed() < Duration::from_secs(5), "the origin was never asked for {id}");
+        while origin.count() < n {
+            assert!(asked.elapsed() < Duration::from_secs(10), "the origin was never asked for {id}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let (status, _, _) = s.rest_send(Method::PUT, &path, Some(&json!({"name": "written"})), &[]).await;
-        assert_eq!(status, 204);
+        let change = meanwhile();
+        if change["operation"].is_null() {
+            let (status, _, _) = s.rest_send(Method::PUT, &path, Some(&change), &[]).await;
+            assert_eq!(status, 204);
+        } else {
+            s.ok(change).await;
+        }
+        gate.notify_one();
         let (status, _, body) = reader.await.unwrap();
-        assert_eq!((status, &body["name"]), (200, &json!("written")), "the waiting reader of {id}: {body}");
-        let (status, _, body) = get(&s, &path, &[("cache-control", "only-if-cached")]).await;
-        assert_eq!((status, &body["name"]), (200, &json!("written")), "what is kept of {id}: {body}");
+        let (kept, _, kept_body) = get(&s, &path, &[("cache-control", "only-if-cached")]).await;
+        (status, body["name"].clone(), kept, kept_body["name"].clone())
+    };
+    let write = || json!({"name": "written"});
+    for (n, id) in ["absent", "held", "missing"].into_iter().enumerate() {
+        let written = (200, json!("written"), 200, json!("written"));
+        assert_eq!(during(n + 1, id, &write).await, written, "{id}: what the reader got and what is kept");
     }
-    assert_eq!(origin.count(), 3);
+    let invalidate = || json!({"operation": "invalidate", "database": "shop", "table": "Item", "ids": ["invalidated"]});
+    let answered_not_kept = (200, json!("first"), 504, Value::Null);
+    assert_eq!(during(4, "invalidated", &invalidate).await, answered_not_kept);
+    assert_eq!(origin.count(), 4);
 }
 
 /// Another table as the source: a miss reads it, and the copy stays while the

@@ -169,6 +169,35 @@ async fn a_login_session_works_on_both_ports_until_logout_and_across_a_restart()
     assert!(headers.get("set-cookie").is_none());
 }
 
+/// A page served by Lyre signs in on its own port: its POSTs carry its origin, its
+/// GETs (reads, event streams) carry none and the host names the same cookie. A
+/// request without an origin that the browser says another site or port made (a
+/// link followed, an image fetched) is not signed in by the cookie it carries.
+#[tokio::test]
+async fn a_pages_own_requests_are_signed_in_and_another_sites_are_not() {
+    let s = TestServer::start().await;
+    let own = s.url("");
+    let own = own.trim_end_matches('/');
+    let (status, _, headers) =
+        anonymous_from(&s, Some(own), &json!({"operation": "login", "username": USER, "password": PASSWORD})).await;
+    assert_eq!(status, 200);
+    let cookie = headers.get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().to_string();
+    let get = |fetch_site: Option<&'static str>| {
+        let mut request = reqwest::Client::new().get(s.url("/metrics")).header("cookie", &cookie);
+        if let Some(site) = fetch_site {
+            request = request.header("sec-fetch-site", site);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get(None).await, 200, "a GET without an origin, as a script sends it");
+    assert_eq!(get(Some("same-origin")).await, 200, "the page's own GET");
+    assert_eq!(get(Some("none")).await, 200, "an address typed in");
+    assert_eq!(get(Some("cross-site")).await, 401, "another site's link or image");
+    assert_eq!(get(Some("same-site")).await, 401, "another port's page");
+    let (op, _, info) = with_headers(&s, &[("cookie", cookie.as_str()), ("origin", own)]).await;
+    assert_eq!((op, info["username"].as_str()), (200, Some(USER)), "the page's POST");
+}
+
 #[tokio::test]
 async fn sessions_expire() {
     let s = TestServer::start_with(&[("AUTHENTICATION_SESSIONTIMEOUT", "1s")]).await;

@@ -132,3 +132,53 @@ async fn harper_s_mtls_object_can_require_a_certificate_that_does_not_log_in() {
     let (status, info) = user_info(&with_certificate, ops, true).await.unwrap();
     assert_eq!((status, info["username"].as_str()), (200, Some("admin")));
 }
+
+/// The status of `GET path` with `cookie`, sent over HTTP/2 (ALPN `h2`), where the
+/// host travels as the `:authority` pseudo-header, not a `Host` header.
+async fn status_over_http2(s: &TestServer, port: u16, path: &str, cookie: &str) -> u16 {
+    use rustls_pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let certificate = s.root().join("keys/certificate.pem");
+    roots.add(rustls_pki_types::CertificateDer::from_pem_file(certificate).unwrap()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "the server speaks HTTP/2");
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
+    tokio::spawn(connection);
+    let request = hyper::Request::get(format!("https://localhost:{port}{path}"))
+        .header("cookie", cookie)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    response.status().as_u16()
+}
+
+/// A page signed in over HTTPS reads over HTTP/2 too: its GETs carry no `Origin`
+/// and no `Host` header, and the session cookie is named by the `:authority`.
+#[tokio::test]
+async fn a_session_signs_in_requests_over_http2() {
+    let s = secure(&[]).await;
+    let origin = format!("https://localhost:{}", s.ops);
+    let login = client(&s.server, None)
+        .post(format!("{origin}/"))
+        .header("origin", &origin)
+        .json(&json!({"operation": "login", "username": "admin", "password": "password"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status().as_u16(), 200);
+    let set_cookie = login.headers()["set-cookie"].to_str().unwrap();
+    let cookie = set_cookie.split(';').next().unwrap();
+    assert_eq!(status_over_http2(&s.server, s.ops, "/metrics", cookie).await, 200);
+    assert_eq!(status_over_http2(&s.server, s.ops, "/metrics", "x-hdb-session=nope").await, 401);
+}
