@@ -35,6 +35,25 @@ pub(crate) fn hit_io(step: &str) -> std::io::Result<()> {
 /// [`Error::Failpoint`], an internal fault). Public for the server's own protocols
 /// (the data loader's read-then-write).
 pub fn hit(step: &str) -> Result<()> {
+    if let Some(stall) = act(step)? {
+        std::thread::sleep(stall);
+    }
+    Ok(())
+}
+
+/// [`hit`] for a step on an async task: a stall waits without holding its thread,
+/// so the requests it races with run meanwhile (a caching table's write-through).
+pub async fn pass(step: &str) -> Result<()> {
+    if let Some(stall) = act(step)? {
+        tokio::time::sleep(stall).await;
+    }
+    Ok(())
+}
+
+/// What the failpoints configured for `step` do at this hit: die, fail or panic
+/// here, or answer how long to stall.
+fn act(step: &str) -> Result<Option<std::time::Duration>> {
+    let mut stall = None;
     for point in configured() {
         let (point, times) = match point.rsplit_once('*') {
             Some((point, n)) => (point, n.parse::<u64>().ok()),
@@ -55,11 +74,11 @@ pub fn hit(step: &str) -> Result<()> {
             }
             "fail" => return Err(Error::Failpoint(step.to_string())),
             "panic" => panic!("failpoint: panicking at {step}"),
-            "stall" => std::thread::sleep(std::time::Duration::from_millis(stall_ms.unwrap_or(1_000))),
+            "stall" => stall = Some(std::time::Duration::from_millis(stall_ms.unwrap_or(1_000))),
             _ => {}
         }
     }
-    Ok(())
+    Ok(stall)
 }
 
 /// Whether the failpoint `point` acts at this hit: always without a count, else

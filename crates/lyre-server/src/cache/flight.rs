@@ -3,6 +3,9 @@
 //! even when every client waiting for it goes away); later callers for the key
 //! wait for the same outcome, a failure included, so an origin that fails is
 //! not called again by every waiter.
+//!
+//! Turns ([`Turns`]): one write through to an origin per key at a time, so the
+//! origin and the table take a record's writes in the same order.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -78,6 +81,45 @@ where
     }
 }
 
+/// Turns per key: one holder at a time, the others waiting in order. A caching
+/// table's write-through takes the record's turn for both halves of a write (the
+/// origin's, then the table's), so the two take a record's concurrent writes in
+/// the same order.
+pub struct Turns<K> {
+    turns: Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl<K> Default for Turns<K> {
+    fn default() -> Self {
+        Turns { turns: Mutex::new(HashMap::new()) }
+    }
+}
+
+/// Keys kept before the ones nobody holds or waits for are swept (a waiter that
+/// went away can leave its key behind).
+const TURNS_BEFORE_SWEEP: usize = 64;
+
+impl<K: Hash + Eq + Clone> Turns<K> {
+    /// Waits for `key`'s turn; it passes on when the answer is dropped.
+    pub async fn take(&self, key: K) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = {
+            let mut turns = self.turns.lock();
+            if turns.len() >= TURNS_BEFORE_SWEEP && !turns.contains_key(&key) {
+                // Only the map holds these: nobody has or awaits their turn.
+                turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+            }
+            turns.entry(key).or_default().clone()
+        };
+        turn.lock_owned().await
+    }
+
+    /// How many keys are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.turns.lock().len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicUsize;
@@ -134,5 +176,34 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(done.load(Ordering::SeqCst), 1);
         assert_eq!(flights.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn turns_pass_in_order_per_key_and_idle_keys_are_swept() {
+        let turns: Arc<Turns<u32>> = Arc::new(Turns::default());
+        let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let first = turns.take(1).await;
+        let mut waiters = Vec::new();
+        for n in 0..3 {
+            let (turns, order) = (turns.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let _turn = turns.take(1).await;
+                order.lock().push(n);
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await; // queued in this order
+        }
+        let other = turns.take(2).await; // another key does not wait
+        drop(other);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(order.lock().is_empty(), "nobody passes while the turn is held");
+        drop(first);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert_eq!(*order.lock(), [0, 1, 2]);
+        for key in 10..(10 + TURNS_BEFORE_SWEEP as u32) {
+            drop(turns.take(key).await);
+        }
+        assert!(turns.len() <= TURNS_BEFORE_SWEEP, "idle keys are swept: {}", turns.len());
     }
 }

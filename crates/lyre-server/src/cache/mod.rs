@@ -5,7 +5,8 @@
 //! * `source.rs`: the declared sources (an HTTP origin, or another table).
 //! * `origin.rs`: one call to a source, bounded in time and size.
 //! * `control.rs`: `Cache-Control` of requests and of origin answers.
-//! * `flight.rs`: one call per record at a time, shared by every waiter.
+//! * `flight.rs`: one call per record at a time, shared by every waiter; and
+//!   one write through per record at a time.
 //!
 //! A copy is fresh until the origin's `Cache-Control`/`Expires` say (kept in
 //! memory beside the record's version, and in the record's `@expiresAt`
@@ -30,7 +31,7 @@ use lyre_core::{Code, Context, Engine, Expect, HeldRecord, Object, RecordVersion
 use parking_lot::Mutex;
 
 use self::control::{Directives, OriginHeaders};
-use self::flight::Flights;
+use self::flight::{Flights, Turns};
 pub use self::origin::Forwarded;
 use self::origin::{Fetched, OriginError};
 pub use self::source::{Source, SourceConfig};
@@ -87,6 +88,7 @@ pub struct Cache {
     client: reqwest::Client,
     flights: Flights<RecordKey, CallOutcome>,
     notes: Mutex<HashMap<RecordKey, Note>>,
+    writes_through: Turns<RecordKey>,
 }
 
 /// A caching table's answer to a read.
@@ -154,7 +156,12 @@ impl Cache {
     /// TLS cannot be set up).
     pub fn new() -> Result<Cache, reqwest::Error> {
         let client = crate::outbound::client(Duration::from_secs(10)).build()?;
-        Ok(Cache { client, flights: Flights::default(), notes: Mutex::new(HashMap::new()) })
+        Ok(Cache {
+            client,
+            flights: Flights::default(),
+            notes: Mutex::new(HashMap::new()),
+            writes_through: Turns::default(),
+        })
     }
 
     /// Reads record `id` of a caching table as `ctx` may, calling its source when
@@ -256,6 +263,12 @@ impl Cache {
             must_revalidate: false,
         };
         self.remember(record_key(table, id), note);
+    }
+
+    /// Waits for record `id`'s turn to be written through to its origin and then
+    /// here (see [`Turns`]): hold the answer across both halves of the write.
+    pub async fn write_through_turn(&self, table: &Table, id: &Value) -> tokio::sync::OwnedMutexGuard<()> {
+        self.writes_through.take(record_key(table, id)).await
     }
 
     /// Sends a client's write of record `id` to the table's origin, when its

@@ -409,6 +409,41 @@ async fn a_write_during_a_fetch_stands_over_the_older_answer() {
     assert_eq!(origin.count(), 4);
 }
 
+/// Two writes of one record through to its origin, the first slow to reach the
+/// table (a failpoint stalls it after the origin took it): the second waits for
+/// the first to be written here too, so the origin and the table end on the same
+/// write.
+#[tokio::test]
+async fn concurrent_writes_through_reach_the_origin_and_the_table_in_one_order() {
+    let (origin, port) = origin().await;
+    let config = format!(
+        "rest: true\ngraphqlSchema:\n  files: '*.graphql'\nsources:\n  Item:\n    url: http://127.0.0.1:{port}/items/{{id}}\n    writeThrough: true\n"
+    );
+    let s = Arc::new(
+        TestServer::start_app(
+            &[("components/shop/config.yaml", &config), ("components/shop/schema.graphql", SCHEMA)],
+            &[("LYRE_FAILPOINT", "stall:write-through-local=600*1")],
+        )
+        .await,
+    );
+    let first = {
+        let s = s.clone();
+        tokio::spawn(async move { s.rest_send(Method::PUT, "/Item/o1", Some(&json!({"name": "first"})), &[]).await })
+    };
+    let asked = Instant::now();
+    while origin.writes.lock().is_empty() {
+        assert!(asked.elapsed() < Duration::from_secs(10), "the first write never reached the origin");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, _, _) = s.rest_send(Method::PUT, "/Item/o1", Some(&json!({"name": "second"})), &[]).await;
+    assert_eq!(status, 204);
+    assert_eq!(first.await.unwrap().0, 204);
+    let names: Vec<Value> = origin.writes.lock().iter().map(|(_, _, body)| body["name"].clone()).collect();
+    assert_eq!(names, [json!("first"), json!("second")], "the origin's order");
+    let (status, _, held) = get(&s, "/Item/o1", &[("cache-control", "only-if-cached")]).await;
+    assert_eq!((status, &held["name"]), (200, &json!("second")), "the table ends where the origin does");
+}
+
 /// Another table as the source: a miss reads it, and the copy stays while the
 /// source changes (the table has no expiry), until purged.
 #[tokio::test]

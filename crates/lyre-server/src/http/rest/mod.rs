@@ -396,7 +396,11 @@ impl RestRequest<'_> {
         match (method.as_str(), &self.target) {
             ("PUT", Target::Record(id)) => {
                 let (mut record, _memory) = self.object_body(body).await?;
+                let _turn = self.write_through_turn(id).await;
                 let forwarded = self.write_through(id, Forwarded::Put(&record)).await?;
+                if forwarded {
+                    lyre_core::failpoint::pass("write-through-local").await?;
+                }
                 // A caching table's record written with `Cache-Control: max-age=N`
                 // stays fresh N seconds (in `@expiresAt`, when the table has one).
                 let max_age = self.source.as_ref().and_then(|_| Directives::of(self.headers).max_age);
@@ -436,6 +440,7 @@ impl RestRequest<'_> {
             }
             ("PATCH", Target::Record(id)) => {
                 let (record, _memory) = self.object_body(body).await?;
+                let _turn = self.write_through_turn(id).await;
                 if self.write_through(id, Forwarded::Patch(&record)).await? {
                     // The origin merged it: the next read fetches the whole record
                     // (a copy patched here could be partial, or differ from its merge).
@@ -460,6 +465,7 @@ impl RestRequest<'_> {
                 Ok(response)
             }
             ("DELETE", Target::Record(id)) => {
+                let _turn = self.write_through_turn(id).await;
                 let forwarded = self.write_through(id, Forwarded::Delete).await?;
                 let deleted = self.table.delete_with(&self.ctx, vec![id.clone()], self.conditions()).await;
                 self.unless_refused_here(forwarded, id, deleted).await?;
@@ -506,6 +512,16 @@ impl RestRequest<'_> {
         record.insert(name.clone(), value);
         self.table.patch(&self.ctx, id.clone(), record, self.conditions()).await?;
         Ok(StatusCode::NO_CONTENT.into_response())
+    }
+
+    /// Record `id`'s turn to be written through (held across the origin's write and
+    /// this table's, so both take concurrent writes of the record in one order);
+    /// `None` when the table does not write through.
+    async fn write_through_turn(&self, id: &Value) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match &self.source {
+            Some(source) if source.writes_through() => Some(self.state.cache.write_through_turn(&self.table, id).await),
+            _ => None,
+        }
     }
 
     /// Sends a write of record `id` of a caching table to its origin first, when
