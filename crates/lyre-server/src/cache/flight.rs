@@ -86,37 +86,64 @@ where
 /// origin's, then the table's), so the two take a record's concurrent writes in
 /// the same order.
 pub struct Turns<K> {
-    turns: Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>,
+    keys: Arc<Mutex<TurnKeys<K>>>,
 }
+
+/// The keys someone holds or waits for (and, until a sweep, ones a waiter that
+/// went away left behind).
+struct TurnKeys<K> {
+    turns: HashMap<K, Arc<tokio::sync::Mutex<()>>>,
+    /// The size at which keys nobody holds or waits for are swept next.
+    sweep_at: usize,
+}
+
+/// Keys kept before the first sweep; after one, twice what it kept.
+const TURNS_BEFORE_SWEEP: usize = 64;
 
 impl<K> Default for Turns<K> {
     fn default() -> Self {
-        Turns { turns: Mutex::new(HashMap::new()) }
+        Turns { keys: Arc::new(Mutex::new(TurnKeys { turns: HashMap::new(), sweep_at: TURNS_BEFORE_SWEEP })) }
     }
 }
 
-/// Keys kept before the ones nobody holds or waits for are swept (a waiter that
-/// went away can leave its key behind).
-const TURNS_BEFORE_SWEEP: usize = 64;
+/// A key's turn, held: the next waiter's comes when it is dropped (and the key
+/// goes when nobody waits for it).
+pub struct Turn<K: Hash + Eq> {
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+    keys: Arc<Mutex<TurnKeys<K>>>,
+    key: K,
+}
 
 impl<K: Hash + Eq + Clone> Turns<K> {
-    /// Waits for `key`'s turn; it passes on when the answer is dropped.
-    pub async fn take(&self, key: K) -> tokio::sync::OwnedMutexGuard<()> {
+    /// Waits at most `wait` for `key`'s turn: `None` when it did not come.
+    pub async fn take(&self, key: K, wait: std::time::Duration) -> Option<Turn<K>> {
         let turn = {
-            let mut turns = self.turns.lock();
-            if turns.len() >= TURNS_BEFORE_SWEEP && !turns.contains_key(&key) {
+            let mut keys = self.keys.lock();
+            if keys.turns.len() >= keys.sweep_at && !keys.turns.contains_key(&key) {
                 // Only the map holds these: nobody has or awaits their turn.
-                turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+                keys.turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+                keys.sweep_at = TURNS_BEFORE_SWEEP.max(2 * keys.turns.len());
             }
-            turns.entry(key).or_default().clone()
+            keys.turns.entry(key.clone()).or_default().clone()
         };
-        turn.lock_owned().await
+        let held = tokio::time::timeout(wait, turn.lock_owned()).await.ok()?;
+        Some(Turn { held: Some(held), keys: self.keys.clone(), key })
     }
 
     /// How many keys are kept.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.turns.lock().len()
+        self.keys.lock().turns.len()
+    }
+}
+
+impl<K: Hash + Eq> Drop for Turn<K> {
+    fn drop(&mut self) {
+        let mut keys = self.keys.lock();
+        self.held = None;
+        if keys.turns.get(&self.key).is_some_and(|turn| Arc::strong_count(turn) == 1) {
+            keys.turns.remove(&self.key);
+        }
     }
 }
 
@@ -179,31 +206,37 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn turns_pass_in_order_per_key_and_idle_keys_are_swept() {
+    async fn turns_pass_in_order_per_key_and_a_key_goes_with_its_last_holder() {
         let turns: Arc<Turns<u32>> = Arc::new(Turns::default());
+        let wait = Duration::from_secs(5);
         let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let first = turns.take(1).await;
+        let first = turns.take(1, wait).await.unwrap();
         let mut waiters = Vec::new();
         for n in 0..3 {
             let (turns, order) = (turns.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
-                let _turn = turns.take(1).await;
+                let _turn = turns.take(1, wait).await.unwrap();
                 order.lock().push(n);
             }));
             tokio::time::sleep(Duration::from_millis(20)).await; // queued in this order
         }
-        let other = turns.take(2).await; // another key does not wait
-        drop(other);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(turns.take(2, wait).await.unwrap()); // another key does not wait
+        assert!(turns.take(1, Duration::from_millis(50)).await.is_none(), "a held turn is not given twice");
+        // A sweep (a new key once the map is full) keeps every key someone holds.
+        let mut held = Vec::new();
+        for key in 100..(100 + TURNS_BEFORE_SWEEP as u32) {
+            held.push(turns.take(key, wait).await.unwrap());
+        }
+        drop(turns.take(999, wait).await.unwrap());
+        assert!(turns.take(100, Duration::from_millis(50)).await.is_none(), "still held after the sweep");
+        drop(held);
+        assert_eq!(turns.len(), 1, "a key goes with its last holder; the held one stays");
         assert!(order.lock().is_empty(), "nobody passes while the turn is held");
         drop(first);
         for waiter in waiters {
             waiter.await.unwrap();
         }
         assert_eq!(*order.lock(), [0, 1, 2]);
-        for key in 10..(10 + TURNS_BEFORE_SWEEP as u32) {
-            drop(turns.take(key).await);
-        }
-        assert!(turns.len() <= TURNS_BEFORE_SWEEP, "idle keys are swept: {}", turns.len());
+        assert!(turns.take(1, wait).await.is_some());
     }
 }

@@ -31,7 +31,7 @@ use lyre_core::{Code, Context, Engine, Expect, HeldRecord, Object, RecordVersion
 use parking_lot::Mutex;
 
 use self::control::{Directives, OriginHeaders};
-use self::flight::{Flights, Turns};
+use self::flight::{Flights, Turn, Turns};
 pub use self::origin::Forwarded;
 use self::origin::{Fetched, OriginError};
 pub use self::source::{Source, SourceConfig};
@@ -120,6 +120,14 @@ pub enum CacheError {
         /// The table.
         table: String,
     },
+    /// Other writes of the record to its origin kept it past the wait (503).
+    #[error("record {id} of '{table}' is being written through to its origin by other requests; retry later")]
+    Busy {
+        /// The record's key.
+        id: String,
+        /// The table.
+        table: String,
+    },
     /// The source failed and no stale copy may stand in.
     #[error("{error} (record {id} of '{table}')")]
     Origin {
@@ -138,7 +146,43 @@ impl CacheError {
         match self {
             CacheError::Core(err) => err.code(),
             CacheError::NotCached { .. } => Code::GatewayTimeout,
+            CacheError::Busy { .. } => Code::Overloaded,
             CacheError::Origin { error, .. } => error.code(),
+        }
+    }
+}
+
+/// A write the origin took, holding the record's turn until it is written here
+/// too ([`WrittenThrough::settled`]). Dropped unsettled (the request went away,
+/// failed or panicked in between), it drops the copy held, so reads fetch what the
+/// origin has rather than what the table had.
+pub struct WrittenThrough {
+    _turn: Turn<RecordKey>,
+    cache: Arc<Cache>,
+    table: Table,
+    id: Value,
+    settled: bool,
+}
+
+impl WrittenThrough {
+    /// The table has the write too (or its copy was dropped): the turn passes on.
+    pub fn settled(mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for WrittenThrough {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let (cache, table, id) = (self.cache.clone(), self.table.clone(), self.id.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(err) = cache.invalidate(&table, vec![id]).await {
+                    tracing::warn!(error = %err, "a copy the origin no longer matches was not dropped");
+                }
+            });
         }
     }
 }
@@ -265,30 +309,38 @@ impl Cache {
         self.remember(record_key(table, id), note);
     }
 
-    /// Waits for record `id`'s turn to be written through to its origin and then
-    /// here (see [`Turns`]): hold the answer across both halves of the write.
-    pub async fn write_through_turn(&self, table: &Table, id: &Value) -> tokio::sync::OwnedMutexGuard<()> {
-        self.writes_through.take(record_key(table, id)).await
-    }
-
     /// Sends a client's write of record `id` to the table's origin, when its
     /// source writes through (`writeThrough`), before the caller writes it here:
-    /// `Ok` when there is nothing to send or the origin took it.
+    /// `None` when there is nothing to send, else the write the origin took, which
+    /// holds the record's turn (see [`Turns`]) until the caller has written it here
+    /// too and settled it. Waiting for the turn is bounded by twice the origin's
+    /// timeout (then 503).
     pub async fn write_through(
-        &self,
+        self: &Arc<Self>,
         sourced: Sourced<'_>,
         id: &Value,
         write: Forwarded<'_>,
-    ) -> Result<(), CacheError> {
-        let Source::Http(origin) = sourced.source.as_ref() else { return Ok(()) };
+    ) -> Result<Option<WrittenThrough>, CacheError> {
+        let Source::Http(origin) = sourced.source.as_ref() else { return Ok(None) };
         if !origin.write_through {
-            return Ok(());
+            return Ok(None);
         }
+        let key = record_key(sourced.table, id);
+        let Some(turn) = self.writes_through.take(key.clone(), 2 * origin.timeout).await else {
+            return Err(CacheError::Busy { id: key.2, table: sourced.table.schema().name.clone() });
+        };
         origin::forward(&self.client, origin, id, write).await.map_err(|error| CacheError::Origin {
             error,
-            id: record_key(sourced.table, id).2,
+            id: key.2.clone(),
             table: sourced.table.schema().name.clone(),
-        })
+        })?;
+        Ok(Some(WrittenThrough {
+            _turn: turn,
+            cache: self.clone(),
+            table: sourced.table.clone(),
+            id: id.clone(),
+            settled: false,
+        }))
     }
 
     /// Removes the stored copies of `ids` (the next read calls the source), as

@@ -422,7 +422,7 @@ async fn concurrent_writes_through_reach_the_origin_and_the_table_in_one_order()
     let s = Arc::new(
         TestServer::start_app(
             &[("components/shop/config.yaml", &config), ("components/shop/schema.graphql", SCHEMA)],
-            &[("LYRE_FAILPOINT", "stall:write-through-local=600*1")],
+            &[("LYRE_FAILPOINT", "stall:write-through-local=2000*1")],
         )
         .await,
     );
@@ -442,6 +442,37 @@ async fn concurrent_writes_through_reach_the_origin_and_the_table_in_one_order()
     assert_eq!(names, [json!("first"), json!("second")], "the origin's order");
     let (status, _, held) = get(&s, "/Item/o1", &[("cache-control", "only-if-cached")]).await;
     assert_eq!((status, &held["name"]), (200, &json!("second")), "the table ends where the origin does");
+}
+
+/// A request that goes away after the origin took its write, before the table
+/// did, leaves no copy behind that the origin no longer matches: the copy is
+/// dropped, and the next read fetches.
+#[tokio::test]
+async fn a_write_through_abandoned_halfway_drops_the_copy() {
+    let (origin, port) = origin().await;
+    let config = format!(
+        "rest: true\ngraphqlSchema:\n  files: '*.graphql'\nsources:\n  Item:\n    url: http://127.0.0.1:{port}/items/{{id}}\n    writeThrough: true\n"
+    );
+    let s = TestServer::start_app(
+        &[("components/shop/config.yaml", &config), ("components/shop/schema.graphql", SCHEMA)],
+        &[("LYRE_FAILPOINT", "stall:write-through-local=3000*1")],
+    )
+    .await;
+    assert_eq!(get(&s, "/Item/a1", &[]).await.2["name"], "first", "a copy is held");
+    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().unwrap();
+    let abandoned = impatient
+        .put(s.rest("/Item/a1"))
+        .basic_auth(crate::support::USER, Some(crate::support::PASSWORD))
+        .json(&json!({"name": "abandoned"}))
+        .send()
+        .await;
+    assert!(abandoned.is_err_and(|e| e.is_timeout()), "the client gave up");
+    assert_eq!(origin.writes.lock().len(), 1, "the origin took the write");
+    let dropped = Instant::now();
+    while get(&s, "/Item/a1", &[("cache-control", "only-if-cached")]).await.0 != 504 {
+        assert!(dropped.elapsed() < Duration::from_secs(10), "the copy the origin no longer matches is still held");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Another table as the source: a miss reads it, and the copy stays while the

@@ -29,7 +29,7 @@ use lyre_core::{Code, Context, ForUser, Object, RecordBody, RecordVersion, Table
 
 use crate::app::AppState;
 use crate::cache::control::Directives;
-use crate::cache::{CachedRead, Forwarded, Source, Sourced};
+use crate::cache::{CachedRead, Forwarded, Source, Sourced, WrittenThrough};
 use crate::http::auth::authenticate;
 use crate::http::blocking::blocking;
 use crate::http::body::{DecodedBody, Held, read_and_decode};
@@ -396,9 +396,8 @@ impl RestRequest<'_> {
         match (method.as_str(), &self.target) {
             ("PUT", Target::Record(id)) => {
                 let (mut record, _memory) = self.object_body(body).await?;
-                let _turn = self.write_through_turn(id).await;
-                let forwarded = self.write_through(id, Forwarded::Put(&record)).await?;
-                if forwarded {
+                let through = self.write_through(id, Forwarded::Put(&record)).await?;
+                if through.is_some() {
                     lyre_core::failpoint::pass("write-through-local").await?;
                 }
                 // A caching table's record written with `Cache-Control: max-age=N`
@@ -409,7 +408,7 @@ impl RestRequest<'_> {
                     record.insert(attribute.clone(), Value::Int(at as i64));
                 }
                 let written = self.table.put(&self.ctx, id.clone(), record, self.conditions()).await;
-                let summary = self.unless_refused_here(forwarded, id, written).await?;
+                let summary = self.unless_refused_here(through, id, written).await?;
                 if let Some(at) = fresh_until {
                     self.state.cache.written(&self.table, id, summary.txn_time, at);
                 }
@@ -440,11 +439,11 @@ impl RestRequest<'_> {
             }
             ("PATCH", Target::Record(id)) => {
                 let (record, _memory) = self.object_body(body).await?;
-                let _turn = self.write_through_turn(id).await;
-                if self.write_through(id, Forwarded::Patch(&record)).await? {
+                if let Some(through) = self.write_through(id, Forwarded::Patch(&record)).await? {
                     // The origin merged it: the next read fetches the whole record
                     // (a copy patched here could be partial, or differ from its merge).
                     self.state.cache.invalidate(&self.table, vec![id.clone()]).await?;
+                    through.settled();
                     return Ok(StatusCode::NO_CONTENT.into_response());
                 }
                 self.table.patch(&self.ctx, id.clone(), record, self.conditions()).await?;
@@ -465,10 +464,9 @@ impl RestRequest<'_> {
                 Ok(response)
             }
             ("DELETE", Target::Record(id)) => {
-                let _turn = self.write_through_turn(id).await;
-                let forwarded = self.write_through(id, Forwarded::Delete).await?;
+                let through = self.write_through(id, Forwarded::Delete).await?;
                 let deleted = self.table.delete_with(&self.ctx, vec![id.clone()], self.conditions()).await;
-                self.unless_refused_here(forwarded, id, deleted).await?;
+                self.unless_refused_here(through, id, deleted).await?;
                 self.reply(&Value::Bool(true))
             }
             ("DELETE", Target::Collection) => {
@@ -514,25 +512,16 @@ impl RestRequest<'_> {
         Ok(StatusCode::NO_CONTENT.into_response())
     }
 
-    /// Record `id`'s turn to be written through (held across the origin's write and
-    /// this table's, so both take concurrent writes of the record in one order);
-    /// `None` when the table does not write through.
-    async fn write_through_turn(&self, id: &Value) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        match &self.source {
-            Some(source) if source.writes_through() => Some(self.state.cache.write_through_turn(&self.table, id).await),
-            _ => None,
-        }
-    }
-
     /// Sends a write of record `id` of a caching table to its origin first, when
     /// the source writes through: after checking the role may make it, so an
     /// origin never takes a write the role may not make; an origin that refuses it
-    /// leaves the table as it was (502, or 504 at the timeout). `true` when the
-    /// origin took it.
-    async fn write_through(&self, id: &Value, write: Forwarded<'_>) -> Result<bool, ApiError> {
-        let Some(source) = &self.source else { return Ok(false) };
+    /// leaves the table as it was (502, or 504 at the timeout). The write the
+    /// origin took holds the record's turn until it is settled here (so concurrent
+    /// writes of the record reach the origin and the table in one order).
+    async fn write_through(&self, id: &Value, write: Forwarded<'_>) -> Result<Option<WrittenThrough>, ApiError> {
+        let Some(source) = &self.source else { return Ok(None) };
         if !source.writes_through() {
-            return Ok(false);
+            return Ok(None);
         }
         let actions: &[Action] = match write {
             Forwarded::Put(_) | Forwarded::Patch(_) => &[Action::Insert, Action::Update],
@@ -546,28 +535,27 @@ impl RestRequest<'_> {
             access.require_attributes(names, actions, &self.table.schema().primary_key)?;
         }
         let sourced = Sourced { table: &self.table, source };
-        self.state.cache.write_through(sourced, id, write).await?;
-        Ok(true)
+        Ok(self.state.cache.write_through(sourced, id, write).await?)
     }
 
-    /// `written`, the local half of a write the origin already took (`forwarded`):
+    /// `written`, the local half of a write the origin already took (`through`):
     /// when it failed here (a precondition, the schema), the copy held is dropped,
-    /// so reads fetch what the origin now has rather than what it had.
+    /// so reads fetch what the origin now has rather than what it had; either way
+    /// the write is settled and the record's turn passes on.
     async fn unless_refused_here<T>(
         &self,
-        forwarded: bool,
+        through: Option<WrittenThrough>,
         id: &Value,
         written: lyre_core::Result<T>,
     ) -> Result<T, ApiError> {
-        match written {
-            Err(err) if forwarded => {
-                if let Err(dropped) = self.state.cache.invalidate(&self.table, vec![id.clone()]).await {
-                    tracing::warn!(error = %dropped, "a copy the origin no longer matches was not dropped");
-                }
-                Err(err.into())
-            }
-            written => Ok(written?),
+        let Some(through) = through else { return Ok(written?) };
+        if written.is_err()
+            && let Err(dropped) = self.state.cache.invalidate(&self.table, vec![id.clone()]).await
+        {
+            tracing::warn!(error = %dropped, "a copy the origin no longer matches was not dropped");
         }
+        through.settled();
+        Ok(written?)
     }
 
     async fn get(&self) -> Result<Response, ApiError> {
