@@ -35,8 +35,11 @@ pub(crate) fn hit_io(step: &str) -> std::io::Result<()> {
 /// [`Error::Failpoint`], an internal fault). Public for the server's own protocols
 /// (the data loader's read-then-write).
 pub fn hit(step: &str) -> Result<()> {
-    if let Some(stall) = act(step)? {
-        std::thread::sleep(stall);
+    for effect in effects(step) {
+        match effect {
+            Effect::Stall(duration) => std::thread::sleep(duration),
+            Effect::Act(act) => act(step)?,
+        }
     }
     Ok(())
 }
@@ -44,16 +47,25 @@ pub fn hit(step: &str) -> Result<()> {
 /// [`hit`] for a step on an async task: a stall waits without holding its thread,
 /// so the requests it races with run meanwhile (a caching table's write-through).
 pub async fn pass(step: &str) -> Result<()> {
-    if let Some(stall) = act(step)? {
-        tokio::time::sleep(stall).await;
+    for effect in effects(step) {
+        match effect {
+            Effect::Stall(duration) => tokio::time::sleep(duration).await,
+            Effect::Act(act) => act(step)?,
+        }
     }
     Ok(())
 }
 
-/// What the failpoints configured for `step` do at this hit: die, fail or panic
-/// here, or answer how long to stall.
-fn act(step: &str) -> Result<Option<std::time::Duration>> {
-    let mut stall = None;
+/// What one configured failpoint does at a hit, in the order configured (a stall
+/// before a failure at the same step stalls first).
+enum Effect {
+    Stall(std::time::Duration),
+    Act(fn(&str) -> Result<()>),
+}
+
+/// The effects of the failpoints configured for `step` at this hit.
+fn effects(step: &str) -> Vec<Effect> {
+    let mut effects = Vec::new();
     for point in configured() {
         let (point, times) = match point.rsplit_once('*') {
             Some((point, n)) => (point, n.parse::<u64>().ok()),
@@ -67,18 +79,20 @@ fn act(step: &str) -> Result<Option<std::time::Duration>> {
         if named != step || !take_turn(point, times) {
             continue;
         }
-        match kind {
-            "crash" => {
-                eprintln!("failpoint: crashing at {step}");
-                std::process::abort();
-            }
-            "fail" => return Err(Error::Failpoint(step.to_string())),
-            "panic" => panic!("failpoint: panicking at {step}"),
-            "stall" => stall = Some(std::time::Duration::from_millis(stall_ms.unwrap_or(1_000))),
-            _ => {}
-        }
+        effects.push(match kind {
+            "stall" => Effect::Stall(std::time::Duration::from_millis(stall_ms.unwrap_or(1_000))),
+            "crash" => Effect::Act(crash),
+            "fail" => Effect::Act(|step| Err(Error::Failpoint(step.to_string()))),
+            "panic" => Effect::Act(|step| panic!("failpoint: panicking at {step}")),
+            _ => continue,
+        });
     }
-    Ok(stall)
+    effects
+}
+
+fn crash(step: &str) -> Result<()> {
+    eprintln!("failpoint: crashing at {step}");
+    std::process::abort();
 }
 
 /// Whether the failpoint `point` acts at this hit: always without a count, else

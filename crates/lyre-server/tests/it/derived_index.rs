@@ -178,9 +178,8 @@ async fn a_crash_between_condemn_and_reset_rebuilds() {
     insert_docs(&s, &vectors, 0).await;
     assert!(findable(&s, "d0", &vectors[0]).await);
     s.stop("-TERM");
-    // The load waits first, so the server is up (answering /health) before it dies;
-    // a second was too short for a start on a loaded machine (CI).
-    s.set_env("LYRE_FAILPOINT", Some("stall:derived-load=4000*1,fail:derived-load*1,crash:derived-condemned"));
+    // The load waits a moment first, so the server is up before it dies.
+    s.set_env("LYRE_FAILPOINT", Some("stall:derived-load=1000*1,fail:derived-load*1,crash:derived-condemned"));
     s.start_again().await;
     s.wait_exit(); // the runner condemned the index, and the process died
     s.set_env("LYRE_FAILPOINT", Some("stall:derived-build=2000*1"));
