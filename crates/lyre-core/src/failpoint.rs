@@ -5,10 +5,15 @@
 //! * `crash:<step>`: the process aborts at the step, as abruptly as `kill -9`.
 //! * `fail:<step>`: the step returns an error.
 //! * `panic:<step>`: the step panics (tests that no panic reaches a client).
-//! * `stall:<step>=<ms>`: the step sleeps that long (a backend that falls behind).
+//! * `stall:<step>=<ms>`: the step sleeps that long (a backend that falls behind;
+//!   a second without `=<ms>`). [`hit_async`] sleeps without holding its thread,
+//!   for a step on an async task (a caching table's `write-through-local`, between
+//!   the origin's half of a write and the table's).
 //!
 //! Any of them followed by `*<n>` acts at the first `n` hits of the step only
-//! (`panic:derived-apply*3`: a runner that dies three times, then works).
+//! (`panic:derived-apply*3`: a runner that dies three times, then works); every
+//! point naming the step counts the hit. Several points at one step act in the
+//! order listed: `stall:x=1000,fail:x` stalls, then fails.
 //!
 //! Unset (always, outside tests) it costs one read of a cached string.
 
@@ -46,7 +51,7 @@ pub fn hit(step: &str) -> Result<()> {
 
 /// [`hit`] for a step on an async task: a stall waits without holding its thread,
 /// so the requests it races with run meanwhile (a caching table's write-through).
-pub async fn pass(step: &str) -> Result<()> {
+pub async fn hit_async(step: &str) -> Result<()> {
     for effect in effects(step) {
         match effect {
             Effect::Stall(duration) => tokio::time::sleep(duration).await,

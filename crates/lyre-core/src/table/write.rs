@@ -72,6 +72,19 @@ pub enum Expect {
     Unchanged(Option<f64>),
 }
 
+impl Expect {
+    /// Whether [`Expect::Unchanged`]`(seen)` holds for what is stored now (its
+    /// version, expired or not, or `None`): the writer's check, and a caching
+    /// table's before it takes an origin's 304 as being about the copy it holds.
+    pub fn unchanged_holds(seen: Option<f64>, stored: Option<RecordVersion>) -> bool {
+        match (seen, stored) {
+            (None, None) => true,
+            (Some(time), Some(version)) => version.unique && version.time == time,
+            _ => false,
+        }
+    }
+}
+
 impl std::fmt::Debug for Expect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -444,14 +457,7 @@ impl WriteJob {
     fn check(&self, txn: &WriteTxn<'_, '_>, key: &[u8], id: &Value, expect: &Expect) -> Result<()> {
         let stored = self.stored(txn, key)?;
         let holds = match expect {
-            Expect::Unchanged(seen) => match (seen, &stored) {
-                (None, None) => true,
-                (Some(time), Some(entry)) => {
-                    let version = RecordVersion::of(entry);
-                    version.unique && version.time == *time
-                }
-                _ => false,
-            },
+            Expect::Unchanged(seen) => Expect::unchanged_holds(*seen, stored.as_ref().map(RecordVersion::of)),
             Expect::Exists => stored.is_some_and(|entry| self.is_live(&entry)),
             Expect::Version(test) => stored.filter(|entry| self.is_live(entry)).is_some_and(|entry| {
                 let version = RecordVersion::of(&entry);

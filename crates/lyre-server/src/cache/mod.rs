@@ -79,6 +79,14 @@ enum Refreshed {
     Superseded,
 }
 
+/// What a reader found of a record, that a call to its source is about.
+struct Found<'a> {
+    /// The origin's word on the copy held.
+    note: Option<&'a Note>,
+    /// The condition that keeps the answer from overwriting a newer write.
+    seen: Option<Expect>,
+}
+
 /// A call's outcome and how long the source took (ms).
 type CallOutcome = Result<(Refreshed, f64), OriginError>;
 
@@ -157,7 +165,7 @@ impl CacheError {
 /// failed or panicked in between), it drops the copy held, so reads fetch what the
 /// origin has rather than what the table had.
 pub struct WrittenThrough {
-    _turn: Turn<RecordKey>,
+    turn: Option<Turn<RecordKey>>,
     cache: Arc<Cache>,
     table: Table,
     id: Value,
@@ -177,12 +185,18 @@ impl Drop for WrittenThrough {
             return;
         }
         let (cache, table, id) = (self.cache.clone(), self.table.clone(), self.id.clone());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
+        // The turn passes on once the copy is dropped, not before.
+        let turn = self.turn.take();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move {
                 if let Err(err) = cache.invalidate(&table, vec![id]).await {
                     tracing::warn!(error = %err, "a copy the origin no longer matches was not dropped");
                 }
-            });
+                drop(turn);
+            })),
+            Err(_) => {
+                tracing::warn!(table = %table.schema().name, "a copy the origin no longer matches was not dropped: no runtime")
+            }
         }
     }
 }
@@ -248,11 +262,19 @@ impl Cache {
             && !must_revalidate
             && while_revalidating.is_some_and(|window| stale_for <= window.as_millis() as f64)
         {
-            drop(self.call(engine, &sourced, id, key.clone(), (note.as_ref(), seen(Some(held))), request));
+            drop(self.call(
+                engine,
+                &sourced,
+                id,
+                key.clone(),
+                Found { note: note.as_ref(), seen: seen(Some(held)) },
+                request,
+            ));
             return Ok(Some(answer(held.clone(), note.as_ref(), now)));
         }
         let started = Instant::now();
-        let outcome = self.call(engine, &sourced, id, key.clone(), (note.as_ref(), seen(held.as_ref())), request).await;
+        let found = Found { note: note.as_ref(), seen: seen(held.as_ref()) };
+        let outcome = self.call(engine, &sourced, id, key.clone(), found, request).await;
         let waited = started.elapsed().as_secs_f64() * 1000.0;
         match outcome {
             Ok((refreshed, resolve_ms)) => {
@@ -335,7 +357,7 @@ impl Cache {
             table: sourced.table.schema().name.clone(),
         })?;
         Ok(Some(WrittenThrough {
-            _turn: turn,
+            turn: Some(turn),
             cache: self.clone(),
             table: sourced.table.clone(),
             id: id.clone(),
@@ -357,15 +379,14 @@ impl Cache {
     }
 
     /// The call to the source for `key`: the one under way, or a new one, about
-    /// the copy the caller found (the origin's `note` on it, and `seen`, the
-    /// condition that keeps the answer from overwriting a newer write).
+    /// the copy the caller `found`.
     fn call(
         self: &Arc<Self>,
         engine: &Arc<Engine>,
         sourced: &Sourced<'_>,
         id: &Value,
         key: RecordKey,
-        (note, seen): (Option<&Note>, Option<Expect>),
+        Found { note, seen }: Found<'_>,
         request: Directives,
     ) -> futures_util::future::Shared<futures_util::future::BoxFuture<'static, CallOutcome>> {
         let (engine, table, source, id) = (engine.clone(), sourced.table.clone(), sourced.source.clone(), id.clone());
@@ -420,6 +441,7 @@ impl Cache {
                 if let (Some(attribute), Some(at)) = (&table.schema().expires_at, fresh_until) {
                     record.insert(attribute.clone(), Value::Int(at as i64));
                 }
+                // Kept for the rare answer refused because the copy went meanwhile.
                 let summary = match table.put(&system, id.clone(), record.clone(), unless_changed).await {
                     Err(lyre_core::Error::PreconditionFailed(_)) => {
                         // Removed meanwhile (a delete, an invalidation, the expiry sweep):
@@ -440,8 +462,7 @@ impl Cache {
                 let Some(held) = table.get_held(&system, id).map_err(stored)? else { return Ok(Refreshed::Gone) };
                 // The origin vouched for the copy it was asked about, not a newer write.
                 let vouched_for = match &seen {
-                    Some(Expect::Unchanged(Some(time))) => held.version.unique && held.version.time == *time,
-                    Some(Expect::Unchanged(None)) => false,
+                    Some(Expect::Unchanged(seen)) => Expect::unchanged_holds(*seen, Some(held.version)),
                     _ => true,
                 };
                 if !vouched_for {

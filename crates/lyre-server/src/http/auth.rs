@@ -44,8 +44,8 @@ const SESSION_COOKIE_SUFFIX: &str = "-hdb-session";
 /// it: the request's `Origin` (else its `Host`) without its scheme, as a cookie-name
 /// token, then `-hdb-session`. (Harper turns only the first character that is not a
 /// letter, digit or `_` into `_`; Lyre turns every one, so the name is a valid
-/// cookie-name token: `app_example_8080` where Harper has `app_example:8080`.) `login` sets the cookie under this name and only this name is
-/// read back, so a session serves the origin that signed in: a page of another
+/// cookie-name token: `app_example_8080` where Harper has `app_example:8080`.)
+/// `login` sets the cookie under this name and only this name is read back, so a session serves the origin that signed in: a page of another
 /// origin (another site, another port, a sandboxed `null`) that makes the browser
 /// send the cookie is not signed in by it (Harper's protection against cross-site
 /// request forgery and WebSocket hijacking).

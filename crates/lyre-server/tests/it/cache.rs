@@ -157,10 +157,15 @@ type Mirror @table(database: "shop") @export { id: ID @primaryKey name: String }
 /// A server whose `Item` table caches the origin on `port` (with `extra` source
 /// options), and whose `Mirror` table caches `Base`.
 async fn server(port: u16, extra: &str) -> TestServer {
+    server_with(port, extra, &[]).await
+}
+
+/// [`server`] with environment variables (failpoints).
+async fn server_with(port: u16, extra: &str, env: &[(&str, &str)]) -> TestServer {
     let config = format!(
         "rest: true\ngraphqlSchema:\n  files: '*.graphql'\nsources:\n  Item:\n    url: http://127.0.0.1:{port}/items/{{id}}\n{extra}  Mirror:\n    table: Base\n"
     );
-    TestServer::start_app(&[("components/shop/config.yaml", &config), ("components/shop/schema.graphql", SCHEMA)], &[])
+    TestServer::start_app(&[("components/shop/config.yaml", &config), ("components/shop/schema.graphql", SCHEMA)], env)
         .await
 }
 
@@ -416,15 +421,8 @@ async fn a_write_during_a_fetch_stands_over_the_older_answer() {
 #[tokio::test]
 async fn concurrent_writes_through_reach_the_origin_and_the_table_in_one_order() {
     let (origin, port) = origin().await;
-    let config = format!(
-        "rest: true\ngraphqlSchema:\n  files: '*.graphql'\nsources:\n  Item:\n    url: http://127.0.0.1:{port}/items/{{id}}\n    writeThrough: true\n"
-    );
     let s = Arc::new(
-        TestServer::start_app(
-            &[("components/shop/config.yaml", &config), ("components/shop/schema.graphql", SCHEMA)],
-            &[("LYRE_FAILPOINT", "stall:write-through-local=2000*1")],
-        )
-        .await,
+        server_with(port, "    writeThrough: true\n", &[("LYRE_FAILPOINT", "stall:write-through-local=2000*1")]).await,
     );
     let first = {
         let s = s.clone();
@@ -450,14 +448,8 @@ async fn concurrent_writes_through_reach_the_origin_and_the_table_in_one_order()
 #[tokio::test]
 async fn a_write_through_abandoned_halfway_drops_the_copy() {
     let (origin, port) = origin().await;
-    let config = format!(
-        "rest: true\ngraphqlSchema:\n  files: '*.graphql'\nsources:\n  Item:\n    url: http://127.0.0.1:{port}/items/{{id}}\n    writeThrough: true\n"
-    );
-    let s = TestServer::start_app(
-        &[("components/shop/config.yaml", &config), ("components/shop/schema.graphql", SCHEMA)],
-        &[("LYRE_FAILPOINT", "stall:write-through-local=3000*1")],
-    )
-    .await;
+    let s =
+        server_with(port, "    writeThrough: true\n", &[("LYRE_FAILPOINT", "stall:write-through-local=3000*1")]).await;
     assert_eq!(get(&s, "/Item/a1", &[]).await.2["name"], "first", "a copy is held");
     let impatient = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().unwrap();
     let abandoned = impatient

@@ -129,7 +129,7 @@ async fn a_login_session_works_on_both_ports_until_logout_and_across_a_restart()
     assert_eq!((status, answer["message"].as_str()), (200, Some("Login successful")));
     let set_cookie = headers.get("set-cookie").unwrap().to_str().unwrap().to_string();
     assert!(set_cookie.starts_with("app_example_8080-hdb-session="), "{set_cookie}");
-    assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
+    assert!(set_cookie.contains("HttpOnly") && set_cookie.ends_with("; SameSite=Lax"), "{set_cookie}");
     let cookie = set_cookie.split(';').next().unwrap().to_string();
     let from_page = [("cookie", cookie.as_str()), ("origin", page)];
 

@@ -178,6 +178,7 @@ async fn a_session_signs_in_requests_over_http2() {
         .unwrap();
     assert_eq!(login.status().as_u16(), 200);
     let set_cookie = login.headers()["set-cookie"].to_str().unwrap();
+    assert!(set_cookie.contains("; SameSite=None; Secure"), "sent cross-site, over TLS only: {set_cookie}");
     let cookie = set_cookie.split(';').next().unwrap();
     assert_eq!(status_over_http2(&s.server, s.ops, "/metrics", cookie).await, 200);
     assert_eq!(status_over_http2(&s.server, s.ops, "/metrics", "x-hdb-session=nope").await, 401);

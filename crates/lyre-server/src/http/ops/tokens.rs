@@ -116,11 +116,15 @@ pub async fn login(
     let user = state.verify_password(username, password, peer.ip()).await?;
     let id = state.engine.users().start_session(&user, ttl.as_millis() as f64).await?;
     let expires = std::time::SystemTime::now() + ttl;
+    // Over TLS, as Harper: sent with cross-site requests too, so a page of another
+    // site that signed in keeps its session (only its own origin's requests are
+    // signed in by it: the name says whose it is). Over plain HTTP browsers refuse
+    // `SameSite=None`, so same-site only.
     let cookie = format!(
-        "{}={id}; Path=/; Expires={}; HttpOnly; SameSite=Lax{}",
+        "{}={id}; Path=/; Expires={}; HttpOnly; {}",
         session_cookie_name(headers),
         httpdate::fmt_http_date(expires),
-        if over_tls { "; Secure" } else { "" }
+        if over_tls { "SameSite=None; Secure" } else { "SameSite=Lax" }
     );
     let mut response = message(format, "Login successful")?;
     set_cookie(&mut response, &cookie)?;

@@ -398,7 +398,7 @@ impl RestRequest<'_> {
                 let (mut record, _memory) = self.object_body(body).await?;
                 let through = self.write_through(id, Forwarded::Put(&record)).await?;
                 if through.is_some() {
-                    lyre_core::failpoint::pass("write-through-local").await?;
+                    lyre_core::failpoint::hit_async("write-through-local").await?;
                 }
                 // A caching table's record written with `Cache-Control: max-age=N`
                 // stays fresh N seconds (in `@expiresAt`, when the table has one).
@@ -549,12 +549,11 @@ impl RestRequest<'_> {
         written: lyre_core::Result<T>,
     ) -> Result<T, ApiError> {
         let Some(through) = through else { return Ok(written?) };
-        if written.is_err()
-            && let Err(dropped) = self.state.cache.invalidate(&self.table, vec![id.clone()]).await
-        {
-            tracing::warn!(error = %dropped, "a copy the origin no longer matches was not dropped");
+        // Unsettled (the copy could not be dropped here), it tries again as it goes.
+        let settled = written.is_ok() || self.state.cache.invalidate(&self.table, vec![id.clone()]).await.is_ok();
+        if settled {
+            through.settled();
         }
-        through.settled();
         Ok(written?)
     }
 
