@@ -3,6 +3,7 @@
 // a function that stops what it started (timers, event streams) when the user leaves.
 
 import { op, whenSignedOut } from './api.js';
+import { isSuperUser, setUser } from './session.js';
 import { fill, h } from './ui.js';
 
 const PAGES = {
@@ -22,17 +23,6 @@ const PAGES = {
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 let leave = null;
-let user = null;
-
-/** The signed-in user (`user_info`'s answer), for pages that depend on the role. */
-export function currentUser() {
-  return user;
-}
-
-/** Whether the signed-in user is a super user. */
-export function isSuperUser() {
-  return Boolean(user?.role?.permission?.super_user);
-}
 
 async function route() {
   if (leave) {
@@ -89,7 +79,8 @@ function signIn(reason = '') {
 }
 
 async function whoAmI() {
-  user = await op('user_info', {}, { retry: false });
+  const user = await op('user_info', {}, { retry: false });
+  setUser(user);
   document.getElementById('who').textContent = `${user.username} (${user.role?.role ?? 'no role'})`;
   document.getElementById('sign-out').hidden = false;
   for (const item of nav.querySelectorAll('[data-super]')) item.hidden = !isSuperUser();
@@ -98,7 +89,7 @@ async function whoAmI() {
 
 async function signOut() {
   try { await op('logout', {}, { retry: false }); } catch { /* the session may be gone already */ }
-  user = null;
+  setUser(null);
   nav.hidden = true;
   document.getElementById('who').textContent = '';
   document.getElementById('sign-out').hidden = true;

@@ -2,7 +2,7 @@
 // databases, tables and attributes.
 
 import { op } from '../api.js';
-import { isSuperUser } from '../app.js';
+import { isSuperUser } from '../session.js';
 import { attempt, bytes, checkbox, dataTable, field, fill, h, notify, select, sure } from '../ui.js';
 
 const TYPES = ['String', 'Int', 'Long', 'Float', 'Boolean', 'Date', 'ID', 'Any', 'Bytes', 'Blob'];

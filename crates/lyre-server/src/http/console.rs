@@ -39,6 +39,7 @@ const ASSETS: &[(&str, &str, &str)] = assets![
     "console.css" => "text/css; charset=utf-8",
     "app.js" => "text/javascript; charset=utf-8",
     "api.js" => "text/javascript; charset=utf-8",
+    "session.js" => "text/javascript; charset=utf-8",
     "ui.js" => "text/javascript; charset=utf-8",
     "chart.js" => "text/javascript; charset=utf-8",
     "pages/databases.js" => "text/javascript; charset=utf-8",
