@@ -20,6 +20,15 @@ async fn table(dir: &std::path::Path) -> (std::sync::Arc<Engine>, Table) {
     (engine, table)
 }
 
+/// The table `name` that `sdl` defines in database `dev`, beside [`table`]'s.
+async fn defined(dir: &std::path::Path, sdl: &str, name: &str) -> (std::sync::Arc<Engine>, Table) {
+    let (engine, _) = table(dir).await;
+    let definitions = crate::catalog::parse_sdl(sdl, "schema.graphql").unwrap();
+    engine.define_tables(&Context::system(), definitions).await.unwrap();
+    let defined = engine.database("dev").unwrap().table(name).unwrap();
+    (engine, defined)
+}
+
 fn record(json: &str) -> Object {
     match serde_json::from_str::<Value>(json).unwrap() {
         Value::Object(o) => o,
@@ -152,13 +161,10 @@ async fn eviction_steps_cover_every_record() {
 #[tokio::test]
 async fn an_expires_at_sweep_reads_only_due_records_through_the_index() {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, _) = table(dir.path()).await;
-    let ctx = Context::system();
     let sdl = "type Session @table(database: \"dev\") { id: Int @primaryKey user: String until: Long @expiresAt }";
-    let definitions = crate::catalog::parse_sdl(sdl, "schema.graphql").unwrap();
-    assert_eq!(definitions[0].expires_at.as_deref(), Some("until"));
-    engine.define_tables(&ctx, definitions).await.unwrap();
-    let sessions = engine.database("dev").unwrap().table("Session").unwrap();
+    let (_engine, sessions) = defined(dir.path(), sdl, "Session").await;
+    let ctx = Context::system();
+    assert_eq!(sessions.schema().expires_at.as_deref(), Some("until"));
     assert!(sessions.schema().attribute("until").unwrap().indexed, "@expiresAt indexes its attribute");
     let now = crate::time::now_ms().floor();
     // 1,500 due (ids 0..1500), 500 due later, 500 that never expire.
@@ -261,11 +267,9 @@ async fn a_transaction_commits_every_write_or_none() {
 #[tokio::test]
 async fn unchanged_holds_until_the_stored_record_changes_expired_or_not() {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, _) = table(dir.path()).await;
-    let ctx = Context::system();
     let sdl = "type Copy @table(database: \"dev\") { id: Int @primaryKey name: String until: Long @expiresAt }";
-    engine.define_tables(&ctx, crate::catalog::parse_sdl(sdl, "schema.graphql").unwrap()).await.unwrap();
-    let copies = engine.database("dev").unwrap().table("Copy").unwrap();
+    let (_engine, copies) = defined(dir.path(), sdl, "Copy").await;
+    let ctx = Context::system();
     let put = |id: i64, name: &str, seen: Option<f64>| {
         let body = record(&format!(r#"{{"name": "{name}", "until": 1}}"#));
         let options = WriteOptions { expect: vec![Some(Expect::Unchanged(seen))], at: None };

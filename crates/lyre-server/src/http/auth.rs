@@ -45,10 +45,11 @@ const SESSION_COOKIE_SUFFIX: &str = "-hdb-session";
 /// token, then `-hdb-session`. (Harper turns only the first character that is not a
 /// letter, digit or `_` into `_`; Lyre turns every one, so the name is a valid
 /// cookie-name token: `app_example_8080` where Harper has `app_example:8080`.)
-/// `login` sets the cookie under this name and only this name is read back, so a session serves the origin that signed in: a page of another
-/// origin (another site, another port, a sandboxed `null`) that makes the browser
-/// send the cookie is not signed in by it (Harper's protection against cross-site
-/// request forgery and WebSocket hijacking).
+/// `login` sets the cookie under this name and only this name is read back, so a
+/// session serves the origin that signed in: a page of another origin (another
+/// site, another port, a sandboxed `null`) that makes the browser send the cookie
+/// is not signed in by it (Harper's protection against cross-site request forgery
+/// and WebSocket hijacking).
 pub fn session_cookie_name(headers: &HeaderMap) -> String {
     let origin = headers
         .get(header::ORIGIN)

@@ -114,13 +114,23 @@ impl Browser {
 
     /// Types `text` into the control labelled `label` (its text starts so), replacing what it held.
     async fn type_into(&self, within: &str, label: &str, text: &str) {
-        let control = self
-            .find(&format!(
-                "{within}//label[starts-with(normalize-space(), '{label}')]//*[self::input or self::textarea]"
-            ))
-            .await;
+        self.replace(
+            &format!("{within}//label[starts-with(normalize-space(), '{label}')]//*[self::input or self::textarea]"),
+            text,
+        )
+        .await;
+    }
+
+    /// Types `text` into the control `xpath` finds, replacing what it held.
+    async fn replace(&self, xpath: &str, text: &str) {
+        let control = self.find(xpath).await;
         control.clear().await.unwrap();
         control.send_keys(text).await.unwrap();
+    }
+
+    /// The text of the first alert (an error the page shows) inside `within`.
+    async fn alert(&self, within: &str) -> String {
+        self.find(&format!("{within}//div[@role='alert']")).await.text().await.unwrap()
     }
 
     /// Waits until the page shows `text` somewhere inside `within`.
@@ -223,15 +233,11 @@ async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
     // A record inserted, then edited, in the records page.
     browser.click(&format!("{shop}//a[normalize-space()='product']")).await;
     browser.press("//main", "Insert a record").await;
-    let editor = browser.find("//textarea[@aria-label='New record as JSON']").await;
-    editor.clear().await.unwrap();
-    editor.send_keys(r#"{"id": 1, "name": "Lamp", "price": 20}"#).await.unwrap();
+    browser.replace("//textarea[@aria-label='New record as JSON']", r#"{"id": 1, "name": "Lamp", "price": 20}"#).await;
     browser.press("//main", "Insert record").await;
     browser.find("//table//td[normalize-space()='Lamp']").await;
     browser.click("//button[@aria-label='Edit record 1']").await;
-    let editor = browser.find("//textarea[@aria-label='Record 1 as JSON']").await;
-    editor.clear().await.unwrap();
-    editor.send_keys(r#"{"id": 1, "price": 25.5}"#).await.unwrap();
+    browser.replace("//textarea[@aria-label='Record 1 as JSON']", r#"{"id": 1, "price": 25.5}"#).await;
     browser.press("//main", "Save record").await;
     browser.find("//table//td[normalize-space()='25.5']").await;
     let stored = s.ok(json!({"operation": "search_by_id", "database": "shop", "table": "product", "ids": [1], "get_attributes": ["*"]})).await;
@@ -258,14 +264,14 @@ async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
     // A bad filter is shown, naming the problem.
     browser.type_into("//main", "Filter", "price=gt=").await;
     browser.press("//main", "Apply").await;
-    let problem = browser.find("//main//div[@role='alert']").await.text().await.unwrap();
+    let problem = browser.alert("//main").await;
     assert!(!problem.trim().is_empty() && problem.contains("price"), "{problem}");
 
     // SQL, answered as a table with its timing.
     browser.go(&s.url("/#/query")).await;
-    let sql = browser.find("//textarea[@aria-label='SQL statement']").await;
-    sql.clear().await.unwrap();
-    sql.send_keys("SELECT name, price FROM shop.product ORDER BY price").await.unwrap();
+    browser
+        .replace("//textarea[@aria-label='SQL statement']", "SELECT name, price FROM shop.product ORDER BY price")
+        .await;
     browser.press("//main", "Run SQL").await;
     browser.find("//table//td[normalize-space()='Desk']").await;
     let timing = browser.find("//p[@data-timing]").await.text().await.unwrap();
@@ -313,19 +319,15 @@ async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
     browser.find("//textarea[@aria-label='storefront/schema.graphql']").await;
     browser.shot("components").await;
     browser.go(&s.url("/#/config")).await;
-    let level = browser.find("//input[@aria-label='logging_level']").await;
-    level.clear().await.unwrap();
-    level.send_keys("loud").await.unwrap();
+    let level = "//input[@aria-label='logging_level']";
+    browser.replace(level, "loud").await;
     browser.press("//main", "Save changes").await;
-    let refused = browser.find("//main//div[@role='alert']").await.text().await.unwrap();
+    let refused = browser.alert("//main").await;
     assert!(refused.contains("'logging_level' must be one of"), "an invalid level is refused, naming it: {refused}");
     browser.shot("config").await;
     // A valid change is written, and a restart from the page applies it.
-    level.clear().await.unwrap();
-    level.send_keys("info").await.unwrap();
-    let threshold = browser.find("//input[@aria-label='http_compressionThreshold']").await;
-    threshold.clear().await.unwrap();
-    threshold.send_keys("2000").await.unwrap();
+    browser.replace(level, "info").await;
+    browser.replace("//input[@aria-label='http_compressionThreshold']", "2000").await;
     browser.press("//main", "Save changes").await;
     browser.sees("//main", "Changed: http.compressionThreshold").await;
     browser.press("//main", "Restart Lyre").await;
@@ -385,11 +387,9 @@ async fn a_role_sees_only_what_it_may_and_an_ended_session_keeps_what_was_typed(
     // An insert the role may not make is refused in the page, saying so.
     browser.go(&s.url("/#/table/shop/product")).await;
     browser.press("//main", "Insert a record").await;
-    let editor = browser.find("//textarea[@aria-label='New record as JSON']").await;
-    editor.clear().await.unwrap();
-    editor.send_keys(r#"{"id": 9, "name": "Forbidden"}"#).await.unwrap();
+    browser.replace("//textarea[@aria-label='New record as JSON']", r#"{"id": 9, "name": "Forbidden"}"#).await;
     browser.press("//main", "Insert record").await;
-    let refused = browser.find("//section//div[@role='alert']").await.text().await.unwrap();
+    let refused = browser.alert("//section").await;
     assert!(refused.contains("not authorized") && refused.contains("shop.product needs insert"), "{refused}");
     browser.shot("refused").await;
     let (_, found) =
@@ -399,9 +399,7 @@ async fn a_role_sees_only_what_it_may_and_an_ended_session_keeps_what_was_typed(
     // The session ends (its cookie gone): the next action asks to sign in again over the
     // page, then completes, with what was typed still there.
     browser.go(&s.url("/#/query")).await;
-    let sql = browser.find("//textarea[@aria-label='SQL statement']").await;
-    sql.clear().await.unwrap();
-    sql.send_keys("SELECT name FROM shop.product").await.unwrap();
+    browser.replace("//textarea[@aria-label='SQL statement']", "SELECT name FROM shop.product").await;
     browser.client().delete_all_cookies().await.unwrap();
     browser.press("//main", "Run SQL").await;
     browser.sees("//dialog[@id='sign-in' and @open]", "session has ended").await;
@@ -571,11 +569,11 @@ async fn records_import_export_sort_and_delete_and_a_broken_component_shows_its_
     browser.go(&s.url("/#/components")).await;
     let card = "//section[@aria-label='Component storefront']";
     browser.press(card, "schema.graphql").await;
-    let text = browser.find("//textarea[@aria-label='storefront/schema.graphql']").await;
-    text.clear().await.unwrap();
-    text.send_keys("type Broken @table { id: ID @primaryKey").await.unwrap();
+    browser
+        .replace("//textarea[@aria-label='storefront/schema.graphql']", "type Broken @table { id: ID @primaryKey")
+        .await;
     browser.press("//main", "Save file").await;
-    let problem = browser.find("//main//div[@role='alert']").await.text().await.unwrap();
+    let problem = browser.alert("//main").await;
     assert!(problem.contains("storefront/schema.graphql:1:"), "{problem}");
     browser.go(&s.url("/#/databases")).await;
     browser.go(&s.url("/#/components")).await;

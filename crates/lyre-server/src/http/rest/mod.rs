@@ -540,8 +540,9 @@ impl RestRequest<'_> {
 
     /// `written`, the local half of a write the origin already took (`through`):
     /// when it failed here (a precondition, the schema), the copy held is dropped,
-    /// so reads fetch what the origin now has rather than what it had; either way
-    /// the write is settled and the record's turn passes on.
+    /// so reads fetch what the origin now has rather than what it had. The write is
+    /// settled (its turn passes on) once the table has it or the copy is dropped;
+    /// otherwise it drops the copy as it goes.
     async fn unless_refused_here<T>(
         &self,
         through: Option<WrittenThrough>,
