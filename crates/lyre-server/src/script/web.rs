@@ -5,9 +5,11 @@
 //! (over the channel [`Web::new`] is given) to run the callback `web.js` keeps for
 //! it; the callback runs between requests (as nobody's request) or while a request
 //! waits, within the time budget. A `fetch` is bounded by the request budget and
-//! [`MAX_FETCH_BYTES`].
+//! [`MAX_FETCH_BYTES`], and the bodies a runtime's fetches are reading at once by
+//! its memory limit: they are held outside the runtime's heap until they are whole,
+//! so a script starting many fetches must not hold more there than it may in it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -31,12 +33,25 @@ pub struct Web {
     http: RefCell<Option<reqwest::Client>>,
     /// How long a `fetch` may take (the request budget).
     fetch_timeout: Duration,
+    /// Bytes of response bodies the runtime's fetches hold now, not yet handed to
+    /// the script.
+    buffered: Cell<usize>,
+    /// The most `buffered` may reach (the runtime's memory limit).
+    buffer_limit: usize,
 }
 
 impl Web {
-    /// Timers that report through `due` when they fire.
-    pub fn new(due: mpsc::UnboundedSender<u32>, fetch_timeout: Duration) -> Self {
-        Self { due, timers: RefCell::new(HashMap::new()), http: RefCell::new(None), fetch_timeout }
+    /// Timers that report through `due` when they fire; fetches that together
+    /// hold at most `buffer_limit` bytes of bodies not yet read by the script.
+    pub fn new(due: mpsc::UnboundedSender<u32>, fetch_timeout: Duration, buffer_limit: usize) -> Self {
+        Self {
+            due,
+            timers: RefCell::new(HashMap::new()),
+            http: RefCell::new(None),
+            fetch_timeout,
+            buffered: Cell::new(0),
+            buffer_limit,
+        }
     }
 
     /// Cancels every pending timer (the runtime is going away).
@@ -58,6 +73,43 @@ impl Web {
         let client = crate::outbound::client(Duration::from_secs(10)).build().map_err(|e| e.to_string())?;
         *self.http.borrow_mut() = Some(client.clone());
         Ok(client)
+    }
+}
+
+/// The body bytes one `fetch` holds, counted in its runtime's [`Web::buffered`]
+/// until the fetch is done with them (answered, failed or abandoned).
+struct Buffer {
+    web: Rc<Web>,
+    bytes: Vec<u8>,
+}
+
+impl Buffer {
+    fn new(web: Rc<Web>) -> Self {
+        Self { web, bytes: Vec::new() }
+    }
+
+    /// Appends `chunk`, refused when this body would pass [`MAX_FETCH_BYTES`] or
+    /// the runtime's fetches together its memory limit.
+    fn extend(&mut self, chunk: &[u8]) -> Result<(), String> {
+        if self.bytes.len() + chunk.len() > MAX_FETCH_BYTES {
+            return Err(format!("its body is larger than {MAX_FETCH_BYTES} bytes"));
+        }
+        let held = self.web.buffered.get() + chunk.len();
+        if held > self.web.buffer_limit {
+            return Err(format!(
+                "the response bodies this runtime's fetches are reading would pass its memory limit ({} bytes)",
+                self.web.buffer_limit
+            ));
+        }
+        self.web.buffered.set(held);
+        self.bytes.extend_from_slice(chunk);
+        Ok(())
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        self.web.buffered.set(self.web.buffered.get().saturating_sub(self.bytes.len()));
     }
 }
 
@@ -202,16 +254,13 @@ pub fn install<'js>(ctx: &Ctx<'js>, web: &Rc<Web>) -> rquickjs::Result<JsObject<
                             pairs.set(i, pair)?;
                         }
                         answer.set("headers", pairs)?;
-                        let mut received = Vec::new();
+                        let mut received = Buffer::new(web.clone());
                         let mut stream = response.bytes_stream();
                         while let Some(chunk) = stream.next().await {
                             let chunk = chunk.map_err(|e| failed(crate::outbound::describe(&e)))?;
-                            if received.len() + chunk.len() > MAX_FETCH_BYTES {
-                                return Err(failed(format!("its body is larger than {MAX_FETCH_BYTES} bytes")));
-                            }
-                            received.extend_from_slice(&chunk);
+                            received.extend(&chunk).map_err(&failed)?;
                         }
-                        answer.set("body", TypedArray::<u8>::new_copy(ctx.clone(), received)?)?;
+                        answer.set("body", TypedArray::<u8>::new_copy(ctx.clone(), &received.bytes)?)?;
                         Ok::<_, rquickjs::Error>(answer)
                     }
                 },

@@ -201,7 +201,7 @@ impl Js {
             AsyncContext::full(&runtime).await.map_err(|e| format!("the JavaScript context could not start: {e}"))?;
         let bridge = Rc::new(Bridge::new(spec.engine.clone(), spec.grammar.clone(), spec.next.clone()));
         let (timers, due) = mpsc::unbounded_channel();
-        let web = Rc::new(Web::new(timers, spec.settings.timeout));
+        let web = Rc::new(Web::new(timers, spec.settings.timeout, spec.settings.memory_limit));
         let driver = tokio::task::spawn_local(runtime.drive());
         let due = Mutex::new(due);
         let queues = queues.clone();

@@ -612,6 +612,87 @@ async fn scripts_have_the_web_standard_globals() {
     assert_eq!(status, 500, "{body}");
 }
 
+/// A resource fetching `count` bodies from `origin` at once.
+const MANY_FETCHES: &str = r#"
+export class Many extends Resource {
+	static loadAsInstance = false;
+	async get(target) {
+		const origin = target.get('origin');
+		const fetches = Array.from({ length: Number(target.get('count')) }, (_, i) => fetch(`${origin}/big/${i}`));
+		try {
+			const bodies = await Promise.all(fetches.map(async (f) => (await f).arrayBuffer()));
+			return bodies.map((body) => body.byteLength);
+		} catch (error) {
+			return { error: error.message };
+		}
+	}
+}
+"#;
+
+/// An HTTP server answering every request with `size` bytes: the first `first`
+/// at once, the rest once `together` requests have had their first part (so that
+/// many bodies are half-read at the same time).
+async fn big_origin(size: usize, first: usize, together: usize) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(together));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buffer = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let start = format!("HTTP/1.1 200 OK\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n");
+                let body = vec![b'x'; size];
+                if socket.write_all(start.as_bytes()).await.is_err() || socket.write_all(&body[..first]).await.is_err()
+                {
+                    return;
+                }
+                barrier.wait().await;
+                let _ = socket.write_all(&body[first..]).await;
+            });
+        }
+    });
+    format!("http://{address}")
+}
+
+#[tokio::test]
+async fn fetches_together_hold_no_more_than_the_runtime_may() {
+    const MIB: usize = 1 << 20;
+    let s = TestServer::start_with(&[("JAVASCRIPT_MEMORYLIMIT", "33554432"), ("JAVASCRIPT_THREADS", "1")]).await;
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let (status, answer) = deploy(&s, "many", &[("config.yaml", config), ("resources.js", MANY_FETCHES)]).await;
+    assert_eq!(status, 200, "{answer}");
+    // Five 8 MiB bodies, each 7 MiB read before any finishes: 35 MiB held outside
+    // a runtime limited to 32 MiB.
+    let five = big_origin(8 * MIB, 7 * MIB, 5).await;
+    let (status, _, body) = s.rest_send(Method::GET, &format!("/Many?origin={five}&count=5"), None, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains("would pass its memory limit (33554432 bytes)"), "{body}");
+    // Once the fetches left running let their bodies go, one body is read whole.
+    let one = big_origin(8 * MIB, 7 * MIB, 1).await;
+    let mut answered = Value::Null;
+    for _ in 0..100 {
+        let (status, _, body) = s.rest_send(Method::GET, &format!("/Many?origin={one}&count=1"), None, &[]).await;
+        assert_eq!(status, 200, "{body}");
+        answered = body;
+        if answered == json!([8 * MIB]) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(answered, json!([8 * MIB]));
+}
+
 const CACHE_SCHEMA: &str = "type Thing @table @export { id: ID @primaryKey path: String token: String }\n";
 
 /// A caching table whose source is a script's class calling an HTTP origin.
