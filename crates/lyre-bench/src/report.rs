@@ -7,7 +7,7 @@ use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use serde::Serialize;
 
 use crate::stats::{Measurement, Spread};
-use crate::target::Target;
+use crate::target::{Target, ThreadCpu};
 
 /// Medians over rounds for one server.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +26,9 @@ pub struct TargetSummary {
     pub cpu_us_per_request: Option<Spread>,
     /// Peak server memory (KiB), when measured.
     pub peak_rss_kib: Option<f64>,
+    /// Server CPU µs per request by what its threads do (each part's median), when
+    /// measured.
+    pub cpu_us_by_thread: Option<ThreadCpu>,
 }
 
 /// The whole summary: per server, and first/second ratios of the medians.
@@ -51,6 +54,19 @@ pub fn summarize(measurements: &[Measurement], targets: &[Target]) -> Summary {
             let mine: Vec<&Measurement> = measurements.iter().filter(|m| m.target == t.name).collect();
             let spread = |f: &dyn Fn(&Measurement) -> f64| Spread::of(&mine.iter().map(|m| f(m)).collect::<Vec<_>>());
             let cpu: Vec<f64> = mine.iter().filter_map(|m| m.server.map(|s| s.cpu_us_per_request)).collect();
+            let part = |f: &dyn Fn(&ThreadCpu) -> f64| {
+                let values: Vec<f64> = mine.iter().filter_map(|m| m.server.map(|s| f(&s.cpu_us_by_thread))).collect();
+                Spread::of(&values).map(|s| s.median)
+            };
+            // Absent (not the whole summary) when the server's CPU was not measured.
+            let cpu_us_by_thread = (|| {
+                Some(ThreadCpu {
+                    request: part(&|t| t.request)?,
+                    writer: part(&|t| t.writer)?,
+                    javascript: part(&|t| t.javascript)?,
+                    other: part(&|t| t.other)?,
+                })
+            })();
             Some(TargetSummary {
                 target: t.name.clone(),
                 items_per_sec: spread(&|m| m.items_per_sec)?,
@@ -59,6 +75,7 @@ pub fn summarize(measurements: &[Measurement], targets: &[Target]) -> Summary {
                 p99_us: spread(&|m| m.latency.p99_us as f64)?,
                 cpu_us_per_request: Spread::of(&cpu),
                 peak_rss_kib: mine.iter().filter_map(|m| m.server.map(|s| s.peak_rss_kib as f64)).reduce(f64::max),
+                cpu_us_by_thread,
             })
         })
         .collect();
@@ -141,6 +158,15 @@ pub fn print(measurements: &[Measurement], summary: &Summary) {
         ]);
     }
     println!("{medians}");
+    for t in &summary.targets {
+        // Only a server whose threads carry Lyre's names can be told apart.
+        if let Some(by) = t.cpu_us_by_thread.filter(|by| by.request + by.writer + by.javascript > 0.0) {
+            println!(
+                "{} CPU µs/req by thread (medians): request {:.1}, writer {:.1}, javascript {:.1}, other {:.1}",
+                t.target, by.request, by.writer, by.javascript, by.other
+            );
+        }
+    }
     if let (Some(throughput), Some(p99)) = (summary.throughput_ratio, summary.p99_ratio) {
         let rounds: Vec<String> = summary.round_throughput_ratios.iter().map(|r| format!("{r:.2}")).collect();
         println!("throughput ratio (first/second, medians): {throughput:.2}x   per round: [{}]", rounds.join(", "));

@@ -45,16 +45,20 @@ pub struct ServerUse {
     pub cpu_us_per_request: f64,
     /// Peak resident memory of the server so far, in KiB.
     pub peak_rss_kib: u64,
+    /// `cpu_us_per_request` by what the server's threads do.
+    pub cpu_us_by_thread: crate::target::ThreadCpu,
 }
 
 impl ServerUse {
     /// The difference between two samples taken around a run of `requests`.
     pub fn between(before: ProcessSample, after: ProcessSample, requests: u64) -> Self {
         let cpu = (after.cpu_seconds - before.cpu_seconds).max(0.0);
+        let per_request = 1e6 / requests.max(1) as f64;
         ServerUse {
             cpu_seconds: cpu,
-            cpu_us_per_request: cpu * 1e6 / requests.max(1) as f64,
+            cpu_us_per_request: cpu * per_request,
             peak_rss_kib: after.peak_rss_kib,
+            cpu_us_by_thread: crate::target::ThreadCpu::between(before.threads, after.threads, cpu, per_request),
         }
     }
 }

@@ -37,6 +37,87 @@ pub struct ProcessSample {
     pub rss_anon_kib: u64,
     /// Of which mapped files (a database's map), in KiB (`RssFile`).
     pub rss_file_kib: u64,
+    /// `cpu_seconds` by what the threads alive now do (threads that ended are in
+    /// the total only).
+    pub threads: ThreadCpu,
+}
+
+/// CPU by what a server's threads do, told apart by Lyre's thread names: the
+/// request threads (`lyre-worker`), the databases' writers (`writer-<database>`),
+/// the JavaScript workers (`lyre-js-<n>`), and everything else (another server's
+/// threads all count there).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct ThreadCpu {
+    /// Request threads (and the blocking threads they start, which share the name).
+    pub request: f64,
+    /// Database writers.
+    pub writer: f64,
+    /// JavaScript workers.
+    pub javascript: f64,
+    /// The rest.
+    pub other: f64,
+}
+
+impl ThreadCpu {
+    /// Adds `seconds` of the thread named `comm` (its `/proc` name, cut at 15 bytes).
+    fn add(&mut self, comm: &str, seconds: f64) {
+        let slot = if comm == "lyre-worker" {
+            &mut self.request
+        } else if comm.starts_with("writer-") {
+            &mut self.writer
+        } else if comm.starts_with("lyre-js-") {
+            &mut self.javascript
+        } else {
+            &mut self.other
+        };
+        *slot += seconds;
+    }
+
+    /// The sum of every part.
+    pub fn total(&self) -> f64 {
+        self.request + self.writer + self.javascript + self.other
+    }
+
+    /// Each part of `self` less the same of `before`, scaled by `scale`; the named
+    /// parts' shortfall from `total` (threads that ended between) goes to `other`.
+    pub fn between(before: ThreadCpu, after: ThreadCpu, total: f64, scale: f64) -> ThreadCpu {
+        let part = |a: f64, b: f64| (a - b).max(0.0);
+        let (request, writer, javascript) = (
+            part(after.request, before.request),
+            part(after.writer, before.writer),
+            part(after.javascript, before.javascript),
+        );
+        let other = (total - request - writer - javascript).max(0.0);
+        ThreadCpu {
+            request: request * scale,
+            writer: writer * scale,
+            javascript: javascript * scale,
+            other: other * scale,
+        }
+    }
+
+    /// Per thread of process `pid`: its CPU so far, by name.
+    fn of(pid: u32) -> ThreadCpu {
+        let mut cpu = ThreadCpu::default();
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return cpu };
+        for task in tasks.flatten() {
+            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+            if let Some((comm, seconds)) = stat_cpu(&stat) {
+                cpu.add(comm, seconds);
+            }
+        }
+        cpu
+    }
+}
+
+/// A `/proc/…/stat` line's command name and user plus system CPU seconds.
+fn stat_cpu(stat: &str) -> Option<(&str, f64)> {
+    let (head, after) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1;
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some((comm, ticks / clock_ticks_per_second()))
 }
 
 impl Target {
@@ -57,6 +138,7 @@ impl Target {
                 total.rss_kib += s.rss_kib;
                 total.rss_anon_kib += s.rss_anon_kib;
                 total.rss_file_kib += s.rss_file_kib;
+                total.threads.other += s.cpu_seconds;
             }
         }
         Some(total)
@@ -67,10 +149,7 @@ impl ProcessSample {
     /// Samples process `pid` (all its threads) from `/proc`.
     pub fn of(pid: u32) -> Option<ProcessSample> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Fields after the parenthesised command name; utime and stime are 14 and 15.
-        let after = stat.rsplit_once(')')?.1;
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        let (_, cpu_seconds) = stat_cpu(&stat)?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let kib = |key: &str| {
             status
@@ -81,11 +160,12 @@ impl ProcessSample {
                 .unwrap_or(0)
         };
         Some(ProcessSample {
-            cpu_seconds: ticks / clock_ticks_per_second(),
+            cpu_seconds,
             peak_rss_kib: kib("VmHWM:"),
             rss_kib: kib("VmRSS:"),
             rss_anon_kib: kib("RssAnon:"),
             rss_file_kib: kib("RssFile:"),
+            threads: ThreadCpu::of(pid),
         })
     }
 
@@ -109,3 +189,52 @@ fn clock_ticks_per_second() -> f64 {
 
 /// How long to wait for a server to answer `/health`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[cfg(test)]
+mod tests {
+    use super::{ProcessSample, ThreadCpu, stat_cpu};
+
+    #[test]
+    fn threads_are_told_apart_by_their_names() {
+        let stat = "42 (writer-data) S 1 2 3 4 5 6 7 8 9 10 150 50 0 0 20 0";
+        assert_eq!(stat_cpu(stat), Some(("writer-data", 2.0)));
+        // A name may hold parentheses and spaces; the last `)` ends it.
+        assert_eq!(stat_cpu("7 (a (b) c) R 1 2 3 4 5 6 7 8 9 10 1 2 0"), Some(("a (b) c", 0.03)));
+        let mut cpu = ThreadCpu::default();
+        for (name, seconds) in [("lyre-worker", 1.0), ("writer-data", 2.0), ("lyre-js-0", 3.0), ("tokio-rt", 4.0)] {
+            cpu.add(name, seconds);
+        }
+        assert_eq!(cpu, ThreadCpu { request: 1.0, writer: 2.0, javascript: 3.0, other: 4.0 });
+        // What ended between two samples is in the total only: it counts as other.
+        let later = ThreadCpu { request: 2.0, writer: 2.0, javascript: 3.0, other: 4.0 };
+        let per = ThreadCpu::between(cpu, later, 3.0, 10.0);
+        assert_eq!(per, ThreadCpu { request: 10.0, writer: 0.0, javascript: 0.0, other: 20.0 });
+    }
+
+    #[test]
+    fn a_process_sample_splits_its_cpu_by_thread() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let spinning = stop.clone();
+        let busy = std::thread::Builder::new()
+            .name("lyre-worker".into())
+            .spawn(move || {
+                while !spinning.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+            .unwrap();
+        // However loaded the machine, the spinning thread's CPU shows as a request
+        // thread's once it has had some.
+        let mut sample = ProcessSample::of_self().unwrap();
+        let waited = std::time::Instant::now();
+        while sample.threads.request < 0.05 && waited.elapsed() < std::time::Duration::from_secs(60) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            sample = ProcessSample::of_self().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
+        assert!(sample.threads.request >= 0.05, "{sample:?}");
+        assert!(sample.threads.total() <= sample.cpu_seconds + 0.05, "{sample:?}");
+    }
+}

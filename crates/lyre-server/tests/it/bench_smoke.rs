@@ -8,6 +8,7 @@ use crate::support::{PASSWORD, TestServer, USER};
 fn cli(s: &TestServer, args: &[&str], json: &std::path::Path) -> lyre_bench::cli::Cli {
     let ops = s.url("");
     let rest = s.rest("");
+    let pid = s.pid().to_string();
     let mut argv = vec![
         "lyre-bench",
         "--url",
@@ -22,6 +23,8 @@ fn cli(s: &TestServer, args: &[&str], json: &std::path::Path) -> lyre_bench::cli
         "1",
         "--settle",
         "0",
+        "--pid",
+        &pid,
     ];
     argv.extend_from_slice(&["--json", json.to_str().unwrap()]);
     argv.extend_from_slice(args);
@@ -47,7 +50,16 @@ async fn workloads_report_counts_that_add_up() {
         assert_eq!(m.errors, 0, "{args:?}");
         let document: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!(document["measurements"][0]["requests"], m.requests, "{args:?}");
-        assert!(document["summary"]["targets"][0]["items_per_sec"]["median"].as_f64().unwrap() > 0.0);
+        let target = &document["summary"]["targets"][0];
+        assert!(target["items_per_sec"]["median"].as_f64().unwrap() > 0.0);
+        // The server's CPU per request, and the same split by what its threads do.
+        let server = &document["measurements"][0]["server"];
+        let by_thread = &server["cpu_us_by_thread"];
+        let parts: f64 =
+            ["request", "writer", "javascript", "other"].iter().map(|p| by_thread[p].as_f64().unwrap()).sum();
+        let whole = server["cpu_us_per_request"].as_f64().unwrap();
+        assert!((parts - whole).abs() < 1e-6 || parts > whole, "{args:?}: {server}");
+        assert!(target["cpu_us_by_thread"]["request"].as_f64().is_some(), "{args:?}: {target}");
     }
     // Counts add up: 300 inserted in 3 requests; the YCSB load put 200 records.
     let inserted = s.ok(serde_json::json!({"operation": "describe_table", "database": "bench", "table": "ycsb"})).await;
