@@ -629,18 +629,16 @@ export class Many extends Resource {
 }
 "#;
 
-/// An HTTP server answering every request with `size` bytes: the first `first`
-/// at once, the rest once `together` requests have had their first part (so that
-/// many bodies are half-read at the same time).
-async fn big_origin(size: usize, first: usize, together: usize) -> String {
+/// An HTTP server answering every request with a body of `size` bytes: all of it, or
+/// (with `stall_after`) only that many, then nothing more until the client leaves, so
+/// bodies stay half-read for as long as their fetches last.
+async fn big_origin(size: usize, stall_after: Option<usize>) -> String {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(together));
     tokio::spawn(async move {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else { return };
-            let barrier = barrier.clone();
             tokio::spawn(async move {
                 let mut head = Vec::new();
                 let mut buffer = [0u8; 1024];
@@ -651,13 +649,14 @@ async fn big_origin(size: usize, first: usize, together: usize) -> String {
                     }
                 }
                 let start = format!("HTTP/1.1 200 OK\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n");
-                let body = vec![b'x'; size];
-                if socket.write_all(start.as_bytes()).await.is_err() || socket.write_all(&body[..first]).await.is_err()
-                {
+                let body = vec![b'x'; stall_after.unwrap_or(size)];
+                if socket.write_all(start.as_bytes()).await.is_err() || socket.write_all(&body).await.is_err() {
                     return;
                 }
-                barrier.wait().await;
-                let _ = socket.write_all(&body[first..]).await;
+                if stall_after.is_some() {
+                    // Until the client closes the connection.
+                    let _ = socket.read(&mut buffer).await;
+                }
             });
         }
     });
@@ -667,22 +666,24 @@ async fn big_origin(size: usize, first: usize, together: usize) -> String {
 #[tokio::test]
 async fn fetches_together_hold_no_more_than_the_runtime_may() {
     const MIB: usize = 1 << 20;
-    let s = TestServer::start_with(&[("JAVASCRIPT_MEMORYLIMIT", "33554432"), ("JAVASCRIPT_THREADS", "1")]).await;
+    let env = [("JAVASCRIPT_MEMORYLIMIT", "33554432"), ("JAVASCRIPT_THREADS", "1"), ("JAVASCRIPT_TIMEOUT", "5s")];
+    let s = TestServer::start_with(&env).await;
     let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
     let (status, answer) = deploy(&s, "many", &[("config.yaml", config), ("resources.js", MANY_FETCHES)]).await;
     assert_eq!(status, 200, "{answer}");
-    // Five 8 MiB bodies, each 7 MiB read before any finishes: 35 MiB held outside
-    // a runtime limited to 32 MiB.
-    let five = big_origin(8 * MIB, 7 * MIB, 5).await;
-    let (status, _, body) = s.rest_send(Method::GET, &format!("/Many?origin={five}&count=5"), None, &[]).await;
+    // Five 8 MiB bodies whose origin stops after 7 MiB: read as far as they go,
+    // they would hold 35 MiB outside a runtime limited to 32 MiB.
+    let stalling = big_origin(8 * MIB, Some(7 * MIB)).await;
+    let (status, _, body) = s.rest_send(Method::GET, &format!("/Many?origin={stalling}&count=5"), None, &[]).await;
     assert_eq!(status, 200, "{body}");
     let error = body["error"].as_str().unwrap_or_default();
     assert!(error.contains("would pass its memory limit (33554432 bytes)"), "{body}");
-    // Once the fetches left running let their bodies go, one body is read whole.
-    let one = big_origin(8 * MIB, 7 * MIB, 1).await;
+    // Once the fetches left waiting end (at the 5 s budget) and let their bodies
+    // go, one body is read whole.
+    let whole = big_origin(8 * MIB, None).await;
     let mut answered = Value::Null;
-    for _ in 0..100 {
-        let (status, _, body) = s.rest_send(Method::GET, &format!("/Many?origin={one}&count=1"), None, &[]).await;
+    for _ in 0..300 {
+        let (status, _, body) = s.rest_send(Method::GET, &format!("/Many?origin={whole}&count=1"), None, &[]).await;
         assert_eq!(status, 200, "{body}");
         answered = body;
         if answered == json!([8 * MIB]) {
