@@ -54,19 +54,7 @@ pub fn summarize(measurements: &[Measurement], targets: &[Target]) -> Summary {
             let mine: Vec<&Measurement> = measurements.iter().filter(|m| m.target == t.name).collect();
             let spread = |f: &dyn Fn(&Measurement) -> f64| Spread::of(&mine.iter().map(|m| f(m)).collect::<Vec<_>>());
             let cpu: Vec<f64> = mine.iter().filter_map(|m| m.server.map(|s| s.cpu_us_per_request)).collect();
-            let part = |f: &dyn Fn(&ThreadCpu) -> f64| {
-                let values: Vec<f64> = mine.iter().filter_map(|m| m.server.map(|s| f(&s.cpu_us_by_thread))).collect();
-                Spread::of(&values).map(|s| s.median)
-            };
-            // Absent (not the whole summary) when the server's CPU was not measured.
-            let cpu_us_by_thread = (|| {
-                Some(ThreadCpu {
-                    request: part(&|t| t.request)?,
-                    writer: part(&|t| t.writer)?,
-                    javascript: part(&|t| t.javascript)?,
-                    other: part(&|t| t.other)?,
-                })
-            })();
+            let cpu_us_by_thread = median_by_thread(&mine);
             Some(TargetSummary {
                 target: t.name.clone(),
                 items_per_sec: spread(&|m| m.items_per_sec)?,
@@ -102,6 +90,21 @@ pub fn summarize(measurements: &[Measurement], targets: &[Target]) -> Summary {
         p99_ratio,
         round_throughput_ratios,
     }
+}
+
+/// Each part of the server's CPU by thread, its median over `measurements`; `None`
+/// when the server's CPU was not measured.
+fn median_by_thread(measurements: &[&Measurement]) -> Option<ThreadCpu> {
+    let part = |f: fn(&ThreadCpu) -> f64| {
+        let values: Vec<f64> = measurements.iter().filter_map(|m| m.server.map(|s| f(&s.cpu_us_by_thread))).collect();
+        Spread::of(&values).map(|s| s.median)
+    };
+    Some(ThreadCpu {
+        request: part(|t| t.request)?,
+        writer: part(|t| t.writer)?,
+        javascript: part(|t| t.javascript)?,
+        other: part(|t| t.other)?,
+    })
 }
 
 /// Prints the per-round table and the summary.

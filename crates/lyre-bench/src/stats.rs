@@ -58,7 +58,7 @@ impl ServerUse {
             cpu_seconds: cpu,
             cpu_us_per_request: cpu * per_request,
             peak_rss_kib: after.peak_rss_kib,
-            cpu_us_by_thread: crate::target::ThreadCpu::between(before.threads, after.threads, cpu, per_request),
+            cpu_us_by_thread: crate::target::ThreadCpu::between(&before.threads, &after.threads, cpu, per_request),
         }
     }
 }

@@ -25,7 +25,7 @@ pub struct Target {
 }
 
 /// Resource use of the server process, read from `/proc`.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ProcessSample {
     /// User plus system CPU time consumed so far, in seconds.
     pub cpu_seconds: f64,
@@ -37,9 +37,20 @@ pub struct ProcessSample {
     pub rss_anon_kib: u64,
     /// Of which mapped files (a database's map), in KiB (`RssFile`).
     pub rss_file_kib: u64,
-    /// `cpu_seconds` by what the threads alive now do (threads that ended are in
-    /// the total only).
-    pub threads: ThreadCpu,
+    /// The CPU of each thread alive now (threads that ended are in the total only).
+    #[serde(skip)]
+    pub threads: Vec<ThreadTime>,
+}
+
+/// One thread's CPU so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadTime {
+    /// Its id (unique while it lives).
+    pub tid: u32,
+    /// Its name, as `/proc` gives it (cut at 15 bytes).
+    pub name: String,
+    /// User plus system CPU seconds.
+    pub seconds: f64,
 }
 
 /// CPU by what a server's threads do, told apart by Lyre's thread names: the
@@ -78,36 +89,50 @@ impl ThreadCpu {
         self.request + self.writer + self.javascript + self.other
     }
 
-    /// Each part of `self` less the same of `before`, scaled by `scale`; the named
-    /// parts' shortfall from `total` (threads that ended between) goes to `other`.
-    pub fn between(before: ThreadCpu, after: ThreadCpu, total: f64, scale: f64) -> ThreadCpu {
-        let part = |a: f64, b: f64| (a - b).max(0.0);
-        let (request, writer, javascript) = (
-            part(after.request, before.request),
-            part(after.writer, before.writer),
-            part(after.javascript, before.javascript),
-        );
-        let other = (total - request - writer - javascript).max(0.0);
+    /// What each kind of thread spent between two samples of one process,
+    /// scaled by `scale` (per request): each thread's CPU in `after` less its CPU in
+    /// `before` (all of it for a thread started between), by its name. `total` is
+    /// the process's own difference; what no thread alive at `after` accounts for
+    /// (threads that ended between) is `other` too.
+    pub fn between(before: &[ThreadTime], after: &[ThreadTime], total: f64, scale: f64) -> ThreadCpu {
+        let mut spent = ThreadCpu::default();
+        for thread in after {
+            let earlier =
+                before.iter().find(|t| t.tid == thread.tid && t.name == thread.name).map_or(0.0, |t| t.seconds);
+            spent.add(&thread.name, (thread.seconds - earlier).max(0.0));
+        }
+        let named = spent.request + spent.writer + spent.javascript;
+        let unnamed = spent.other + (total - named - spent.other).max(0.0);
         ThreadCpu {
-            request: request * scale,
-            writer: writer * scale,
-            javascript: javascript * scale,
-            other: other * scale,
+            request: spent.request * scale,
+            writer: spent.writer * scale,
+            javascript: spent.javascript * scale,
+            other: unnamed * scale,
         }
     }
 
-    /// Per thread of process `pid`: its CPU so far, by name.
-    fn of(pid: u32) -> ThreadCpu {
+    /// The threads of `threads` summed by what they do.
+    pub fn of(threads: &[ThreadTime]) -> ThreadCpu {
         let mut cpu = ThreadCpu::default();
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return cpu };
-        for task in tasks.flatten() {
-            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
-            if let Some((comm, seconds)) = stat_cpu(&stat) {
-                cpu.add(comm, seconds);
-            }
+        for thread in threads {
+            cpu.add(&thread.name, thread.seconds);
         }
         cpu
     }
+}
+
+/// The CPU of each thread of process `pid` so far.
+fn threads_of(pid: u32) -> Vec<ThreadTime> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let tid = task.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let (name, seconds) = stat_cpu(&stat)?;
+            Some(ThreadTime { tid, name: name.to_string(), seconds })
+        })
+        .collect()
 }
 
 /// A `/proc/…/stat` line's command name and user plus system CPU seconds.
@@ -128,8 +153,7 @@ impl Target {
 
     /// Sums samples over the process and its children (Harper runs under `npm`).
     pub fn sample_tree(&self) -> Option<ProcessSample> {
-        let root = self.sample()?;
-        let mut total = root;
+        let mut total = self.sample()?;
         for child in children(self.pid?) {
             let t = Target { pid: Some(child), ..self.clone() };
             if let Some(s) = t.sample_tree() {
@@ -138,7 +162,6 @@ impl Target {
                 total.rss_kib += s.rss_kib;
                 total.rss_anon_kib += s.rss_anon_kib;
                 total.rss_file_kib += s.rss_file_kib;
-                total.threads.other += s.cpu_seconds;
             }
         }
         Some(total)
@@ -148,6 +171,9 @@ impl Target {
 impl ProcessSample {
     /// Samples process `pid` (all its threads) from `/proc`.
     pub fn of(pid: u32) -> Option<ProcessSample> {
+        // The threads first: what they spent is then within the process's total,
+        // read after.
+        let threads = threads_of(pid);
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let (_, cpu_seconds) = stat_cpu(&stat)?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -165,7 +191,7 @@ impl ProcessSample {
             rss_kib: kib("VmRSS:"),
             rss_anon_kib: kib("RssAnon:"),
             rss_file_kib: kib("RssFile:"),
-            threads: ThreadCpu::of(pid),
+            threads,
         })
     }
 
@@ -192,7 +218,11 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[cfg(test)]
 mod tests {
-    use super::{ProcessSample, ThreadCpu, stat_cpu};
+    use super::{ProcessSample, ThreadCpu, ThreadTime, stat_cpu};
+
+    fn thread(tid: u32, name: &str, seconds: f64) -> ThreadTime {
+        ThreadTime { tid, name: name.to_string(), seconds }
+    }
 
     #[test]
     fn threads_are_told_apart_by_their_names() {
@@ -200,15 +230,25 @@ mod tests {
         assert_eq!(stat_cpu(stat), Some(("writer-data", 2.0)));
         // A name may hold parentheses and spaces; the last `)` ends it.
         assert_eq!(stat_cpu("7 (a (b) c) R 1 2 3 4 5 6 7 8 9 10 1 2 0"), Some(("a (b) c", 0.03)));
-        let mut cpu = ThreadCpu::default();
-        for (name, seconds) in [("lyre-worker", 1.0), ("writer-data", 2.0), ("lyre-js-0", 3.0), ("tokio-rt", 4.0)] {
-            cpu.add(name, seconds);
-        }
-        assert_eq!(cpu, ThreadCpu { request: 1.0, writer: 2.0, javascript: 3.0, other: 4.0 });
-        // What ended between two samples is in the total only: it counts as other.
-        let later = ThreadCpu { request: 2.0, writer: 2.0, javascript: 3.0, other: 4.0 };
-        let per = ThreadCpu::between(cpu, later, 3.0, 10.0);
-        assert_eq!(per, ThreadCpu { request: 10.0, writer: 0.0, javascript: 0.0, other: 20.0 });
+        let before = [
+            thread(1, "lyre-worker", 1.0),
+            thread(2, "writer-data", 2.0),
+            thread(3, "lyre-js-0", 3.0),
+            thread(4, "tokio-rt", 4.0),
+            thread(5, "lyre-worker", 5.0),
+        ];
+        assert_eq!(ThreadCpu::of(&before), ThreadCpu { request: 6.0, writer: 2.0, javascript: 3.0, other: 4.0 });
+        // Thread 5 ended (its CPU since is in the process's total only) and thread 6
+        // started: the request threads spent 1 + 0.5, the rest of the 4 s is other.
+        let after = [
+            thread(1, "lyre-worker", 2.0),
+            thread(2, "writer-data", 2.0),
+            thread(3, "lyre-js-0", 3.0),
+            thread(4, "tokio-rt", 4.0),
+            thread(6, "lyre-worker", 0.5),
+        ];
+        let per = ThreadCpu::between(&before, &after, 4.0, 10.0);
+        assert_eq!(per, ThreadCpu { request: 15.0, writer: 0.0, javascript: 0.0, other: 25.0 });
     }
 
     #[test]
@@ -228,13 +268,15 @@ mod tests {
         // thread's once it has had some.
         let mut sample = ProcessSample::of_self().unwrap();
         let waited = std::time::Instant::now();
-        while sample.threads.request < 0.05 && waited.elapsed() < std::time::Duration::from_secs(60) {
+        while ThreadCpu::of(&sample.threads).request < 0.05 && waited.elapsed() < std::time::Duration::from_secs(60) {
             std::thread::sleep(std::time::Duration::from_millis(20));
             sample = ProcessSample::of_self().unwrap();
         }
         stop.store(true, Ordering::Relaxed);
         busy.join().unwrap();
-        assert!(sample.threads.request >= 0.05, "{sample:?}");
-        assert!(sample.threads.total() <= sample.cpu_seconds + 0.05, "{sample:?}");
+        let threads = ThreadCpu::of(&sample.threads);
+        assert!(threads.request >= 0.05, "{sample:?}");
+        // Read before the process's total, the threads' CPU is within it.
+        assert!(threads.total() <= sample.cpu_seconds, "{sample:?}");
     }
 }

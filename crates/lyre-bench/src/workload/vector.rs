@@ -273,7 +273,7 @@ pub async fn build(
     let seconds = started.elapsed().as_secs_f64();
     let after = target.sample_tree();
     let per_vector = |f: fn(&ProcessSample) -> u64| {
-        before.zip(after).map(|(b, a)| (f(&a) as f64 - f(&b) as f64) * 1024.0 / data.base.len() as f64)
+        before.as_ref().zip(after.as_ref()).map(|(b, a)| (f(a) as f64 - f(b) as f64) * 1024.0 / data.base.len() as f64)
     };
     let described =
         client.op(&serde_json::json!({"operation": "describe_table", "database": "bench", "table": TABLE})).await.ok();
@@ -287,7 +287,7 @@ pub async fn build(
         target: target.name.clone(),
         seconds,
         vectors_per_sec: data.base.len() as f64 / seconds,
-        server_cpu_seconds: before.zip(after).map(|(b, a)| a.cpu_seconds - b.cpu_seconds),
+        server_cpu_seconds: before.as_ref().zip(after.as_ref()).map(|(b, a)| a.cpu_seconds - b.cpu_seconds),
         heap_bytes_per_vector: per_vector(|s| s.rss_anon_kib),
         resident_bytes_per_vector: per_vector(|s| s.rss_kib),
     })

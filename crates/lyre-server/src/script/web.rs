@@ -42,8 +42,10 @@ pub struct Web {
 
 impl Web {
     /// Timers that report through `due` when they fire; fetches that together
-    /// hold at most `buffer_limit` bytes of bodies not yet read by the script.
+    /// hold at most `buffer_limit` bytes of bodies not yet read by the script (0:
+    /// no limit, as for the runtime's own memory limit).
     pub fn new(due: mpsc::UnboundedSender<u32>, fetch_timeout: Duration, buffer_limit: usize) -> Self {
+        let buffer_limit = if buffer_limit == 0 { usize::MAX } else { buffer_limit };
         Self {
             due,
             timers: RefCell::new(HashMap::new()),
@@ -76,8 +78,9 @@ impl Web {
     }
 }
 
-/// The body bytes one `fetch` holds, counted in its runtime's [`Web::buffered`]
-/// until the fetch is done with them (answered, failed or abandoned).
+/// The body bytes one `fetch` holds, counted in its runtime's [`Web::buffered`] by
+/// the memory they take (the buffer's capacity) until the fetch is done with them
+/// (answered, failed or abandoned).
 struct Buffer {
     web: Rc<Web>,
     bytes: Vec<u8>,
@@ -89,19 +92,25 @@ impl Buffer {
     }
 
     /// Appends `chunk`, refused when this body would pass [`MAX_FETCH_BYTES`] or
-    /// the runtime's fetches together its memory limit.
+    /// the memory the runtime's fetches hold together its memory limit.
     fn extend(&mut self, chunk: &[u8]) -> Result<(), String> {
-        if self.bytes.len() + chunk.len() > MAX_FETCH_BYTES {
+        let needed = self.bytes.len() + chunk.len();
+        if needed > MAX_FETCH_BYTES {
             return Err(format!("its body is larger than {MAX_FETCH_BYTES} bytes"));
         }
-        let held = self.web.buffered.get() + chunk.len();
-        if held > self.web.buffer_limit {
-            return Err(format!(
-                "the response bodies this runtime's fetches are reading would pass its memory limit ({} bytes)",
-                self.web.buffer_limit
-            ));
+        let capacity = self.bytes.capacity();
+        if needed > capacity {
+            // Grown as a vector grows (doubling, up to the cap), and counted as grown.
+            let grown = needed.max(capacity.saturating_mul(2).min(MAX_FETCH_BYTES));
+            if self.web.buffered.get() + (grown - capacity) > self.web.buffer_limit {
+                return Err(format!(
+                    "the response bodies this runtime's fetches are reading would pass its memory limit ({} bytes)",
+                    self.web.buffer_limit
+                ));
+            }
+            self.bytes.reserve_exact(grown - self.bytes.len());
+            self.web.buffered.set(self.web.buffered.get() + (self.bytes.capacity() - capacity));
         }
-        self.web.buffered.set(held);
         self.bytes.extend_from_slice(chunk);
         Ok(())
     }
@@ -109,7 +118,9 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        self.web.buffered.set(self.web.buffered.get().saturating_sub(self.bytes.len()));
+        let held = self.web.buffered.get();
+        debug_assert!(held >= self.bytes.capacity(), "a fetch's buffer was not counted whole");
+        self.web.buffered.set(held.saturating_sub(self.bytes.capacity()));
     }
 }
 

@@ -55,10 +55,16 @@ async fn workloads_report_counts_that_add_up() {
         // The server's CPU per request, and the same split by what its threads do.
         let server = &document["measurements"][0]["server"];
         let by_thread = &server["cpu_us_by_thread"];
-        let parts: f64 =
-            ["request", "writer", "javascript", "other"].iter().map(|p| by_thread[p].as_f64().unwrap()).sum();
+        let sum = |parts: &[&str]| -> f64 { parts.iter().map(|p| by_thread[p].as_f64().unwrap()).sum() };
+        let named = sum(&["request", "writer", "javascript"]);
         let whole = server["cpu_us_per_request"].as_f64().unwrap();
-        assert!((parts - whole).abs() < 1e-6 || parts > whole, "{args:?}: {server}");
+        // The threads' CPU is within the process's (up to two 10 ms clock ticks of
+        // the run: the threads and the process are read a moment apart), and what no
+        // named thread spent is other.
+        let slack = 20_000.0 / m.requests as f64;
+        let parts = named + sum(&["other"]);
+        assert!(named <= whole + slack, "{args:?}: {server}");
+        assert!(parts >= whole - 1e-6 && parts <= whole + slack, "{args:?}: {server}");
         assert!(target["cpu_us_by_thread"]["request"].as_f64().is_some(), "{args:?}: {target}");
     }
     // Counts add up: 300 inserted in 3 requests; the YCSB load put 200 records.
