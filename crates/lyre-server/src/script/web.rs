@@ -280,3 +280,37 @@ pub fn install<'js>(ctx: &Ctx<'js>, web: &Rc<Web>) -> rquickjs::Result<JsObject<
     )?;
     Ok(native)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use super::{Buffer, Web};
+
+    fn web(limit: usize) -> Rc<Web> {
+        Rc::new(Web::new(tokio::sync::mpsc::unbounded_channel().0, Duration::from_secs(1), limit))
+    }
+
+    #[test]
+    fn fetch_buffers_share_the_runtime_limit_and_give_it_back() {
+        let shared = web(100_000);
+        let mut first = Buffer::new(shared.clone());
+        first.extend(&[1; 60_000]).unwrap();
+        let mut second = Buffer::new(shared.clone());
+        let refused = second.extend(&[2; 60_000]).unwrap_err();
+        assert!(refused.contains("would pass its memory limit (100000 bytes)"), "{refused}");
+        assert_eq!(shared.buffered.get(), first.bytes.capacity());
+        drop(first);
+        second.extend(&[2; 60_000]).unwrap();
+        drop(second);
+        assert_eq!(shared.buffered.get(), 0);
+    }
+
+    #[test]
+    fn a_memory_limit_of_zero_leaves_fetches_unlimited() {
+        let mut buffer = Buffer::new(web(0));
+        buffer.extend(&vec![0; 1 << 20]).unwrap();
+        assert_eq!(buffer.bytes.len(), 1 << 20);
+    }
+}
