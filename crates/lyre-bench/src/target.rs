@@ -84,11 +84,6 @@ impl ThreadCpu {
         *slot += seconds;
     }
 
-    /// The sum of every part.
-    pub fn total(&self) -> f64 {
-        self.request + self.writer + self.javascript + self.other
-    }
-
     /// What each kind of thread spent between two samples of one process,
     /// scaled by `scale` (per request): each thread's CPU in `after` less its CPU in
     /// `before` (all of it for a thread started between), by its name. `total` is
@@ -111,8 +106,9 @@ impl ThreadCpu {
         }
     }
 
-    /// The threads of `threads` summed by what they do.
-    pub fn of(threads: &[ThreadTime]) -> ThreadCpu {
+    /// The threads of `threads` summed by what they do (the tests' view of a sample).
+    #[cfg(test)]
+    fn of(threads: &[ThreadTime]) -> ThreadCpu {
         let mut cpu = ThreadCpu::default();
         for thread in threads {
             cpu.add(&thread.name, thread.seconds);
@@ -277,6 +273,7 @@ mod tests {
         let threads = ThreadCpu::of(&sample.threads);
         assert!(threads.request >= 0.05, "{sample:?}");
         // Read before the process's total, the threads' CPU is within it.
-        assert!(threads.total() <= sample.cpu_seconds, "{sample:?}");
+        let total = threads.request + threads.writer + threads.javascript + threads.other;
+        assert!(total <= sample.cpu_seconds, "{sample:?}");
     }
 }

@@ -526,10 +526,25 @@ export class Unreachable extends Resource {
 }
 "#;
 
+/// An HTTP request's head (up to the blank line), read from `socket`; `None` when
+/// the client leaves first.
+async fn read_head(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt as _;
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match socket.read(&mut buffer).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buffer[..n]),
+        }
+    }
+    Some(head)
+}
+
 /// A one-route HTTP server: answers every request, after `delay`, with JSON naming
 /// its path and its `X-Token` header; counts the requests.
 async fn origin(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::io::AsyncWriteExt as _;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -539,14 +554,7 @@ async fn origin(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync
             let Ok((mut socket, _)) = listener.accept().await else { return };
             let counted = counted.clone();
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buffer = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buffer[..n]),
-                    }
-                }
+                let Some(head) = read_head(&mut socket).await else { return };
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tokio::time::sleep(delay).await;
                 let head = String::from_utf8_lossy(&head).to_string();
@@ -640,13 +648,8 @@ async fn big_origin(size: usize, stall_after: Option<usize>) -> String {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else { return };
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buffer = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buffer[..n]),
-                    }
+                if read_head(&mut socket).await.is_none() {
+                    return;
                 }
                 let start = format!("HTTP/1.1 200 OK\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n");
                 let body = vec![b'x'; stall_after.unwrap_or(size)];
@@ -655,7 +658,7 @@ async fn big_origin(size: usize, stall_after: Option<usize>) -> String {
                 }
                 if stall_after.is_some() {
                     // Until the client closes the connection.
-                    let _ = socket.read(&mut buffer).await;
+                    let _ = socket.read(&mut [0u8; 1]).await;
                 }
             });
         }
