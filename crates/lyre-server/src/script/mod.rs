@@ -24,6 +24,7 @@ mod computed;
 mod convert;
 mod modules;
 mod native;
+mod record;
 mod web;
 mod worker;
 

@@ -9,7 +9,6 @@
 //! [`RECENT_REQUESTS`] newer requests have come.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -19,6 +18,7 @@ use rquickjs::function::Async;
 use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject, TypedArray};
 
 use super::convert::{from_js, to_js};
+use super::record::record_to_js;
 use super::{HttpNext, NextRequest, Phase, RestGrammar};
 
 /// The most records one search from a script returns; past it the script is told
@@ -49,11 +49,10 @@ pub struct Bridge {
     grammar: Arc<dyn RestGrammar>,
     /// The server's handling past a middleware (`next`).
     next: Arc<std::sync::OnceLock<Arc<dyn HttpNext>>>,
-    /// The requests running on this runtime, by handle: their user's context, or
-    /// `None` for a request without credentials.
-    requests: RefCell<HashMap<u32, Requested>>,
-    /// Handles in the order they were given, the oldest first.
-    issued: RefCell<std::collections::VecDeque<u32>>,
+    /// The last [`RECENT_REQUESTS`] requests on this runtime, each in the slot of
+    /// its handle modulo their number (a new handle ends the one before it in its
+    /// slot, the oldest), with its handle.
+    requests: RefCell<Vec<Option<(u32, Requested)>>>,
     next_handle: std::cell::Cell<u32>,
     /// The script's own access: a super user that is not the server itself (it
     /// cannot change the `system` database).
@@ -62,6 +61,13 @@ pub struct Bridge {
     component_of: RefCell<String>,
     /// The last record a table's `get` read for a handler (see [`Bridge::take_read`]).
     last_read: RefCell<Option<ReadRecord>>,
+}
+
+/// What `native.get` read: the record decoded (computed attributes in, or attributes
+/// the role may not read left out), or its body as the table gives it.
+enum Read {
+    Decoded(Object),
+    Body(lyre_core::RecordBody),
 }
 
 /// A record a table's `get` gave a handler, frozen, with its stored bytes: a
@@ -85,8 +91,7 @@ impl Bridge {
             engine,
             grammar,
             next,
-            requests: RefCell::new(HashMap::new()),
-            issued: RefCell::new(std::collections::VecDeque::new()),
+            requests: RefCell::new((0..RECENT_REQUESTS).map(|_| None).collect()),
             next_handle: std::cell::Cell::new(UNCHECKED),
             unchecked: Context::new(Arc::new(User::system())),
             component_of: RefCell::new(String::new()),
@@ -104,32 +109,26 @@ impl Bridge {
             handle = 1;
         }
         self.next_handle.set(handle);
-        self.requests.borrow_mut().insert(handle, Requested { ctx: user.map(Context::new), headers, extensions: None });
-        let mut issued = self.issued.borrow_mut();
-        issued.push_back(handle);
-        if issued.len() > RECENT_REQUESTS
-            && let Some(oldest) = issued.pop_front()
-        {
-            self.requests.borrow_mut().remove(&oldest);
-        }
+        let requested = Requested { ctx: user.map(Context::new), headers, extensions: None };
+        let ended = self.requests.borrow_mut()[slot_of(handle)].replace((handle, requested));
+        // Dropped outside the borrow: a context's drop runs no script, but need not be trusted not to.
+        drop(ended);
         handle
     }
 
     /// Keeps what the server knew of a middleware request's connection, for its
     /// `next` to hand on.
     pub fn hand_on(&self, handle: u32, extensions: axum::http::Extensions) {
-        if let Some(requested) = self.requests.borrow_mut().get_mut(&handle) {
-            requested.extensions = Some(extensions);
-        }
+        self.with_request(handle, |requested| requested.extensions = Some(extensions));
     }
 
     /// Drops a request's headers (and connection details) once it is answered
     /// (its user stays, for the work it left running).
     pub fn answered(&self, handle: u32) {
-        if let Some(requested) = self.requests.borrow_mut().get_mut(&handle) {
-            requested.headers = axum::http::HeaderMap::new();
-            requested.extensions = None;
-        }
+        // Taken out and dropped past the borrow.
+        let done = self
+            .with_request(handle, |requested| (std::mem::take(&mut requested.headers), requested.extensions.take()));
+        drop(done);
     }
 
     /// Names the component whose code runs now (for the log).
@@ -141,10 +140,19 @@ impl Bridge {
         if handle == UNCHECKED {
             return Ok(self.unchecked.clone());
         }
-        match self.requests.borrow().get(&handle) {
-            Some(Requested { ctx: Some(ctx), .. }) => Ok(ctx.clone()),
-            Some(Requested { ctx: None, .. }) => Err((Code::MustLogin, "Must login".to_string())),
+        match self.with_request(handle, |requested| requested.ctx.clone()) {
+            Some(Some(ctx)) => Ok(ctx),
+            Some(None) => Err((Code::MustLogin, "Must login".to_string())),
             None => Err((Code::BadRequest, "this request was answered long ago; its context has ended".to_string())),
+        }
+    }
+
+    /// `f` of the request `handle` stands for, while it has not ended.
+    fn with_request<T>(&self, handle: u32, f: impl FnOnce(&mut Requested) -> T) -> Option<T> {
+        let mut requests = self.requests.borrow_mut();
+        match requests.get_mut(slot_of(handle))? {
+            Some((held, requested)) if *held == handle => Some(f(requested)),
+            _ => None,
         }
     }
 
@@ -158,6 +166,11 @@ impl Bridge {
         let db = self.engine.database(database).map_err(core)?;
         db.table(table).map_err(core)
     }
+}
+
+/// The slot of [`Bridge::requests`] a handle lives in.
+fn slot_of(handle: u32) -> usize {
+    handle as usize % RECENT_REQUESTS
 }
 
 fn core(err: lyre_core::Error) -> (Code, String) {
@@ -199,8 +212,9 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
         "get",
         Function::new(
             ctx.clone(),
-            // `remember`: the caller freezes the record and may hand it to a handler
-            // as it is (prelude.js `readRecord`), so it is kept with its bytes.
+            // `remember`: the record is given frozen (unless the table computes
+            // attributes: the caller adds them, then freezes it) and may be handed to a
+            // handler as it is (prelude.js `readRecord`), so it is kept with its bytes.
             move |ctx: Ctx<'js>,
                   db: String,
                   table: String,
@@ -209,38 +223,30 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                   remember: rquickjs::function::Opt<bool>| {
                 let id = required(&ctx, id, "an id")?;
                 let remember = remember.0.unwrap_or(false);
-                // The record, and its stored bytes when remembered.
-                type Read = Option<(Object, Option<lyre_core::RecordBody>)>;
-                let run = || -> Result<Read, (Code, String)> {
+                let run = || -> Result<Option<Read>, (Code, String)> {
                     let user = b.context(handle)?;
                     let table = b.table(&db, &table)?;
                     // Stored bytes lack computed attributes; such tables read decoded.
                     if !remember || table.schema().computed_attributes().next().is_some() {
-                        return Ok(table.get(&user, &id).map_err(core)?.map(|(record, _)| (record, None)));
+                        return Ok(table.get(&user, &id).map_err(core)?.map(|(record, _)| Read::Decoded(record)));
                     }
-                    let Some((body, _)) = table.get_body(&user, &id).map_err(core)? else { return Ok(None) };
-                    let record = body.to_object().map_err(core)?;
-                    // Only a flat record: freezing it leaves nested objects, arrays and
-                    // bytes changeable, and a handler answering with a record it changed
-                    // inside must be answered with the change.
-                    let flat = record.values().all(|value| {
-                        matches!(
-                            value,
-                            Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::String(_)
-                        )
-                    });
-                    let stored = (flat && matches!(body, lyre_core::RecordBody::Stored(_))).then_some(body);
-                    Ok(Some((record, stored)))
+                    Ok(table.get_body(&user, &id).map_err(core)?.map(|(body, _)| Read::Body(body)))
                 };
                 match run() {
-                    Ok(Some((record, stored))) => {
-                        let object = to_js(&ctx, &Value::Object(record))?;
-                        let read = stored.zip(object.as_object()).map(|(body, object)| ReadRecord {
-                            object: rquickjs::Persistent::save(&ctx, object.clone()),
-                            body,
-                        });
-                        *b.last_read.borrow_mut() = read;
-                        Ok(object)
+                    Ok(Some(Read::Decoded(record))) => {
+                        *b.last_read.borrow_mut() = None;
+                        to_js(&ctx, &Value::Object(record))
+                    }
+                    Ok(Some(Read::Body(body))) => {
+                        let (frozen, nested) = record_to_js(&ctx, &body)?;
+                        // Only a flat record is answered from its bytes: freezing leaves
+                        // nested objects, arrays and bytes changeable, and a handler
+                        // answering with a record it changed inside must be answered
+                        // with the change.
+                        let stored = !nested && matches!(body, lyre_core::RecordBody::Stored(_));
+                        *b.last_read.borrow_mut() = stored
+                            .then(|| ReadRecord { object: rquickjs::Persistent::save(&ctx, frozen.clone()), body });
+                        Ok(frozen.into_value())
                     }
                     Ok(None) => Ok(rquickjs::Value::new_undefined(ctx.clone())),
                     Err(err) => Err(throw(&ctx, err)),
@@ -409,8 +415,7 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
     native.set(
         "user",
         Function::new(ctx.clone(), move |ctx: Ctx<'js>, handle: u32| {
-            let requests = b.requests.borrow();
-            let Some(Requested { ctx: Some(user), .. }) = requests.get(&handle) else {
+            let Some(Some(user)) = b.with_request(handle, |requested| requested.ctx.clone()) else {
                 return Ok(rquickjs::Value::new_null(ctx.clone()));
             };
             let user = &user.user;
@@ -429,14 +434,16 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
         "headers",
         Function::new(ctx.clone(), move |ctx: Ctx<'js>, handle: u32| {
             let pairs = rquickjs::Array::new(ctx.clone())?;
-            if let Some(requested) = b.requests.borrow().get(&handle) {
+            b.with_request(handle, |requested| {
                 for (i, (name, value)) in requested.headers.iter().enumerate() {
                     let pair = rquickjs::Array::new(ctx.clone())?;
                     pair.set(0, name.as_str())?;
                     pair.set(1, String::from_utf8_lossy(value.as_bytes()).as_ref())?;
                     pairs.set(i, pair)?;
                 }
-            }
+                Ok::<_, rquickjs::Error>(())
+            })
+            .transpose()?;
             Ok::<_, rquickjs::Error>(pairs)
         })?,
     )?;
@@ -484,7 +491,7 @@ fn install_http_next<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject
                         Err(_) => None,
                     })
                     .collect();
-                let extensions = b.requests.borrow_mut().get_mut(&handle).and_then(|r| r.extensions.clone());
+                let extensions = b.with_request(handle, |requested| requested.extensions.clone()).flatten();
                 let (Some(next), Some(extensions)) = (b.next.get().cloned(), extensions) else {
                     return Err(throw(
                         &ctx,
@@ -494,11 +501,10 @@ fn install_http_next<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>, native: &JsObject
                 let answer = next.next(phase, NextRequest { method, url, headers, body, extensions }).await;
                 // The last-phase middleware that may answer it runs as the user
                 // Lyre's handling authenticated.
-                if let Some(user) = answer.user.clone()
-                    && let Some(requested) = b.requests.borrow_mut().get_mut(&handle)
-                    && requested.ctx.is_none()
-                {
-                    requested.ctx = Some(Context::new(user));
+                if let Some(user) = answer.user.clone() {
+                    b.with_request(handle, |requested| {
+                        requested.ctx.get_or_insert_with(|| Context::new(user));
+                    });
                 }
                 let out = Array::new(ctx.clone())?;
                 out.set(0, answer.status)?;

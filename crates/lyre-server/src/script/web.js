@@ -70,90 +70,100 @@
 	/** Parameters a URL hears every change of (`url.searchParams`): its callback. */
 	const linkedParams = new WeakMap();
 
+	/**
+	 * Where a URLSearchParams keeps its `[name, value]` pairs, or the text they are
+	 * parsed from when first used: every request's target is one of these, and most
+	 * never read their query. A symbol rather than a private field, so the prelude can
+	 * make a request's target as one object literal (`__lyre_search_pairs` hands it
+	 * over once): in QuickJS half the cost of running the constructors.
+	 */
+	const PAIRS = Symbol('URLSearchParams.pairs');
+	Object.defineProperty(globalThis, '__lyre_search_pairs', { value: PAIRS, configurable: true });
+
+	/** The parameters' pairs, parsed now if they were still text. */
+	function listOf(params) {
+		const pairs = params[PAIRS];
+		return typeof pairs === 'string' ? (params[PAIRS] = parseSearch(pairs)) : pairs;
+	}
+
+	/** Tells the URL linked to these parameters, if any, of a change. */
+	function touched(params) {
+		linkedParams.get(params)?.(params.toString());
+	}
+
 	class URLSearchParams {
-		/**
-		 * The `[name, value]` pairs, or the text they are parsed from when first used:
-		 * every request's target is one of these, and most never read their query.
-		 */
-		#pairs = '';
 		constructor(init) {
+			this[PAIRS] = '';
 			if (init === undefined || init === null) return;
-			if (init instanceof URLSearchParams) {
-				this.#pairs = [...init];
-			} else if (typeof init === 'string') {
-				this.#pairs = init;
+			if (typeof init === 'string') {
+				this[PAIRS] = init;
+			} else if (init instanceof URLSearchParams) {
+				this[PAIRS] = [...init];
 			} else if (typeof init[Symbol.iterator] === 'function') {
 				const pairs = [];
 				for (const pair of init) {
 					const [name, value] = [...pair];
 					pairs.push([String(name), String(value)]);
 				}
-				this.#pairs = pairs;
+				this[PAIRS] = pairs;
 			} else {
-				this.#pairs = Object.keys(init).map((name) => [name, String(init[name])]);
+				this[PAIRS] = Object.keys(init).map((name) => [name, String(init[name])]);
 			}
-		}
-		#list() {
-			const pairs = this.#pairs;
-			return typeof pairs === 'string' ? (this.#pairs = parseSearch(pairs)) : pairs;
 		}
 		/** Links these parameters to a URL, which hears of every change (`url.searchParams`). */
 		static link(params, text, changed) {
-			params.#pairs = text;
+			params[PAIRS] = text;
 			linkedParams.set(params, changed);
 		}
-		#touch() {
-			linkedParams.get(this)?.(this.toString());
-		}
 		get size() {
-			return this.#list().length;
+			return listOf(this).length;
 		}
 		append(name, value) {
-			this.#list().push([String(name), String(value)]);
-			this.#touch();
+			listOf(this).push([String(name), String(value)]);
+			touched(this);
 		}
 		delete(name, value) {
-			this.#pairs = this.#list().filter(([n, v]) => n !== name || (value !== undefined && v !== String(value)));
-			this.#touch();
+			this[PAIRS] = listOf(this).filter(([n, v]) => n !== name || (value !== undefined && v !== String(value)));
+			touched(this);
 		}
 		get(name) {
-			const found = this.#list().find(([n]) => n === name);
+			const found = listOf(this).find(([n]) => n === name);
 			return found ? found[1] : null;
 		}
 		getAll(name) {
-			return this.#list().filter(([n]) => n === name).map(([, v]) => v);
+			return listOf(this).filter(([n]) => n === name).map(([, v]) => v);
 		}
 		has(name, value) {
-			return this.#list().some(([n, v]) => n === name && (value === undefined || v === String(value)));
+			return listOf(this).some(([n, v]) => n === name && (value === undefined || v === String(value)));
 		}
 		set(name, value) {
-			const at = this.#list().findIndex(([n]) => n === name);
+			const at = listOf(this).findIndex(([n]) => n === name);
 			if (at < 0) return this.append(name, value);
-			this.#pairs[at] = [String(name), String(value)];
-			this.#pairs = this.#list().filter(([n], i) => n !== name || i === at);
-			this.#touch();
+			this[PAIRS][at] = [String(name), String(value)];
+			this[PAIRS] = listOf(this).filter(([n], i) => n !== name || i === at);
+			touched(this);
 		}
 		sort() {
-			this.#list().sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-			this.#touch();
+			listOf(this).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+			touched(this);
 		}
 		forEach(callback, thisArg) {
-			for (const [name, value] of this.#list()) callback.call(thisArg, value, name, this);
+			for (const [name, value] of listOf(this)) callback.call(thisArg, value, name, this);
 		}
 		*entries() {
-			for (const [name, value] of this.#list()) yield [name, value];
+			for (const [name, value] of listOf(this)) yield [name, value];
 		}
 		*keys() {
-			for (const [name] of this.#list()) yield name;
+			for (const [name] of listOf(this)) yield name;
 		}
 		*values() {
-			for (const [, value] of this.#list()) yield value;
+			for (const [, value] of listOf(this)) yield value;
 		}
 		[Symbol.iterator]() {
 			return this.entries();
 		}
 		toString() {
-			return this.#list().map(([n, v]) => `${encodeComponent(n)}=${encodeComponent(v)}`).join('&');
+			return listOf(this).map(([n, v]) => `${encodeComponent(n)}=${encodeComponent(v)}`).join('&');
 		}
 	}
 

@@ -333,12 +333,35 @@ impl Js {
             let answer: rquickjs::Value = dispatch.call_arg(dispatch_args(ctx, request, handle)?)?;
             let reply = match answer.as_promise() {
                 Some(promise) => {
-                    run_queued_jobs().await;
-                    match promise.result() {
-                        // Settled by the microtasks its call queued (most handlers).
-                        Some(settled) => settled?,
-                        None => settle(ctx, promise.clone(), self).await?,
+                    // The microtasks the call queued run before its outcome is read, as
+                    // they would before an `await` of it resumed (one may set a header):
+                    // a few here, more through the runtime's driver.
+                    let mut inline = INLINE_JOBS;
+                    while inline > 0 && ctx.execute_pending_job() {
+                        inline -= 1;
                     }
+                    if inline == 0 {
+                        run_queued_jobs().await;
+                    }
+                    let outcome = match promise.result::<rquickjs::Value>() {
+                        // Settled within its call (an async handler that awaited nothing).
+                        Some(outcome) => outcome,
+                        None => {
+                            run_queued_jobs().await;
+                            match promise.result() {
+                                // Settled by the microtasks its call queued.
+                                Some(outcome) => outcome,
+                                None => settle(ctx, promise.clone(), self).await,
+                            }
+                        }
+                    };
+                    let (value, failed) = match outcome {
+                        Ok(value) => (value, false),
+                        Err(rquickjs::Error::Exception) => (ctx.catch(), true),
+                        Err(other) => return Err(other),
+                    };
+                    let settled: Function = ctx.globals().get("__lyre_settled")?;
+                    settled.call((handle, value, failed))?
                 }
                 // A synchronous handler's answer: nothing to wait for.
                 None => Array::from_value(answer)?,
@@ -699,6 +722,11 @@ fn read_export<'js>(ctx: &Ctx<'js>, entry: rquickjs::Value<'js>) -> rquickjs::Re
     };
     Ok(ScriptExport { path, component, table, overrides })
 }
+
+/// How many of the microtasks a request's call queued run at once, inside it, before
+/// its promise is read (the rest run through the runtime's driver, between polls,
+/// where the time budget's timer can still stop a chain that never ends).
+const INLINE_JOBS: usize = 64;
 
 /// The request as the prelude's `dispatch` takes it: arguments `(path, method, id,
 /// collection, search, pathname, handle, data)` (positions: no object to build or

@@ -163,6 +163,28 @@ export class Later extends Resource {
 }
 
 export const api = { v1: { Greeting: class extends Resource { static loadAsInstance = false; get() { return 'nested'; } } } };
+
+export class Settles extends Resource {
+	static loadAsInstance = false;
+	async get(target) {
+		const how = target.get('how');
+		const context = this.getContext();
+		context.responseHeaders.set('X-Settled', how);
+		// A microtask queued before the answer runs before it is read, as after an `await`.
+		Promise.resolve().then(() => context.responseHeaders.set('X-Microtask', 'ran'));
+		if (how.startsWith('wait')) await new Promise((resolve) => setTimeout(resolve, 5));
+		if (how.endsWith('reject')) throw new ClientError(`refused: ${how}`, 409);
+		return { settled: how, id: target.get('id') };
+	}
+}
+
+export class Thenable extends Resource {
+	static loadAsInstance = false;
+	get(target) {
+		const how = target.get('how');
+		return { then: (resolve, reject) => (how === 'reject' ? reject(new ClientError('the thenable refused', 410)) : resolve({ via: 'thenable' })) };
+	}
+}
 "#;
 
 const WORDS: &str = "export function shout(text) { return String(text).toUpperCase() + '!'; }\n";
@@ -316,6 +338,40 @@ async fn endpoints_answer_in_harpers_shapes() {
     // Nested exports are served at their path.
     let (status, _, body) = s.rest_send(Method::GET, "/api/v1/Greeting", None, &[]).await;
     assert_eq!((status, body), (200, json!("nested")));
+}
+
+#[tokio::test]
+async fn async_handlers_answer_with_their_own_requests_context_however_they_settle() {
+    let s = kennel(&[]).await;
+    // Settled within the call or after a timer: each answer carries the headers its
+    // handler set, those of the microtasks it queued too.
+    for how in ["now", "wait"] {
+        let (status, headers, body) = s.rest_send(Method::GET, &format!("/Settles?how={how}&id=1"), None, &[]).await;
+        assert_eq!((status, body), (200, json!({"settled": how, "id": "1"})), "{how}");
+        assert_eq!(headers["x-settled"], how, "{how}");
+        assert_eq!(headers["x-microtask"], "ran", "{how}");
+    }
+    // Rejected within the call or after a timer: the error's status and message.
+    for how in ["reject", "wait-reject"] {
+        let (status, _, body) = s.rest_send(Method::GET, &format!("/Settles?how={how}"), None, &[]).await;
+        assert_eq!((status, body), (409, json!(format!("ClientError: refused: {how}"))), "{how}");
+    }
+    // A thenable that is not a promise is followed as `await` would.
+    let (status, _, body) = s.rest_send(Method::GET, "/Thenable", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"via": "thenable"})));
+    let (status, _, body) = s.rest_send(Method::GET, "/Thenable?how=reject", None, &[]).await;
+    assert_eq!((status, body), (410, json!("ClientError: the thenable refused")));
+    // Many in flight at once, some waiting on timers: each gets its own answer.
+    let s = &s;
+    let asks = (0..48).map(|n| {
+        let how = if n % 3 == 0 { "now" } else { "wait" };
+        let path = format!("/Settles?how={how}&id={n}");
+        async move { (n, how, s.rest_send(Method::GET, &path, None, &[]).await) }
+    });
+    for (n, how, (status, headers, body)) in futures_util::future::join_all(asks).await {
+        assert_eq!((status, body), (200, json!({"settled": how, "id": n.to_string()})));
+        assert_eq!(headers["x-settled"], how);
+    }
 }
 
 #[tokio::test]
