@@ -55,8 +55,8 @@ pub struct Export {
 #[derive(Debug, Default)]
 pub struct Exports {
     by_name: BTreeMap<String, Export>,
-    /// The resources scripts export, by path.
-    scripts: BTreeMap<String, ScriptExport>,
+    /// The resources scripts export, by path (shared: each request holds its own).
+    scripts: BTreeMap<String, Arc<ScriptExport>>,
     sites: Vec<Arc<Site>>,
     graphql: bool,
 }
@@ -90,13 +90,13 @@ impl Exports {
     }
 
     /// The resource a script exports at `path`.
-    pub fn script(&self, path: &str) -> Option<&ScriptExport> {
+    pub fn script(&self, path: &str) -> Option<&Arc<ScriptExport>> {
         self.scripts.get(path)
     }
 
     /// The script resource a request path (`/api/v1/Dog/1`) reaches through a
     /// nested export (`api/v1/Dog`), the longest first, and the rest of the path.
-    pub fn nested_script<'p>(&self, path: &'p str) -> Option<(&ScriptExport, &'p str)> {
+    pub fn nested_script<'p>(&self, path: &'p str) -> Option<(&Arc<ScriptExport>, &'p str)> {
         let path = path.strip_prefix('/')?;
         self.scripts
             .iter()
@@ -496,7 +496,7 @@ impl Components {
                     exports.by_name.insert(export.name.clone(), export.clone());
                 }
                 for script in &loaded.scripts {
-                    exports.scripts.insert(script.path.clone(), script.clone());
+                    exports.scripts.insert(script.path.clone(), Arc::new(script.clone()));
                 }
                 exports.sites.extend(loaded.site.clone());
                 exports.graphql |= loaded.graphql;

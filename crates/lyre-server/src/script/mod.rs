@@ -226,21 +226,17 @@ impl ScriptExport {
 /// One REST request for a script's resource.
 #[derive(Debug, Clone)]
 pub struct ScriptRequest {
-    /// The export's path.
-    pub export: String,
-    /// The component that exports it (its log lines are attributed to it).
-    pub component: String,
+    /// The export (its path; its component, to which its log lines are attributed).
+    pub export: Arc<ScriptExport>,
     /// The HTTP method.
-    pub method: String,
+    pub method: axum::http::Method,
     /// The record id the URL names (typed by the table's key, for a table's class),
     /// `None` for the collection or the resource itself.
     pub id: Option<Value>,
     /// Whether the URL names the collection (`/Name/` or `/Name/?query`).
     pub collection: bool,
-    /// The query string, without `?`.
-    pub query: String,
-    /// The request's path.
-    pub pathname: String,
+    /// The request's URL (its path and query string).
+    pub uri: axum::http::Uri,
     /// The authenticated user; `None` for a request without credentials.
     pub user: Option<Arc<User>>,
     /// The request's headers (made JavaScript strings only when a script reads them).
@@ -554,9 +550,10 @@ impl Scripts {
 
     /// Answers `request` with the resource its export names.
     pub async fn call(&self, request: ScriptRequest) -> Result<ScriptReply, ScriptError> {
-        let generation = self.current.read().clone().ok_or_else(|| ScriptError::NotExported(request.export.clone()))?;
-        if !generation.exports.contains_key(&request.export) {
-            return Err(ScriptError::NotExported(request.export));
+        let generation =
+            self.current.read().clone().ok_or_else(|| ScriptError::NotExported(request.export.path.clone()))?;
+        if !generation.exports.contains_key(&request.export.path) {
+            return Err(ScriptError::NotExported(request.export.path.clone()));
         }
         let (reply, answer) = oneshot::channel();
         submit(&generation, worker::Job::Request { request: Box::new(request), reply })?;

@@ -277,7 +277,7 @@ impl Js {
             match job {
                 Job::Request { mut request, reply } => {
                     let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
-                    self.bridge.set_component(&request.component);
+                    self.bridge.set_component(&request.export.component);
                     let outcome = self.serve_in(ctx, &request, handle).await.map_err(ScriptError::Engine);
                     self.bridge.answered(handle);
                     let _ = reply.send(outcome);
@@ -314,7 +314,7 @@ impl Js {
     /// Answers one request; `false` when the runtime must be rebuilt afterwards.
     async fn serve(&self, mut request: ScriptRequest) -> (Result<ScriptReply, ScriptError>, bool) {
         let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
-        self.bridge.set_component(&request.component);
+        self.bridge.set_component(&request.export.component);
         let request = &request;
         let call = self.context.async_with(async |ctx| self.serve_in(&ctx, request, handle).await);
         let outcome = self.within_budget(call).await;
@@ -323,7 +323,7 @@ impl Js {
             Ok(reply) if is_out_of_memory(&reply) => Err(ScriptError::OutOfMemory(self.settings.memory_limit)),
             other => other,
         };
-        self.judge(outcome, format_args!("a JavaScript request for {}", request.export))
+        self.judge(outcome, format_args!("a JavaScript request for {}", request.export.path))
     }
 
     /// A request's answer, computed in `ctx`.
@@ -367,7 +367,7 @@ impl Js {
                 None => Array::from_value(answer)?,
             };
             let read = self.bridge.take_read();
-            read_reply(ctx, &reply, self.settings.expose_errors, (&request.export, &request.method), read)
+            read_reply(ctx, &reply, self.settings.expose_errors, (&request.export.path, request.method.as_str()), read)
         };
         run().await.map_err(|e| describe(ctx, e, None))
     }
@@ -734,15 +734,15 @@ const INLINE_JOBS: usize = 64;
 /// a script asks for them (`native.user`, `native.headers`).
 fn dispatch_args<'js>(ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> rquickjs::Result<Args<'js>> {
     let mut args = Args::new(ctx.clone(), 8);
-    args.push_arg(request.export.as_str())?;
+    args.push_arg(request.export.path.as_str())?;
     args.push_arg(request.method.as_str())?;
     match &request.id {
         Some(id) => args.push_arg(to_js(ctx, id)?)?,
         None => args.push_arg(rquickjs::Value::new_undefined(ctx.clone()))?,
     }
     args.push_arg(request.collection)?;
-    args.push_arg(request.query.as_str())?;
-    args.push_arg(request.pathname.as_str())?;
+    args.push_arg(request.uri.query().unwrap_or(""))?;
+    args.push_arg(request.uri.path())?;
     args.push_arg(handle)?;
     match &request.body {
         Some(body) => args.push_arg(to_js(ctx, body)?)?,

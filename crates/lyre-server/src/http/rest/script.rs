@@ -55,7 +55,7 @@ impl RestGrammar for Grammar {
 
 /// The script resource `path` addresses (a nested export's longest prefix first,
 /// then the first segment), with the path split as REST splits a table's.
-pub fn find(exports: &Exports, path: &str) -> Option<(RestPath, ScriptExport)> {
+pub fn find(exports: &Exports, path: &str) -> Option<(RestPath, Arc<ScriptExport>)> {
     if !exports.has_scripts() {
         return None;
     }
@@ -73,7 +73,7 @@ pub fn find(exports: &Exports, path: &str) -> Option<(RestPath, ScriptExport)> {
 /// the script's request, not copied).
 pub async fn serve(
     state: &AppState,
-    export: &ScriptExport,
+    export: &Arc<ScriptExport>,
     user: Option<Arc<User>>,
     parts: axum::http::request::Parts,
     body: &mut Option<Body>,
@@ -94,13 +94,11 @@ pub async fn serve(
             (None, None)
         };
         let request = ScriptRequest {
-            export: export.path.clone(),
-            component: export.component.clone(),
-            method: parts.method.as_str().to_string(),
+            export: export.clone(),
+            method: parts.method,
             id,
             collection,
-            query: parts.uri.query().unwrap_or("").to_string(),
-            pathname: parts.uri.path().to_string(),
+            uri: parts.uri,
             user,
             headers: parts.headers,
             body,
