@@ -36,7 +36,9 @@ fi
 
 AUTH='Authorization: Basic YWRtaW46cGFzc3dvcmQ='
 printf '%-28s %-9s %9s %12s  %s\n' build workload requests "instr/req" "by thread"
+number=0
 for build in "$@"; do
+  number=$((number + 1))
   for workload in $WORKLOADS; do
     case $workload in
       class) path=/DogView/d1 ;;
@@ -44,7 +46,8 @@ for build in "$@"; do
       plain) path=/Dog/d1 ;;
       *) echo "WORKLOADS are class, endpoint and plain" >&2; exit 2 ;;
     esac
-    run=$WORK/$(basename "$build")-$workload
+    # Numbered: two builds may have the same file name.
+    run=$WORK/$number-$workload
     mkdir -p "$run"
     write_app "$run/lyre-app/root"
     # Callgrind cannot map LMDB's default 256 GiB per database: 1 GiB is plenty here.
@@ -70,7 +73,7 @@ WRAP
       total=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
       if [ -n "$total" ] && [ "$total" -gt 1000000 ]; then echo "${f##*-} $total"; fi
     done)
-    echo "$threads" | awk -v build="$(basename "$build")" -v workload="$workload" -v n="$requests" '
+    echo "$threads" | awk -v build="$number:$(basename "$build")" -v workload="$workload" -v n="$requests" '
       NF == 2 { sum += $2; parts = parts sprintf(" thread %s: %.0f", $1, $2 / n) }
       END { printf "%-28s %-9s %9d %12.0f %s\n", build, workload, n, sum / n, parts }'
   done

@@ -147,7 +147,8 @@ impl Bridge {
         }
     }
 
-    /// `f` of the request `handle` stands for, while it has not ended.
+    /// `f` of the request `handle` stands for, while it has not ended. `f` must not
+    /// run JavaScript (a script could call back in while the ring is borrowed).
     fn with_request<T>(&self, handle: u32, f: impl FnOnce(&mut Requested) -> T) -> Option<T> {
         let mut requests = self.requests.borrow_mut();
         match requests.get_mut(slot_of(handle))? {
@@ -434,16 +435,23 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
         "headers",
         Function::new(ctx.clone(), move |ctx: Ctx<'js>, handle: u32| {
             let pairs = rquickjs::Array::new(ctx.clone())?;
-            b.with_request(handle, |requested| {
-                for (i, (name, value)) in requested.headers.iter().enumerate() {
-                    let pair = rquickjs::Array::new(ctx.clone())?;
-                    pair.set(0, name.as_str())?;
-                    pair.set(1, String::from_utf8_lossy(value.as_bytes()).as_ref())?;
-                    pairs.set(i, pair)?;
-                }
-                Ok::<_, rquickjs::Error>(())
-            })
-            .transpose()?;
+            // Copied out first: building the arrays may run a script's setter, which
+            // may call back into the bridge.
+            let headers: Vec<(String, String)> = b
+                .with_request(handle, |requested| {
+                    requested
+                        .headers
+                        .iter()
+                        .map(|(name, value)| (name.to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (i, (name, value)) in headers.into_iter().enumerate() {
+                let pair = rquickjs::Array::new(ctx.clone())?;
+                pair.set(0, name)?;
+                pair.set(1, value)?;
+                pairs.set(i, pair)?;
+            }
             Ok::<_, rquickjs::Error>(pairs)
         })?,
     )?;

@@ -71,19 +71,28 @@
 	const linkedParams = new WeakMap();
 
 	/**
-	 * Where a URLSearchParams keeps its `[name, value]` pairs, or the text they are
-	 * parsed from when first used: every request's target is one of these, and most
-	 * never read their query. A symbol rather than a private field, so the prelude can
-	 * make a request's target as one object literal (`__lyre_search_pairs` hands it
-	 * over once): in QuickJS half the cost of running the constructors.
+	 * What a URLSearchParams was made with: the text its `[name, value]` pairs are
+	 * parsed from when first used (every request's target is one of these, and most
+	 * never read their query), or the pairs. A symbol rather than a private field, so
+	 * the prelude can make a request's target as one object literal
+	 * (`__lyre_search_pairs` hands it over once): in QuickJS half the cost of running
+	 * the constructors. Never written after that: the pairs in use live in `lists`,
+	 * so a frozen target still parses and changes them, as an internal slot would.
 	 */
 	const PAIRS = Symbol('URLSearchParams.pairs');
 	Object.defineProperty(globalThis, '__lyre_search_pairs', { value: PAIRS, configurable: true });
 
-	/** The parameters' pairs, parsed now if they were still text. */
+	/** Each URLSearchParams's pairs once read or changed (or a URL's new text, until read). */
+	const lists = new WeakMap();
+
+	/** The parameters' pairs, parsed (or copied from what they were made with) when first used. */
 	function listOf(params) {
-		const pairs = params[PAIRS];
-		return typeof pairs === 'string' ? (params[PAIRS] = parseSearch(pairs)) : pairs;
+		const kept = lists.get(params);
+		if (Array.isArray(kept)) return kept;
+		const from = kept ?? params[PAIRS] ?? '';
+		const list = typeof from === 'string' ? parseSearch(from) : from.map(([name, value]) => [name, value]);
+		lists.set(params, list);
+		return list;
 	}
 
 	/** Tells the URL linked to these parameters, if any, of a change. */
@@ -112,7 +121,7 @@
 		}
 		/** Links these parameters to a URL, which hears of every change (`url.searchParams`). */
 		static link(params, text, changed) {
-			params[PAIRS] = text;
+			lists.set(params, text);
 			linkedParams.set(params, changed);
 		}
 		get size() {
@@ -123,7 +132,7 @@
 			touched(this);
 		}
 		delete(name, value) {
-			this[PAIRS] = listOf(this).filter(([n, v]) => n !== name || (value !== undefined && v !== String(value)));
+			lists.set(this, listOf(this).filter(([n, v]) => n !== name || (value !== undefined && v !== String(value))));
 			touched(this);
 		}
 		get(name) {
@@ -137,10 +146,11 @@
 			return listOf(this).some(([n, v]) => n === name && (value === undefined || v === String(value)));
 		}
 		set(name, value) {
-			const at = listOf(this).findIndex(([n]) => n === name);
+			const list = listOf(this);
+			const at = list.findIndex(([n]) => n === name);
 			if (at < 0) return this.append(name, value);
-			this[PAIRS][at] = [String(name), String(value)];
-			this[PAIRS] = listOf(this).filter(([n], i) => n !== name || i === at);
+			list[at] = [String(name), String(value)];
+			lists.set(this, list.filter(([n], i) => n !== name || i === at));
 			touched(this);
 		}
 		sort() {

@@ -558,7 +558,17 @@ export class Web extends Resource {
 		await new Promise((resolve) => setTimeout(resolve, 30));
 		const original = { when: new Date(0), list: [1, { deep: true }], map: new Map([['k', 'v']]) };
 		const copy = structuredClone(original);
+		// Parameters frozen, before or after their text is read, still read and change
+		// their pairs (kept as an internal slot would be), and a request's target is one.
+		const frozen = Object.freeze(new URLSearchParams('a=1&b=2'));
+		frozen.append('c', '3');
+		frozen.delete('b');
+		const read = new URLSearchParams('x=1');
+		read.get('x');
+		Object.freeze(read).set('x', '2');
+		Object.freeze(target);
 		return {
+			params: [frozen.toString(), read.toString(), target.get('origin') === origin, target instanceof URLSearchParams],
 			status: fetched.status,
 			ok: fetched.ok,
 			contentType: fetched.headers.get('content-type'),
@@ -658,6 +668,7 @@ async fn scripts_have_the_web_standard_globals() {
         ])
     );
     assert_eq!(body["decoded"], "héllo");
+    assert_eq!(body["params"], json!(["a=1&c=3", "x=2", true, true]));
     assert_eq!(body["cloned"], true);
     assert_eq!(body["base64"], json!(["aGVsbG8=", "hello"]));
     assert_eq!(body["uuid"], true);
