@@ -55,7 +55,7 @@ pub struct Export {
 #[derive(Debug, Default)]
 pub struct Exports {
     by_name: BTreeMap<String, Export>,
-    /// The resources scripts export, by path (shared: each request holds its own).
+    /// The resources scripts export, by path (each request to one shares it).
     scripts: BTreeMap<String, Arc<ScriptExport>>,
     sites: Vec<Arc<Site>>,
     graphql: bool,

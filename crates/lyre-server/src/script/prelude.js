@@ -10,7 +10,7 @@
 	const BUILT_IN = Symbol('lyre.builtIn'); // classes Lyre made (Resource, table classes)
 	const LOADED = Symbol('lyre.loaded'); // a legacy instance's record was read
 	const UNCHECKED = 0;
-	/** Where a URLSearchParams keeps its pairs (web.js), for targets made as literals. */
+	/** What a URLSearchParams was made with (web.js `PAIRS`), for targets made as literals. */
 	const SEARCH_PAIRS = globalThis.__lyre_search_pairs;
 	delete globalThis.__lyre_search_pairs;
 

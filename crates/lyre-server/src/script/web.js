@@ -95,6 +95,22 @@
 		return list;
 	}
 
+	/** What a URLSearchParams is made with from its constructor's argument: text, or pairs. */
+	function madeWith(init) {
+		if (init === undefined || init === null) return '';
+		if (typeof init === 'string') return init;
+		if (init instanceof URLSearchParams) return [...init];
+		if (typeof init[Symbol.iterator] === 'function') {
+			const pairs = [];
+			for (const pair of init) {
+				const [name, value] = [...pair];
+				pairs.push([String(name), String(value)]);
+			}
+			return pairs;
+		}
+		return Object.keys(init).map((name) => [name, String(init[name])]);
+	}
+
 	/** Tells the URL linked to these parameters, if any, of a change. */
 	function touched(params) {
 		linkedParams.get(params)?.(params.toString());
@@ -102,22 +118,7 @@
 
 	class URLSearchParams {
 		constructor(init) {
-			this[PAIRS] = '';
-			if (init === undefined || init === null) return;
-			if (typeof init === 'string') {
-				this[PAIRS] = init;
-			} else if (init instanceof URLSearchParams) {
-				this[PAIRS] = [...init];
-			} else if (typeof init[Symbol.iterator] === 'function') {
-				const pairs = [];
-				for (const pair of init) {
-					const [name, value] = [...pair];
-					pairs.push([String(name), String(value)]);
-				}
-				this[PAIRS] = pairs;
-			} else {
-				this[PAIRS] = Object.keys(init).map((name) => [name, String(init[name])]);
-			}
+			this[PAIRS] = madeWith(init);
 		}
 		/** Links these parameters to a URL, which hears of every change (`url.searchParams`). */
 		static link(params, text, changed) {

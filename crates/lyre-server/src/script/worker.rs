@@ -344,16 +344,9 @@ impl Js {
                         run_queued_jobs().await;
                     }
                     let outcome = match promise.result::<rquickjs::Value>() {
-                        // Settled within its call (an async handler that awaited nothing).
+                        // Settled within its call or by the microtasks it queued.
                         Some(outcome) => outcome,
-                        None => {
-                            run_queued_jobs().await;
-                            match promise.result() {
-                                // Settled by the microtasks its call queued.
-                                Some(outcome) => outcome,
-                                None => settle(ctx, promise.clone(), self).await,
-                            }
-                        }
+                        None => settle(ctx, promise.clone(), self).await,
                     };
                     let (value, failed) = match outcome {
                         Ok(value) => (value, false),
