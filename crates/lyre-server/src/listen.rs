@@ -171,6 +171,8 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
                 n => n,
             },
             memory_limit: config.javascript.memory_limit,
+            // A sixteenth of what a runtime may allocate.
+            record_cache: if config.storage.caching { config.javascript.memory_limit / 16 } else { 0 },
             timeout: config.javascript.timeout.0,
             expose_errors: development,
         },

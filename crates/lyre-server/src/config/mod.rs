@@ -482,6 +482,11 @@ pub struct StorageConfig {
     /// (Lyre's own key); past it the upload is refused with 413.
     #[serde(default = "default_max_blob_size")]
     pub max_blob_size: u64,
+    /// Keep records read lately in memory, decoded (Harper's key): in Lyre, each
+    /// JavaScript worker keeps the flat records its scripts read, frozen, so a
+    /// record read again unchanged is not built again.
+    #[serde(default = "default_true")]
+    pub caching: bool,
 }
 
 fn default_max_blob_size() -> u64 {
@@ -567,6 +572,7 @@ impl Default for Config {
                 release_timeout: default_release_timeout(),
                 blob_paths: Vec::new(),
                 max_blob_size: default_max_blob_size(),
+                caching: true,
             },
             tls: TlsConfig::default(),
             analytics: AnalyticsConfig::default(),

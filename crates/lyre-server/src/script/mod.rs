@@ -14,7 +14,8 @@
 //! `logger`, …) and `native.rs` what it calls in Lyre; `web.js` the web-standard
 //! globals (`fetch`, `URL`, `TextEncoder`, timers, …) and `web.rs` their native
 //! side; `worker.rs` one runtime; `modules.rs` where imports lead; `convert.rs`
-//! values crossing over; `computed.rs` the `@computed` attributes core asks the
+//! values crossing over; `record.rs` stored records as frozen objects and
+//! `record_cache.rs` the ones a worker keeps; `computed.rs` the `@computed` attributes core asks the
 //! server for. Besides requests, the host runs the scripts' HTTP middleware
 //! (`server.http`), content types (`contentTypes`) and computed attributes'
 //! functions; a request a middleware's `next` passed on has its jobs run by the
@@ -25,6 +26,7 @@ mod convert;
 mod modules;
 mod native;
 mod record;
+mod record_cache;
 mod web;
 mod worker;
 
@@ -172,6 +174,9 @@ pub struct ScriptSettings {
     pub workers: usize,
     /// Bytes one runtime may allocate.
     pub memory_limit: usize,
+    /// The most the records one runtime keeps for reading again may cost, in
+    /// bytes (`record_cache.rs`); 0 keeps none (`storage.caching: false`).
+    pub record_cache: usize,
     /// How long one request (or one component's load) may run.
     pub timeout: Duration,
     /// Whether a failing request's message is sent to the client even when the

@@ -19,6 +19,7 @@ use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject, TypedArray};
 
 use super::convert::{from_js, to_js};
 use super::record::record_to_js;
+use super::record_cache::RecordCache;
 use super::{HttpNext, NextRequest, Phase, RestGrammar};
 
 /// The most records one search from a script returns; past it the script is told
@@ -61,6 +62,8 @@ pub struct Bridge {
     component_of: RefCell<String>,
     /// The last record a table's `get` read for a handler (see [`Bridge::take_read`]).
     last_read: RefCell<Option<ReadRecord>>,
+    /// The flat records this worker built lately, given again while unchanged.
+    records: RecordCache,
 }
 
 /// What `native.get` read: the record decoded (computed attributes in, or attributes
@@ -81,11 +84,13 @@ pub struct ReadRecord {
 }
 
 impl Bridge {
-    /// A bridge to `engine`'s tables.
+    /// A bridge to `engine`'s tables, keeping records read for at most
+    /// `record_cache` bytes (see [`RecordCache`]).
     pub fn new(
         engine: Arc<Engine>,
         grammar: Arc<dyn RestGrammar>,
         next: Arc<std::sync::OnceLock<Arc<dyn HttpNext>>>,
+        record_cache: usize,
     ) -> Self {
         Self {
             engine,
@@ -96,6 +101,7 @@ impl Bridge {
             unchecked: Context::new(Arc::new(User::system())),
             component_of: RefCell::new(String::new()),
             last_read: RefCell::new(None),
+            records: RecordCache::new(record_cache),
         }
     }
 
@@ -161,6 +167,12 @@ impl Bridge {
     /// the runtime, as the object it holds must be let go there.
     pub fn take_read(&self) -> Option<ReadRecord> {
         self.last_read.borrow_mut().take()
+    }
+
+    /// Lets go of every JavaScript object the bridge holds: before its runtime ends.
+    pub fn let_go(&self) {
+        drop(self.take_read());
+        self.records.clear();
     }
 
     fn table(&self, database: &str, table: &str) -> Result<Table, (Code, String)> {
@@ -239,7 +251,20 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                         to_js(&ctx, &Value::Object(record))
                     }
                     Ok(Some(Read::Body(body))) => {
-                        let (frozen, nested) = record_to_js(&ctx, &body)?;
+                        let kept = match &body {
+                            lyre_core::RecordBody::Stored(bytes) => b.records.get(&ctx, &db, &table, bytes),
+                            lyre_core::RecordBody::Decoded(_) => None,
+                        };
+                        let (frozen, nested) = match kept {
+                            Some(object) => (object, false),
+                            None => {
+                                let (frozen, nested) = record_to_js(&ctx, &body)?;
+                                if let (false, lyre_core::RecordBody::Stored(bytes)) = (nested, &body) {
+                                    b.records.keep(&ctx, &db, &table, bytes, &frozen);
+                                }
+                                (frozen, nested)
+                            }
+                        };
                         // Only a flat record is answered from its bytes: freezing leaves
                         // nested objects, arrays and bytes changeable, and a handler
                         // answering with a record it changed inside must be answered

@@ -456,7 +456,7 @@ fn not_text() -> BuildError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use lyre_core::{Object as Record, RecordBody, Value};
     use proptest::prelude::*;
     use rquickjs::{Context, Ctx, Runtime};
@@ -465,7 +465,7 @@ mod tests {
     use crate::script::convert::to_js;
 
     /// Runs `f` in a fresh JavaScript context.
-    fn in_js<T>(f: impl FnOnce(&Ctx<'_>) -> T) -> T {
+    pub(in crate::script) fn in_js<T>(f: impl FnOnce(&Ctx<'_>) -> T) -> T {
         let runtime = Runtime::new().unwrap();
         let context = Context::full(&runtime).unwrap();
         context.with(|ctx| f(&ctx))

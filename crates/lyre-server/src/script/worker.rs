@@ -173,12 +173,32 @@ struct Js {
     /// other job (the runtime is not whole yet).
     loading: Cell<bool>,
     settings: ScriptSettings,
+    /// The prelude's request entry points, once it is evaluated.
+    entries: std::cell::OnceCell<Entries>,
+}
+
+/// The prelude's functions every request calls, held rather than looked up among
+/// the globals per request.
+struct Entries {
+    /// `__lyre_dispatch`: answers a REST request.
+    dispatch: rquickjs::Persistent<Function<'static>>,
+    /// `__lyre_settled`: answers a request whose handler's promise settled.
+    settled: rquickjs::Persistent<Function<'static>>,
+}
+
+impl Entries {
+    fn of(ctx: &Ctx<'_>) -> rquickjs::Result<Self> {
+        let globals = ctx.globals();
+        let held = |name: &str| globals.get::<_, Function>(name).map(|f| rquickjs::Persistent::save(ctx, f));
+        Ok(Self { dispatch: held("__lyre_dispatch")?, settled: held("__lyre_settled")? })
+    }
 }
 
 impl Drop for Js {
     fn drop(&mut self) {
-        // The record it holds is let go while its runtime still lives.
-        drop(self.bridge.take_read());
+        // The objects it holds are let go while their runtime still lives.
+        self.bridge.let_go();
+        drop(self.entries.take());
         self.web.cancel_all();
         self.driver.abort();
     }
@@ -199,15 +219,33 @@ impl Js {
         runtime.set_loader(modules.clone(), modules.clone()).await;
         let context =
             AsyncContext::full(&runtime).await.map_err(|e| format!("the JavaScript context could not start: {e}"))?;
-        let bridge = Rc::new(Bridge::new(spec.engine.clone(), spec.grammar.clone(), spec.next.clone()));
+        let bridge = Rc::new(Bridge::new(
+            spec.engine.clone(),
+            spec.grammar.clone(),
+            spec.next.clone(),
+            spec.settings.record_cache,
+        ));
         let (timers, due) = mpsc::unbounded_channel();
         let web = Rc::new(Web::new(timers, spec.settings.timeout, spec.settings.memory_limit));
         let driver = tokio::task::spawn_local(runtime.drive());
         let due = Mutex::new(due);
         let queues = queues.clone();
         let loading = Cell::new(true);
-        let js = Js { context, deadline, bridge, web, due, driver, queues, loading, settings: spec.settings.clone() };
+        let js = Js {
+            context,
+            deadline,
+            bridge,
+            web,
+            due,
+            driver,
+            queues,
+            loading,
+            settings: spec.settings.clone(),
+            entries: std::cell::OnceCell::new(),
+        };
         let report = js.load(&spec.components, &modules).await?;
+        let entries = js.context.with(|ctx| Entries::of(&ctx).map_err(|e| describe(&ctx, e, None))).await;
+        let _ = js.entries.set(entries.map_err(|e| format!("Lyre's JavaScript API failed to start: {e}"))?);
         js.loading.set(false);
         Ok((js, report))
     }
@@ -326,10 +364,23 @@ impl Js {
         self.judge(outcome, format_args!("a JavaScript request for {}", request.export.path))
     }
 
+    /// The prelude's entry point `name` (held once the prelude is evaluated).
+    fn entry<'js>(
+        &self,
+        ctx: &Ctx<'js>,
+        held: fn(&Entries) -> &rquickjs::Persistent<Function<'static>>,
+        name: &str,
+    ) -> rquickjs::Result<Function<'js>> {
+        match self.entries.get() {
+            Some(entries) => held(entries).clone().restore(ctx),
+            None => ctx.globals().get(name),
+        }
+    }
+
     /// A request's answer, computed in `ctx`.
     async fn serve_in<'js>(&self, ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> Result<ScriptReply, String> {
         let run = async || -> rquickjs::Result<ScriptReply> {
-            let dispatch: Function = ctx.globals().get("__lyre_dispatch")?;
+            let dispatch = self.entry(ctx, |e| &e.dispatch, "__lyre_dispatch")?;
             let answer: rquickjs::Value = dispatch.call_arg(dispatch_args(ctx, request, handle)?)?;
             let reply = match answer.as_promise() {
                 Some(promise) => {
@@ -353,7 +404,7 @@ impl Js {
                         Err(rquickjs::Error::Exception) => (ctx.catch(), true),
                         Err(other) => return Err(other),
                     };
-                    let settled: Function = ctx.globals().get("__lyre_settled")?;
+                    let settled = self.entry(ctx, |e| &e.settled, "__lyre_settled")?;
                     settled.call((handle, value, failed))?
                 }
                 // A synchronous handler's answer: nothing to wait for.

@@ -1461,3 +1461,67 @@ async fn a_handler_answering_with_the_record_it_read_answers_what_the_table_does
     let (status, _, body) = s.rest_send(Method::GET, "/PricedAsRead/p", None, &[]).await;
     assert_eq!((status, body), (200, json!({"id": "p", "price": 2.5, "taxed": 5})));
 }
+
+const SEEN_SCHEMA: &str = r#"
+type Thing @table @export { id: ID @primaryKey name: String list: [Int] }
+"#;
+/// `Seen` answers whether the record it read is the very object the request before
+/// read (one worker: `JAVASCRIPT_THREADS=1`), and what it read.
+const SEEN_RESOURCES: &str = r#"
+let last;
+export class Seen extends tables.Thing {
+	static loadAsInstance = false;
+	async get(target) {
+		const record = await super.get(target);
+		const same = record === last;
+		last = record;
+		return { same, frozen: Object.isFrozen(record), name: record.name, list: record.list ?? null };
+	}
+}
+export class Pushed extends tables.Thing {
+	static loadAsInstance = false;
+	async get(target) {
+		const record = await super.get(target);
+		record.list.push(record.list.length);
+		return record;
+	}
+}
+"#;
+
+#[tokio::test]
+async fn a_record_read_again_unchanged_is_the_same_frozen_object_and_a_change_is_read_at_once() {
+    let s = scripted_app("seen", SEEN_SCHEMA, SEEN_RESOURCES, &[("JAVASCRIPT_THREADS", "1")]).await;
+    s.ok(json!({"operation": "insert", "table": "Thing", "records": [{"id": "a", "name": "one"}]})).await;
+    let seen = |same: bool, name: &str| json!({"same": same, "frozen": true, "name": name, "list": null});
+    let (status, _, body) = s.rest_send(Method::GET, "/Seen/a", None, &[]).await;
+    assert_eq!((status, body), (200, seen(false, "one")));
+    // Read again unchanged: the worker gives the object it built (storage.caching).
+    let (status, _, body) = s.rest_send(Method::GET, "/Seen/a", None, &[]).await;
+    assert_eq!((status, body), (200, seen(true, "one")));
+    // Changed: the new record at once, never the kept one.
+    s.ok(json!({"operation": "update", "table": "Thing", "records": [{"id": "a", "name": "two"}]})).await;
+    let (status, _, body) = s.rest_send(Method::GET, "/Seen/a", None, &[]).await;
+    assert_eq!((status, body), (200, seen(false, "two")));
+    let (status, _, body) = s.rest_send(Method::GET, "/Seen/a", None, &[]).await;
+    assert_eq!((status, body), (200, seen(true, "two")));
+    // A record holding an array (changeable inside a frozen record) is built afresh
+    // for each read: what one request changed inside it no other request sees.
+    s.ok(json!({"operation": "insert", "table": "Thing", "records": [{"id": "n", "name": "nested", "list": [7]}]}))
+        .await;
+    for _ in 0..2 {
+        let (status, _, body) = s.rest_send(Method::GET, "/Pushed/n", None, &[]).await;
+        assert_eq!((status, body), (200, json!({"id": "n", "name": "nested", "list": [7, 1]})));
+        let (status, _, body) = s.rest_send(Method::GET, "/Seen/n", None, &[]).await;
+        assert_eq!((status, body["same"].clone(), body["list"].clone()), (200, json!(false), json!([7])));
+    }
+    drop(s);
+    // `storage.caching: false` (Harper's key) keeps nothing: each read builds anew.
+    let s =
+        scripted_app("seen", SEEN_SCHEMA, SEEN_RESOURCES, &[("JAVASCRIPT_THREADS", "1"), ("STORAGE_CACHING", "false")])
+            .await;
+    s.ok(json!({"operation": "insert", "table": "Thing", "records": [{"id": "a", "name": "one"}]})).await;
+    for _ in 0..2 {
+        let (status, _, body) = s.rest_send(Method::GET, "/Seen/a", None, &[]).await;
+        assert_eq!((status, body), (200, seen(false, "one")));
+    }
+}
