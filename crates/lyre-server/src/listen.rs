@@ -54,6 +54,17 @@ fn request_threads(config: &Config) -> usize {
     }
 }
 
+/// What the records each JavaScript worker keeps for reading again may cost
+/// (`storage.caching`): a sixteenth of what its runtime may allocate, 16 MiB when
+/// that is unlimited (`javascript.memoryLimit: 0`), nothing with caching off.
+fn record_cache_budget(config: &Config) -> usize {
+    match (config.storage.caching, config.javascript.memory_limit) {
+        (false, _) => 0,
+        (true, 0) => 16 << 20,
+        (true, limit) => limit / 16,
+    }
+}
+
 /// One run of the server, until it is asked to stop or restart.
 fn run_once(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit> {
     let _log_guard = telemetry::init(&config.root().join("log"), config.logging.level.as_str())
@@ -171,8 +182,7 @@ async fn serve(config: Config, dev_app: Option<PathBuf>) -> anyhow::Result<Exit>
                 n => n,
             },
             memory_limit: config.javascript.memory_limit,
-            // A sixteenth of what a runtime may allocate.
-            record_cache: if config.storage.caching { config.javascript.memory_limit / 16 } else { 0 },
+            record_cache: record_cache_budget(&config),
             timeout: config.javascript.timeout.0,
             expose_errors: development,
         },

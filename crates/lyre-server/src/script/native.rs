@@ -19,7 +19,7 @@ use rquickjs::{Array, Ctx, Exception, Function, Object as JsObject, TypedArray};
 
 use super::convert::{from_js, to_js};
 use super::record::record_to_js;
-use super::record_cache::RecordCache;
+use super::record_cache::{RecordCache, RecordKey};
 use super::{HttpNext, NextRequest, Phase, RestGrammar};
 
 /// The most records one search from a script returns; past it the script is told
@@ -251,8 +251,9 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                         to_js(&ctx, &Value::Object(record))
                     }
                     Ok(Some(Read::Body(body))) => {
+                        let key = RecordKey { database: &db, table: &table, id: &id };
                         let kept = match &body {
-                            lyre_core::RecordBody::Stored(bytes) => b.records.get(&ctx, &db, &table, bytes),
+                            lyre_core::RecordBody::Stored(bytes) => b.records.get(&ctx, key, bytes),
                             lyre_core::RecordBody::Decoded(_) => None,
                         };
                         let (frozen, nested) = match kept {
@@ -260,7 +261,7 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                             None => {
                                 let (frozen, nested) = record_to_js(&ctx, &body)?;
                                 if let (false, lyre_core::RecordBody::Stored(bytes)) = (nested, &body) {
-                                    b.records.keep(&ctx, &db, &table, bytes, &frozen);
+                                    b.records.keep(&ctx, key, bytes, &frozen);
                                 }
                                 (frozen, nested)
                             }

@@ -1504,6 +1504,18 @@ async fn a_record_read_again_unchanged_is_the_same_frozen_object_and_a_change_is
     assert_eq!((status, body), (200, seen(false, "two")));
     let (status, _, body) = s.rest_send(Method::GET, "/Seen/a", None, &[]).await;
     assert_eq!((status, body), (200, seen(true, "two")));
+    // A role that may read only some attributes gets its own object, without the
+    // others, never the one kept for a user who reads them all.
+    s.ok(json!({"operation": "add_role", "role": "id_reader", "permission": {"data": {"tables": {
+        "Thing": {"read": true, "insert": false, "update": false, "delete": false,
+                  "attribute_permissions": [{"attribute_name": "id", "read": true, "insert": false, "update": false}]}}}}}))
+        .await;
+    s.ok(json!({"operation": "add_user", "username": "i", "password": "pw", "role": "id_reader", "active": true}))
+        .await;
+    let (status, body) = s.rest_as("i", "pw", Method::GET, "/Seen/a", None).await;
+    assert_eq!((status, body), (200, json!({"same": false, "frozen": true, "list": null})));
+    let (status, _, body) = s.rest_send(Method::GET, "/Seen/a", None, &[]).await;
+    assert_eq!((status, body), (200, seen(false, "two")));
     // A record holding an array (changeable inside a frozen record) is built afresh
     // for each read: what one request changed inside it no other request sees.
     s.ok(json!({"operation": "insert", "table": "Thing", "records": [{"id": "n", "name": "nested", "list": [7]}]}))
