@@ -97,7 +97,7 @@
 	 * asks the permission hooks first. REST's dispatch calls it directly.
 	 */
 	function invokeNow(Class, method, argument, data, context) {
-		const target = targetOf(argument);
+		const target = argument instanceof RequestTarget ? argument : targetOf(argument);
 		const legacy = Class.loadAsInstance !== false;
 		if (WRITES_TAKE_DATA.has(method) && data === undefined && argument && typeof argument === 'object' && !(argument instanceof RequestTarget)) {
 			// put(record): the id is the record's own.
@@ -127,6 +127,8 @@
 				return callHandler(Class, resource, method, target, data, legacy);
 			})();
 		}
+		// A read of the newer mode without callHandler's call (QuickJS calls are dear).
+		if (!legacy && method === 'get' && typeof resource.get === 'function') return resource.get(target);
 		return callHandler(Class, resource, method, target, data, legacy);
 	}
 
@@ -483,7 +485,9 @@
 				if (legacy) return this[LOADED] ? this : undefined;
 				// The common case without guarded's closure: no hook of the class's own to ask.
 				if (this.allowRead === TableClass.prototype.allowRead || !target?.checkPermission) {
-					return readRecord(id, handleFor(this, target));
+					// A request's target carries its handle: handleFor's first case, inline.
+					const handle = target?.checkPermission && target[CONTEXT_HANDLE] !== undefined ? target[CONTEXT_HANDLE] : handleFor(this, target);
+					return readRecord(id, handle);
 				}
 				return guarded(this, 'allowRead', target, target, (handle) => readRecord(id, handle));
 			}
@@ -706,12 +710,29 @@
 		};
 	}
 
-	// What a request's context fetched or made when first asked, by context: not
-	// private fields (a context never asked pays nothing for them), and not properties
-	// (a script may freeze or copy its context).
+	// What a request's context fetched or made when first asked, by context (or by its
+	// handle's slot): not private fields (a context never asked pays nothing for them),
+	// and not properties (a script may freeze or copy its context).
 	const contextUsers = new WeakMap();
 	const contextRequestHeaders = new WeakMap();
-	const contextResponseHeaders = new WeakMap();
+	/**
+	 * What belongs to a request while it is answered, by its handle's slot (native.rs
+	 * keeps its handles in a ring of as many): plain arrays, which QuickJS reads far
+	 * cheaper than a `Map` or a `WeakMap`. A slot is the request's only while the
+	 * handle kept beside it is the request's.
+	 */
+	const SLOTS = 1024;
+	/** A handle's slot is `handle & SLOT_OF` (written inline: QuickJS calls are dear). */
+	const SLOT_OF = SLOTS - 1;
+	/** An array of `SLOTS` elements `fill`, made by pushing (so QuickJS keeps it a fast array). */
+	const slots = (fill) => {
+		const array = [];
+		for (let i = 0; i < SLOTS; i++) array.push(fill);
+		return array;
+	};
+	/** The headers a request's script set on its response, and whose they are. */
+	const responseHeaders = slots(undefined);
+	const responseHeadersOf = slots(-1);
 
 	/** What `context` keeps in `kept`, made by `make` when first asked. */
 	function keptFor(kept, context, make) {
@@ -759,12 +780,22 @@
 			});
 		}
 		get responseHeaders() {
-			return keptFor(contextResponseHeaders, this, () => new Headers());
+			const handle = this[CONTEXT_HANDLE];
+			const slot = handle & SLOT_OF;
+			if (responseHeadersOf[slot] !== handle) {
+				responseHeaders[slot] = new Headers();
+				responseHeadersOf[slot] = handle;
+			}
+			return responseHeaders[slot];
 		}
-		/** The headers a script set on the response, as pairs (`undefined` when none). */
-		responsePairs() {
-			return contextResponseHeaders.get(this)?.pairs();
-		}
+	}
+
+	/** The headers a script set on the response in `slot`, as pairs, let go. */
+	function takeResponsePairs(slot) {
+		responseHeadersOf[slot] = -1;
+		const headers = responseHeaders[slot];
+		responseHeaders[slot] = undefined;
+		return headers.pairs();
 	}
 
 	function pairsOf(headers) {
@@ -776,7 +807,8 @@
 
 	/** A handler's result as Lyre answers it: `[status, headers, value, body]` (headers `undefined` when none). */
 	function reply(result, method, context) {
-		const headers = context.responsePairs();
+		const handle = context[CONTEXT_HANDLE];
+		const headers = responseHeadersOf[handle & SLOT_OF] === handle ? takeResponsePairs(handle & SLOT_OF) : undefined;
 		if (result === undefined || result === null) {
 			return [method === 'GET' || method === 'HEAD' ? 404 : 204, headers];
 		}
@@ -815,19 +847,21 @@
 	const METHODS = { GET: 'get', HEAD: 'get', PUT: 'put', PATCH: 'patch', POST: 'post', DELETE: 'delete' };
 
 	/**
-	 * The contexts of requests whose handler answered with a promise, by handle, until
-	 * Lyre reads the promise's outcome and asks for the answer (`settled`). Lyre reads a
-	 * promise settled within its call at once: no async frame and no job wait for it.
+	 * The contexts of requests whose handler answered with a promise, by their handle's
+	 * slot, until Lyre reads the promise's outcome and asks for the answer (`settled`).
+	 * Lyre reads a promise settled within its call at once: no async frame and no job
+	 * wait for it.
 	 */
-	const waiting = new Map();
-	/** Past this many, the oldest entry of `waiting` is dropped (native.rs keeps as many handles). */
-	const MOST_WAITING = 1024;
+	const waiting = slots(undefined);
 
 	/** A handler's settled promise's outcome (`failed`: rejected with `value`) as Lyre answers it. */
 	function settled(handle, value, failed) {
-		const context = waiting.get(handle);
-		waiting.delete(handle);
-		if (!context) return failure(new ServerError('the request was answered already'), 'GET');
+		const slot = handle & SLOT_OF;
+		const context = waiting[slot];
+		if (context === undefined || context[CONTEXT_HANDLE] !== handle) {
+			return failure(new ServerError('the request was answered already'), 'GET');
+		}
+		waiting[slot] = undefined;
 		if (failed) return failure(value, context.method);
 		try {
 			return reply(value, context.method, context);
@@ -870,8 +904,7 @@
 						? Class[method](target, data, context)
 						: Class[method](target, context);
 			if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
-				waiting.set(handle, context);
-				if (waiting.size > MOST_WAITING) waiting.delete(waiting.keys().next().value);
+				waiting[handle & SLOT_OF] = context;
 				return result instanceof Promise ? result : Promise.resolve(result);
 			}
 			return reply(result, httpMethod, context);
