@@ -434,7 +434,8 @@
 			const id = kind === 'create' ? first?.[primaryKey] : undefined;
 			return Promise.resolve(kind === 'delete' ? true : id);
 		};
-		const sourceKey = `${database}.${table}`;
+		/** Whether `sourcedFrom` made this table a cache of a source (one class per table). */
+		let sourced = false;
 		/**
 		 * Record `id` as `handle` may read it, frozen (or its promise, for a table with
 		 * a source). Lyre keeps a flat one's stored bytes (`native.get`'s last argument):
@@ -442,7 +443,7 @@
 		 * gives it frozen already unless it computes attributes (then it is extensible).
 		 */
 		const readRecord = (id, handle) => {
-			if (!sources.has(sourceKey)) {
+			if (!sourced) {
 				const record = native.get(database, table, id, handle, true);
 				if (record === undefined || !Object.isExtensible(record)) return record;
 				return Object.freeze(withComputed(info, record));
@@ -450,10 +451,6 @@
 			return readThrough(info, id, handle).then((record) => (record === undefined ? undefined : Object.freeze(record)));
 		};
 		const TableClass = class extends Resource {
-			// Written out: QuickJS's implicit one passes its arguments through an array.
-			constructor(id, context) {
-				super(id, context);
-			}
 			static get primaryKey() {
 				return primaryKey;
 			}
@@ -578,6 +575,7 @@
 				const expiration = Number.isFinite(options.expiration) ? options.expiration : null;
 				const declared = { Source, expiration, name: Source.name || 'source' };
 				sources.set(`${database}.${table}`, declared);
+				sourced = true;
 				// One entry per table, however often a script declares it.
 				const at = declaredSources.findIndex((d) => d.database === database && d.table === table);
 				if (at >= 0) declaredSources.splice(at, 1);
