@@ -105,7 +105,7 @@ fn from_js_at<'js>(
             if let Ok(bytes) = TypedArray::<u8>::from_object(object.clone()) {
                 return Ok(Some(Value::Bytes(copy_bytes(&bytes))));
             }
-            if let Ok(to_json) = object.get::<_, Function>("toJSON") {
+            if let Ok(to_json) = object.get::<_, Function>(rquickjs::atom::PredefinedAtom::ToJSON) {
                 let json: rquickjs::Value = to_json.call((rquickjs::function::This(object.clone()),))?;
                 // A `toJSON` returning the object itself would loop: read its fields.
                 if !json.as_object().is_some_and(|o| o == object) {

@@ -579,6 +579,7 @@ export class Web extends Resource {
 			cloned: copy !== original && copy.list[1] !== original.list[1] && copy.list[1].deep && copy.map.get('k') === 'v',
 			base64: [btoa('hello'), atob('aGVsbG8=')],
 			uuid: /^[0-9a-f-]{36}$/.test(crypto.randomUUID()),
+			when: original.when,
 			ticks,
 		};
 	}
@@ -672,6 +673,8 @@ async fn scripts_have_the_web_standard_globals() {
     assert_eq!(body["cloned"], true);
     assert_eq!(body["base64"], json!(["aGVsbG8=", "hello"]));
     assert_eq!(body["uuid"], true);
+    // A `Date` answers as its `toJSON` gives it, as `JSON.stringify` would.
+    assert_eq!(body["when"], "1970-01-01T00:00:00.000Z");
     // The module's interval ran between requests, three times, then stopped.
     let mut ticks = body["ticks"].clone();
     for _ in 0..50 {
