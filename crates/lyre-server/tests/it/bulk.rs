@@ -221,9 +221,10 @@ async fn a_large_file_loads_in_batches_with_bounded_memory() {
     };
     assert_eq!(job["message"], format!("successfully loaded {ROWS} of {ROWS} records"), "{job}");
     // Bounds far above what the load needs (so this is no timing test), far below
-    // the file's size.
+    // the file's size: the heap grew 62-74 MiB in runs alone, 97 MiB once with the
+    // whole suite running beside it (the allocator keeps what it freed longer).
     let heap_mib = anon_peak.saturating_sub(anon_before) >> 10;
-    assert!(heap_mib < 96, "the server's heap grew {heap_mib} MiB loading a {size_mb} MB file");
+    assert!(heap_mib < 128, "the server's heap grew {heap_mib} MiB loading a {size_mb} MB file");
     let resident_mib = resident_peak.saturating_sub(resident_before) >> 10;
     eprintln!("loading {size_mb} MB: heap grew {heap_mib} MiB, resident memory {resident_mib} MiB");
     assert!(resident_mib < 160, "the server's resident memory grew {resident_mib} MiB loading a {size_mb} MB file");
