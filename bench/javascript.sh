@@ -11,8 +11,9 @@
 # With Basic auth, over RECORDS (default 10,000) records, for DURATION seconds
 # (default 8) per round, ROUNDS (default 5) rounds alternating. Reported: requests/s,
 # p50, p99 and the server's CPU per request (from /proc), medians (min–max); Lyre's
-# ratio to Harper 5 for each, and the cost of the JavaScript layer (Lyre's class over
-# its plain GET). The target is 3× Harper.
+# ratio to Harper 5 for each (of the medians, and the median of each round's own
+# ratio), and the cost of the JavaScript layer (Lyre's class over its plain GET).
+# The target is 3× Harper.
 #
 #   bench/javascript.sh
 # Writes bench/results/<date>-javascript.md (REPORT overrides). LYRE_ONLY=1 measures
@@ -151,7 +152,8 @@ done
   echo "| workload | requests/s | p50 µs | p99 µs | CPU µs/request | non-2xx |"
   echo "|---|---|---|---|---|---|"
   awk -F'\t' "$ROUND_STATS"'
-    { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7 }
+    { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7
+      round_rps[$1 "," $2] = $3; rounds[$1] = 1 }
     END {
       split("lyre-plain harper5-plain lyre-class harper5-class lyre-endpoint harper5-endpoint", names, " ")
       for (k = 1; k <= 6; k++) {
@@ -159,6 +161,14 @@ done
         printf "| %s | %.0f (%s) | %.0f | %.0f | %.2f | %d |\n", s, median(rps[s]), span(rps[s]), median(p50[s]), median(p99[s]), median(cpu[s]), err[s]
       }
       printf "\nLyre / Harper 5 (requests/s): plain %.2f×, class %.2f×, endpoint %.2f× (target: 3×)\n", median(rps["lyre-plain"]) / median(rps["harper5-plain"]), median(rps["lyre-class"]) / median(rps["harper5-class"]), median(rps["lyre-endpoint"]) / median(rps["harper5-endpoint"])
+      # Each round runs the two servers seconds apart, so the ratio within a round
+      # leaves out what the load of the machine did between rounds.
+      for (w = 1; w <= 3; w++) {
+        split("plain class endpoint", workloads, " ")
+        per_round[w] = ""
+        for (r in rounds) per_round[w] = per_round[w] " " round_rps[r ",lyre-" workloads[w]] / round_rps[r ",harper5-" workloads[w]]
+      }
+      printf "Median of the per-round ratios: plain %.2f×, class %.2f×, endpoint %.2f×\n", median(per_round[1]), median(per_round[2]), median(per_round[3])
       printf "The JavaScript layer in Lyre: the class answers %.2f× as many requests/s as the plain GET, at %.2f µs more CPU each\n", median(rps["lyre-class"]) / median(rps["lyre-plain"]), median(cpu["lyre-class"]) - median(cpu["lyre-plain"])
     }' "$WORK/rounds.tsv"
   echo
