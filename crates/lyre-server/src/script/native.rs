@@ -251,27 +251,27 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
                         to_js(&ctx, &Value::Object(record))
                     }
                     Ok(Some(Read::Body(body))) => {
+                        // Only a flat record as stored is kept, and answered from its
+                        // bytes: freezing leaves nested objects, arrays and bytes
+                        // changeable, and a handler answering with a record it changed
+                        // inside must be answered with the change.
                         let key = RecordKey { database: &db, table: &table, id: &id };
-                        let kept = match &body {
-                            lyre_core::RecordBody::Stored(bytes) => b.records.get(&ctx, key, bytes),
+                        let stored = match &body {
+                            lyre_core::RecordBody::Stored(bytes) => Some(bytes.as_slice()),
                             lyre_core::RecordBody::Decoded(_) => None,
                         };
-                        let (frozen, nested) = match kept {
-                            Some(object) => (object, false),
+                        let (frozen, flat) = match stored.and_then(|bytes| b.records.get(&ctx, key, bytes)) {
+                            Some(kept) => (kept, true),
                             None => {
                                 let (frozen, nested) = record_to_js(&ctx, &body)?;
-                                if let (false, lyre_core::RecordBody::Stored(bytes)) = (nested, &body) {
+                                if let (false, Some(bytes)) = (nested, stored) {
                                     b.records.keep(&ctx, key, bytes, &frozen);
                                 }
-                                (frozen, nested)
+                                (frozen, !nested)
                             }
                         };
-                        // Only a flat record is answered from its bytes: freezing leaves
-                        // nested objects, arrays and bytes changeable, and a handler
-                        // answering with a record it changed inside must be answered
-                        // with the change.
-                        let stored = !nested && matches!(body, lyre_core::RecordBody::Stored(_));
-                        *b.last_read.borrow_mut() = stored
+                        let answerable = flat && stored.is_some();
+                        *b.last_read.borrow_mut() = answerable
                             .then(|| ReadRecord { object: rquickjs::Persistent::save(&ctx, frozen.clone()), body });
                         Ok(frozen.into_value())
                     }

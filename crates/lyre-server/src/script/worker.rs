@@ -364,23 +364,24 @@ impl Js {
         self.judge(outcome, format_args!("a JavaScript request for {}", request.export.path))
     }
 
-    /// The prelude's entry point `name` (held once the prelude is evaluated).
+    /// The prelude's entry point `held` picks (held once [`Js::start`] evaluated the
+    /// prelude, before any request).
     fn entry<'js>(
         &self,
         ctx: &Ctx<'js>,
         held: fn(&Entries) -> &rquickjs::Persistent<Function<'static>>,
-        name: &str,
     ) -> rquickjs::Result<Function<'js>> {
-        match self.entries.get() {
-            Some(entries) => held(entries).clone().restore(ctx),
-            None => ctx.globals().get(name),
-        }
+        let entries = self
+            .entries
+            .get()
+            .ok_or_else(|| rquickjs::Exception::throw_internal(ctx, "Lyre's JavaScript API is not loaded yet"))?;
+        held(entries).clone().restore(ctx)
     }
 
     /// A request's answer, computed in `ctx`.
     async fn serve_in<'js>(&self, ctx: &Ctx<'js>, request: &ScriptRequest, handle: u32) -> Result<ScriptReply, String> {
         let run = async || -> rquickjs::Result<ScriptReply> {
-            let dispatch = self.entry(ctx, |e| &e.dispatch, "__lyre_dispatch")?;
+            let dispatch = self.entry(ctx, |e| &e.dispatch)?;
             let answer: rquickjs::Value = dispatch.call_arg(dispatch_args(ctx, request, handle)?)?;
             let reply = match answer.as_promise() {
                 Some(promise) => {
@@ -404,7 +405,7 @@ impl Js {
                         Err(rquickjs::Error::Exception) => (ctx.catch(), true),
                         Err(other) => return Err(other),
                     };
-                    let settled = self.entry(ctx, |e| &e.settled, "__lyre_settled")?;
+                    let settled = self.entry(ctx, |e| &e.settled)?;
                     settled.call((handle, value, failed))?
                 }
                 // A synchronous handler's answer: nothing to wait for.
