@@ -10,6 +10,8 @@
 #   lyre     this tree's release build
 #   old      another Lyre build, when OLD=<binary> is set (before/after, same run)
 #   harper   Harper 4.7.29, when HARPER=1 (installed under ~/.cache/lyre-bench on first use)
+#   harper5  Harper 5 built from source (../shared/tools/harper5.sh setup), when HARPER=5;
+#            HARPER="1 5" runs both
 #
 # Every server holds the same RECORDS (default 20,000) YCSB records (ten 100-byte
 # fields); wrk asks `GET /usertable/<random key>` with Basic auth, 32 connections, for
@@ -22,7 +24,7 @@
 # PUTs; WORKLOAD=counters increments one hot counter (`PATCH /counter/c0` with
 # `{"hits": {"__op__": "add", "value": 1}}`). For writes the ceiling reads each body
 # and answers 204, storing nothing: the least any server spends on them. Ratios are
-# to Harper when HARPER=1 (the targets are stated against it), with the ceiling in
+# to each Harper that ran (the targets are stated against it), with the ceiling in
 # the same table. DURABILITY=async sets storage.writeAsync on Lyre and Harper (like
 # for like: neither flushes at commit).
 #
@@ -114,15 +116,24 @@ if [ -n "${OLD:-}" ]; then
   SERVERS[old]="$LYRE_PID 9938"
   load http://127.0.0.1:9937 http://127.0.0.1:9938
 fi
-if [ "${HARPER:-0}" = 1 ]; then
+# Which Harpers run: HARPER=1 (4.7.29), 5, or "1 5".
+has_harper() { [[ " ${HARPER:-} " == *" $1 "* ]]; }
+if has_harper 1; then
   install_harper
   start_harper hot ycsb
   SERVERS[harper]="$(pgrep -n -f "harperdb run" || echo "$HARPER_PID") 9926"
   load http://127.0.0.1:9925 http://127.0.0.1:9926
 fi
+if has_harper 5; then
+  ycsb_app() { install_app "$1" ycsb harper; }
+  start_harper5 hot ycsb_app
+  SERVERS[harper5]="$HARPER_PID $H5_REST"
+  load "http://127.0.0.1:$H5_OPS" "http://127.0.0.1:$H5_REST"
+fi
 ORDER+=(lyre)
 [ -n "${OLD:-}" ] && ORDER+=(old)
-[ "${HARPER:-0}" = 1 ] && ORDER+=(harper)
+has_harper 1 && ORDER+=(harper)
+has_harper 5 && ORDER+=(harper5)
 sleep 5
 
 : >"$WORK/rounds.tsv"
@@ -145,21 +156,23 @@ esac
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared. Each server on CPU 0"
   echo "with one request thread (Lyre THREADS_COUNT=${THREADS:-1}), \`wrk -t1 -c32 -d${SECONDS_PER_ROUND}s\` on CPU 1, $RECORDS records,"
   echo "$WHAT with Basic auth, storage.writeAsync=$ASYNC, $ROUNDS alternating rounds. Medians (min–max); CPU is the"
-  echo "server's user + system time per request. Ratios: the server's median over the ceiling's and over Harper's (when"
-  echo "it ran); p99 ratios are the ceiling's p99 over the server's (so 1.0 is the ceiling's latency)."
+  echo "server's user + system time per request. Ratios: the server's median over the ceiling's and over each Harper's"
+  echo "(when it ran); p99 ratios are the ceiling's p99 over the server's (so 1.0 is the ceiling's latency)."
   echo
-  echo "| server | requests/s | of ceiling | of Harper | p50 µs | p99 µs | p99 vs ceiling | CPU µs/request | non-2xx |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| server | requests/s | of ceiling | of Harper 4.7 | of Harper 5 | p50 µs | p99 µs | p99 vs ceiling | CPU µs/request | non-2xx |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' "$ROUND_STATS"'
     { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7
       if (!($2 in seen)) { seen[$2] = 1; order[++count] = $2 } }
     END {
       base = median(rps["ceiling"]); base99 = median(p99["ceiling"])
       harper = ("harper" in seen) ? median(rps["harper"]) : 0
+      harper5 = ("harper5" in seen) ? median(rps["harper5"]) : 0
       for (k = 1; k <= count; k++) {
         s = order[k]; m = median(rps[s]); q = median(p99[s])
         versus = harper ? sprintf("%.2f", m / harper) : "–"
-        printf "| %s | %.0f (%s) | %.2f | %s | %.0f | %.0f (%s) | %.2f | %.2f | %d |\n", s, m, span(rps[s]), m / base, versus, median(p50[s]), q, span(p99[s]), base99 / q, median(cpu[s]), err[s]
+        versus5 = harper5 ? sprintf("%.2f", m / harper5) : "–"
+        printf "| %s | %.0f (%s) | %.2f | %s | %s | %.0f | %.0f (%s) | %.2f | %.2f | %d |\n", s, m, span(rps[s]), m / base, versus, versus5, median(p50[s]), q, span(p99[s]), base99 / q, median(cpu[s]), err[s]
       }
     }' "$WORK/rounds.tsv"
   echo

@@ -24,7 +24,6 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_ROUND=${DURATION:-8}
 RECORDS=${RECORDS:-10000}
-HARPER5=${HARPER5:-$ROOT/../shared/tools/harper5.sh}
 REPORT=${REPORT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-javascript.md}
 WORK=$(mktemp -d /tmp/lyre-javascript.XXXXXX)
 
@@ -65,29 +64,12 @@ export class Hello extends Resource {
 JS
 }
 
-# Harper 5 on CPU 0, ports 19925/19926; the first run installs, the second loads the app.
-H_OPS=19925
-H_REST=19926
-start_harper5() {
-  local root=$WORK/harper5
-  port_free "$H_OPS"
-  setsid "$HARPER5" run "$root" "$H_OPS" "$H_REST" 11883 >"$root.log" 2>&1 &
-  local pid=$!
-  wait_health "$H_OPS"
-  kill -TERM -- "-$pid"
-  while curl -fs -m 1 "http://127.0.0.1:$H_OPS/health" >/dev/null 2>&1; do sleep 0.2; done
-  sleep 1
-  write_app "$root"
-  setsid taskset -c 0 env HARPER5_STRICT_AUTH=1 LOGGING_LEVEL=warn \
-    "$HARPER5" run "$root" "$H_OPS" "$H_REST" 11883 >>"$root.log" 2>&1 &
-  HARPER_PID=$!
-  PIDS+=("$HARPER_PID")
-  wait_health "$H_OPS"
-}
+H_OPS=$H5_OPS
+H_REST=$H5_REST
 
 write_app "$WORK/lyre-javascript/root"
 start_lyre javascript
-[ -n "$LYRE_ONLY" ] || start_harper5
+[ -n "$LYRE_ONLY" ] || start_harper5 javascript write_app
 
 AUTH="admin:password"
 records=$(seq 0 $((RECORDS - 1)) | awk '{printf "%s{\"id\":\"d%d\",\"name\":\"Dog %d\",\"breed\":\"breed %d\",\"age\":%d}", (NR > 1 ? "," : ""), $1, $1, $1 % 50, $1 % 15}')

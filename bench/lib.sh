@@ -97,6 +97,33 @@ start_harper() {
   wait_health 9925
 }
 
+# Harper 5, built from source by ../shared/tools/harper5.sh (HARPER5 overrides where
+# that script is), on CPU 0 with root $WORK/harper5-$1 and ports H5_OPS, H5_REST;
+# `$2 <root>` writes the application into the root. Requires credentials from
+# localhost too (as Lyre does). The first run installs (without writeAsync, which an
+# install cannot take), the second loads the application with storage.writeAsync
+# $ASYNC. Sets HARPER_PID.
+HARPER5=${HARPER5:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/tools/harper5.sh}
+H5_OPS=${H5_OPS:-19925}
+H5_REST=${H5_REST:-19926}
+start_harper5() {
+  local root=$WORK/harper5-$1 pid
+  [ -d "$HOME/.cache/harper5/src" ] || { echo "Harper 5 is needed: HARPER_MIRROR=<git dir> $HARPER5 setup" >&2; return 1; }
+  port_free "$H5_OPS"
+  setsid "$HARPER5" run "$root" "$H5_OPS" "$H5_REST" 11883 >"$root.log" 2>&1 &
+  pid=$!
+  wait_health "$H5_OPS"
+  kill -TERM -- "-$pid"
+  while curl -fs -m 1 "http://127.0.0.1:$H5_OPS/health" >/dev/null 2>&1; do sleep 0.2; done
+  sleep 1
+  "$2" "$root"
+  setsid taskset -c 0 env HARPER5_STRICT_AUTH=1 LOGGING_LEVEL=warn STORAGE_WRITEASYNC="${ASYNC:-false}" \
+    "$HARPER5" run "$root" "$H5_OPS" "$H5_REST" 11883 >>"$root.log" 2>&1 &
+  HARPER_PID=$!
+  PIDS+=("$HARPER_PID")
+  wait_health "$H5_OPS"
+}
+
 # Starts a fresh Lyre on CPU 0 (with the YCSB application when $2 is set); sets LYRE_PID.
 # Optional: $3 the binary (default $LYRE), $4 and $5 its Operations API and REST ports
 # (default $LYRE_PORT, $LYRE_REST); THREADS (default 1) request threads.
