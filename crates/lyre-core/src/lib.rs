@@ -35,6 +35,7 @@ mod error;
 pub mod failpoint;
 mod footprint;
 mod index;
+mod json_escape;
 pub mod lifecycle;
 pub mod query;
 mod raw;

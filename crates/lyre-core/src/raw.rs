@@ -152,6 +152,11 @@ impl<'a> Reader<'a> {
     /// as their text (as `Value`'s decoder reads them).
     fn key(&mut self) -> Result<Cow<'a, str>, &'static str> {
         let marker = self.marker()?;
+        self.key_of(marker)
+    }
+
+    /// [`Reader::key`] whose marker was read already.
+    fn key_of(&mut self, marker: Marker) -> Result<Cow<'a, str>, &'static str> {
         Ok(match self.scalar(marker)? {
             Scalar::Str(s) => Cow::Borrowed(s),
             Scalar::Int(i) => Cow::Owned(i.to_string()),
@@ -159,6 +164,18 @@ impl<'a> Reader<'a> {
             Scalar::Bin(b) => Cow::Borrowed(std::str::from_utf8(b).map_err(|_| "map key is not UTF-8")?),
             _ => return Err("stored map key is not a string"),
         })
+    }
+
+    /// The bytes of the text `marker` starts, unchecked (`None` for another type):
+    /// JSON output checks them as it escapes them.
+    fn text_bytes(&mut self, marker: Marker) -> Result<Option<&'a [u8]>, &'static str> {
+        Ok(Some(match marker {
+            Marker::FixStr(n) => self.take(usize::from(n))?,
+            Marker::Str8 => self.sized(1)?,
+            Marker::Str16 => self.sized(2)?,
+            Marker::Str32 => self.sized(4)?,
+            _ => return Ok(None),
+        }))
     }
 
     /// The next value, decoded.
@@ -281,8 +298,8 @@ impl<'a> Reader<'a> {
 
 /// Writes the MessagePack value `bytes` holds as JSON, byte for byte what
 /// `serde_json` writes for the decoded `Value` (the tests hold it to that), but in
-/// one pass with no serializer in between and strings checked eight bytes at a
-/// time: the body of every whole-record JSON read. On error `out` holds a partial
+/// one pass with no serializer in between and strings checked sixteen bytes at a
+/// time (`json_escape.rs`): the body of every whole-record JSON read. On error `out` holds a partial
 /// value and must be discarded.
 pub fn write_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
     let mut reader = Reader(bytes);
@@ -298,6 +315,9 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
         return Err("stored value nests too deeply");
     }
     let marker = reader.marker()?;
+    if let Some(text) = reader.text_bytes(marker)? {
+        return json_text(text, out);
+    }
     match reader.scalar(marker)? {
         Scalar::Nil => out.extend_from_slice(b"null"),
         Scalar::Bool(true) => out.extend_from_slice(b"true"),
@@ -312,7 +332,7 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
             let _ = serde_json::ser::CompactFormatter.write_f64(out, f);
         }
         Scalar::Float(_) => out.extend_from_slice(b"null"),
-        Scalar::Str(s) => json_string(s, out),
+        Scalar::Str(s) => json_text(s.as_bytes(), out)?,
         Scalar::Blob(blob) => {
             serde_json::to_writer(&mut *out, &blob.placeholder()).map_err(|_| "a blob did not render")?;
         }
@@ -342,7 +362,11 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
                 if n > 0 {
                     out.push(b',');
                 }
-                json_string(&reader.key()?, out);
+                let marker = reader.marker()?;
+                match reader.text_bytes(marker)? {
+                    Some(text) => json_text(text, out)?,
+                    None => json_text(reader.key_of(marker)?.as_bytes(), out)?,
+                }
                 out.push(b':');
                 json_value(reader, out, depth + 1)?;
             }
@@ -352,66 +376,9 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
     Ok(())
 }
 
-/// `s` as a JSON string, escaped as `serde_json` escapes: `"` and `\`, the control
-/// characters (the short forms where JSON has them, else `\u00xx`), nothing else.
-fn json_string(s: &str, out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = s.as_bytes();
-    out.reserve(bytes.len() + 2);
-    out.push(b'"');
-    let mut clean = 0;
-    let mut at = 0;
-    while at < bytes.len() {
-        // Eight bytes at a time while none needs escaping.
-        if let Some(chunk) = bytes.get(at..at + 8) {
-            let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-            if !needs_escape(word) {
-                at += 8;
-                continue;
-            }
-        }
-        let byte = bytes[at];
-        let short = match byte {
-            b'"' => Some(b'"'),
-            b'\\' => Some(b'\\'),
-            b'\n' => Some(b'n'),
-            b'\r' => Some(b'r'),
-            b'\t' => Some(b't'),
-            0x08 => Some(b'b'),
-            0x0c => Some(b'f'),
-            0x00..=0x1f => None,
-            _ => {
-                at += 1;
-                continue;
-            }
-        };
-        out.extend_from_slice(&bytes[clean..at]);
-        match short {
-            Some(letter) => out.extend_from_slice(&[b'\\', letter]),
-            None => out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 15)],
-            ]),
-        }
-        at += 1;
-        clean = at;
-    }
-    out.extend_from_slice(&bytes[clean..]);
-    out.push(b'"');
-}
-
-/// Whether any of the eight bytes in `word` is `"`, `\\` or below 0x20 (may say yes
-/// for a clean word next to one that is not; never says no for one that is not).
-fn needs_escape(word: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
-    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
-    (below_space | zero_in(word ^ (ONES * u64::from(b'"'))) | zero_in(word ^ (ONES * u64::from(b'\\')))) != 0
+/// Stored text as a JSON string (`json_escape.rs`), refused when it is not UTF-8.
+fn json_text(text: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
+    crate::json_escape::write_string(text, out).map_err(|_| "stored string is not UTF-8")
 }
 
 /// Decodes the MessagePack value at the start of `bytes` into the [`Value`] that

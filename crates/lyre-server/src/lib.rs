@@ -4,6 +4,7 @@
 //! [`lyre_core::Table`]); this crate has no dependency on lyre-store. Harper's wire
 //! shapes (messages, field names, status codes) live here and nowhere else.
 
+pub mod alloc;
 mod app;
 mod bulk;
 mod cache;

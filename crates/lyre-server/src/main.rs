@@ -3,11 +3,9 @@
 use clap::Parser;
 use lyre_server::cli::Command;
 
-/// mimalloc instead of glibc malloc: a request allocates and frees many small buffers
-/// across threads, and glibc's free/consolidate paths were a fifth of the server's CPU
-/// time on the write benchmarks (perf, `counters` workload).
+/// mimalloc instead of glibc malloc (`alloc.rs` says why, and how it is asked).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: lyre_server::alloc::Allocator = lyre_server::alloc::Allocator;
 
 fn main() -> anyhow::Result<()> {
     let cli = lyre_server::cli::Cli::parse();

@@ -98,7 +98,7 @@ pub(crate) struct Inner {
     pub(crate) derived: BytesDb,
     /// Handles of tables opened so far. Only committed handles enter this map; a
     /// dropped table's entry is moved to `free` when the next table is created.
-    pub(crate) tables: RwLock<HashMap<String, TableStore>>,
+    pub(crate) tables: RwLock<HashMap<String, TableStore, foldhash::fast::RandomState>>,
     /// Emptied slots of dropped tables, for reuse: LMDB never forgets a named
     /// sub-database, so without reuse every table name ever created would use up a
     /// slot for good.
@@ -144,7 +144,7 @@ impl Database {
                 meta,
                 txlog,
                 derived,
-                tables: RwLock::new(HashMap::new()),
+                tables: RwLock::new(HashMap::default()),
                 free: RwLock::new(Vec::new()),
                 committed,
                 snapshots: Default::default(),

@@ -112,24 +112,40 @@ pub fn encode_key_into(value: KeyValue<'_>, out: &mut Vec<u8>) -> Result<bool> {
         }
         KeyValue::Str(s) => {
             out.push(TAG_STRING);
-            let mut written = 0usize;
-            for &b in s.as_bytes() {
-                let width = if b == 0 { 2 } else { 1 };
-                if written + width > MAX_KEY_STRING_BYTES {
-                    out.extend_from_slice(&[ESCAPE, TRUNCATED_END]);
-                    return Ok(true);
-                }
-                if b == 0 {
-                    out.extend_from_slice(&[ESCAPE, ESCAPED_ZERO]);
-                } else {
-                    out.push(b);
-                }
-                written += width;
+            // Most keys: short enough to keep whole and without a zero byte to
+            // escape, so they are copied as they are (what the loop below writes
+            // for them, a byte at a time).
+            if s.len() <= MAX_KEY_STRING_BYTES && !s.as_bytes().contains(&0) {
+                out.extend_from_slice(s.as_bytes());
+                out.extend_from_slice(&[ESCAPE, END]);
+                return Ok(false);
             }
-            out.extend_from_slice(&[ESCAPE, END]);
+            return Ok(escape_string_key(s.as_bytes(), out));
         }
     }
     Ok(false)
+}
+
+/// Appends a string key's bytes (after its tag) a byte at a time: zero bytes
+/// escaped, cut at `MAX_KEY_STRING_BYTES` with the truncation mark (true then), else
+/// ended. The general case of `encode_key_into`'s strings.
+fn escape_string_key(bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    let mut written = 0usize;
+    for &b in bytes {
+        let width = if b == 0 { 2 } else { 1 };
+        if written + width > MAX_KEY_STRING_BYTES {
+            out.extend_from_slice(&[ESCAPE, TRUNCATED_END]);
+            return true;
+        }
+        if b == 0 {
+            out.extend_from_slice(&[ESCAPE, ESCAPED_ZERO]);
+        } else {
+            out.push(b);
+        }
+        written += width;
+    }
+    out.extend_from_slice(&[ESCAPE, END]);
+    false
 }
 
 /// Appends the key prefix shared by every string starting with `prefix`: the string
@@ -501,6 +517,15 @@ mod tests {
             let key = encode_key(KeyValue::Str(&s)).unwrap().0;
             let inside = key.as_slice() >= prefix.as_slice() && key < upper;
             prop_assert_eq!(inside, s.starts_with(&p), "{:?} {:?}", p, s);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn a_plain_string_key_is_what_the_escaping_loop_writes(s in "[^\\x00]{0,80}|[a-z]{240,260}|[a-z\\x00]{0,260}") {
+            let mut looped = vec![TAG_STRING];
+            let truncated = escape_string_key(s.as_bytes(), &mut looped);
+            prop_assert_eq!(encode_key(KeyValue::Str(&s)).unwrap(), (looped, truncated));
         }
     }
 

@@ -237,8 +237,9 @@ pub struct TableSchema {
     /// the epoch), which overrides `expiration` for a record that has one.
     #[serde(default)]
     pub expires_at: Option<String>,
+    /// Attribute positions by name (foldhash: read on every request, see `Object`).
     #[serde(skip)]
-    by_name: HashMap<String, usize>,
+    by_name: HashMap<String, usize, foldhash::fast::RandomState>,
 }
 
 impl TableSchema {
@@ -329,7 +330,7 @@ pub struct DatabaseSchema {
     /// The database's name.
     pub name: String,
     /// Tables in creation order.
-    pub tables: IndexMap<String, Arc<TableSchema>>,
+    pub tables: IndexMap<String, Arc<TableSchema>, foldhash::fast::RandomState>,
     /// Next attribute id to hand out (ids are never reused within a database, so a
     /// reader holding an older snapshot never mistakes one attribute for another).
     pub(crate) next_attribute_id: u32,
@@ -388,7 +389,7 @@ impl DatabaseSchema {
             relationships: Vec::new(),
             expiration: spec.expiration,
             expires_at: spec.expires_at.clone(),
-            by_name: HashMap::new(),
+            by_name: HashMap::default(),
         };
         self.next_table_seq += 1;
         let pk = Attribute {

@@ -61,7 +61,7 @@ const MAX_RESOLVED: usize = 10_000;
 /// Users and roles stored in the `system` database.
 pub struct Users {
     system: Arc<Db>,
-    cache: Mutex<HashMap<String, CachedLogin>>,
+    cache: Mutex<HashMap<String, CachedLogin, foldhash::fast::RandomState>>,
     /// Users resolved by name (for tokens and sessions) within the cache TTL.
     resolved: Mutex<HashMap<String, (Arc<User>, Instant)>>,
     /// Sessions seen lately: id to user name and expiry (ms), so a request with a
@@ -110,7 +110,7 @@ impl Users {
         let decoy = hash_password(&random_password())?;
         let users = Users {
             system,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(HashMap::default()),
             resolved: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
             generation: std::sync::atomic::AtomicU64::new(0),

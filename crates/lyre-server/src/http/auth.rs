@@ -101,11 +101,10 @@ pub fn credentials(headers: &HeaderMap) -> Credentials {
     let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(rest.trim()) else {
         return Credentials::Malformed;
     };
-    let Ok(decoded) = String::from_utf8(decoded) else { return Credentials::Malformed };
-    match decoded.split_once(':') {
-        Some((username, password)) => {
-            Credentials::Password { username: username.to_string(), password: password.to_string() }
-        }
-        None => Credentials::Malformed,
-    }
+    let Ok(mut username) = String::from_utf8(decoded) else { return Credentials::Malformed };
+    let Some(colon) = username.find(':') else { return Credentials::Malformed };
+    // The decoded text keeps the name; only the password is copied out of it.
+    let password = username[colon + 1..].to_string();
+    username.truncate(colon);
+    Credentials::Password { username, password }
 }

@@ -108,7 +108,7 @@ pub(crate) struct InterfaceTotals {
 /// What has been recorded, under one lock.
 #[derive(Default)]
 pub(crate) struct Recorded {
-    paths: HashMap<Arc<str>, PathStats>,
+    paths: HashMap<Arc<str>, PathStats, foldhash::fast::RandomState>,
     /// The Operations API's totals, then REST's.
     interfaces: [InterfaceTotals; 2],
 }

@@ -808,7 +808,8 @@ impl RestRequest<'_> {
 
     /// A response of `body`, already encoded in the request's format.
     fn reply_bytes(&self, body: Vec<u8>) -> Response {
-        let mut response = body.into_response();
+        // Not `into_response`, whose content type would only be replaced.
+        let mut response = Response::new(Body::from(body));
         self.content_type(&mut response);
         response
     }

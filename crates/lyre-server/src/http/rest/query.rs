@@ -516,6 +516,10 @@ enum Op {
 
 /// Percent-decodes, with `+` as a space (form encoding, as browsers send).
 pub fn decode(raw: &str) -> String {
+    // Most URL text has nothing to decode: copied once, not twice.
+    if !raw.bytes().any(|b| b == b'+' || b == b'%') {
+        return raw.to_owned();
+    }
     let spaced = raw.replace('+', " ");
     percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
 }

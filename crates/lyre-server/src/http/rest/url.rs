@@ -47,19 +47,19 @@ pub fn split(path: &str) -> Option<RestPath> {
         return None;
     }
     let (first, rest) = match trimmed.split_once('/') {
-        Some((first, rest)) => (first, Some(rest.to_string())),
+        Some((first, rest)) => (first, Some(rest)),
         None => (trimmed, None),
     };
     let (first, mut format) = cut_extension(first);
     let rest = match rest {
         Some(rest) if format.is_none() => {
-            let (cut, f) = cut_extension(&rest);
+            let (cut, f) = cut_extension(rest);
             format = f;
-            Some(cut.to_string())
+            Some(cut)
         }
         other => other,
     };
-    Some(RestPath { export: decode(first), rest, format })
+    Some(RestPath { export: decode(first), rest: rest.map(str::to_owned), format })
 }
 
 fn cut_extension(segment: &str) -> (&str, Option<Format>) {

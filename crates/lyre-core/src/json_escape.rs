@@ -1,0 +1,229 @@
+//! JSON strings written at memory speed. Every record a REST read answers in JSON
+//! has its text copied through here (`raw::write_json`), so a string is scanned
+//! sixteen bytes at a time for the few bytes JSON must escape (`"`, `\` and the
+//! control characters), and checked for UTF-8 only when a byte outside ASCII turns
+//! up: most stored text is ASCII, and the scan that finds escapes sees that too.
+
+/// The string was not UTF-8 (a damaged store: Lyre writes only `String`s).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct NotUtf8;
+
+/// Writes `bytes` as a JSON string, quotes included, escaped byte for byte as
+/// `serde_json` escapes a `str`: `"` and `\`, the control characters (the short
+/// forms where JSON has them, else `\u00xx`), nothing else. On error `out` holds a
+/// partial string and must be discarded.
+pub(crate) fn write_string(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), NotUtf8> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut from = 0;
+    let mut beyond_ascii = false;
+    loop {
+        let (run, wide) = clean_prefix(&bytes[from..]);
+        beyond_ascii |= wide;
+        let at = from + run;
+        out.extend_from_slice(&bytes[from..at]);
+        let Some(&byte) = bytes.get(at) else { break };
+        match byte {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 15)],
+            ]),
+        }
+        from = at + 1;
+    }
+    out.push(b'"');
+    // Every byte was in a clean run or escaped (escaped bytes are ASCII), so a
+    // string whose runs were all ASCII is UTF-8 without a second look.
+    if beyond_ascii && std::str::from_utf8(bytes).is_err() {
+        return Err(NotUtf8);
+    }
+    Ok(())
+}
+
+/// The length of the longest prefix of `bytes` with no byte JSON escapes, and
+/// whether a byte outside ASCII may be in it (may say yes for one just past it;
+/// never says no when there is one).
+#[cfg(target_arch = "x86_64")]
+fn clean_prefix(bytes: &[u8]) -> (usize, bool) {
+    // SAFETY: SSE2 is part of every x86_64 target (its baseline), so the function
+    // the feature is enabled for runs on any CPU this build runs on.
+    unsafe { clean_prefix_sse2(bytes) }
+}
+
+/// [`clean_prefix`] sixteen bytes at a time with SSE2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn clean_prefix_sse2(bytes: &[u8]) -> (usize, bool) {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+    };
+    let quote = _mm_set1_epi8(b'"' as i8);
+    let backslash = _mm_set1_epi8(b'\\' as i8);
+    let last_control = _mm_set1_epi8(0x1f);
+    let mut wide = 0;
+    let mut chunks = bytes.chunks_exact(16);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        // SAFETY: `chunk` is 16 readable bytes, and an unaligned load takes any address.
+        let v = unsafe { _mm_loadu_si128(chunk.as_ptr().cast()) };
+        // A byte is a control character when the unsigned minimum with 0x1f is itself.
+        let control = _mm_cmpeq_epi8(_mm_min_epu8(v, last_control), v);
+        let special = _mm_or_si128(control, _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
+        let found = _mm_movemask_epi8(special);
+        wide |= _mm_movemask_epi8(v);
+        if found != 0 {
+            return (at + found.trailing_zeros() as usize, wide != 0);
+        }
+        at += 16;
+    }
+    let (run, tail_wide) = clean_prefix_bytewise(chunks.remainder());
+    (at + run, wide != 0 || tail_wide)
+}
+
+/// [`clean_prefix`] where SSE2 is not part of the target: eight bytes at a time in
+/// a `u64`.
+#[cfg(not(target_arch = "x86_64"))]
+fn clean_prefix(bytes: &[u8]) -> (usize, bool) {
+    clean_prefix_by_words(bytes)
+}
+
+/// [`clean_prefix`], eight bytes at a time in a `u64` (any target; on x86_64 only
+/// its tests use it).
+#[cfg(any(not(target_arch = "x86_64"), test))]
+fn clean_prefix_by_words(bytes: &[u8]) -> (usize, bool) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // High bit of each byte that is zero (exact for bytes below 0x80, which is all
+    // it is asked about: a byte from 0x80 up is neither zero nor below a space
+    // after `!word` clears its high bit).
+    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut wide = 0;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word);
+        let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+        let special =
+            below_space | zero_in(word ^ (ONES * u64::from(b'"'))) | zero_in(word ^ (ONES * u64::from(b'\\')));
+        wide |= word & HIGHS;
+        if special != 0 {
+            // A borrow can flag a clean byte just after a special one, never
+            // before it: the first special byte is found exactly below.
+            let (run, _) = clean_prefix_bytewise(chunk);
+            if run < chunk.len() {
+                return (at + run, wide != 0);
+            }
+        }
+        at += 8;
+    }
+    let (run, tail_wide) = clean_prefix_bytewise(chunks.remainder());
+    (at + run, wide != 0 || tail_wide)
+}
+
+/// [`clean_prefix`] a byte at a time: the tail shorter than a chunk.
+fn clean_prefix_bytewise(bytes: &[u8]) -> (usize, bool) {
+    let mut wide = false;
+    for (at, &byte) in bytes.iter().enumerate() {
+        if byte < 0x20 || byte == b'"' || byte == b'\\' {
+            return (at, wide);
+        }
+        wide |= byte >= 0x80;
+    }
+    (bytes.len(), wide)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// What each scan must answer: the first byte to escape, and whether a byte
+    /// before it is outside ASCII.
+    fn expected(bytes: &[u8]) -> (usize, bool) {
+        let run = bytes.iter().position(|&b| b < 0x20 || b == b'"' || b == b'\\').unwrap_or(bytes.len());
+        (run, bytes[..run].iter().any(|&b| b >= 0x80))
+    }
+
+    fn check_scan(bytes: &[u8]) -> Result<(), TestCaseError> {
+        let (run, wide) = expected(bytes);
+        for (name, scan) in [
+            ("sixteen", clean_prefix as fn(&[u8]) -> (usize, bool)),
+            ("words", clean_prefix_by_words),
+            ("bytes", clean_prefix_bytewise),
+        ] {
+            let (found, said_wide) = scan(bytes);
+            prop_assert_eq!(found, run, "{} scan of {:?}", name, bytes);
+            // Saying "wide" too often only costs a UTF-8 check; too rarely would skip one.
+            prop_assert!(said_wide || !wide, "{} scan missed a byte beyond ASCII in {:?}", name, bytes);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn every_scan_stops_at_the_first_byte_to_escape(
+            bytes in proptest::collection::vec(prop_oneof![
+                8 => 0x20u8..0x7f,
+                1 => 0u8..0x20,
+                1 => Just(b'"'),
+                1 => Just(b'\\'),
+                1 => 0x7fu8..=0xff,
+            ], 0..80)
+        ) {
+            check_scan(&bytes)?;
+        }
+
+        #[test]
+        fn strings_are_written_as_serde_json_writes_them(s in "\\PC{0,40}|[\\x00-\\x7f]{0,50}[\\u{80}-\\u{10ffff}]?[\\x00-\\x7f]{0,20}") {
+            let mut json = Vec::new();
+            write_string(s.as_bytes(), &mut json).unwrap();
+            prop_assert_eq!(String::from_utf8(json).unwrap(), serde_json::to_string(&s).unwrap());
+        }
+    }
+
+    #[test]
+    fn each_position_of_each_chunk_is_seen() {
+        // A special byte at every offset of a 40-byte ASCII string (two sixteen-byte
+        // chunks, five words and a tail), alone and after a byte beyond ASCII.
+        for special in [0u8, 0x1f, b'"', b'\\'] {
+            for at in 0..40 {
+                let mut bytes = vec![b'a'; 40];
+                bytes[at] = special;
+                check_scan(&bytes).unwrap();
+                if at > 0 {
+                    bytes[at - 1] = 0xc3;
+                    check_scan(&bytes).unwrap();
+                }
+            }
+        }
+        // Bytes that only a borrow between bytes could confuse: 0x20, 0x21, 0x7f, 0x80.
+        check_scan(b"\x20\x21\x7f\x80\x22\x20\x21\x7f\x80\x5c\x20\x21\x7f\x80\x5b\x5d\x23\x1f").unwrap();
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_is_refused() {
+        for bytes in
+            [&b"\xff"[..], b"abcdefghijklmnopqrstuvwxyz\xc3", b"\xc3\x28", b"a\"\xe2\x82", b"\xff\xfeabcdefghijklmnopq"]
+        {
+            assert_eq!(write_string(bytes, &mut Vec::new()), Err(NotUtf8), "{bytes:?}");
+        }
+        let mut json = Vec::new();
+        write_string("naïve \"quote\"\u{1}".as_bytes(), &mut json).unwrap();
+        assert_eq!(String::from_utf8(json).unwrap(), r#""naïve \"quote\"\u0001""#);
+    }
+}
