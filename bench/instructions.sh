@@ -11,6 +11,10 @@
 #   class     GET /DogView/d1   a table's class whose get calls super.get(target)
 #   endpoint  GET /Hello        a Resource returning a small JSON object
 #   plain     GET /Dog/d1       the table's own REST GET (no JavaScript)
+#   ycsb      GET /usertable/<one of 2,000 keys at random>, records of ten 100-byte
+#             fields (bench/hot-path.sh's read, with its application)
+#   counters  PATCH /counter/c0 {"hits": {"__op__": "add", "value": 1}} with
+#             storage.writeAsync (hot-path.sh's WORKLOAD=counters)
 #
 # Printed per build and workload: the requests counted, the instructions per request
 # of every thread that ran more than a million, and their sum.
@@ -44,12 +48,13 @@ for build in "$@"; do
       class) path=/DogView/d1 ;;
       endpoint) path=/Hello ;;
       plain) path=/Dog/d1 ;;
-      *) echo "WORKLOADS are class, endpoint and plain" >&2; exit 2 ;;
+      ycsb | counters) path="" ;;
+      *) echo "WORKLOADS are class, endpoint, plain, ycsb and counters" >&2; exit 2 ;;
     esac
     # Numbered: two builds may have the same file name.
     run=$WORK/$number-$workload
     mkdir -p "$run"
-    write_app "$run/lyre-app/root"
+    if [ -n "$path" ]; then write_app "$run/lyre-app/root"; fi
     # Callgrind cannot map LMDB's default 256 GiB per database: 1 GiB is plenty here.
     cat >"$run/valgrind.sh" <<WRAP
 #!/bin/sh
@@ -57,13 +62,35 @@ STORAGE_MAXDATABASESIZE=1073741824 exec valgrind --tool=callgrind --separate-thr
   --callgrind-out-file=$run/callgrind.%p "$(realpath "$build")" "\$@"
 WRAP
     chmod +x "$run/valgrind.sh"
-    WORK=$run start_lyre app "" "$run/valgrind.sh"
-    records=$(seq 0 199 | awk '{printf "%s{\"id\":\"d%d\",\"name\":\"Dog %d\",\"breed\":\"breed %d\",\"age\":%d}", (NR > 1 ? "," : ""), $1, $1, $1 % 50, $1 % 15}')
-    echo "{\"operation\":\"upsert\",\"table\":\"Dog\",\"records\":[$records]}" |
-      curl -fsS -u admin:password -H 'content-type: application/json' "http://127.0.0.1:$LYRE_PORT" --data-binary @- >/dev/null
-    taskset -c 1 wrk -t1 -c4 -d3s -H "$AUTH" "http://127.0.0.1:$LYRE_REST$path" >/dev/null
+    if [ -n "$path" ]; then
+      WORK=$run start_lyre app "" "$run/valgrind.sh"
+      records=$(seq 0 199 | awk '{printf "%s{\"id\":\"d%d\",\"name\":\"Dog %d\",\"breed\":\"breed %d\",\"age\":%d}", (NR > 1 ? "," : ""), $1, $1, $1 % 50, $1 % 15}')
+      echo "{\"operation\":\"upsert\",\"table\":\"Dog\",\"records\":[$records]}" |
+        curl -fsS -u admin:password -H 'content-type: application/json' "http://127.0.0.1:$LYRE_PORT" --data-binary @- >/dev/null
+      load=(-H "$AUTH" "http://127.0.0.1:$LYRE_REST$path")
+    else
+      # The YCSB application and 2,000 of its records; the counters with writeAsync.
+      ASYNC=$([ "$workload" = counters ] && echo true || echo false) WORK=$run start_lyre app ycsb "$run/valgrind.sh"
+      taskset -c 1 "$BENCH" ycsb load --records 2000 --rounds 1 --settle 0 \
+        --url "http://127.0.0.1:$LYRE_PORT" --rest "http://127.0.0.1:$LYRE_REST" >/dev/null
+      {
+        echo 'local paths = {'
+        "$BENCH" ycsb-paths --records 2000 | sed 's/.*/"&",/'
+        echo '}'
+        echo "wrk.headers[\"Authorization\"] = \"${AUTH#Authorization: }\""
+        echo 'wrk.headers["Content-Type"] = "application/json"'
+        echo 'local increment = '"'"'{"hits":{"__op__":"add","value":1}}'"'"
+        case $workload in
+          ycsb) echo 'request = function() return wrk.format("GET", paths[math.random(#paths)]) end' ;;
+          counters) echo 'request = function() return wrk.format("PATCH", "/counter/c0", nil, increment) end' ;;
+        esac
+      } >"$run/requests.lua"
+      load=(-s "$run/requests.lua" "http://127.0.0.1:$LYRE_REST")
+    fi
+    taskset -c 1 wrk -t1 -c4 -d3s "${load[@]}" >/dev/null
     callgrind_control -z "$LYRE_PID" >/dev/null
-    taskset -c 1 wrk -t1 -c4 -d"${SECONDS_EACH}s" -H "$AUTH" "http://127.0.0.1:$LYRE_REST$path" >"$run/wrk.txt"
+    taskset -c 1 wrk -t1 -c4 -d"${SECONDS_EACH}s" "${load[@]}" >"$run/wrk.txt"
+    grep -q Non-2xx "$run/wrk.txt" && { echo "$workload: some answers were not 2xx" >&2; exit 1; }
     callgrind_control -d "$LYRE_PID" >/dev/null
     kill -TERM -- -"$LYRE_PID" 2>/dev/null || true
     wait "$LYRE_PID" 2>/dev/null || true
