@@ -1,8 +1,9 @@
 //! JSON strings written at memory speed. Every record a REST read answers in JSON
 //! has its text copied through here (`raw::write_json`), so a string is scanned
-//! sixteen bytes at a time for the few bytes JSON must escape (`"`, `\` and the
-//! control characters), and checked for UTF-8 only when a byte outside ASCII turns
-//! up: most stored text is ASCII, and the scan that finds escapes sees that too.
+//! sixteen bytes at a time (SSE2, on x86_64; eight in a `u64` elsewhere) for the few
+//! bytes JSON must escape (`"`, `\` and the control characters), and checked for
+//! UTF-8 only when a byte outside ASCII turns up: most stored text is ASCII, and the
+//! scan that finds escapes sees that too.
 
 /// The string was not UTF-8 (a damaged store: Lyre writes only `String`s).
 #[derive(Debug, PartialEq, Eq)]
@@ -105,9 +106,9 @@ fn clean_prefix(bytes: &[u8]) -> (usize, bool) {
 fn clean_prefix_by_words(bytes: &[u8]) -> (usize, bool) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // High bit of each byte that is zero (exact for bytes below 0x80, which is all
-    // it is asked about: a byte from 0x80 up is neither zero nor below a space
-    // after `!word` clears its high bit).
+    // The high bit of a byte that is zero. Right about whether a word holds one, not
+    // always about which: a borrow out of a zero byte can flag the byte after it.
+    // A byte from 0x80 up is never flagged (`!word` clears its high bit).
     let zero_in = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
     let mut wide = 0;
     let mut chunks = bytes.chunks_exact(8);
@@ -122,7 +123,8 @@ fn clean_prefix_by_words(bytes: &[u8]) -> (usize, bool) {
         wide |= word & HIGHS;
         if special != 0 {
             // A borrow can flag a clean byte just after a special one, never
-            // before it: the first special byte is found exactly below.
+            // before it, so the chunk holds one: found exactly a byte at a time
+            // (and should a word ever be flagged for nothing, the scan goes on).
             let (run, _) = clean_prefix_bytewise(chunk);
             if run < chunk.len() {
                 return (at + run, wide != 0);

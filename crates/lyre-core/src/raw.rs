@@ -298,8 +298,8 @@ impl<'a> Reader<'a> {
 
 /// Writes the MessagePack value `bytes` holds as JSON, byte for byte what
 /// `serde_json` writes for the decoded `Value` (the tests hold it to that), but in
-/// one pass with no serializer in between and strings checked sixteen bytes at a
-/// time (`json_escape.rs`): the body of every whole-record JSON read. On error `out` holds a partial
+/// one pass with no serializer in between and strings checked many bytes at a time
+/// (`json_escape.rs`): the body of every whole-record JSON read. On error `out` holds a partial
 /// value and must be discarded.
 pub fn write_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
     let mut reader = Reader(bytes);
@@ -332,6 +332,7 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
             let _ = serde_json::ser::CompactFormatter.write_f64(out, f);
         }
         Scalar::Float(_) => out.extend_from_slice(b"null"),
+        // Not reached: `text_bytes` took every text marker above.
         Scalar::Str(s) => json_text(s.as_bytes(), out)?,
         Scalar::Blob(blob) => {
             serde_json::to_writer(&mut *out, &blob.placeholder()).map_err(|_| "a blob did not render")?;
@@ -565,6 +566,22 @@ mod tests {
         // An array and a map that claim 2^32 - 1 elements in a few bytes.
         assert!(decode_value(&[0xdd, 0xff, 0xff, 0xff, 0xff, 0x01]).is_err());
         assert!(decode_value(&[0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, b'a', 0x01]).is_err());
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_is_refused_as_a_value_and_as_a_key() {
+        let not_utf8 = Err("stored string is not UTF-8");
+        // "\xff" alone; a bad pair inside and past the first sixteen-byte chunk of a
+        // 19-byte string; a bad key.
+        assert_eq!(write_json(&[0xa1, 0xff], &mut Vec::new()), not_utf8);
+        for text in [b"\xc3\x28abcdefghijklmnopq", b"abcdefghijklmnopq\xc3\x28"] {
+            let stored = [&[0xb3][..], text].concat();
+            assert_eq!(write_json(&stored, &mut Vec::new()), not_utf8);
+        }
+        assert_eq!(write_json(&[0x81, 0xa1, 0xff, 0xc0], &mut Vec::new()), not_utf8);
+        let mut json = Vec::new();
+        write_json(&[0x81, 0xa2, 0xc3, 0xa9, 0xa2, 0xc3, 0xa9], &mut json).unwrap();
+        assert_eq!(json, "{\"é\":\"é\"}".as_bytes());
     }
 
     #[test]

@@ -16,7 +16,9 @@ use std::ffi::c_void;
 use libmimalloc_sys as mi;
 
 /// The alignment every block `mi_malloc` returns has: its size classes are whole
-/// words, and its pages start word-aligned.
+/// words, and its pages' first blocks start word-aligned (mimalloc's own
+/// `mi_realloc_aligned` relies on the same). Not so with mimalloc's `debug` build,
+/// whose guarded blocks may end at a page boundary: `Cargo.toml` leaves it off.
 const WORD: usize = std::mem::size_of::<usize>();
 
 /// mimalloc as the global allocator (`main.rs` installs it).
@@ -29,12 +31,17 @@ pub struct Allocator;
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: mimalloc's allocation calls take any size and alignment.
-        unsafe {
+        let block: *mut u8 = unsafe {
             match layout.align() <= WORD {
                 true => mi::mi_malloc(layout.size()).cast(),
                 false => mi::mi_malloc_aligned(layout.size(), layout.align()).cast(),
             }
-        }
+        };
+        debug_assert!(
+            (block as usize).is_multiple_of(layout.align()),
+            "mimalloc gave a block less aligned than {layout:?}"
+        );
+        block
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {

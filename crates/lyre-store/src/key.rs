@@ -130,11 +130,18 @@ pub fn encode_key_into(value: KeyValue<'_>, out: &mut Vec<u8>) -> Result<bool> {
 /// escaped, cut at `MAX_KEY_STRING_BYTES` with the truncation mark (true then), else
 /// ended. The general case of `encode_key_into`'s strings.
 fn escape_string_key(bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    let truncated = escape_string_bytes(bytes, out);
+    out.extend_from_slice(&[ESCAPE, if truncated { TRUNCATED_END } else { END }]);
+    truncated
+}
+
+/// Appends `bytes` with zero bytes escaped, up to `MAX_KEY_STRING_BYTES` of key;
+/// true when they did not all fit.
+fn escape_string_bytes(bytes: &[u8], out: &mut Vec<u8>) -> bool {
     let mut written = 0usize;
     for &b in bytes {
         let width = if b == 0 { 2 } else { 1 };
         if written + width > MAX_KEY_STRING_BYTES {
-            out.extend_from_slice(&[ESCAPE, TRUNCATED_END]);
             return true;
         }
         if b == 0 {
@@ -144,7 +151,6 @@ fn escape_string_key(bytes: &[u8], out: &mut Vec<u8>) -> bool {
         }
         written += width;
     }
-    out.extend_from_slice(&[ESCAPE, END]);
     false
 }
 
@@ -152,19 +158,7 @@ fn escape_string_key(bytes: &[u8], out: &mut Vec<u8>) -> bool {
 /// tag and the escaped bytes without a terminator, cut where keys are truncated.
 pub fn encode_string_prefix_into(prefix: &str, out: &mut Vec<u8>) {
     out.push(TAG_STRING);
-    let mut written = 0usize;
-    for &b in prefix.as_bytes() {
-        let width = if b == 0 { 2 } else { 1 };
-        if written + width > MAX_KEY_STRING_BYTES {
-            return;
-        }
-        if b == 0 {
-            out.extend_from_slice(&[ESCAPE, ESCAPED_ZERO]);
-        } else {
-            out.push(b);
-        }
-        written += width;
-    }
+    escape_string_bytes(prefix.as_bytes(), out);
 }
 
 /// The smallest byte string greater than every string that starts with `prefix`, or
@@ -526,6 +520,19 @@ mod tests {
             let mut looped = vec![TAG_STRING];
             let truncated = escape_string_key(s.as_bytes(), &mut looped);
             prop_assert_eq!(encode_key(KeyValue::Str(&s)).unwrap(), (looped, truncated));
+        }
+    }
+
+    #[test]
+    fn a_string_key_at_the_length_limit_is_kept_whole_and_one_past_it_is_cut() {
+        let a = |n: usize| "a".repeat(n);
+        for (text, cut) in
+            [(a(249), false), (a(250), false), (a(251), true), ("é".repeat(125), false), (a(249) + "é", true)]
+        {
+            let mut looped = vec![TAG_STRING];
+            let looped_cut = escape_string_key(text.as_bytes(), &mut looped);
+            assert_eq!(encode_key(KeyValue::Str(&text)).unwrap(), (looped, looped_cut), "{} bytes", text.len());
+            assert_eq!(looped_cut, cut, "{} bytes", text.len());
         }
     }
 
