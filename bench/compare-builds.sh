@@ -38,7 +38,7 @@ start() {
 
 run_workload() {
   local name=$1 app=""; shift
-  case $name in ycsb-* | counters-*) app=ycsb ;; esac
+  case $name in ycsb-* | counters-* | ws-*) app=ycsb ;; esac
   start "$NEW" 9945 9946 "new-$name" $app
   local new_pid=$STARTED_PID
   start "$OLD" 9955 9956 "old-$name" $app
