@@ -226,6 +226,16 @@ async fn kennel(env: &[(&str, &str)]) -> TestServer {
 }
 
 /// A REST request without credentials: status, headers and body.
+/// Adds user `username` (password `pw`) whose role `role` may read only `attribute`
+/// of `table`, and write nothing.
+async fn add_reader_of_one_attribute(s: &TestServer, role: &str, username: &str, table: &str, attribute: &str) {
+    s.ok(json!({"operation": "add_role", "role": role, "permission": {"data": {"tables": {
+        table: {"read": true, "insert": false, "update": false, "delete": false,
+                "attribute_permissions": [{"attribute_name": attribute, "read": true, "insert": false, "update": false}]}}}}}))
+        .await;
+    s.ok(json!({"operation": "add_user", "username": username, "password": "pw", "role": role, "active": true})).await;
+}
+
 async fn anonymous(
     s: &TestServer,
     method: Method,
@@ -446,12 +456,7 @@ async fn table_calls_through_a_request_are_checked_as_its_user() {
     let (status, body) = s.rest_as(USER, PASSWORD, Method::GET, "/ClosedDogs/d1", None).await;
     assert_eq!((status, body), (403, json!("AccessViolation: Unauthorized access to resource")));
     // The instance-loading class answers with what the role may read, as REST does.
-    s.ok(json!({"operation": "add_role", "role": "name_reader", "permission": {"data": {"tables": {
-        "Dog": {"read": true, "insert": false, "update": false, "delete": false,
-                "attribute_permissions": [{"attribute_name": "name", "read": true, "insert": false, "update": false}]}}}}}))
-        .await;
-    s.ok(json!({"operation": "add_user", "username": "n", "password": "pw", "role": "name_reader", "active": true}))
-        .await;
+    add_reader_of_one_attribute(&s, "name_reader", "n", "Dog", "name").await;
     s.rest_send(Method::PUT, "/Dog/d3", Some(&json!({"name": "max", "breed": "secret"})), &[]).await;
     let (status, legacy) = s.rest_as("n", "pw", Method::GET, "/DogsLegacy/d3", None).await;
     assert_eq!((status, legacy), (200, json!({"id": "d3", "name": "max"})));
@@ -1509,12 +1514,7 @@ async fn a_record_read_again_unchanged_is_the_same_frozen_object_and_a_change_is
     assert_eq!((status, body), (200, seen(true, "two")));
     // A role that may read only some attributes gets its own object, without the
     // others, never the one kept for a user who reads them all.
-    s.ok(json!({"operation": "add_role", "role": "id_reader", "permission": {"data": {"tables": {
-        "Thing": {"read": true, "insert": false, "update": false, "delete": false,
-                  "attribute_permissions": [{"attribute_name": "id", "read": true, "insert": false, "update": false}]}}}}}))
-        .await;
-    s.ok(json!({"operation": "add_user", "username": "i", "password": "pw", "role": "id_reader", "active": true}))
-        .await;
+    add_reader_of_one_attribute(&s, "id_reader", "i", "Thing", "id").await;
     let (status, body) = s.rest_as("i", "pw", Method::GET, "/Seen/a", None).await;
     assert_eq!((status, body), (200, json!({"same": false, "frozen": true, "list": null})));
     let (status, _, body) = s.rest_send(Method::GET, "/Seen/a", None, &[]).await;
