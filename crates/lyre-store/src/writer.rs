@@ -244,11 +244,7 @@ impl<S: Clone + Send + 'static> Writer<S> {
     {
         let (reply, outcome) = oneshot::channel();
         let job = Message::Job(Box::new(TypedJob { meta, work: Some(work), outcome: None, reply }));
-        match tokio::time::timeout(self.options.queue_timeout, self.queue.send(job)).await {
-            Err(_) => return Err(Error::Overloaded.into()),
-            Ok(Err(_)) => return Err(Error::Closed.into()),
-            Ok(Ok(())) => {}
-        }
+        self.send(job).await?;
         Ok(async move { outcome.await.unwrap_or_else(|_| Err(Error::Closed.into())) })
     }
 
@@ -260,13 +256,28 @@ impl<S: Clone + Send + 'static> Writer<S> {
     /// dropped table leaves, and it is reused when the name is created again.
     pub async fn prepare_table(&self, table: &str) -> Result<()> {
         let (reply, done) = oneshot::channel();
-        let message = Message::PrepareTable(table.to_string(), reply);
-        match tokio::time::timeout(self.options.queue_timeout, self.queue.send(message)).await {
-            Err(_) => return Err(Error::Overloaded),
-            Ok(Err(_)) => return Err(Error::Closed),
-            Ok(Ok(())) => {}
-        }
+        self.send(Message::PrepareTable(table.to_string(), reply)).await?;
         done.await.unwrap_or(Err(Error::Closed))
+    }
+
+    /// Queues `message`, waiting up to `queue_timeout` for room in a full queue.
+    ///
+    /// Room is tried first without a timer: a timeout reads the clock and its timer
+    /// makes every submitter's future (moved whole at each hand-over) hundreds of
+    /// bytes larger, for the rare full queue. That wait is boxed, so it costs only
+    /// when taken.
+    async fn send(&self, message: Message<S>) -> Result<()> {
+        let message = match self.queue.try_send(message) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Error::Closed),
+            Err(mpsc::error::TrySendError::Full(message)) => message,
+        };
+        let wait = Box::pin(tokio::time::timeout(self.options.queue_timeout, self.queue.send(message)));
+        match wait.await {
+            Err(_) => Err(Error::Overloaded),
+            Ok(Err(_)) => Err(Error::Closed),
+            Ok(Ok(())) => Ok(()),
+        }
     }
 
     /// Stops accepting jobs, applies the ones already queued, and waits for the thread

@@ -307,3 +307,44 @@ async fn released_pages_leave_resident_memory_and_keep_their_contents() {
     let one = txn.get_record(&store, &1000u32.to_be_bytes()).unwrap().unwrap();
     assert_eq!(one, record(&vec![b'x'; 4096]).as_slice());
 }
+
+/// A full queue: a job waits for room and is queued once there is some; past the
+/// queue's timeout it is refused as overloaded, and the queued jobs still commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_makes_submitters_wait_then_refuses_them_at_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open("t", dir.path(), options()).unwrap();
+    let options =
+        WriterOptions { queue_capacity: 1, queue_timeout: std::time::Duration::from_millis(300), max_batch: 1 };
+    let writer = Arc::new(
+        Writer::spawn(db.clone(), Arc::new(VersionClock::new(1, 0.0)), 0u64, Box::new(|_, _| {}), options).unwrap(),
+    );
+    // The writer thread is held inside a job until `release` is sent.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let blocker = writer
+        .enqueue(meta(), move |_, _| {
+            let _ = started.send(());
+            let _ = held.recv();
+            Ok::<_, Error>(())
+        })
+        .await
+        .unwrap();
+    running.await.unwrap();
+    // The one place in the queue is taken; the next job must wait for room.
+    let queued = writer.enqueue(meta(), |_, state| Ok::<_, Error>(*state)).await.unwrap();
+    let refused = writer.enqueue(meta(), |_, _| Ok::<_, Error>(0)).await;
+    assert!(matches!(refused, Err(Error::Overloaded)), "a full queue refuses at its timeout");
+    // Room made while a submitter waits lets it in.
+    let waiting = {
+        let writer = writer.clone();
+        tokio::spawn(async move { writer.submit(meta(), |_, _| Ok::<_, Error>(7u64)).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    release.send(()).unwrap();
+    blocker.await.unwrap();
+    queued.await.unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap(), 7);
+    let w = writer.clone();
+    tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap();
+}

@@ -66,7 +66,7 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
         && !crate::http::realtime::is_event_stream(&parts.headers)
     {
         // Scripts' `runFirst` middleware sees the request before anything of Lyre's.
-        middleware::run(&state, Phase::First, peer, parts, &mut body, None).await
+        await_boxed!(middleware::run(&state, Phase::First, peer, parts, &mut body, None))
     } else {
         answer(&state, peer, parts, &mut body).await
     };
@@ -111,7 +111,7 @@ async fn answer(
 ) -> Response {
     match state.components.scripts().content_types() {
         None => route(state, peer, parts, body).await,
-        Some(types) => content_types::adapt(state, &types, peer, parts, body).await,
+        Some(types) => await_boxed!(content_types::adapt(state, &types, peer, parts, body)),
     }
 }
 
@@ -136,7 +136,7 @@ async fn route(
             return response;
         }
         let client = parts.extensions.get::<crate::tls::ClientCertificate>();
-        return Box::pin(openapi_response(&state, &parts.headers, peer, client)).await;
+        return await_boxed!(openapi_response(&state, &parts.headers, peer, client));
     }
     // Subscriptions authenticate and resolve the path themselves: a WebSocket is
     // upgraded before either, as Harper does, and reports failures as close codes.
@@ -144,7 +144,7 @@ async fn route(
         return crate::http::realtime::ws::upgrade(&state, peer, parts);
     }
     if parts.method == Method::GET && crate::http::realtime::is_event_stream(&parts.headers) {
-        return crate::http::realtime::sse::stream(&state, peer, parts).await;
+        return await_boxed!(crate::http::realtime::sse::stream(&state, peer, parts));
     }
     // A script's resource answers the methods it handles itself, and decides who
     // may (Harper's `allowRead`, …): a request without credentials reaches it.
@@ -167,24 +167,24 @@ async fn route(
                 && state.components.scripts().middleware().last
                 && !names_export(&exports, &parts, nested.is_some()) =>
         {
-            return unanswered(&state, peer, parts, body, None).await;
+            return await_boxed!(unanswered(&state, peer, parts, body, None));
         }
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
     };
     if let Some((path, export)) = scripted {
-        return script::serve(&state, &export, user, parts, body, path).await;
+        return await_boxed!(script::serve(&state, &export, user, parts, body, path));
     }
     let Some(user) = user else {
         return ApiError::new(Code::MustLogin, "Must login").render_rest(Format::Json);
     };
     if crate::http::graphql::is_endpoint(parts.uri.path()) && exports.graphql() {
-        return crate::http::graphql::handle(&state, &exports, Context::new(user), &parts, body).await;
+        return await_boxed!(crate::http::graphql::handle(&state, &exports, Context::new(user), &parts, body));
     }
     let Some(path) = nested.or_else(|| url::split(parts.uri.path())) else {
-        return unanswered(&state, peer, parts, body, Some(user)).await;
+        return await_boxed!(unanswered(&state, peer, parts, body, Some(user)));
     };
     let Some(export) = exports.get(&path.export) else {
-        return unanswered(&state, peer, parts, body, Some(user)).await;
+        return await_boxed!(unanswered(&state, peer, parts, body, Some(user)));
     };
     let format = match path.format.map(Ok).unwrap_or_else(|| response_format(&parts.headers)) {
         Ok(format) => format,
@@ -351,9 +351,9 @@ impl RestRequest<'_> {
             }
             ("PUT", Target::Record(_) | Target::Collection)
             | ("PATCH" | "DELETE", Target::Record(_))
-            | ("POST" | "DELETE", Target::Collection) => Box::pin(self.write(method, body)).await,
-            ("QUERY", Target::Collection | Target::Table) => Box::pin(self.query_body(body)).await,
-            ("PUT", Target::Property(..)) => Box::pin(self.put_property(body)).await,
+            | ("POST" | "DELETE", Target::Collection) => await_boxed!(self.write(method, body)),
+            ("QUERY", Target::Collection | Target::Table) => await_boxed!(self.query_body(body)),
+            ("PUT", Target::Property(..)) => await_boxed!(self.put_property(body)),
             ("OPTIONS", _) => {
                 let mut response = StatusCode::NO_CONTENT.into_response();
                 response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
@@ -363,7 +363,7 @@ impl RestRequest<'_> {
             ("PURGE", Target::Record(id)) if self.source.is_some() => {
                 // Dropping the cached copy is a delete of it: the same permission.
                 self.table.access(&self.ctx, &[Action::Delete])?;
-                self.state.cache.invalidate(&self.table, vec![id.clone()]).await?;
+                await_boxed!(self.state.cache.invalidate(&self.table, vec![id.clone()]))?;
                 self.reply(&Value::Bool(true))
             }
             ("PUT" | "PATCH" | "POST" | "DELETE" | "COPY" | "MOVE" | "QUERY", _) => {
@@ -442,7 +442,7 @@ impl RestRequest<'_> {
                 if let Some(through) = self.write_through(id, Forwarded::Patch(&record)).await? {
                     // The origin merged it: the next read fetches the whole record
                     // (a copy patched here could be partial, or differ from its merge).
-                    self.state.cache.invalidate(&self.table, vec![id.clone()]).await?;
+                    await_boxed!(self.state.cache.invalidate(&self.table, vec![id.clone()]))?;
                     through.settled();
                     return Ok(StatusCode::NO_CONTENT.into_response());
                 }
@@ -535,7 +535,7 @@ impl RestRequest<'_> {
             access.require_attributes(names, actions, &self.table.schema().primary_key)?;
         }
         let sourced = Sourced { table: &self.table, source };
-        Ok(self.state.cache.write_through(sourced, id, write).await?)
+        Ok(await_boxed!(self.state.cache.write_through(sourced, id, write))?)
     }
 
     /// `written`, the local half of a write the origin already took (`through`):
@@ -551,7 +551,8 @@ impl RestRequest<'_> {
     ) -> Result<T, ApiError> {
         let Some(through) = through else { return Ok(written?) };
         // Unsettled (the copy could not be dropped here), it tries again as it goes.
-        let settled = written.is_ok() || self.state.cache.invalidate(&self.table, vec![id.clone()]).await.is_ok();
+        let settled =
+            written.is_ok() || await_boxed!(self.state.cache.invalidate(&self.table, vec![id.clone()])).is_ok();
         if settled {
             through.settled();
         }
@@ -572,7 +573,7 @@ impl RestRequest<'_> {
                     answer_bounded(self.format, framing, self.table.search(&self.ctx, query))?
                 } else {
                     let (table, ctx) = (self.table.clone(), self.ctx.clone());
-                    Box::pin(stream_search(self.format, framing, move || table.search(&ctx, query))).await?
+                    await_boxed!(stream_search(self.format, framing, move || table.search(&ctx, query)))?
                 };
                 self.content_type(&mut response);
                 Ok(response)
@@ -585,7 +586,7 @@ impl RestRequest<'_> {
                 let query =
                     query::parse(self.query, self.table.schema(), &|table, name| self.related_schema(table, name))?;
                 if let Some(source) = &self.source {
-                    return Box::pin(self.get_cached(id, source, query.select)).await;
+                    return await_boxed!(self.get_cached(id, source, query.select));
                 }
                 // The whole record is served from its stored bytes; a projection
                 // needs it decoded. A table with computed attributes reads on the
@@ -646,7 +647,7 @@ impl RestRequest<'_> {
                     if let Some(response) = self.not_modified(&version) {
                         return Ok(response);
                     }
-                    return blob::send(self.table.blobs(), blob, self.headers, etag).await;
+                    return await_boxed!(blob::send(self.table.blobs(), blob, self.headers, etag));
                 }
                 let declared = self.table.schema().attribute(name).and_then(|a| a.type_name.as_deref());
                 if declared == Some(lyre_core::blobs::BLOB_TYPE)

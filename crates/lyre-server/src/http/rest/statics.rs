@@ -29,7 +29,7 @@ pub async fn serve(exports: &Exports, parts: &Parts) -> Option<Response> {
     for site in exports.sites() {
         match site.find(&path) {
             Found::Pass => continue,
-            Found::File(file, status) => return Some(send(file, status, parts).await),
+            Found::File(file, status) => return Some(await_boxed!(send(file, status, parts))),
             Found::Redirect(location) => {
                 let location = HeaderValue::from_str(&location).ok()?;
                 return Some((StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, location)]).into_response());
