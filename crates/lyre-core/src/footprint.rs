@@ -76,6 +76,46 @@ impl Below {
         }
     }
 
+    /// An array of `items` values, whose heap beneath is `children`.
+    fn array(items: usize, children: Below) -> Below {
+        Below::container(children, allocation(items.saturating_mul(size_of::<Value>())))
+    }
+
+    /// An object of `entries` entries, whose keys' and values' heap is `children`.
+    fn object(entries: usize, children: Below) -> Below {
+        Below::container(children, allocation(entries.saturating_mul(ENTRY)).saturating_add(index_table(entries)))
+    }
+
+    /// What decoding `value` took, as the decoder builds it: the same figure the walk
+    /// of a document that decodes to it gives (a document with a repeated key counts
+    /// both; the value keeps one).
+    fn of(value: &Value) -> Below {
+        match value {
+            Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_) => Below::NOTHING,
+            Value::String(s) => Below::kept(allocation(s.len())),
+            Value::Bytes(b) => Below::kept(allocation(b.len())),
+            // No body decodes to a blob; counted for completeness.
+            Value::Blob(blob) => Below::kept(
+                allocation(size_of::<crate::value::BlobRef>()).saturating_add(allocation(blob.content_type.len())),
+            ),
+            Value::Array(items) => Below::array(
+                items.len(),
+                items.iter().fold(Below::NOTHING, |children, item| children.and(Below::of(item))),
+            ),
+            Value::Object(object) => {
+                let children = object.iter().fold(Below::NOTHING, |children, (key, value)| {
+                    children.and(Below::kept(allocation(key.len()))).and(Below::of(value))
+                });
+                Below::object(object.len(), children)
+            }
+        }
+    }
+
+    /// The footprint of a document whose root value has `self` beneath it.
+    fn with_root(self) -> Footprint {
+        Footprint(self.kept.saturating_add(self.transient).saturating_add(size_of::<Value>()))
+    }
+
     /// `self` and then `next` decoded beside it.
     fn and(self, next: Below) -> Below {
         Below { kept: self.kept.saturating_add(next.kept), transient: self.transient.max(next.transient) }
@@ -90,8 +130,23 @@ impl<'de> Deserialize<'de> for Below {
 
 impl<'de> Deserialize<'de> for Footprint {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Footprint, D::Error> {
-        let below = Below::deserialize(deserializer)?;
-        Ok(Footprint(below.kept.saturating_add(below.transient).saturating_add(size_of::<Value>())))
+        Ok(Below::deserialize(deserializer)?.with_root())
+    }
+}
+
+impl Footprint {
+    /// The most heap a JSON document's decoded value takes per byte of its text, as
+    /// estimated: an array of one-digit numbers is the densest (two bytes per
+    /// element, each a 64-byte slot rounded up to 72, and twice that again while the
+    /// array grows), 108 bytes per byte. `tests/footprint.rs` holds every dense shape
+    /// to it.
+    pub const MOST_PER_JSON_BYTE: usize = 128;
+
+    /// The footprint of a value already decoded: what walking the document it was
+    /// decoded from would have said. A small body is decoded first and measured
+    /// after (`lyre-server`'s `body.rs`): one pass over its text instead of two.
+    pub fn of(value: &Value) -> Footprint {
+        Below::of(value).with_root()
     }
 }
 
@@ -143,7 +198,7 @@ impl<'de> Visitor<'de> for BelowVisitor {
             items += 1;
             children = children.and(item);
         }
-        Ok(Below::container(children, allocation(items.saturating_mul(size_of::<Value>()))))
+        Ok(Below::array(items, children))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Below, A::Error> {
         let (mut entries, mut children) = (0usize, Below::NOTHING);
@@ -152,8 +207,7 @@ impl<'de> Visitor<'de> for BelowVisitor {
             entries += 1;
             children = children.and(Below::kept(key)).and(value);
         }
-        let buffer = allocation(entries.saturating_mul(ENTRY)).saturating_add(index_table(entries));
-        Ok(Below::container(children, buffer))
+        Ok(Below::object(entries, children))
     }
 }
 

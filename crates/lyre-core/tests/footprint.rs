@@ -58,6 +58,9 @@ fn check(shape: &str, document: impl FnOnce() -> String) {
         estimate_heap <= 3 * retained.max(1) + 64,
         "{shape}: estimated {estimate_heap} bytes for {retained} retained (more than 3 times)"
     );
+    // Measured after decoding (a small body's one pass), the value gives the same figure.
+    let value: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(Footprint::of(&value), Footprint(estimate), "{shape}: measured after decoding");
 
     let msgpack = rmp_serde::to_vec(&serde_json::from_str::<Value>(json).unwrap()).unwrap();
     let Footprint(from_msgpack) = rmp_serde::from_slice(&msgpack).unwrap();
@@ -106,4 +109,34 @@ fn deep_nesting() {
     // serde_json refuses documents nested more than 128 levels.
     let depth = 60;
     check("deep nesting", || format!("{}1{}", r#"{"a":["#.repeat(depth), "]}".repeat(depth)));
+}
+
+/// The densest JSON for its decoded size, shape by shape: a digit and a comma per
+/// array element is the worst (a 64-byte slot, rounded up, and twice that again
+/// while the array grows: 108 bytes of estimate per byte of text).
+#[test]
+fn a_json_body_decodes_to_at_most_its_bound_per_byte() {
+    // Its allocations would count in another test's measurement.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let repeat = |item: &str| format!("[{}]", vec![item; 5000].join(","));
+    let shapes = [
+        ("digits", repeat("0")),
+        ("one digit", "[0]".to_string()),
+        ("nested arrays", format!("{}0{}", "[".repeat(100), "]".repeat(100))),
+        ("empty arrays", repeat("[]")),
+        ("empty objects", repeat("{}")),
+        ("empty strings", repeat(r#""""#)),
+        ("one-entry objects", repeat(r#"{"a":0}"#)),
+        ("distinct keys", format!("{{{}}}", (0..5000).map(|k| format!(r#""{k}":0"#)).collect::<Vec<_>>().join(","))),
+        ("a scalar", "7".to_string()),
+    ];
+    for (shape, json) in shapes {
+        let Footprint(estimate) = serde_json::from_str(&json).unwrap();
+        let heap = estimate - std::mem::size_of::<Value>();
+        assert!(
+            heap <= Footprint::MOST_PER_JSON_BYTE * json.len(),
+            "{shape}: {heap} bytes of estimate for {} bytes of JSON",
+            json.len()
+        );
+    }
 }

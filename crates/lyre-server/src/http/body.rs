@@ -7,7 +7,8 @@
 //! [`BodyMemory`] shared by every request on every port: the bytes before they are
 //! read (or as they arrive, without a declared length), the decoded value, measured
 //! by walking the body once without keeping anything ([`lyre_core::Footprint`]),
-//! before it is built. A request that alone would need more than
+//! before it is built (a small JSON body is decoded first and measured after, see
+//! [`MEASURED_AFTER_LIMIT`]). A request that alone would need more than
 //! `http.maxRequestMemory` is refused with 413 before anything is decoded; one that
 //! cannot be granted its memory while others hold it waits, in arrival order, for
 //! `http.requestQueueLimit` (never past its body's deadline, `http.timeout`) and is
@@ -26,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
+use crate::http::format::Format;
 use crate::http::negotiate::{body_format, decode};
 
 /// Memory is granted in units of this many bytes.
@@ -33,6 +35,16 @@ const UNIT: usize = 1024;
 
 /// Bodies larger than this are walked and decoded on a blocking thread.
 const INLINE_DECODE_LIMIT: usize = 64 * 1024;
+
+/// JSON bodies up to this size are decoded first and measured after, in one pass over
+/// their text instead of two (the walk that measures costs about what decoding
+/// does). Decoding runs on the request thread without a pause, so each thread holds
+/// at most one such value before it is granted memory; a JSON document's decoded
+/// value takes at most [`lyre_core::Footprint::MOST_PER_JSON_BYTE`] times its length
+/// (held by `lyre-core/tests/footprint.rs`), 1 MiB here. The value is kept
+/// only if the memory it needs is free at once (waiting requests are served first);
+/// otherwise it is dropped and the body takes the general path.
+const MEASURED_AFTER_LIMIT: usize = 8 * 1024;
 
 /// A body without a declared length is granted memory in steps of at least this.
 const GROWTH_STEP: usize = 1 << 20;
@@ -66,7 +78,7 @@ impl BodyMemory {
     /// Grants `bytes` more to `held`, waiting for requests holding memory to finish
     /// for `http.requestQueueLimit`, and not past `deadline`; 503 after it.
     async fn grant(&self, held: &mut Held, bytes: usize, deadline: Instant) -> Result<(), ApiError> {
-        let units = u32::try_from(bytes.div_ceil(UNIT)).map_err(|_| self.too_large(bytes))?;
+        let units = self.units_for(bytes)?;
         if units == 0 {
             return Ok(());
         }
@@ -88,11 +100,25 @@ impl BodyMemory {
             self.units.clone().acquire_many_owned(units),
         );
         let Ok(Ok(permit)) = waited.await else { return Err(busy()) };
-        match &mut held.permit {
-            Some(existing) => existing.merge(permit),
-            slot => *slot = Some(permit),
-        }
+        held.add(permit);
         Ok(())
+    }
+
+    /// Grants `bytes` more to `held` if they are free now; never waits. Units given
+    /// back go to waiting requests first, so this never passes one of them.
+    fn try_grant(&self, held: &mut Held, bytes: usize) -> Result<bool, ApiError> {
+        let units = self.units_for(bytes)?;
+        if units == 0 {
+            return Ok(true);
+        }
+        let Ok(permit) = self.units.clone().try_acquire_many_owned(units) else { return Ok(false) };
+        held.add(permit);
+        Ok(true)
+    }
+
+    /// How many units `bytes` takes (413 past what a semaphore can count).
+    fn units_for(&self, bytes: usize) -> Result<u32, ApiError> {
+        u32::try_from(bytes.div_ceil(UNIT)).map_err(|_| self.too_large(bytes))
     }
 
     /// Refuses a request that needs more than one request may hold.
@@ -126,6 +152,14 @@ impl Held {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.permit.as_ref().map_or(0, |p| p.num_permits() * UNIT)
+    }
+
+    /// Adds a grant to what is held.
+    fn add(&mut self, permit: OwnedSemaphorePermit) {
+        match &mut self.permit {
+            Some(existing) => existing.merge(permit),
+            slot => *slot = Some(permit),
+        }
     }
 
     /// Gives back `bytes` of what is held (the bytes of a body once decoded).
@@ -242,24 +276,47 @@ pub(crate) async fn decode_body(
 ) -> Result<DecodedBody, ApiError> {
     let ArrivedBody { bytes, mut memory, deadline } = body;
     let format = body_format(headers, &bytes)?;
-    let inline = bytes.len() <= INLINE_DECODE_LIMIT;
-    let Footprint(decoded) = match inline {
-        true => decode(format, &bytes)?,
+    let arrived = bytes.len();
+    let budget = &state.body_memory;
+    let measured_after = matches!(format, Format::Json | Format::Text) && arrived <= MEASURED_AFTER_LIMIT;
+    let needed = match measured_after {
+        true => {
+            let value = decode::<Value>(format, &bytes)?;
+            let needed = held_for(Footprint::of(&value));
+            budget.refuse_over_limit(&memory, needed)?;
+            if budget.try_grant(&mut memory, needed)? {
+                memory.give_back(arrived);
+                return Ok(DecodedBody { value, memory });
+            }
+            // Not free now: the value goes, and the body waits for its memory below.
+            needed
+        }
         false => {
-            let bytes = bytes.clone();
-            crate::http::blocking::blocking("measuring the body", move || decode::<Footprint>(format, &bytes)).await?
+            let footprint = match arrived <= INLINE_DECODE_LIMIT {
+                true => decode(format, &bytes)?,
+                false => {
+                    let bytes = bytes.clone();
+                    crate::http::blocking::blocking("measuring the body", move || decode::<Footprint>(format, &bytes))
+                        .await?
+                }
+            };
+            held_for(footprint)
         }
     };
-    let needed = decoded.saturating_mul(HALVES_HELD) / 2;
-    state.body_memory.refuse_over_limit(&memory, needed)?;
-    state.body_memory.grant(&mut memory, needed, deadline).await?;
-    let arrived = bytes.len();
+    budget.refuse_over_limit(&memory, needed)?;
+    budget.grant(&mut memory, needed, deadline).await?;
+    let inline = arrived <= INLINE_DECODE_LIMIT;
     let value = match inline {
         true => decode(format, &bytes)?,
         false => crate::http::blocking::blocking("decoding the body", move || decode::<Value>(format, &bytes)).await?,
     };
     memory.give_back(arrived);
     Ok(DecodedBody { value, memory })
+}
+
+/// The memory a request holds for a body whose decoded value takes `footprint`.
+fn held_for(Footprint(decoded): Footprint) -> usize {
+    decoded.saturating_mul(HALVES_HELD) / 2
 }
 
 /// Reads and decodes a request body (see [`read_body`] and [`decode_body`]).

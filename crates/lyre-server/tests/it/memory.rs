@@ -140,3 +140,42 @@ async fn a_waiting_body_goes_through_once_the_memory_it_waits_for_is_given_back(
     assert_eq!(status, 200);
     assert_eq!(count(&s).await, 1);
 }
+
+/// A JSON body of at most 8 KiB is decoded first and measured after (one pass over
+/// its text): held to the same limits as every other body.
+#[tokio::test]
+async fn a_small_body_measured_after_decoding_is_refused_past_one_requests_memory() {
+    let s = TestServer::start_with(&[("HTTP_MAXREQUESTMEMORY", &(256 * 1024).to_string())]).await;
+    with_table(&s).await;
+    // 500 records: about 6 KB of JSON and some 600 KB to hold decoded.
+    let body = small_records(500);
+    assert!(body.to_string().len() < 8 * 1024, "the body takes the one-pass path");
+    let (status, answer) = s.op(body).await;
+    assert_eq!(status, 413, "{answer}");
+    let message = answer["error"].as_str().unwrap_or_default();
+    assert!(message.contains("http.maxRequestMemory"), "{message}");
+    assert_eq!(count(&s).await, 0, "nothing of a refused body is written");
+    let (status, answer) = s.op(small_records(20)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(count(&s).await, 20);
+}
+
+#[tokio::test]
+async fn a_small_body_waits_for_memory_others_hold_and_then_goes_through() {
+    let s = TestServer::start_with(&[("HTTP_REQUESTMEMORY", &(16 * MIB).to_string())]).await;
+    with_table(&s).await;
+    // Leaves 256 KiB free: less than the small body needs once decoded.
+    let holder = stalled_upload(&s, 16 * MIB - 256 * 1024).await;
+    let body = small_records(500);
+    assert!(body.to_string().len() < 8 * 1024, "the body takes the one-pass path");
+    let waiting = tokio::spawn({
+        let request = s.op_request(&body);
+        async move { request.send().await.map(|r| r.status().as_u16()) }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "the small body waits while the first holds the memory");
+    drop(holder);
+    let status = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap().unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(count(&s).await, 500);
+}
