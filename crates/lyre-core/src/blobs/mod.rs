@@ -69,6 +69,11 @@ pub(crate) fn holder_key(table: &str) -> Vec<u8> {
     format!("blob-holder/{table}").into_bytes()
 }
 
+/// Whether `table` has held a blob: a record of it may reference one.
+pub(crate) fn held_by(txn: &WriteTxn<'_, '_>, table: &str) -> Result<bool> {
+    Ok(txn.meta(&holder_key(table))?.is_some())
+}
+
 /// How long a new file is left alone by the orphan cleanup: the moments between a
 /// write job keeping a file and its batch committing, and uploads still arriving.
 const ORPHAN_GRACE: Duration = Duration::from_secs(60);
@@ -699,7 +704,7 @@ pub(crate) fn queue_freed(
 /// Inside the job that drops `table` (before its records go): queues every blob
 /// its records reference, when the table ever held one.
 pub(crate) fn queue_table_freed(txn: &mut WriteTxn<'_, '_>, store: &lyre_store::TableStore, table: &str) -> Result<()> {
-    if txn.meta(&holder_key(table))?.is_none() {
+    if !held_by(txn, table)? {
         return Ok(());
     }
     let mut freed = Vec::new();

@@ -93,6 +93,20 @@ pub(crate) fn decode_entry(stored: &[u8]) -> Result<Entry> {
     Ok(Entry { record, header, clock })
 }
 
+/// Decodes a stored record for a write that replaces it whole at `version`: only
+/// its attributes among `names` when that write supersedes the rest (the record
+/// has no property versions and was not written after `version`; an older write
+/// merges property by property), else all of it, as [`decode_entry`] does.
+pub(crate) fn decode_entry_replaced(stored: &[u8], names: &[String], version: Version) -> Result<Entry> {
+    let (header, body) = decode_record(stored)?;
+    let stored_version = Version { time: header.version, node: header.node };
+    if header.flags.contains(Flags::PROPERTY_VERSIONS) || stored_version.cmp_order(&version).is_gt() {
+        return decode_entry(stored);
+    }
+    let record = crate::raw::decode_object_only(body, names).map_err(|e| Error::Corrupt(e.into()))?;
+    Ok(Entry { record, header, clock: Clock::uniform(stored_version) })
+}
+
 /// The header and the record's MessagePack bytes (without its property versions),
 /// undecoded: what a read serves as it is stored.
 pub(crate) fn stored_record(stored: &[u8]) -> Result<(RecordHeader, &[u8])> {

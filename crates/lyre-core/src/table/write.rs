@@ -13,7 +13,7 @@ use crate::db::{CatalogChange, last_updated_key};
 use crate::error::{Error, Result};
 use crate::index::{IndexChanges, update_record_indexes};
 use crate::record::computed::Computing;
-use crate::record::entry::{Entry, decode_entry, encode_entry};
+use crate::record::entry::{Entry, decode_entry, decode_entry_replaced, encode_entry};
 use crate::record::expiry::{Live, removable_from};
 use crate::record::merge::{WriteMode, crdt_op, merge};
 use crate::record::validate::{encode_primary_key, validate_record, validate_scalar};
@@ -424,6 +424,9 @@ struct WriteJob {
     keep_unwritable: Option<TableAccess>,
     /// Computes the indexed `@computed` attributes.
     computing: Computing,
+    /// What a write replacing a stored record whole reads of it ([`Self::replace_reads`]),
+    /// worked out at the first such write.
+    replace_reads: std::cell::OnceCell<Option<Vec<String>>>,
 }
 
 impl WriteJob {
@@ -450,6 +453,7 @@ impl WriteJob {
             explicit,
             keep_unwritable: None,
             computing,
+            replace_reads: std::cell::OnceCell::new(),
         })
     }
 
@@ -488,6 +492,53 @@ impl WriteJob {
     /// The stored record with key `key`, expired or not.
     fn stored(&self, txn: &WriteTxn<'_, '_>, key: &[u8]) -> Result<Option<Entry>> {
         txn.get_record(&self.store, key)?.map(decode_entry).transpose()
+    }
+
+    /// The stored record with key `key`, expired or not, for a write in `mode` of
+    /// `body`: a write that replaces it whole decodes only what it reads of it
+    /// ([`Self::replace_reads`]), the rest of it being superseded.
+    fn stored_for(&self, txn: &WriteTxn<'_, '_>, key: &[u8], mode: WriteMode, body: &Object) -> Result<Option<Entry>> {
+        let replaces = matches!(mode, WriteMode::Replace | WriteMode::Insert) && increments(body).next().is_none();
+        let names = match replaces {
+            true => self.replace_reads(txn)?,
+            false => None,
+        };
+        let Some(stored) = txn.get_record(&self.store, key)? else { return Ok(None) };
+        match names {
+            Some(names) => decode_entry_replaced(stored, names, txn.version()).map(Some),
+            None => decode_entry(stored).map(Some),
+        }
+    }
+
+    /// The stored attributes a write that replaces a record whole reads: its indexed
+    /// attributes (their old entries go), its creation stamps (they are kept) and
+    /// its `@expiresAt` attribute (whether the record is there at all; a declared
+    /// one is indexed too, for the sweep). `None` when
+    /// the whole record must be decoded: a dynamic table (it indexes every
+    /// attribute), an indexed `@computed` attribute (its code may read any), a table
+    /// that has or had a `Blob` attribute (the replaced record's blobs are freed), or a role that
+    /// may not change some attributes (their stored values are kept).
+    fn replace_reads(&self, txn: &WriteTxn<'_, '_>) -> Result<Option<&[String]>> {
+        if let Some(names) = self.replace_reads.get() {
+            return Ok(names.as_deref());
+        }
+        let table = &self.table;
+        let whole = !table.schema_defined
+            || self.keep_unwritable.is_some()
+            || table.computed_attributes().any(|(attribute, _)| attribute.indexed)
+            || table.attributes.iter().any(|attribute| attribute.type_name.as_deref() == Some(blobs::BLOB_TYPE))
+            || blobs::held_by(txn, &table.name)?;
+        let names = (!whole).then(|| {
+            let stamped = table.attributes.iter().filter(|a| a.shape.stamp == Some(Stamp::Created));
+            let mut names: Vec<String> =
+                table.indexed_attributes().chain(stamped).map(|attribute| attribute.name.clone()).collect();
+            names.extend(table.expires_at.iter().cloned());
+            if table.has_timestamps() {
+                names.push(CREATED_TIME.to_string());
+            }
+            names
+        });
+        Ok(self.replace_reads.get_or_init(|| names).as_deref())
     }
 
     /// Whether a stored record still exists for this job (it has not expired).
@@ -600,7 +651,7 @@ impl WriteJob {
             // even from records it then skips.
             self.add_new_attributes(txn, state, &record, summary)?;
         }
-        let stored = self.stored(txn, &key)?;
+        let stored = self.stored_for(txn, &key, mode, &record)?;
         // An expired record is gone for every purpose but removing its index entries.
         let existing = stored.as_ref().filter(|entry| self.is_live(entry));
         match (mode, existing) {
@@ -695,6 +746,7 @@ impl WriteJob {
         self.table =
             state.table(&self.table.name).cloned().ok_or_else(|| Error::Corrupt("table vanished mid-write".into()))?;
         self.schema_changed = true;
+        self.replace_reads = std::cell::OnceCell::new();
         Ok(())
     }
 
