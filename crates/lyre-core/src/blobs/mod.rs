@@ -668,13 +668,13 @@ pub fn each_blob<'v>(value: &'v Value, found: &mut impl FnMut(&'v BlobRef)) {
 
 /// Inside a write job: queues for removal the blobs `old` references that `new`
 /// (the record replacing it, if any) does not, and marks `table` as one that holds
-/// blobs when `new` does.
+/// blobs when `new` does. Returns whether `new` holds a blob.
 pub(crate) fn queue_freed(
     txn: &mut WriteTxn<'_, '_>,
     table: &str,
     old: Option<&Object>,
     new: Option<&Object>,
-) -> Result<()> {
+) -> Result<bool> {
     let mut kept = HashSet::new();
     if let Some(new) = new {
         new.values().for_each(|value| {
@@ -686,7 +686,7 @@ pub(crate) fn queue_freed(
             txn.put_meta(&holder_key(table), &[])?;
         }
     }
-    let Some(old) = old else { return Ok(()) };
+    let Some(old) = old else { return Ok(!kept.is_empty()) };
     let mut freed = Vec::new();
     old.values().for_each(|value| {
         each_blob(value, &mut |blob| {
@@ -698,7 +698,7 @@ pub(crate) fn queue_freed(
     for key in freed {
         txn.put_meta(&key, &[])?;
     }
-    Ok(())
+    Ok(!kept.is_empty())
 }
 
 /// Inside the job that drops `table` (before its records go): queues every blob

@@ -516,7 +516,8 @@ impl WriteJob {
     /// one is indexed too, for the sweep). `None` when
     /// the whole record must be decoded: a dynamic table (it indexes every
     /// attribute), an indexed `@computed` attribute (its code may read any), a table
-    /// that has or had a `Blob` attribute (the replaced record's blobs are freed), or a role that
+    /// that has a `Blob` attribute or has held a blob (the replaced record's blobs
+    /// are freed), or a role that
     /// may not change some attributes (their stored values are kept).
     fn replace_reads(&self, txn: &WriteTxn<'_, '_>) -> Result<Option<&[String]>> {
         if let Some(names) = self.replace_reads.get() {
@@ -532,10 +533,8 @@ impl WriteJob {
             let stamped = table.attributes.iter().filter(|a| a.shape.stamp == Some(Stamp::Created));
             let mut names: Vec<String> =
                 table.indexed_attributes().chain(stamped).map(|attribute| attribute.name.clone()).collect();
+            // `__createdtime__` is a dynamic table's, and those are decoded whole.
             names.extend(table.expires_at.iter().cloned());
-            if table.has_timestamps() {
-                names.push(CREATED_TIME.to_string());
-            }
             names
         });
         Ok(self.replace_reads.get_or_init(|| names).as_deref())
@@ -681,7 +680,11 @@ impl WriteJob {
         let mut new = merged.record;
         self.stamp(&mut new, existing.map(|e| &e.record), merged.version.time);
         let old = stored.as_ref().map(|e| &e.record);
-        blobs::queue_freed(txn, &self.table.name, old, Some(&new))?;
+        if blobs::queue_freed(txn, &self.table.name, old, Some(&new))? {
+            // The table holds a blob now (code can put one in any attribute): a later
+            // write of this job that replaces this record must see it to free it.
+            self.replace_reads = std::cell::OnceCell::new();
+        }
         let newly_multi =
             update_record_indexes(&mut self.index_changes, &self.computing, &self.table, &key, old, Some(&new))?;
         if !newly_multi.is_empty() {

@@ -9,7 +9,8 @@
 //! by walking the body once without keeping anything ([`lyre_core::Footprint`]),
 //! before it is built (a small JSON body is decoded first and measured after, see
 //! [`MEASURED_AFTER_LIMIT`]). A request that alone would need more than
-//! `http.maxRequestMemory` is refused with 413 before anything is decoded; one that
+//! `http.maxRequestMemory` is refused with 413 before anything is built from it
+//! (a small JSON body: before it is kept); one that
 //! cannot be granted its memory while others hold it waits, in arrival order, for
 //! `http.requestQueueLimit` (never past its body's deadline, `http.timeout`) and is
 //! then refused with Harper's 503, to retry. So concurrent large
