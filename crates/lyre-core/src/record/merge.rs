@@ -120,6 +120,34 @@ pub(crate) struct Merged {
     pub flags: Flags,
 }
 
+/// `body` as a whole record: the primary key first, then the body's properties in
+/// order, each `add` applied to its value in `stored` (or to nothing). Made in the
+/// body's own map when the body carries no operation, the common write, so its
+/// keys are not hashed and inserted again.
+fn with_key_first(pk: &str, id: &Value, mut body: Object, stored: Option<&Object>) -> Result<Object> {
+    let mut plain = !body.contains_key(pk);
+    for (k, v) in &body {
+        if !plain {
+            break;
+        }
+        plain = crdt_op(k, v)?.is_none();
+    }
+    if plain {
+        body.shift_insert(0, pk.to_string(), id.clone());
+        return Ok(body);
+    }
+    let mut record = object_with_capacity(body.len() + 1);
+    record.insert(pk.to_string(), id.clone());
+    for (k, v) in body {
+        let value = match crdt_op(&k, &v)? {
+            Some(Op::Add(n)) => add(&k, stored.and_then(|record| record.get(&k)), &n)?,
+            None => v,
+        };
+        record.insert(k, value);
+    }
+    Ok(record)
+}
+
 /// Combines `body` (its primary key removed) written at `version` with the stored
 /// `entry`, if any.
 pub(crate) fn merge(
@@ -132,34 +160,20 @@ pub(crate) fn merge(
 ) -> Result<Merged> {
     let pk = &table.primary_key;
     let Some(entry) = entry else {
-        let mut record = object_with_capacity(body.len() + 1);
-        record.insert(pk.clone(), id.clone());
-        for (k, v) in body {
-            let value = match crdt_op(&k, &v)? {
-                Some(Op::Add(n)) => add(&k, None, &n)?,
-                None => v,
-            };
-            record.insert(k, value);
-        }
+        let record = with_key_first(pk, id, body, None)?;
         return Ok(Merged { record, clock: Clock::uniform(version), version, flags: Flags::empty() });
     };
     let stored_version = entry.version();
     let in_order = not_older(version, stored_version);
     let replace = matches!(mode, WriteMode::Insert | WriteMode::Replace);
-    let mut record = object_with_capacity(entry.record.len() + body.len());
-    record.insert(pk.clone(), id.clone());
     let mut clock = entry.clock.clone();
-    if replace && in_order {
+    let record = if replace && in_order {
         // A newer full write supersedes everything; adds still apply to the stored value.
-        for (k, v) in body {
-            let value = match crdt_op(&k, &v)? {
-                Some(Op::Add(n)) => add(&k, entry.record.get(&k), &n)?,
-                None => v,
-            };
-            record.insert(k, value);
-        }
         clock = Clock::uniform(version);
+        with_key_first(pk, id, body, Some(&entry.record))?
     } else {
+        let mut record = object_with_capacity(entry.record.len() + body.len());
+        record.insert(pk.clone(), id.clone());
         // Merge property by property; an older full write also removes the properties
         // it lacks, where nothing later wrote them.
         for (k, v) in &entry.record {
@@ -187,7 +201,8 @@ pub(crate) fn merge(
                 None => {} // written later: the newer value wins
             }
         }
-    }
+        record
+    };
     let record_version = if in_order { version } else { stored_version };
     let flags = if in_order {
         entry.header.flags.without(Flags::VERSION_NOT_UNIQUE)
@@ -233,6 +248,26 @@ mod tests {
             record: merged.record,
             header: RecordHeader { version: merged.version.time, flags: merged.flags, node: merged.version.node },
             clock: merged.clock,
+        }
+    }
+
+    /// A new record is the body with the key first, in the body's order, whether
+    /// it is made in the body's own map (no operation) or built anew (an `add`).
+    #[test]
+    fn a_body_becomes_the_record_with_its_key_first_in_its_order() {
+        let keys = |record: &Object| record.keys().cloned().collect::<Vec<_>>();
+        let plain = obj(r#"{"b":1,"a":{"x":[1,2]},"c":"z"}"#);
+        let id = Value::Int(5);
+        let stored = entry(merge(&table(), WriteMode::Replace, None, obj(r#"{"b":7,"d":true}"#), &id, v(1.0)).unwrap());
+        for entry in [None, Some(&stored)] {
+            let merged = merge(&table(), WriteMode::Replace, entry, plain.clone(), &id, v(2.0)).unwrap();
+            assert_eq!(keys(&merged.record), ["id", "b", "a", "c"]);
+            assert_eq!(merged.record["id"], Value::Int(5));
+            assert_eq!(merged.record["a"], plain["a"]);
+            let added = obj(r#"{"b":{"__op__":"add","value":2},"a":1}"#);
+            let merged = merge(&table(), WriteMode::Replace, entry, added, &id, v(2.0)).unwrap();
+            assert_eq!(keys(&merged.record), ["id", "b", "a"]);
+            assert_eq!(merged.record["b"], Value::Int(if entry.is_some() { 9 } else { 2 }));
         }
     }
 
