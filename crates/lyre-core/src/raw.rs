@@ -208,7 +208,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The `len` entries of a map whose header was just read, those `wanted` keeps
-    /// (at most `kept` of them).
+    /// (at most `kept` of them: the walk ends once it has that many).
     fn object(
         &mut self,
         kept: usize,
@@ -220,6 +220,10 @@ impl<'a> Reader<'a> {
         // more than the input could hold (nor, nested, more than 4,096 a level).
         let mut object = object_with_capacity(kept.min(self.0.len() / 2).min(4096));
         for _ in 0..len {
+            if object.len() == kept {
+                // Every wanted entry is in (stored keys are unique): the rest is not read.
+                break;
+            }
             let key = self.key()?;
             if wanted(&key) {
                 let value = self.value(depth + 1)?;
@@ -527,10 +531,13 @@ mod tests {
                 r.keys().zip(pick.iter().chain(std::iter::repeat(&false))).filter(|(_, p)| **p).map(|(k, _)| k.clone()).collect();
             let mut wanted = names.clone();
             wanted.push("no such attribute".to_string());
-            let only = decode_object_only(&Value::Object(r.clone()).to_msgpack(), &wanted).unwrap();
+            let bytes = Value::Object(r.clone()).to_msgpack();
+            let only = decode_object_only(&bytes, &wanted).unwrap();
             let expected: Object = r.into_iter().filter(|(k, _)| names.contains(k)).collect();
             prop_assert_eq!(only.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
-            prop_assert_eq!(only, expected);
+            prop_assert_eq!(&only, &expected);
+            // Every name present: the walk stops at the last of them, with the same answer.
+            prop_assert_eq!(decode_object_only(&bytes, &names).unwrap(), expected);
         }
 
         #[test]
@@ -546,6 +553,17 @@ mod tests {
             let _ = decode_value(&bytes);
             let _ = decode_object_only(&bytes, &["a".to_string()]);
         }
+    }
+
+    /// Once it has every attribute it wants, the walk reads no further.
+    #[test]
+    fn decoding_some_attributes_stops_at_the_last_one_wanted() {
+        // {"a": 1, "b": <truncated>}: nothing past "a" is read.
+        let bytes = [0x82, 0xa1, b'a', 0x01, 0xa1, b'b', 0xd9];
+        let only = decode_object_only(&bytes, &["a".to_string()]).unwrap();
+        assert_eq!(only.get("a"), Some(&Value::Int(1)));
+        assert_eq!(decode_object_only(&bytes, &[]).unwrap(), Object::default());
+        assert!(decode_object_only(&bytes, &["b".to_string()]).is_err());
     }
 
     #[test]
