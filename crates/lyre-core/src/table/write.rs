@@ -513,12 +513,11 @@ impl WriteJob {
     /// The stored attributes a write that replaces a record whole reads: its indexed
     /// attributes (their old entries go), its creation stamps (they are kept) and
     /// its `@expiresAt` attribute (whether the record is there at all; a declared
-    /// one is indexed too, for the sweep). `None` when
-    /// the whole record must be decoded: a dynamic table (it indexes every
-    /// attribute), an indexed `@computed` attribute (its code may read any), a table
-    /// that has a `Blob` attribute or has held a blob (the replaced record's blobs
-    /// are freed), or a role that
-    /// may not change some attributes (their stored values are kept).
+    /// one is indexed too, for the sweep). `None` when the whole record must be
+    /// decoded: a dynamic table (it indexes every attribute), an indexed `@computed`
+    /// attribute (its code may read any), a table that has a `Blob` attribute or has
+    /// held a blob (the replaced record's blobs are freed), or a role that may not
+    /// change some attributes (their stored values are kept).
     fn replace_reads(&self, txn: &WriteTxn<'_, '_>) -> Result<Option<&[String]>> {
         if let Some(names) = self.replace_reads.get() {
             return Ok(names.as_deref());
