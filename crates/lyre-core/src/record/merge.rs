@@ -125,14 +125,7 @@ pub(crate) struct Merged {
 /// body's own map when the body carries no operation, the common write, so its
 /// keys are not hashed and inserted again.
 fn with_key_first(pk: &str, id: &Value, mut body: Object, stored: Option<&Object>) -> Result<Object> {
-    let mut plain = !body.contains_key(pk);
-    for (k, v) in &body {
-        if !plain {
-            break;
-        }
-        plain = crdt_op(k, v)?.is_none();
-    }
-    if plain {
+    if !body.contains_key(pk) && !carries_operation(&body)? {
         body.shift_insert(0, pk.to_string(), id.clone());
         return Ok(body);
     }
@@ -146,6 +139,16 @@ fn with_key_first(pk: &str, id: &Value, mut body: Object, stored: Option<&Object
         record.insert(k, value);
     }
     Ok(record)
+}
+
+/// Whether any property of `body` is an operation; a malformed one is an error.
+fn carries_operation(body: &Object) -> Result<bool> {
+    for (k, v) in body {
+        if crdt_op(k, v)?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Combines `body` (its primary key removed) written at `version` with the stored

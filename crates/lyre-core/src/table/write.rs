@@ -528,13 +528,15 @@ impl WriteJob {
             || table.computed_attributes().any(|(attribute, _)| attribute.indexed)
             || table.attributes.iter().any(|attribute| attribute.type_name.as_deref() == Some(blobs::BLOB_TYPE))
             || blobs::held_by(txn, &table.name)?;
+        // `__createdtime__` is a dynamic table's, and those are decoded whole. Each
+        // name once: the decode stops when it has found as many as it was given.
         let names = (!whole).then(|| {
-            let stamped = table.attributes.iter().filter(|a| a.shape.stamp == Some(Stamp::Created));
-            let mut names: Vec<String> =
-                table.indexed_attributes().chain(stamped).map(|attribute| attribute.name.clone()).collect();
-            // `__createdtime__` is a dynamic table's, and those are decoded whole.
-            names.extend(table.expires_at.iter().cloned());
-            names
+            let read = |attribute: &Attribute| {
+                attribute.indexed
+                    || attribute.shape.stamp == Some(Stamp::Created)
+                    || table.expires_at.as_ref() == Some(&attribute.name)
+            };
+            table.attributes.iter().filter(|a| !a.is_primary_key && read(a)).map(|a| a.name.clone()).collect()
         });
         Ok(self.replace_reads.get_or_init(|| names).as_deref())
     }
