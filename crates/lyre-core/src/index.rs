@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into};
+use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into, encoded_key_len};
 
 use crate::catalog::{Attribute, TableSchema};
 use crate::error::Result;
@@ -46,7 +46,7 @@ pub(crate) fn entries_for(
 }
 
 fn entry(attribute: &Attribute, key: KeyValue<'_>, pk: &[u8]) -> Result<Vec<u8>> {
-    let mut entry = Vec::with_capacity(4 + 16 + pk.len());
+    let mut entry = Vec::with_capacity(4 + encoded_key_len(key) + pk.len());
     entry.extend_from_slice(&attribute_prefix(attribute));
     encode_key_into(key, &mut entry)?;
     entry.extend_from_slice(pk);

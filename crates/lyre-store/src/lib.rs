@@ -33,7 +33,7 @@ pub use database::{Closing, Database, DatabaseOptions, TableStore};
 pub use error::{Error, Result};
 pub use key::{
     KeyValue, MAX_KEY_STRING_BYTES, OwnedKey, decode_key, encode_composite_key, encode_key, encode_key_into,
-    encode_string_prefix_into, index_entry_primary_key, prefix_successor, skip_key,
+    encode_string_prefix_into, encoded_key_len, index_entry_primary_key, prefix_successor, skip_key,
 };
 pub use layout::Layout;
 pub use record::{Flags, RecordHeader, decode_record, encode_record};
