@@ -6,8 +6,11 @@
 #
 #   bench/compare-builds.sh OLD_LYRE_BINARY NEW_LYRE_BINARY
 #   WORKLOADS="ycsb-c ycsb-a counters-hot" ROUNDS=5 bench/compare-builds.sh old/lyre new/lyre
+#   DURABILITY=async WORKLOADS=ops-insert REPORT=2026-12-07-builds-insert bench/compare-builds.sh old/lyre new/lyre
 #
-# Results: bench/results/<date>-builds.md, raw JSON under bench/results/<date>-builds/.
+# DURABILITY=async sets storage.writeAsync on both builds (default: each commit flushed).
+# Results: bench/results/<date>-builds.md (REPORT names another), raw JSON in the
+# folder of the same name.
 # The ratio lines read "new/old" for throughput.
 set -euo pipefail
 
@@ -18,7 +21,13 @@ ROUNDS=${ROUNDS:-5}
 RECORDS=${RECORDS:-100000}
 WORKLOADS=${WORKLOADS:-"ycsb-c ycsb-a counters-hot"}
 DATE=$(date -u +%Y-%m-%d)
-OUT=$ROOT/bench/results/$DATE-builds
+REPORT=${REPORT:-$DATE-builds}
+OUT=$ROOT/bench/results/$REPORT
+case ${DURABILITY:-default} in
+  default) ASYNC=false ;;
+  async) ASYNC=true ;;
+  *) echo "DURABILITY is default or async" >&2; exit 2 ;;
+esac
 WORK=$(mktemp -d /tmp/lyre-ab.XXXXXX)
 
 source "$ROOT/bench/lib.sh"
@@ -30,7 +39,7 @@ start() {
   mkdir -p "$dir"
   [ -n "${5:-}" ] && install_app "$dir/root" ycsb
   setsid taskset -c 0 env HDB_ADMIN_USERNAME=admin HDB_ADMIN_PASSWORD=password OPERATIONSAPI_NETWORK_PORT="$2" \
-    HTTP_PORT="$3" MQTT_NETWORK_PORT=$(($2 + 100)) LOGGING_LEVEL=warn THREADS_COUNT=1 "$1" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
+    HTTP_PORT="$3" MQTT_NETWORK_PORT=$(($2 + 100)) LOGGING_LEVEL=warn THREADS_COUNT=1 STORAGE_WRITEASYNC="$ASYNC" "$1" run --root "$dir/root" >"$dir/lyre.log" 2>&1 &
   STARTED_PID=$!
   PIDS+=("$STARTED_PID")
   wait_health "$2"
@@ -59,7 +68,7 @@ for workload in $WORKLOADS; do
 done
 
 {
-  echo "# Lyre A/B: new build against old build — $DATE"
+  echo "# Lyre A/B: new build against old build — $DATE, storage.writeAsync=$ASYNC"
   echo
   echo "old: \`$(basename "$OLD")\`, new: \`$(basename "$NEW")\`. Servers pinned to CPU 0, load on CPU 1, $ROUNDS alternating rounds, medians (min–max)."
   echo
@@ -71,4 +80,4 @@ done
     echo '```'
     echo
   done
-} >"$ROOT/bench/results/$DATE-builds.md"
+} >"$ROOT/bench/results/$REPORT.md"
