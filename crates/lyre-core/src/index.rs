@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into, encoded_key_len};
+use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into, encoded_key_len, index_entry_primary_key};
 
 use crate::catalog::{Attribute, TableSchema};
 use crate::error::Result;
@@ -59,8 +59,22 @@ fn entry(attribute: &Attribute, key: KeyValue<'_>, pk: &[u8]) -> Result<Vec<u8>>
 /// applying a job's changes sorted makes neighbouring entries share the pages they
 /// touch. A later change to the same entry replaces an earlier one, so a record
 /// written twice in one job nets out.
+///
+/// When the entries a record had cannot be known (its indexed `@computed` value
+/// failed to compute from the stored record), the job sweeps that attribute's index
+/// for the record's entries instead ([`IndexChanges::sweep`]).
 #[derive(Default)]
-pub(crate) struct IndexChanges(Vec<IndexChange>);
+pub(crate) struct IndexChanges {
+    changes: Vec<IndexChange>,
+    sweeps: Vec<Sweep>,
+}
+
+/// Every entry of one attribute's index that points at one record, to remove.
+struct Sweep {
+    attribute: String,
+    prefix: [u8; 4],
+    pk: Vec<u8>,
+}
 
 /// One change: the entry, its first eight bytes as a number (to sort by), and
 /// whether it adds the entry or removes it.
@@ -81,16 +95,44 @@ impl IndexChange {
 
 impl IndexChanges {
     fn put(&mut self, entry: Vec<u8>) {
-        self.0.push(IndexChange::new(entry, true));
+        self.changes.push(IndexChange::new(entry, true));
     }
 
     fn delete(&mut self, entry: Vec<u8>) {
-        self.0.push(IndexChange::new(entry, false));
+        self.changes.push(IndexChange::new(entry, false));
     }
 
-    /// Writes the changes into `store`, in key order; of several changes to one entry
-    /// only the last counts.
+    /// Removes every entry of `attribute`'s index that points at record `pk`, those
+    /// stored and those this job changed so far; changes made after it apply after
+    /// it. For a record whose old entries cannot be worked out: the sweep walks the
+    /// attribute's whole index, a cost paid only when computing a value failed.
+    fn sweep(&mut self, attribute: &Attribute, pk: &[u8]) {
+        let prefix = attribute_prefix(attribute);
+        self.changes.retain(|change| !(change.entry.starts_with(&prefix) && points_at(&change.entry, pk)));
+        self.sweeps.push(Sweep { attribute: attribute.name.clone(), prefix, pk: pk.to_vec() });
+    }
+
+    /// Writes the changes into `store`: the sweeps, then the changes in key order; of
+    /// several changes to one entry only the last counts.
     pub(crate) fn apply(self, txn: &mut WriteTxn<'_, '_>, store: &TableStore) -> Result<()> {
+        for sweep in &self.sweeps {
+            let upper = (u32::from_be_bytes(sweep.prefix) + 1).to_be_bytes();
+            let range = (std::ops::Bound::Included(&sweep.prefix[..]), std::ops::Bound::Excluded(&upper[..]));
+            let mut found = Vec::new();
+            for item in txn.index_entries(store, range)? {
+                let entry = item?;
+                if points_at(entry, &sweep.pk) {
+                    found.push(entry.to_vec());
+                }
+            }
+            for entry in &found {
+                txn.delete_index_entry(store, entry)?;
+            }
+            tracing::warn!(
+                attribute = %sweep.attribute, removed = found.len(),
+                "swept an index for the entries of a record whose computed value failed to compute"
+            );
+        }
         for (entry, present) in self.in_key_order() {
             if present {
                 txn.put_index_entry(store, &entry)?;
@@ -108,8 +150,8 @@ impl IndexChanges {
         // by those as one number, held beside the pointer; the rest by their bytes
         // (a shorter entry, padded with zeros, can tie with a longer one and is
         // ordered there).
-        self.0.sort_by(|a, b| a.head.cmp(&b.head).then_with(|| a.entry.cmp(&b.entry)));
-        let mut changes = self.0.into_iter().peekable();
+        self.changes.sort_by(|a, b| a.head.cmp(&b.head).then_with(|| a.entry.cmp(&b.entry)));
+        let mut changes = self.changes.into_iter().peekable();
         std::iter::from_fn(move || {
             loop {
                 let change = changes.next()?;
@@ -119,6 +161,12 @@ impl IndexChanges {
             }
         })
     }
+}
+
+/// Whether index `entry` (attribute prefix included) points at record `pk`; an entry
+/// that does not parse points nowhere.
+fn points_at(entry: &[u8], pk: &[u8]) -> bool {
+    index_entry_primary_key(entry.get(4..).unwrap_or_default()).is_ok_and(|p| p == pk)
 }
 
 /// Records the index changes of a record going from `old` to `new` (for every index
@@ -134,10 +182,16 @@ pub(crate) fn update_record_indexes(
     old: Option<&Object>,
     new: Option<&Object>,
 ) -> Result<Vec<String>> {
-    let (old, new) = (computing.indexed(table, old), computing.indexed(table, new));
+    // An old value the code fails to compute now may have been indexed when it
+    // could: its entries are swept, as they cannot be named.
+    let (old, unknown) = computing.indexed_noting_failures(table, old);
+    let new = computing.indexed(table, new);
     let (old, new) = (old.as_deref(), new.as_deref());
     let mut newly_multi = Vec::new();
     for attribute in table.indexed_attributes() {
+        if unknown.contains(&attribute.name) {
+            changes.sweep(attribute, pk);
+        }
         let old_value = old.and_then(|r| r.get(&attribute.name));
         let new_value = new.and_then(|r| r.get(&attribute.name));
         if old_value == new_value {
@@ -191,7 +245,8 @@ pub(crate) fn build_attribute_index(
         let (pk, stored) = item?;
         let mut record = decode_object(stored)?;
         if attribute.shape.computed.is_some() {
-            computing.add_for_index(table, &mut record, |a| a.name == attribute.name);
+            // A value the code cannot compute is left out (and logged).
+            let _ = computing.add_for_index(table, &mut record, |a| a.name == attribute.name);
         }
         if let Some(value) = record.get(&attribute.name) {
             multi |= entries_for(attribute, value, pk, &mut entries)?;

@@ -84,20 +84,37 @@ impl Computing {
         table: &TableSchema,
         record: Option<&'r Object>,
     ) -> Option<std::borrow::Cow<'r, Object>> {
-        let record = record?;
+        self.indexed_noting_failures(table, record).0
+    }
+
+    /// [`Computing::indexed`], and the names of the indexed computed attributes the
+    /// code failed to compute (left out of the record).
+    pub(crate) fn indexed_noting_failures<'r>(
+        &self,
+        table: &TableSchema,
+        record: Option<&'r Object>,
+    ) -> (Option<std::borrow::Cow<'r, Object>>, Vec<String>) {
+        let Some(record) = record else { return (None, Vec::new()) };
         if !table.computed_attributes().any(|(a, _)| a.indexed) {
-            return Some(std::borrow::Cow::Borrowed(record));
+            return (Some(std::borrow::Cow::Borrowed(record)), Vec::new());
         }
         let mut with = record.clone();
-        self.add_for_index(table, &mut with, |a| a.indexed);
-        Some(std::borrow::Cow::Owned(with))
+        let failed = self.add_for_index(table, &mut with, |a| a.indexed);
+        (Some(std::borrow::Cow::Owned(with)), failed)
     }
 
     /// Adds the computed attributes `wanted` picks for an index: inside a write, a
     /// value the code cannot compute (it throws, it is too slow, no worker answers)
     /// is left out of the index and logged, instead of failing the write (and its
-    /// writer batch with it) or leaving a record that can never be deleted.
-    pub(crate) fn add_for_index(&self, table: &TableSchema, record: &mut Object, wanted: impl Fn(&Attribute) -> bool) {
+    /// writer batch with it) or leaving a record that can never be deleted. Returns
+    /// the names of the attributes left out so.
+    pub(crate) fn add_for_index(
+        &self,
+        table: &TableSchema,
+        record: &mut Object,
+        wanted: impl Fn(&Attribute) -> bool,
+    ) -> Vec<String> {
+        let mut failed = Vec::new();
         // Never fails: a failure is logged and the work goes on.
         let _ = self.each(
             table,
@@ -108,9 +125,11 @@ impl Computing {
                     database = %self.database, table = %table.name, attribute = %attribute.name, error = %message,
                     "a computed attribute could not be computed for its index; the record is left out of it"
                 );
+                failed.push(attribute.name.clone());
                 Ok(())
             },
         );
+        failed
     }
 
     /// Sets (or, without a value, removes) each computed attribute `wanted` picks;
@@ -121,7 +140,7 @@ impl Computing {
         table: &TableSchema,
         record: &mut Object,
         wanted: impl Fn(&Attribute, &Computed) -> bool,
-        failed: impl Fn(&Attribute, String) -> Result<()>,
+        mut failed: impl FnMut(&Attribute, String) -> Result<()>,
     ) -> Result<()> {
         let Some(computer) = &self.computer else { return Ok(()) };
         for (attribute, computed) in table.computed_attributes().filter(|(a, c)| wanted(a, c)) {
