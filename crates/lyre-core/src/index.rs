@@ -4,7 +4,7 @@
 //! stored as a key with no value in the table's index sub-database. Array values are
 //! indexed per element; objects and bytes are not indexed; null is.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use lyre_store::{KeyValue, TableStore, WriteTxn, encode_key_into, encoded_key_len, index_entry_primary_key};
 
@@ -69,11 +69,11 @@ pub(crate) struct IndexChanges {
     sweeps: Vec<Sweep>,
 }
 
-/// Every entry of one attribute's index that points at one record, to remove.
+/// The entries of one attribute's index that point at any of some records, to
+/// remove: one walk of the index however many records of the job need it.
 struct Sweep {
-    attribute: String,
-    prefix: [u8; 4],
-    pk: Vec<u8>,
+    attribute: Attribute,
+    pks: HashSet<Vec<u8>>,
 }
 
 /// One change: the entry, its first eight bytes as a number (to sort by), and
@@ -109,19 +109,23 @@ impl IndexChanges {
     fn sweep(&mut self, attribute: &Attribute, pk: &[u8]) {
         let prefix = attribute_prefix(attribute);
         self.changes.retain(|change| !(change.entry.starts_with(&prefix) && points_at(&change.entry, pk)));
-        self.sweeps.push(Sweep { attribute: attribute.name.clone(), prefix, pk: pk.to_vec() });
+        match self.sweeps.iter_mut().find(|sweep| sweep.attribute.id == attribute.id) {
+            Some(sweep) => drop(sweep.pks.insert(pk.to_vec())),
+            None => self.sweeps.push(Sweep { attribute: attribute.clone(), pks: HashSet::from([pk.to_vec()]) }),
+        }
     }
 
     /// Writes the changes into `store`: the sweeps, then the changes in key order; of
     /// several changes to one entry only the last counts.
     pub(crate) fn apply(self, txn: &mut WriteTxn<'_, '_>, store: &TableStore) -> Result<()> {
         for sweep in &self.sweeps {
-            let upper = (u32::from_be_bytes(sweep.prefix) + 1).to_be_bytes();
-            let range = (std::ops::Bound::Included(&sweep.prefix[..]), std::ops::Bound::Excluded(&upper[..]));
+            let (lower, upper) = attribute_bounds(&sweep.attribute);
+            let range = (std::ops::Bound::Included(&lower[..]), std::ops::Bound::Excluded(&upper[..]));
             let mut found = Vec::new();
             for item in txn.index_entries(store, range)? {
                 let entry = item?;
-                if points_at(entry, &sweep.pk) {
+                let pk = index_entry_primary_key(entry.get(lower.len()..).unwrap_or_default());
+                if pk.is_ok_and(|pk| sweep.pks.contains(pk)) {
                     found.push(entry.to_vec());
                 }
             }
@@ -129,8 +133,8 @@ impl IndexChanges {
                 txn.delete_index_entry(store, entry)?;
             }
             tracing::warn!(
-                attribute = %sweep.attribute, removed = found.len(),
-                "swept an index for the entries of a record whose computed value failed to compute"
+                attribute = %sweep.attribute.name, records = sweep.pks.len(), removed = found.len(),
+                "swept an index for the entries of records whose computed value failed to compute"
             );
         }
         for (entry, present) in self.in_key_order() {
@@ -264,10 +268,14 @@ pub(crate) fn drop_attribute_index(
     store: &TableStore,
     attribute: &Attribute,
 ) -> Result<()> {
-    let prefix = attribute_prefix(attribute);
-    let upper = (attribute.id + 1).to_be_bytes();
-    txn.delete_index_range(store, (std::ops::Bound::Included(&prefix[..]), std::ops::Bound::Excluded(&upper[..])))?;
+    let (lower, upper) = attribute_bounds(attribute);
+    txn.delete_index_range(store, (std::ops::Bound::Included(&lower[..]), std::ops::Bound::Excluded(&upper[..])))?;
     Ok(())
+}
+
+/// The bounds of `attribute`'s index entries: its prefix, and the next attribute's.
+fn attribute_bounds(attribute: &Attribute) -> ([u8; 4], [u8; 4]) {
+    (attribute_prefix(attribute), (attribute.id + 1).to_be_bytes())
 }
 
 /// Removes `attribute`'s index entries and, in dynamic tables, its values from every
