@@ -121,6 +121,50 @@ pub struct LogEntry {
 
 impl LogEntry {
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
+        self.as_written().encode()
+    }
+
+    /// This entry's fields, borrowed.
+    fn as_written(&self) -> WrittenEntry<'_> {
+        WrittenEntry {
+            seq: self.seq,
+            version: self.version,
+            node: self.node,
+            user: &self.user,
+            operation: &self.operation,
+            origin: self.origin.as_deref(),
+            changes: &self.changes,
+        }
+    }
+
+    #[cfg(test)]
+    fn encoded_size_bound(&self) -> usize {
+        self.as_written().encoded_size_bound()
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self> {
+        Ok(rmp_serde::from_slice(bytes)?)
+    }
+}
+
+/// A [`LogEntry`] as the writer encodes it: the same fields, in the same order,
+/// borrowed from the job's metadata and changes, so appending a job's entry copies
+/// neither its user and operation names nor its changes (which carry whole records).
+#[derive(Serialize)]
+pub(crate) struct WrittenEntry<'a> {
+    pub seq: u64,
+    pub version: f64,
+    pub node: u16,
+    pub user: &'a str,
+    pub operation: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<&'a str>,
+    pub changes: &'a [Change],
+}
+
+impl WrittenEntry<'_> {
+    /// The entry's bytes: `rmp_serde`'s named encoding, as [`LogEntry::decode`] reads.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
         // Sized up front: an entry carries whole records, and a buffer grown by
         // doubling copies each of them several times over.
         let mut out = Vec::with_capacity(self.encoded_size_bound());
@@ -138,11 +182,7 @@ impl LogEntry {
             .iter()
             .map(|c| CHANGE_FIELDS + c.table.len() + c.key.len() + c.record.as_ref().map_or(0, Vec::len))
             .sum();
-        ENTRY_FIELDS + self.user.len() + self.operation.len() + self.origin.as_ref().map_or(0, String::len) + changes
-    }
-
-    pub(crate) fn decode(bytes: &[u8]) -> Result<Self> {
-        Ok(rmp_serde::from_slice(bytes)?)
+        ENTRY_FIELDS + self.user.len() + self.operation.len() + self.origin.map_or(0, str::len) + changes
     }
 }
 

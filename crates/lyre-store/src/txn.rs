@@ -1,5 +1,6 @@
 //! Read snapshots and the write transaction handed to write jobs.
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use heed::{RoTxn, RwTxn, WithoutTls};
 use crate::database::{Database, TableStore, next_incarnation, stored_u64};
 use crate::error::{Error, Result};
 use crate::logstore;
-use crate::txlog::{Change, ChangeKind, JobMeta, LogEntry, PRUNE_BYTES, PruneProgress, PruneScope};
+use crate::txlog::{Change, ChangeKind, JobMeta, LogEntry, PRUNE_BYTES, PruneProgress, PruneScope, WrittenEntry};
 use crate::version::Version;
 
 /// The read transaction of a [`ReadTxn`]: always present until the snapshot ends,
@@ -322,15 +323,62 @@ fn index_entries_in<'t>(
 pub struct WriteTxn<'t, 'e> {
     txn: &'t mut RwTxn<'e>,
     db: &'t Database,
+    batch: &'t BatchMemo,
     version: Version,
     changes: Vec<Change>,
+    /// Metadata this job writes when its batch commits ([`WriteTxn::put_meta_at_commit`]).
+    at_commit: Vec<(Vec<u8>, Vec<u8>)>,
     /// Whether anything was written (see the job contract in `writer`).
     wrote: bool,
 }
 
+/// What the jobs of one writer batch share besides its LMDB transaction: the
+/// incarnations of the tables they have named (read once per batch, not once per
+/// job), and the metadata they asked to write at the commit, the last value of each
+/// key. A batch of small writes to one table so reads and writes its metadata once
+/// instead of once a job; the memo lives exactly as long as the batch's
+/// transaction, so it is dropped with it when the batch is rolled back.
+#[derive(Default)]
+pub(crate) struct BatchMemo {
+    /// By table name; a batch names few tables, so a list is quickest to search.
+    incarnations: std::cell::RefCell<Vec<(Arc<str>, u64)>>,
+    at_commit: std::cell::RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl BatchMemo {
+    /// Notes `table`'s incarnation as the batch now sees it (`None`: read it again).
+    fn remember_incarnation(&self, table: &Arc<str>, incarnation: Option<u64>) {
+        let mut known = self.incarnations.borrow_mut();
+        known.retain(|(name, _)| **name != **table);
+        if let Some(incarnation) = incarnation {
+            known.push((table.clone(), incarnation));
+        }
+    }
+
+    /// Writes the metadata the batch's jobs asked for at the commit.
+    pub(crate) fn write_at_commit(&self, txn: &mut RwTxn<'_>, db: &Database) -> Result<()> {
+        for (key, value) in std::mem::take(&mut *self.at_commit.borrow_mut()) {
+            db.inner.meta.put(txn, &key, &value).map_err(|e| classify(db, e))?;
+        }
+        Ok(())
+    }
+}
+
 impl<'t, 'e> WriteTxn<'t, 'e> {
-    pub(crate) fn new(txn: &'t mut RwTxn<'e>, db: &'t Database, version: Version) -> Self {
-        Self { txn, db, version, changes: Vec::new(), wrote: false }
+    pub(crate) fn new(txn: &'t mut RwTxn<'e>, db: &'t Database, batch: &'t BatchMemo, version: Version) -> Self {
+        Self { txn, db, batch, version, changes: Vec::new(), at_commit: Vec::new(), wrote: false }
+    }
+
+    /// `table`'s incarnation as this transaction sees it: read once per batch (only
+    /// this batch's jobs change it, through this type, which keeps the memo true).
+    fn incarnation(&self, table: &Arc<str>) -> Result<u64> {
+        let known = |(name, _): &&(Arc<str>, u64)| Arc::ptr_eq(name, table) || **name == **table;
+        if let Some((_, incarnation)) = self.batch.incarnations.borrow().iter().find(known) {
+            return Ok(*incarnation);
+        }
+        let incarnation = incarnation_in(&*self.txn, self.db, table)?;
+        self.batch.remember_incarnation(table, Some(incarnation));
+        Ok(incarnation)
     }
 
     /// The version every change in this transaction carries.
@@ -349,7 +397,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     /// `None` when its storage does not exist; see [`crate::Writer::prepare_table`].
     pub fn table(&self, table: &str) -> Result<Option<TableStore>> {
         let Some(mut store) = self.db.open_table(table) else { return Ok(None) };
-        store.incarnation = Some(incarnation_in(&*self.txn, self.db, table)?);
+        store.incarnation = Some(self.incarnation(&store.name)?);
         Ok(Some(store))
     }
 
@@ -360,6 +408,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         let next = next_incarnation(&meta, self.writing()).map_err(|e| classify(self.db, e))?;
         let key = crate::names::incarnation_key(&table.name);
         meta.put(self.writing(), &key, &next.to_be_bytes()).map_err(|e| classify(self.db, e))?;
+        self.batch.remember_incarnation(&table.name, Some(next));
         Ok(TableStore { incarnation: Some(next), ..table.clone() })
     }
 
@@ -382,6 +431,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
         for key in [crate::names::slot_key(&table.name), crate::names::incarnation_key(&table.name)] {
             self.db.inner.meta.delete(self.writing(), &key).map_err(|e| classify(self.db, e))?;
         }
+        self.batch.remember_incarnation(&table.name, None);
         Ok(())
     }
 
@@ -410,7 +460,7 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     fn log(&mut self, table: &TableStore, kind: ChangeKind, key: Vec<u8>, record: Option<Vec<u8>>) -> Result<()> {
         let incarnation = match table.incarnation {
             Some(incarnation) => incarnation,
-            None => incarnation_in(&*self.txn, self.db, &table.name)?,
+            None => self.incarnation(&table.name)?,
         };
         self.changes.push(Change { table: table.name.to_string(), incarnation, kind, key, record });
         Ok(())
@@ -533,11 +583,30 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
 
     /// Writes a metadata value.
     pub fn put_meta(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.supersede_at_commit(key);
         self.db.inner.meta.put(self.writing(), key, value).map_err(|e| classify(self.db, e))
+    }
+
+    /// Writes a metadata value when this job's batch commits, if this job succeeds:
+    /// once per key however many jobs of the batch set it, the last value winning.
+    /// For a value every small write updates (a table's last-updated time), which
+    /// would otherwise cost a B-tree write per job. Until the commit, [`Self::meta`]
+    /// (here and in the batch's later jobs) reads the value stored before.
+    pub fn put_meta_at_commit(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.at_commit.push((key, value));
+    }
+
+    /// Drops what this job and the batch's earlier jobs asked to write to `key` at
+    /// the commit: a later direct write or delete of it wins, as it would have had
+    /// theirs been written at once.
+    fn supersede_at_commit(&mut self, key: &[u8]) {
+        self.at_commit.retain(|(pending, _)| pending != key);
+        self.batch.at_commit.borrow_mut().remove(key);
     }
 
     /// Deletes a metadata value; returns whether it existed.
     pub fn delete_meta(&mut self, key: &[u8]) -> Result<bool> {
+        self.supersede_at_commit(key);
         self.db.inner.meta.delete(self.writing(), key).map_err(|e| classify(self.db, e))
     }
 
@@ -590,17 +659,17 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
     }
 
     /// Appends the log entry for this job, if it changed any record.
-    pub(crate) fn finish(mut self, seq: &mut u64, meta: &JobMeta) -> Result<()> {
+    pub(crate) fn finish(self, seq: &mut u64, meta: &JobMeta) -> Result<()> {
         if !self.changes.is_empty() {
             *seq += 1;
-            let entry = LogEntry {
+            let entry = WrittenEntry {
                 seq: *seq,
                 version: self.version.time,
                 node: self.version.node,
-                user: meta.user.clone(),
-                operation: meta.operation.clone(),
-                origin: meta.origin.clone(),
-                changes: std::mem::take(&mut self.changes),
+                user: &meta.user,
+                operation: &meta.operation,
+                origin: meta.origin.as_deref(),
+                changes: &self.changes,
             };
             let bytes = entry.encode()?;
             // Sequences only grow, so the entry goes after the last one: appending
@@ -608,6 +677,8 @@ impl<'t, 'e> WriteTxn<'t, 'e> {
             // the log's pages half empty: 2.0 KB of file per 1.25 KB entry).
             logstore::append(&self.db.inner.txlog, self.txn, *seq, &bytes).map_err(|e| classify(self.db, e))?;
         }
+        // Kept for the commit only now that the job has succeeded.
+        self.batch.at_commit.borrow_mut().extend(self.at_commit);
         Ok(())
     }
 }

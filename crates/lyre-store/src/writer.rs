@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::database::Database;
 use crate::error::{Error, Result};
 use crate::txlog::JobMeta;
-use crate::txn::{WriteTxn, classify};
+use crate::txn::{BatchMemo, WriteTxn, classify};
 use crate::version::VersionClock;
 
 /// Tuning of a writer.
@@ -393,12 +393,14 @@ impl<S: Clone + Send + 'static> Worker<S> {
     fn apply_and_commit(&mut self, batch: &mut [Box<dyn Job<S>>], seq: &mut u64) -> Result<()> {
         let db = self.db.clone();
         let mut txn = db.inner.env.write_txn().map_err(|e| classify(&db, e))?;
+        let memo = BatchMemo::default();
         for job in batch.iter_mut() {
-            if let Err(poisoned) = self.run_job(job.as_mut(), &mut txn, seq) {
+            if let Err(poisoned) = self.run_job(job.as_mut(), &mut txn, &memo, seq) {
                 // Dropping `txn` aborts everything the batch wrote.
                 return Err(Error::BatchAborted(poisoned.to_string()));
             }
         }
+        memo.write_at_commit(&mut txn, &db)?;
         db.record_highest_version(&mut txn, self.clock.last()).map_err(|e| classify(&db, e))?;
         txn.commit().map_err(|e| classify(&db, e))?;
         db.inner.snapshots.clear();
@@ -408,26 +410,29 @@ impl<S: Clone + Send + 'static> Worker<S> {
     /// Runs one job. `Ok` when its changes are kept or it failed before writing (then
     /// its state changes and log sequence are rolled back); `Err` when it failed after
     /// writing, which poisons the whole transaction.
-    fn run_job(&mut self, job: &mut dyn Job<S>, txn: &mut heed::RwTxn<'_>, seq: &mut u64) -> Result<()> {
+    fn run_job(
+        &mut self,
+        job: &mut dyn Job<S>,
+        txn: &mut heed::RwTxn<'_>,
+        memo: &BatchMemo,
+        seq: &mut u64,
+    ) -> Result<()> {
         let saved_state = self.state.clone();
         let saved_seq = *seq;
-        let mut write = WriteTxn::new(txn, &self.db, self.clock.next());
+        let mut write = WriteTxn::new(txn, &self.db, memo, self.clock.next());
         let applied = catch_unwind(AssertUnwindSafe(|| job.apply(&mut write, &mut self.state)));
         let wrote = write.has_written();
         // A job may carry a version from elsewhere; later local versions must exceed it.
         self.clock.observe(write.version().time);
         let failure = match applied {
-            Ok(true) => {
-                let meta = job.meta().clone();
-                match write.finish(seq, &meta) {
-                    Ok(()) => return Ok(()),
-                    Err(err) => {
-                        let message = err.to_string();
-                        job.fail(err);
-                        message
-                    }
+            Ok(true) => match write.finish(seq, job.meta()) {
+                Ok(()) => return Ok(()),
+                Err(err) => {
+                    let message = err.to_string();
+                    job.fail(err);
+                    message
                 }
-            }
+            },
             Ok(false) => "a write job failed after writing".to_string(),
             Err(panic) => {
                 let message = panic_message(&panic);

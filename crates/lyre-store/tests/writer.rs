@@ -348,3 +348,87 @@ async fn a_full_queue_makes_submitters_wait_then_refuses_them_at_its_timeout() {
     let w = writer.clone();
     tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap();
 }
+
+/// Metadata a job writes at the commit: written once for its batch, the last job's
+/// value winning; a job that fails leaves none; the batch's jobs read the value
+/// stored before; a later direct delete of the key wins. And the tables' incarnations
+/// the batch reads once stay true when a job of the batch drops a table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_written_at_the_commit_follows_the_batch_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open("t", dir.path(), options()).unwrap();
+    let writer = spawn(&db);
+    writer.prepare_table("dog").await.unwrap();
+    writer.prepare_table("cat").await.unwrap();
+    writer
+        .submit(meta(), |txn, _| {
+            let cat = txn.table("cat")?.expect("prepared");
+            txn.start_incarnation(&cat)?;
+            txn.put_meta(b"kept", b"before")?;
+            txn.put_meta(b"deleted", b"before")
+        })
+        .await
+        .unwrap();
+    let before = writer.stats().commits;
+    // The writer is held in a job while the rest queue behind it: they run as one batch.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let blocker = writer
+        .enqueue(meta(), move |_, _| {
+            let _ = started.send(());
+            let _ = held.recv();
+            Ok::<_, Error>(())
+        })
+        .await
+        .unwrap();
+    running.await.unwrap();
+    let at_commit = |value: &'static [u8]| {
+        move |txn: &mut lyre_store::WriteTxn<'_, '_>, _: &mut u64| {
+            let seen = txn.meta(b"kept")?.map(<[u8]>::to_vec);
+            txn.put_meta_at_commit(b"kept".to_vec(), value.to_vec());
+            txn.put_meta_at_commit(b"deleted".to_vec(), value.to_vec());
+            let store = txn.table("dog")?.expect("prepared");
+            txn.put_record(&store, value.to_vec(), record(value))?;
+            Ok::<_, Error>(seen)
+        }
+    };
+    let first = writer.enqueue(meta(), at_commit(b"first")).await.unwrap();
+    let second = writer.enqueue(meta(), at_commit(b"second")).await.unwrap();
+    let failing = writer
+        .enqueue(meta(), |txn, _| {
+            txn.put_meta_at_commit(b"kept".to_vec(), b"failed".to_vec());
+            Err::<(), _>(Error::Internal("refused before writing".into()))
+        })
+        .await
+        .unwrap();
+    let deleting = writer.enqueue(meta(), |txn, _| txn.delete_meta(b"deleted")).await.unwrap();
+    let incarnations = writer
+        .enqueue(meta(), |txn, _| {
+            let cat = txn.table("cat")?.expect("prepared");
+            let read = cat.incarnation();
+            txn.release_table(&cat)?;
+            let after_release = txn.table("cat")?.and_then(|cat| cat.incarnation());
+            let dog = txn.table("dog")?.expect("prepared");
+            let started = txn.start_incarnation(&dog)?.incarnation();
+            let after_start = txn.table("dog")?.and_then(|dog| dog.incarnation());
+            assert_eq!(after_start, started, "a table read after its incarnation started has the new one");
+            Ok::<_, Error>((read, after_release))
+        })
+        .await
+        .unwrap();
+    release.send(()).unwrap();
+    blocker.await.unwrap();
+    assert_eq!(first.await.unwrap().as_deref(), Some(&b"before"[..]));
+    assert!(failing.await.is_err());
+    assert_eq!(second.await.unwrap().as_deref(), Some(&b"before"[..]), "the batch reads the value stored before");
+    assert!(deleting.await.unwrap());
+    let (read, after_release) = incarnations.await.unwrap();
+    assert!(read.is_some_and(|n| n > 0), "a prepared table has an incarnation");
+    assert!(after_release.is_none_or(|n| n == 0), "a released table's incarnation is gone: {after_release:?}");
+    assert_eq!(writer.stats().commits, before + 2, "the blocker's batch and one batch for the rest");
+    let txn = db.read().unwrap();
+    assert_eq!(txn.meta(b"kept").unwrap(), Some(&b"second"[..]), "the last job's value");
+    assert_eq!(txn.meta(b"deleted").unwrap(), None, "a later delete wins over an earlier job's value");
+    drop(txn);
+    stop(writer).await;
+}

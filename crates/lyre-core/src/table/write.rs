@@ -818,7 +818,7 @@ impl WriteJob {
             txn.put_catalog(crate::catalog::COUNTERS_KEY, &state.encode_counters()?)?;
         }
         if self.changed {
-            txn.put_meta(&last_updated_key(&self.table.name), &txn.version().time.to_be_bytes())?;
+            txn.put_meta_at_commit(last_updated_key(&self.table.name), txn.version().time.to_be_bytes().to_vec());
         }
         Ok(())
     }
