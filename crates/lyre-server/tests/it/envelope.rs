@@ -341,3 +341,43 @@ async fn yaml_bodies_of_any_size_and_json_errors() {
         assert!(body["error"].as_str().is_some(), "{accept}: {body}");
     }
 }
+
+/// A JSON body is checked for UTF-8 whole: one that is not is refused with the
+/// first bad byte named, over the Operations API and REST alike, and nothing of it
+/// is written; text of every width (two-, three- and four-byte characters, escapes)
+/// is kept exactly.
+#[tokio::test]
+async fn json_bodies_that_are_not_utf8_are_refused_naming_the_byte() {
+    let schema = "type Note @table @export {\n  id: ID @primaryKey\n  text: String\n}\n";
+    let s = TestServer::start_app(
+        &[("components/Note/config.yaml", crate::rest::SHOP_CONFIG), ("components/Note/schema.graphql", schema)],
+        &[],
+    )
+    .await;
+    let mut bad = br#"{"operation":"insert","schema":"data","table":"Note","records":[{"id":"n1","text":"caf"#.to_vec();
+    let at = bad.len();
+    bad.extend_from_slice(b"\xe9\"}]}");
+    let (status, body) = raw(&s, Some("application/json"), bad).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], format!("Invalid JSON: the body is not UTF-8 (at byte {at})"));
+    let put = s
+        .client
+        .put(s.rest("/Note/n2"))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-type", "application/json")
+        .body(b"{\"text\":\"\xff\"}".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 400);
+    assert!(put.text().await.unwrap().contains("not UTF-8 (at byte 9)"));
+    let (_, found) = s.op(json!({"operation": "search_by_value", "schema": "data", "table": "Note", "search_attribute": "id", "search_value": "*"})).await;
+    assert_eq!(found, json!([]), "nothing was written");
+
+    let text = "café ∑ 🎵 \"quoted\" \\ \u{7f}";
+    s.ok(json!({"operation": "insert", "schema": "data", "table": "Note", "records": [{"id": "n3", "text": text}]}))
+        .await;
+    let stored: Value =
+        s.client.get(s.rest("/Note/n3")).basic_auth(USER, Some(PASSWORD)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(stored["text"], text);
+}
