@@ -15,7 +15,8 @@
 #
 # HARPER=5 compares with Harper 5 built from source (../shared/tools/harper5.sh setup)
 # instead of Harper 4.7.29; its results go to bench/results/<date>-<durability>-harper5.
-# Results of earlier invocations on the same day and durability stay in the report.
+# Results of earlier invocations on the same day and durability stay in the report;
+# REPORT=<name> starts another (bench/results/<name>.md), for a new build's figures.
 #
 # Both run one request thread (THREADS_COUNT=1) on their one core.
 # Durability: "default" is each server's default (Lyre flushes every commit to disk
@@ -36,7 +37,7 @@ case $HARPER in
   5) SUFFIX="-harper5" HARPER_NAME="Harper 5" ;;
   *) echo "HARPER is 1 (4.7.29) or 5" >&2; exit 2 ;;
 esac
-REPORT=$DATE-$DURABILITY$SUFFIX
+REPORT=${REPORT:-$DATE-$DURABILITY$SUFFIX}
 OUT=$ROOT/bench/results/$REPORT
 WORK=$(mktemp -d /tmp/lyre-bench.XXXXXX)
 ASYNC=false
