@@ -11,16 +11,27 @@ function svg(tag, attributes) {
   return node;
 }
 
-/** A chart of `series` (`{name, points: [[ms, value], …]}`), values shown by `format`. */
-export function lineChart({ title, series, format = (v) => v.toFixed(1) }) {
+/**
+ * A chart of `series` (`{name, points: [[ms, value], …]}`), values shown by `format`.
+ * A `null` value is an interval with nothing to measure (no request to time, no
+ * commit to count): the line breaks there instead of falling to zero, and a newest
+ * value of `null` shows as `idle`.
+ */
+export function lineChart({ title, series, format = (v) => v.toFixed(1), idle = 'nothing lately' }) {
   const figure = document.createElement('figure');
   figure.className = 'chart card';
   const caption = document.createElement('figcaption');
   caption.textContent = title;
   const points = series.flatMap((s) => s.points);
-  const latest = series.map((s) => `${s.name}: ${s.points.length ? format(s.points[s.points.length - 1][1]) : 'no data yet'}`);
+  const measured = points.filter((p) => p[1] !== null);
+  const newest = (s) => {
+    if (!s.points.length) return 'no data yet';
+    const value = s.points[s.points.length - 1][1];
+    return value === null ? idle : format(value);
+  };
+  const latest = series.map((s) => `${s.name}: ${newest(s)}`);
   const chart = svg('svg', { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, role: 'img', 'aria-label': `${title}. Latest: ${latest.join('; ')}` });
-  const top = Math.max(...points.map((p) => p[1]), 0) || 1;
+  const top = Math.max(...measured.map((p) => p[1]), 0) || 1;
   const first = Math.min(...points.map((p) => p[0]));
   const last = Math.max(...points.map((p) => p[0]));
   const span = last - first || 1;
@@ -41,9 +52,17 @@ export function lineChart({ title, series, format = (v) => v.toFixed(1) }) {
     }
   }
   series.forEach((s, i) => {
-    if (!s.points.length) return;
-    const path = s.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(' ');
-    chart.append(svg('polyline', { points: path, fill: 'none', stroke: COLORS[i % COLORS.length], 'stroke-width': 1.6 }));
+    const color = COLORS[i % COLORS.length];
+    for (const run of measuredRuns(s.points)) {
+      if (run.length === 1) {
+        // A measured interval between idle ones: a dot, as a line needs two points.
+        const [[t, v]] = run;
+        chart.append(svg('circle', { cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 1.8, fill: color }));
+        continue;
+      }
+      const path = run.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(' ');
+      chart.append(svg('polyline', { points: path, fill: 'none', stroke: color, 'stroke-width': 1.6 }));
+    }
   });
   const legend = document.createElement('div');
   legend.className = 'legend';
@@ -55,4 +74,17 @@ export function lineChart({ title, series, format = (v) => v.toFixed(1) }) {
   });
   figure.append(caption, chart, legend);
   return figure;
+}
+
+/** `points` split where a value is `null`: the runs of measured points, in order. */
+function measuredRuns(points) {
+  const runs = [[]];
+  for (const point of points) {
+    if (point[1] === null) {
+      if (runs[runs.length - 1].length) runs.push([]);
+    } else {
+      runs[runs.length - 1].push(point);
+    }
+  }
+  return runs.filter((run) => run.length);
 }

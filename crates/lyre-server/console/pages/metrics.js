@@ -60,8 +60,11 @@ function rate(samples, name) {
   return points;
 }
 
-/** The `quantile` of a histogram's observations between consecutive samples. */
-function quantile(samples, name, q) {
+/**
+ * The `quantile` of a histogram's observations between consecutive samples; `null`
+ * for an interval that observed nothing (no request is not a 0 ms request).
+ */
+export function quantile(samples, name, q) {
   const points = [];
   for (let i = 1; i < samples.length; i += 1) {
     const buckets = new Map();
@@ -73,7 +76,7 @@ function quantile(samples, name, q) {
     }
     const bounds = [...buckets.keys()].sort((a, b) => a - b);
     const total = buckets.get(Infinity) ?? 0;
-    if (total <= 0) { points.push([samples[i].time, 0]); continue; }
+    if (total <= 0) { points.push([samples[i].time, null]); continue; }
     const bound = bounds.find((b) => buckets.get(b) >= q * total) ?? Infinity;
     const finite = Number.isFinite(bound) ? bound : bounds[bounds.length - 2] ?? 0;
     points.push([samples[i].time, finite]);
@@ -81,13 +84,13 @@ function quantile(samples, name, q) {
   return points;
 }
 
-/** Mean of a histogram's observations between consecutive samples. */
-function mean(samples, name) {
+/** Mean of a histogram's observations between consecutive samples; `null` for none. */
+export function mean(samples, name) {
   const points = [];
   for (let i = 1; i < samples.length; i += 1) {
     const count = sum(samples[i].metrics, `${name}_count`) - sum(samples[i - 1].metrics, `${name}_count`);
     const total = sum(samples[i].metrics, `${name}_sum`) - sum(samples[i - 1].metrics, `${name}_sum`);
-    points.push([samples[i].time, count > 0 ? total / count : 0]);
+    points.push([samples[i].time, count > 0 ? total / count : null]);
   }
   return points;
 }
@@ -102,9 +105,10 @@ function draw(place, samples) {
       title: 'Request latency',
       series: [0.5, 0.9, 0.99].map((q) => ({ name: `p${Math.round(q * 100)}`, points: quantile(samples, 'lyre_request_duration_seconds', q) })),
       format: ms,
+      idle: 'no requests',
     }),
     lineChart({ title: 'Storage size', series: [{ name: 'databases', points: gauge('lyre_database_size_bytes') }, { name: 'transaction logs', points: gauge('lyre_transaction_log_size_bytes') }], format: bytes }),
-    lineChart({ title: 'Writer batch size (jobs per commit)', series: [{ name: 'mean', points: mean(samples, 'lyre_writer_batch_size') }] }),
+    lineChart({ title: 'Writer batch size (jobs per commit)', series: [{ name: 'mean', points: mean(samples, 'lyre_writer_batch_size') }], idle: 'no commits' }),
     lineChart({ title: 'Writer commits per second', series: [{ name: 'commits', points: rate(samples, 'lyre_writer_commits_total') }], format: perSecond }),
     lineChart({ title: 'Resident memory', series: [{ name: 'process', points: gauge('lyre_process_resident_memory_bytes') }], format: bytes }));
 }

@@ -308,6 +308,39 @@ async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
         .find("//figure[figcaption='Requests per second']//*[local-name()='polyline'][contains(normalize-space(@points), ' ')]")
         .await;
     browser.shot("metrics").await;
+    // An interval with nothing to measure is a gap in its chart, never a zero: a
+    // quantile or a mean over no observations is null, the line breaks there (a lone
+    // measured interval is a dot), and the legend says the newest interval was idle.
+    let gaps = browser
+        .eval(
+            r#"Promise.all([import('/console/chart.js'), import('/console/pages/metrics.js')]).then(([{ lineChart }, { quantile, mean }]) => {
+                const sample = ([time, count, sum, fast]) => ({ time, metrics: {
+                    d_bucket: [{ labels: { le: '0.005' }, value: fast }, { labels: { le: '+Inf' }, value: count }],
+                    d_count: [{ labels: {}, value: count }], d_sum: [{ labels: {}, value: sum }] } });
+                const samples = [[0, 0, 0, 0], [1, 4, 1, 4], [2, 4, 1, 4], [3, 6, 3, 5], [4, 6, 3, 5]].map(sample);
+                const p50 = quantile(samples, 'd', 0.5);
+                const average = mean(samples, 'd');
+                const latency = lineChart({ title: 'latency', series: [{ name: 'p50', points: [...p50, [5, 0.002], [6, 0.003]] }], idle: 'no requests' });
+                const batches = lineChart({ title: 'batches', series: [{ name: 'mean', points: average }], idle: 'no commits' });
+                return {
+                    p50, average,
+                    lines: [...latency.querySelectorAll('polyline')].map((line) => line.getAttribute('points').split(' ').length),
+                    dots: latency.querySelectorAll('circle').length,
+                    legend: batches.querySelector('.legend').textContent,
+                };
+            })"#,
+        )
+        .await;
+    assert_eq!(
+        gaps,
+        json!({
+            "p50": [[1, 0.005], [2, null], [3, 0.005], [4, null]],
+            "average": [[1, 0.25], [2, null], [3, 1], [4, null]],
+            "lines": [2],
+            "dots": 2,
+            "legend": "mean: no commits",
+        })
+    );
     s.ok(json!({"operation": "csv_data_load", "database": "shop", "table": "product", "data": "id,name,price\n4,Shelf,30\n"}))
         .await;
     browser.go(&s.url("/#/jobs")).await;
