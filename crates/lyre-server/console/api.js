@@ -29,11 +29,20 @@ async function send(url, init, retry = true) {
   return response;
 }
 
-/** The message of an error body, as Harper shapes them (`error`, `message`, text). */
+/**
+ * The message of an error body, as Harper shapes them (`error`, `message`, text),
+ * with the problems a refused role permission lists beside it (`main_permissions`,
+ * and `schema_permissions` by `<database>_<table>`).
+ */
 function messageOf(body, response) {
   if (body && typeof body === 'object') {
     const text = body.error ?? body.message ?? JSON.stringify(body);
-    return typeof text === 'string' ? text : JSON.stringify(text);
+    const message = typeof text === 'string' ? text : JSON.stringify(text);
+    const problems = [
+      ...(Array.isArray(body.main_permissions) ? body.main_permissions : []),
+      ...Object.entries(body.schema_permissions ?? {}).flatMap(([table, listed]) => (Array.isArray(listed) ? listed : []).map((p) => `${table}: ${p}`)),
+    ];
+    return problems.length ? `${message}: ${problems.join('; ')}` : message;
   }
   if (typeof body === 'string' && body.trim()) return body.trim();
   return `${response.status} ${response.statusText}`;

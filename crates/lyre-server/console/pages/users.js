@@ -1,10 +1,13 @@
 // Users and roles: listing, creating, changing and dropping them, and an editor of
-// a role's permissions (per table: read, insert, update, delete).
+// a role's permissions (per table: read, insert, update, delete, and which
+// attributes it may read, insert and update).
 
 import { op } from '../api.js';
 import { attempt, checkbox, dataTable, field, fill, h, notify, select, sure, when } from '../ui.js';
 
 const ACTIONS = ['read', 'insert', 'update', 'delete'];
+/** What a role may do to one attribute (deletes are whole records). */
+const ATTRIBUTE_ACTIONS = ['read', 'insert', 'update'];
 
 export async function render(main, { page }) {
   return page === 'roles' ? renderRoles(main) : renderUsers(main);
@@ -105,22 +108,31 @@ async function renderRoles(main) {
       }));
   }
 
-  /** The permission editor: a grid of every table against the four actions. */
+  /**
+   * The permission editor: a grid of every table against the four actions, each
+   * table with its attribute permissions. What the grid does not show (structure
+   * rights on named databases, tables the server no longer describes, keys it does
+   * not know) is saved as the role had it.
+   */
   function edit(role, all) {
     const permission = role?.permission ?? {};
     const name = h('input', { name: 'role', required: true, value: role?.role ?? '', disabled: Boolean(role) });
     const superUser = checkbox('Super user (everything)', { checked: Boolean(permission.super_user) });
-    const structure = checkbox('May change structure (create and drop tables)', { checked: permission.structure_user === true });
-    const boxes = [];
+    const named = Array.isArray(permission.structure_user) ? permission.structure_user : null;
+    const structure = checkbox(
+      named ? `May change structure everywhere (now only in ${named.join(', ')})` : 'May change structure (create and drop tables)',
+      { checked: permission.structure_user === true });
+    const grid = [];
     const rows = [];
     for (const db of Object.keys(all).sort()) {
       for (const table of Object.keys(all[db]).sort()) {
         const granted = permission[db]?.tables?.[table] ?? {};
-        rows.push(h('tr', {}, h('th', { scope: 'row' }, `${db}.${table}`), ACTIONS.map((action) => {
-          const box = h('input', { type: 'checkbox', checked: Boolean(granted[action]), 'aria-label': `${action} ${db}.${table}` });
-          boxes.push({ db, table, action, box });
-          return h('td', {}, box);
-        })));
+        const actions = Object.fromEntries(ACTIONS.map((action) => [action,
+          h('input', { type: 'checkbox', checked: Boolean(granted[action]), 'aria-label': `${action} ${db}.${table}` })]));
+        const attributes = attributeEditor(`${db}.${table}`, all[db][table], granted);
+        grid.push({ db, table, actions, attributes });
+        rows.push(h('tr', {}, h('th', { scope: 'row' }, `${db}.${table}`), ACTIONS.map((action) => h('td', {}, actions[action])),
+          h('td', {}, attributes.cell)));
       }
     }
     const problem = h('div');
@@ -129,12 +141,15 @@ async function renderRoles(main) {
       h('form', {
         onsubmit: async (event) => {
           event.preventDefault();
-          const built = { super_user: superUser.box.checked };
+          const built = structuredClone(permission);
+          built.super_user = superUser.box.checked;
           if (structure.box.checked) built.structure_user = true;
-          for (const { db, table, action, box } of boxes) {
-            const tables = (built[db] ??= { tables: {} }).tables;
-            const entry = (tables[table] ??= { read: false, insert: false, update: false, delete: false, attribute_permissions: [] });
-            entry[action] = box.checked;
+          else if (!named) delete built.structure_user;
+          for (const { db, table, actions, attributes } of grid) {
+            const tables = ((built[db] ??= {}).tables ??= {});
+            const entry = (tables[table] ??= {});
+            for (const action of ACTIONS) entry[action] = actions[action].checked;
+            entry.attribute_permissions = attributes.permissions();
           }
           const params = role ? { id: role.id, role: role.role, permission: built } : { role: name.value, permission: built };
           const done = await attempt(problem, () => op(role ? 'alter_role' : 'add_role', params));
@@ -144,8 +159,9 @@ async function renderRoles(main) {
       h('div', { class: 'row' }, field('Role name', name), superUser.label, structure.label),
       h('div', { class: 'scroll' }, h('table', { class: 'data perm-grid' },
         h('caption', {}, 'Table permissions'),
-        h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Table'), ACTIONS.map((a) => h('th', { scope: 'col' }, a)))),
-        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5 }, 'No tables yet.'))))),
+        h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Table'), ACTIONS.map((a) => h('th', { scope: 'col' }, a)),
+          h('th', { scope: 'col' }, 'attributes'))),
+        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 6 }, 'No tables yet.'))))),
       problem,
       h('div', { class: 'row' }, h('button', { type: 'submit' }, 'Save role'), h('button', { type: 'button', class: 'quiet', onclick: () => fill(editor) }, 'Cancel')))));
     name.focus();
@@ -153,15 +169,63 @@ async function renderRoles(main) {
   await refresh();
 }
 
+/**
+ * A table's attribute permissions, as the role's `granted` entry for the table has
+ * them. Unticked, every attribute follows the table's actions (an empty list);
+ * ticked, the role may do to each attribute only what is ticked for it (the primary
+ * key is always readable), never more than the table allows. An attribute named in
+ * the list but no longer described stays in it.
+ */
+function attributeEditor(table, described, granted) {
+  const listed = granted.attribute_permissions ?? [];
+  // The role's own list first, in its order, so a table left alone saves as it was.
+  const names = [...new Set([...listed.map((p) => p.attribute_name), ...(described?.attributes ?? []).map((a) => a.attribute)])];
+  const restrict = checkbox('Only as ticked below', { checked: listed.length > 0, 'aria-label': `restrict ${table} by attribute` });
+  const boxes = names.map((attribute) => {
+    const entry = listed.find((p) => p.attribute_name === attribute);
+    // Without a list every attribute has what the table grants: restricting starts from that.
+    const allowed = (action) => (entry ? Boolean(entry[action]) : listed.length === 0 && Boolean(granted[action]));
+    return { attribute, entry, actions: Object.fromEntries(ATTRIBUTE_ACTIONS.map((action) => [action,
+      h('input', { type: 'checkbox', checked: allowed(action), 'aria-label': `${action} ${table}.${attribute}` })])) };
+  });
+  const summary = h('summary', {});
+  // Unticked, the list does not apply: its boxes are shown but cannot be changed.
+  const sync = () => {
+    summary.textContent = restrict.box.checked ? 'restricted' : 'all';
+    for (const { actions } of boxes) for (const box of Object.values(actions)) box.disabled = !restrict.box.checked;
+  };
+  restrict.box.addEventListener('change', sync);
+  sync();
+  const cell = h('details', {},
+    summary,
+    restrict.label,
+    h('table', { class: 'data perm-grid' },
+      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'attribute'), ATTRIBUTE_ACTIONS.map((a) => h('th', { scope: 'col' }, a)))),
+      h('tbody', {}, boxes.map(({ attribute, actions }) =>
+        h('tr', {}, h('th', { scope: 'row' }, attribute), ATTRIBUTE_ACTIONS.map((action) => h('td', {}, actions[action])))))));
+  const permissions = () => (restrict.box.checked
+    ? boxes.flatMap(({ attribute, entry, actions }) => {
+      const given = Object.fromEntries(ATTRIBUTE_ACTIONS.map((a) => [a, actions[a].checked]));
+      // Unlisted already means nothing allowed: an attribute the list did not name
+      // joins it only when something is ticked for it.
+      if (!entry && !Object.values(given).some(Boolean)) return [];
+      return [{ ...entry, attribute_name: attribute, ...given }];
+    })
+    : []);
+  return { cell, permissions };
+}
+
 /** One line per permission: `super user`, or each table with what it may do. */
 function summary(permission = {}) {
   if (permission.super_user) return h('span', { class: 'tag good' }, 'super user');
   const tags = [];
-  if (permission.structure_user) tags.push(h('span', { class: 'tag' }, 'structure'));
+  const structure = permission.structure_user;
+  if (structure) tags.push(h('span', { class: 'tag' }, Array.isArray(structure) ? `structure: ${structure.join(', ')}` : 'structure'));
   for (const [db, granted] of Object.entries(permission)) {
     for (const [table, actions] of Object.entries(granted?.tables ?? {})) {
       const allowed = ACTIONS.filter((a) => actions?.[a]);
-      if (allowed.length) tags.push(h('span', { class: 'tag' }, `${db}.${table}: ${allowed.join(', ')}`));
+      const byAttribute = actions?.attribute_permissions?.length ? ' (by attribute)' : '';
+      if (allowed.length) tags.push(h('span', { class: 'tag' }, `${db}.${table}: ${allowed.join(', ')}${byAttribute}`));
     }
   }
   return tags.length ? tags : h('span', { class: 'hint' }, 'nothing');
