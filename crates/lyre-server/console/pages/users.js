@@ -131,8 +131,10 @@ async function renderRoles(main) {
           h('input', { type: 'checkbox', checked: Boolean(granted[action]), 'aria-label': `${action} ${db}.${table}` })]));
         const attributes = attributeEditor(`${db}.${table}`, all[db][table], granted);
         grid.push({ db, table, actions, attributes });
+        // A structure user of the database may do everything in it, whatever is ticked here.
+        const everything = permission.structure_user === true || Boolean(named?.includes(db));
         rows.push(h('tr', {}, h('th', { scope: 'row' }, `${db}.${table}`), ACTIONS.map((action) => h('td', {}, actions[action])),
-          h('td', {}, attributes.cell)));
+          h('td', {}, everything ? h('span', { class: 'hint' }, `everything, as a structure user of ${db}`) : null, attributes.cell)));
       }
     }
     const problem = h('div');

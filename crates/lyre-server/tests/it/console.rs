@@ -409,6 +409,8 @@ async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions(
     browser.sign_in(USER, PASSWORD).await;
     // One action ticked on another table: the rest of the role is saved as it was.
     browser.click("//button[@aria-label='Edit role clerk']").await;
+    // Its structure database's tables say the role may do everything there.
+    browser.sees("//tr[th='archive.old']", "everything, as a structure user of archive").await;
     browser.click("//input[@aria-label='insert shop.product']").await;
     browser.press("//main", "Save role").await;
     browser.sees("//body", "Role clerk saved").await;
