@@ -111,8 +111,8 @@ async function renderRoles(main) {
   /**
    * The permission editor: a grid of every table against the four actions, each
    * table with its attribute permissions. What the grid does not show (structure
-   * rights on named databases, tables the server no longer describes, keys it does
-   * not know) is saved as the role had it.
+   * rights on named databases) is saved as the role had it, except what no longer
+   * exists, which the server would refuse: that is left out, and the notice says so.
    */
   function edit(role, all) {
     const permission = role?.permission ?? {};
@@ -129,7 +129,7 @@ async function renderRoles(main) {
         const granted = permission[db]?.tables?.[table] ?? {};
         const actions = Object.fromEntries(ACTIONS.map((action) => [action,
           h('input', { type: 'checkbox', checked: Boolean(granted[action]), 'aria-label': `${action} ${db}.${table}` })]));
-        const attributes = attributeEditor(`${db}.${table}`, all[db][table], granted);
+        const attributes = attributeEditor(`${db}.${table}`, all[db][table], granted, actions);
         grid.push({ db, table, actions, attributes });
         // A structure user of the database may do everything in it, whatever is ticked here.
         const everything = permission.structure_user === true || Boolean(named?.includes(db));
@@ -143,19 +143,17 @@ async function renderRoles(main) {
       h('form', {
         onsubmit: async (event) => {
           event.preventDefault();
-          const built = structuredClone(permission);
-          built.super_user = superUser.box.checked;
-          if (structure.box.checked) built.structure_user = true;
-          else if (!named) delete built.structure_user;
-          for (const { db, table, actions, attributes } of grid) {
-            const tables = ((built[db] ??= {}).tables ??= {});
-            const entry = (tables[table] ??= {});
-            for (const action of ACTIONS) entry[action] = actions[action].checked;
-            entry.attribute_permissions = attributes.permissions();
-          }
+          const { built, leftOut } = superUser.box.checked
+            // A super user's document may hold nothing else.
+            ? { built: { super_user: true }, leftOut: [] }
+            : buildPermission(permission, all, structure.box.checked, grid);
           const params = role ? { id: role.id, role: role.role, permission: built } : { role: name.value, permission: built };
           const done = await attempt(problem, () => op(role ? 'alter_role' : 'add_role', params));
-          if (done) { notify(`Role ${params.role} saved`); fill(editor); await refresh(); }
+          if (done) {
+            notify(leftOut.length ? `Role ${params.role} saved, without what no longer exists: ${leftOut.join(', ')}` : `Role ${params.role} saved`);
+            fill(editor);
+            await refresh();
+          }
         },
       },
       h('div', { class: 'row' }, field('Role name', name), superUser.label, structure.label),
@@ -171,6 +169,45 @@ async function renderRoles(main) {
   await refresh();
 }
 
+/** The keys of a permission document that are not databases. */
+const RESERVED = ['super_user', 'cluster_user', 'structure_user'];
+
+/**
+ * The permission document the editor saves for a role that is not a super user: the
+ * role's own, with the grid's actions and attribute lists over it, and without the
+ * databases, tables and attributes it names that `all` (the server's description)
+ * no longer has. Returns it and the names left out.
+ */
+function buildPermission(permission, all, structureEverywhere, grid) {
+  const built = structuredClone(permission);
+  const leftOut = [];
+  const exists = (db) => Object.hasOwn(all, db);
+  built.super_user = false;
+  if (structureEverywhere) {
+    built.structure_user = true;
+  } else if (Array.isArray(built.structure_user)) {
+    leftOut.push(...built.structure_user.filter((db) => !exists(db)));
+    built.structure_user = built.structure_user.filter(exists);
+  } else {
+    delete built.structure_user;
+  }
+  for (const key of Object.keys(built)) {
+    if (RESERVED.includes(key)) continue;
+    if (!exists(key)) { leftOut.push(key); delete built[key]; continue; }
+    for (const table of Object.keys(built[key]?.tables ?? {})) {
+      if (!Object.hasOwn(all[key], table)) { leftOut.push(`${key}.${table}`); delete built[key].tables[table]; }
+    }
+  }
+  for (const { db, table, actions, attributes } of grid) {
+    const tables = ((built[db] ??= {}).tables ??= {});
+    const entry = (tables[table] ??= {});
+    for (const action of ACTIONS) entry[action] = actions[action].checked;
+    entry.attribute_permissions = attributes.permissions();
+    leftOut.push(...attributes.gone());
+  }
+  return { built, leftOut };
+}
+
 /**
  * A table's attribute permissions, as the role's `granted` entry for the table has
  * them. Unticked, every attribute follows the table's actions (an empty list);
@@ -178,8 +215,9 @@ async function renderRoles(main) {
  * key is always readable), never more than the table allows. An attribute named in
  * the list but no longer described stays in it.
  */
-function attributeEditor(table, described, granted) {
+function attributeEditor(table, described, granted, tableActions) {
   const listed = granted.attribute_permissions ?? [];
+  const exists = new Set((described?.attributes ?? []).map((a) => a.attribute));
   // The role's own list first, in its order, so a table left alone saves as it was.
   const names = [...new Set([...listed.map((p) => p.attribute_name), ...(described?.attributes ?? []).map((a) => a.attribute)])];
   const restrict = checkbox('Only as ticked below', { checked: listed.length > 0, 'aria-label': `restrict ${table} by attribute` });
@@ -191,12 +229,16 @@ function attributeEditor(table, described, granted) {
       h('input', { type: 'checkbox', checked: allowed(action), 'aria-label': `${action} ${table}.${attribute}` })])) };
   });
   const summary = h('summary', {});
-  // Unticked, the list does not apply: its boxes are shown but cannot be changed.
+  // Unticked, the list does not apply: its boxes are shown but cannot be changed; nor
+  // can an attribute be given an action its table does not allow.
   const sync = () => {
     summary.textContent = restrict.box.checked ? 'restricted' : 'all';
-    for (const { actions } of boxes) for (const box of Object.values(actions)) box.disabled = !restrict.box.checked;
+    for (const { actions } of boxes) {
+      for (const action of ATTRIBUTE_ACTIONS) actions[action].disabled = !restrict.box.checked || !tableActions[action].checked;
+    }
   };
   restrict.box.addEventListener('change', sync);
+  for (const action of ATTRIBUTE_ACTIONS) tableActions[action].addEventListener('change', sync);
   sync();
   const cell = h('details', {},
     summary,
@@ -205,16 +247,23 @@ function attributeEditor(table, described, granted) {
       h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'attribute'), ATTRIBUTE_ACTIONS.map((a) => h('th', { scope: 'col' }, a)))),
       h('tbody', {}, boxes.map(({ attribute, actions }) =>
         h('tr', {}, h('th', { scope: 'row' }, attribute), ATTRIBUTE_ACTIONS.map((action) => h('td', {}, actions[action])))))));
-  const permissions = () => (restrict.box.checked
-    ? boxes.flatMap(({ attribute, entry, actions }) => {
-      const given = Object.fromEntries(ATTRIBUTE_ACTIONS.map((a) => [a, actions[a].checked]));
+  const permissions = () => {
+    if (!restrict.box.checked) return [];
+    const list = boxes.flatMap(({ attribute, entry, actions }) => {
+      if (!exists.has(attribute)) return []; // gone from the table: see `gone`
+      const given = Object.fromEntries(ATTRIBUTE_ACTIONS.map((a) => [a, actions[a].checked && tableActions[a].checked]));
       // Unlisted already means nothing allowed: an attribute the list did not name
       // joins it only when something is ticked for it.
       if (!entry && !Object.values(given).some(Boolean)) return [];
       return [{ ...entry, attribute_name: attribute, ...given }];
-    })
-    : []);
-  return { cell, permissions };
+    });
+    // An empty list would allow every attribute: nothing ticked lists each as allowing nothing.
+    if (list.length) return list;
+    return [...exists].map((attribute) => ({ attribute_name: attribute, ...Object.fromEntries(ATTRIBUTE_ACTIONS.map((a) => [a, false])) }));
+  };
+  /** The attributes the role's list names that the table no longer has (left out). */
+  const gone = () => (restrict.box.checked ? listed.filter((p) => !exists.has(p.attribute_name)).map((p) => `${table}.${p.attribute_name}`) : []);
+  return { cell, permissions, gone };
 }
 
 /** One line per permission: `super user`, or each table with what it may do. */

@@ -379,7 +379,7 @@ async fn an_administrator_builds_a_table_edits_records_queries_and_watches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions() {
     let s = TestServer::start().await;
-    for (database, table) in [("shop", "product"), ("shop", "payroll"), ("archive", "old")] {
+    for (database, table) in [("shop", "product"), ("shop", "payroll"), ("shop", "gone"), ("archive", "old")] {
         s.ok(json!({"operation": "create_table", "database": database, "table": table, "primary_key": "id"})).await;
     }
     s.ok(json!({"operation": "insert", "database": "shop", "table": "product", "records": [{"id": 1, "name": "Lamp", "price": 30}]}))
@@ -394,9 +394,13 @@ async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions(
         json!({"operation": "add_role", "role": "clerk", "permission": {"super_user": false, "structure_user": ["archive"],
         "shop": {"tables": {
             "product": {"read": true, "insert": false, "update": false, "delete": false, "attribute_permissions": []},
-            "payroll": payroll}}}}),
+            "payroll": payroll,
+            "gone": {"read": true, "insert": false, "update": false, "delete": false, "attribute_permissions": []}}}}}),
     )
     .await;
+    // A table the role names is dropped: the role still names it, and the server would
+    // refuse the role saved with it.
+    s.ok(json!({"operation": "drop_table", "database": "shop", "table": "gone"})).await;
     s.ok(json!({"operation": "add_user", "username": "cleo", "password": "secret-2", "role": "clerk", "active": true}))
         .await;
     let clerk = || async {
@@ -413,8 +417,9 @@ async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions(
     browser.sees("//tr[th='archive.old']", "everything, as a structure user of archive").await;
     browser.click("//input[@aria-label='insert shop.product']").await;
     browser.press("//main", "Save role").await;
-    browser.sees("//body", "Role clerk saved").await;
+    browser.sees("//body", "Role clerk saved, without what no longer exists: shop.gone").await;
     let saved = clerk().await;
+    assert!(saved["permission"]["shop"]["tables"].get("gone").is_none(), "{saved}");
     assert_eq!(saved["permission"]["shop"]["tables"]["product"]["insert"], true, "{saved}");
     assert_eq!(saved["permission"]["shop"]["tables"]["payroll"], payroll, "{saved}");
     assert_eq!(saved["permission"]["structure_user"], json!(["archive"]), "{saved}");
@@ -434,14 +439,46 @@ async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions(
     let name = listed.as_array().unwrap().iter().find(|p| p["attribute_name"] == "name").expect("name is listed");
     assert_eq!((price["read"].clone(), name["read"].clone()), (json!(false), json!(true)), "{listed}");
     assert_eq!(saved["permission"]["shop"]["tables"]["payroll"], payroll, "{saved}");
-    // More for an attribute than its table allows is refused, the page naming why.
+    // An attribute cannot be given what its table does not allow: its box is off
+    // while the table's is, and comes on with it.
     browser.click("//button[@aria-label='Edit role clerk']").await;
     browser.click("//tr[th='shop.product']//summary").await;
-    browser.click("//input[@aria-label='update shop.product.name']").await;
+    let name_update = "document.querySelector('input[aria-label=\"update shop.product.name\"]').disabled";
+    assert_eq!(browser.eval(name_update).await, json!(true));
+    browser.click("//input[@aria-label='update shop.product']").await;
+    assert_eq!(browser.eval(name_update).await, json!(false));
+    browser.press("//main", "Cancel").await;
+    // Restricting a table with nothing ticked saves a list allowing nothing (an empty
+    // list would allow every attribute).
+    browser.click("//button[@aria-label='Edit role clerk']").await;
+    browser.click("//tr[th='archive.old']//summary").await;
+    browser.click("//input[@aria-label='restrict archive.old by attribute']").await;
     browser.press("//main", "Save role").await;
-    let refused = browser.alert("//main").await;
-    assert!(refused.starts_with("Errors in the role permissions JSON provided: shop_product: "), "{refused}");
-    assert!(refused.contains("TABLE permissions for 'shop.product' being false"), "the refusal says why: {refused}");
+    browser.gone("//h2[normalize-space()='Edit role clerk']").await;
+    let saved = clerk().await;
+    let old = &saved["permission"]["archive"]["tables"]["old"]["attribute_permissions"];
+    assert!(
+        old.as_array().is_some_and(|list| !list.is_empty()
+            && list.iter().all(|p| p["read"] == false && p["insert"] == false && p["update"] == false)),
+        "{saved}"
+    );
+    // A role the server refuses is shown with its reasons, not only the headline.
+    let refused = browser
+        .eval(
+            "import('/console/api.js').then(({ op }) => op('add_role', { role: 'bad', permission: { super_user: false, nowhere: { tables: {} } } })\
+             .then(() => 'accepted', (error) => error.message))",
+        )
+        .await;
+    assert_eq!(refused, json!("Errors in the role permissions JSON provided: database 'nowhere' does not exist"));
+    // A super user made in the page (tables exist) is saved as one: nothing beside it.
+    browser.press("//main", "Add a role").await;
+    browser.type_into("//main", "Role name", "boss").await;
+    browser.click("//label[contains(., 'Super user')]/input").await;
+    browser.press("//main", "Save role").await;
+    browser.find("//table//td[normalize-space()='boss']").await;
+    let roles = s.ok(json!({"operation": "list_roles"})).await;
+    let boss = roles.as_array().unwrap().iter().find(|r| r["role"] == "boss").expect("the super user role was made");
+    assert_eq!(boss["permission"], json!({"super_user": true}), "{boss}");
     let (status, found) = s
         .op_as("cleo", "secret-2", &json!({"operation": "search_by_id", "database": "shop", "table": "product", "ids": [1], "get_attributes": ["*"]}))
         .await;
