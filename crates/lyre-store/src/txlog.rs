@@ -152,13 +152,20 @@ impl LogEntry {
 /// neither its user and operation names nor its changes (which carry whole records).
 #[derive(Serialize)]
 pub(crate) struct WrittenEntry<'a> {
+    /// [`LogEntry::seq`].
     pub seq: u64,
+    /// [`LogEntry::version`].
     pub version: f64,
+    /// [`LogEntry::node`].
     pub node: u16,
+    /// [`LogEntry::user`].
     pub user: &'a str,
+    /// [`LogEntry::operation`].
     pub operation: &'a str,
+    /// [`LogEntry::origin`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<&'a str>,
+    /// [`LogEntry::changes`].
     pub changes: &'a [Change],
 }
 

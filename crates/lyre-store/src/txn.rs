@@ -335,9 +335,9 @@ pub struct WriteTxn<'t, 'e> {
 /// What the jobs of one writer batch share besides its LMDB transaction: the
 /// incarnations of the tables they have named (read once per batch, not once per
 /// job), and the metadata they asked to write at the commit, the last value of each
-/// key. A batch of small writes to one table so reads and writes its metadata once
-/// instead of once a job; the memo lives exactly as long as the batch's
-/// transaction, so it is dropped with it when the batch is rolled back.
+/// key. So a batch of small writes to one table reads and writes its metadata once,
+/// not once a job. The memo lives exactly as long as the batch's transaction, so it
+/// is dropped with it when the batch is rolled back.
 #[derive(Default)]
 pub(crate) struct BatchMemo {
     /// By table name; a batch names few tables, so a list is quickest to search.
