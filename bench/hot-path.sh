@@ -157,12 +157,15 @@ esac
   echo "with one request thread (Lyre THREADS_COUNT=${THREADS:-1}), \`wrk -t1 -c32 -d${SECONDS_PER_ROUND}s\` on CPU 1, $RECORDS records,"
   echo "$WHAT with Basic auth, storage.writeAsync=$ASYNC, $ROUNDS alternating rounds. Medians (min–max); CPU is the"
   echo "server's user + system time per request. Ratios: the server's median over the ceiling's and over each Harper's"
-  echo "(when it ran); p99 ratios are the ceiling's p99 over the server's (so 1.0 is the ceiling's latency)."
+  echo "(when it ran); p99 ratios are the ceiling's p99 over the server's (so 1.0 is the ceiling's latency). Core busy is"
+  echo "requests/s times CPU per request: the share of its core the server used. Well below 1.0, \`wrk\` set the pace,"
+  echo "not the server, and requests/s understates what the server could do."
   echo
-  echo "| server | requests/s | of ceiling | of Harper 4.7 | of Harper 5 | p50 µs | p99 µs | p99 vs ceiling | CPU µs/request | non-2xx |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| server | requests/s | of ceiling | of Harper 4.7 | of Harper 5 | p50 µs | p99 µs | p99 vs ceiling | CPU µs/request | core busy | non-2xx |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' "$ROUND_STATS"'
     { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; cpu[$2] = cpu[$2] " " $6; err[$2] += $7
+      busy[$2] = busy[$2] " " ($3 * $6 / 1e6)
       if (!($2 in seen)) { seen[$2] = 1; order[++count] = $2 } }
     END {
       base = median(rps["ceiling"]); base99 = median(p99["ceiling"])
@@ -172,7 +175,7 @@ esac
         s = order[k]; m = median(rps[s]); q = median(p99[s])
         versus = harper ? sprintf("%.2f", m / harper) : "–"
         versus5 = harper5 ? sprintf("%.2f", m / harper5) : "–"
-        printf "| %s | %.0f (%s) | %.2f | %s | %s | %.0f | %.0f (%s) | %.2f | %.2f | %d |\n", s, m, span(rps[s]), m / base, versus, versus5, median(p50[s]), q, span(p99[s]), base99 / q, median(cpu[s]), err[s]
+        printf "| %s | %.0f (%s) | %.2f | %s | %s | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %d |\n", s, m, span(rps[s]), m / base, versus, versus5, median(p50[s]), q, span(p99[s]), base99 / q, median(cpu[s]), median(busy[s]), err[s]
       }
     }' "$WORK/rounds.tsv"
   echo
