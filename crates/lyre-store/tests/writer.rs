@@ -76,6 +76,25 @@ async fn release(writer: &Writer<u64>, table: &'static str) {
         .unwrap();
 }
 
+/// Holds the writer thread inside a job, once it runs, until the returned sender is
+/// used: jobs queued meanwhile wait behind it. Also returns the held job's outcome.
+async fn hold(
+    writer: &Writer<u64>,
+) -> (std::sync::mpsc::Sender<()>, impl std::future::Future<Output = Result<(), Error>>) {
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let blocker = writer
+        .enqueue(meta(), move |_, _| {
+            let _ = started.send(());
+            let _ = held.recv();
+            Ok::<_, Error>(())
+        })
+        .await
+        .unwrap();
+    running.await.unwrap();
+    (release, blocker)
+}
+
 async fn stop(writer: Writer<u64>) {
     let w = Arc::new(writer);
     tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap();
@@ -320,17 +339,7 @@ async fn a_full_queue_makes_submitters_wait_then_refuses_them_at_its_timeout() {
         Writer::spawn(db.clone(), Arc::new(VersionClock::new(1, 0.0)), 0u64, Box::new(|_, _| {}), options).unwrap(),
     );
     // The writer thread is held inside a job until `release` is sent.
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel::<()>();
-    let blocker = writer
-        .enqueue(meta(), move |_, _| {
-            let _ = started.send(());
-            let _ = held.recv();
-            Ok::<_, Error>(())
-        })
-        .await
-        .unwrap();
-    running.await.unwrap();
+    let (release, blocker) = hold(&writer).await;
     // The one place in the queue is taken; the next job must wait for room.
     let queued = writer.enqueue(meta(), |_, state| Ok::<_, Error>(*state)).await.unwrap();
     let refused = writer.enqueue(meta(), |_, _| Ok::<_, Error>(0)).await;
@@ -371,17 +380,7 @@ async fn metadata_written_at_the_commit_follows_the_batch_order() {
         .unwrap();
     let before = writer.stats().commits;
     // The writer is held in a job while the rest queue behind it: they run as one batch.
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel::<()>();
-    let blocker = writer
-        .enqueue(meta(), move |_, _| {
-            let _ = started.send(());
-            let _ = held.recv();
-            Ok::<_, Error>(())
-        })
-        .await
-        .unwrap();
-    running.await.unwrap();
+    let (release, blocker) = hold(&writer).await;
     let at_commit = |value: &'static [u8]| {
         move |txn: &mut lyre_store::WriteTxn<'_, '_>, _: &mut u64| {
             let seen = txn.meta(b"kept")?.map(<[u8]>::to_vec);

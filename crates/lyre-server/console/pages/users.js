@@ -212,14 +212,14 @@ function buildPermission(permission, all, structureEverywhere, grid) {
  * A table's attribute permissions, as the role's `granted` entry for the table has
  * them. Unticked, every attribute follows the table's actions (an empty list);
  * ticked, the role may do to each attribute only what is ticked for it (the primary
- * key is always readable), never more than the table allows. An attribute named in
- * the list but no longer described stays in it.
+ * key is always readable), never more than the table allows. An attribute the list
+ * names that the table no longer has is left out when saving (`gone` names it).
  */
 function attributeEditor(table, described, granted, tableActions) {
   const listed = granted.attribute_permissions ?? [];
   const exists = new Set((described?.attributes ?? []).map((a) => a.attribute));
   // The role's own list first, in its order, so a table left alone saves as it was.
-  const names = [...new Set([...listed.map((p) => p.attribute_name), ...(described?.attributes ?? []).map((a) => a.attribute)])];
+  const names = [...new Set([...listed.map((p) => p.attribute_name), ...exists])];
   const restrict = checkbox('Only as ticked below', { checked: listed.length > 0, 'aria-label': `restrict ${table} by attribute` });
   const boxes = names.map((attribute) => {
     const entry = listed.find((p) => p.attribute_name === attribute);

@@ -409,6 +409,14 @@ async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions(
     };
 
     let browser = Browser::open().await;
+    // The role's editor opened, with `table`'s attribute permissions shown.
+    let edit_attributes = |table: &'static str| {
+        let browser = &browser;
+        async move {
+            browser.click("//button[@aria-label='Edit role clerk']").await;
+            browser.click(&format!("//tr[th='{table}']//summary")).await;
+        }
+    };
     browser.go(&s.url("/#/roles")).await;
     browser.sign_in(USER, PASSWORD).await;
     // One action ticked on another table: the rest of the role is saved as it was.
@@ -426,8 +434,7 @@ async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions(
 
     // The product's attributes restricted in the page: price no longer readable.
     browser.find("//td[contains(., 'shop.product: read, insert')]").await;
-    browser.click("//button[@aria-label='Edit role clerk']").await;
-    browser.click("//tr[th='shop.product']//summary").await;
+    edit_attributes("shop.product").await;
     browser.click("//input[@aria-label='restrict shop.product by attribute']").await;
     browser.click("//input[@aria-label='read shop.product.price']").await;
     browser.shot("role-attributes").await;
@@ -441,8 +448,7 @@ async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions(
     assert_eq!(saved["permission"]["shop"]["tables"]["payroll"], payroll, "{saved}");
     // An attribute cannot be given what its table does not allow: its box is off
     // while the table's is, and comes on with it.
-    browser.click("//button[@aria-label='Edit role clerk']").await;
-    browser.click("//tr[th='shop.product']//summary").await;
+    edit_attributes("shop.product").await;
     let name_update = "document.querySelector('input[aria-label=\"update shop.product.name\"]').disabled";
     assert_eq!(browser.eval(name_update).await, json!(true));
     browser.click("//input[@aria-label='update shop.product']").await;
@@ -450,8 +456,7 @@ async fn a_role_edited_in_the_console_keeps_and_edits_its_attribute_permissions(
     browser.press("//main", "Cancel").await;
     // Restricting a table with nothing ticked saves a list allowing nothing (an empty
     // list would allow every attribute).
-    browser.click("//button[@aria-label='Edit role clerk']").await;
-    browser.click("//tr[th='archive.old']//summary").await;
+    edit_attributes("archive.old").await;
     browser.click("//input[@aria-label='restrict archive.old by attribute']").await;
     browser.press("//main", "Save role").await;
     browser.gone("//h2[normalize-space()='Edit role clerk']").await;
