@@ -44,6 +44,8 @@ pub enum Code {
     MethodNotAllowed,
     /// The method is not one the server knows.
     NotImplemented,
+    /// A `BREW` (RFC 2324): Harper answers 418, being short and stout.
+    Teapot,
     /// The request body exceeds the configured limit.
     PayloadTooLarge,
     /// The body's media type is not one we read.
@@ -72,12 +74,13 @@ pub enum Code {
 
 impl Code {
     /// Every code, for exhaustive table tests.
-    pub const ALL: [Code; 21] = [
+    pub const ALL: [Code; 22] = [
         Code::BadRequest,
         Code::Conflict,
         Code::PreconditionFailed,
         Code::MethodNotAllowed,
         Code::NotImplemented,
+        Code::Teapot,
         Code::MustLogin,
         Code::LoginFailed,
         Code::Forbidden,
@@ -110,6 +113,7 @@ impl Code {
             Code::PreconditionFailed => (412, Class::User, false),
             Code::MethodNotAllowed => (405, Class::User, false),
             Code::NotImplemented => (501, Class::User, false),
+            Code::Teapot => (418, Class::User, false),
             Code::PayloadTooLarge => (413, Class::User, false),
             Code::UnsupportedMediaType => (415, Class::User, false),
             Code::NotAcceptable => (406, Class::User, false),

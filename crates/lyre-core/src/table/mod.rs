@@ -93,6 +93,13 @@ impl Table {
         &self.db
     }
 
+    /// This table bound to the schema published now. A handle kept for long (a
+    /// service's own table) does not see the attributes a dynamic table gained
+    /// after it was resolved, so a search naming one would be refused as unknown.
+    pub fn current(&self) -> Result<Table> {
+        self.db.table(&self.schema.name)
+    }
+
     /// What `ctx` may do here, refused unless it may do every one of `actions`.
     pub fn access(&self, ctx: &Context, actions: &[Action]) -> Result<TableAccess> {
         check_table(ctx, self.database(), &self.schema.name, actions)

@@ -123,7 +123,9 @@ impl Store {
             ..Query::default()
         };
         let mut seqs = Vec::new();
-        self.queued.search(&Context::system(), query)?.run(&mut |record| {
+        // The handle opened at start-up predates the `client` attribute on a
+        // first start (the table is dynamic): search through a current one.
+        self.queued.current()?.search(&Context::system(), query)?.run(&mut |record| {
             if let Value::Object(record) = record
                 && let Some(seq) = record.get("seq")
             {

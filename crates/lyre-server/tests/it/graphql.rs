@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::rest::SHOP_SCHEMA;
-use crate::support::{PASSWORD, TestServer, USER};
+use crate::support::{self, PASSWORD, TestServer, USER};
 
 const CONFIG: &str = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\ngraphql: true\n";
 
@@ -132,6 +132,15 @@ async fn variables_operations_and_fragments() {
     assert_eq!(failed["message"], "Operation name is required when there are multiple operations in the document.");
     let (_, failed) = error(&s, run("Nope", json!({})), None).await;
     assert_eq!(failed["message"], "Operation `Nope` not found.");
+    // Fragments are not operations: a lone shorthand query may use them.
+    let shorthand = r#"{ products(id: "p1") { ...Names } } fragment Names on Product { id name }"#;
+    assert_eq!(data(&s, shorthand).await, json!({"products": [{"id": "p1", "name": "Foo"}]}));
+    let (status, failed) =
+        error(&s, json!({"query": format!("{shorthand} query Other {{ products {{ id }} }}")}), None).await;
+    assert_eq!(
+        (status, failed["message"].clone()),
+        (400, json!("Unnamed operations are only allowed when there is a single operation in the document."))
+    );
     let cycle = "query Q { products { ...A } } fragment A on Product { ...B } fragment B on Product { ...A }";
     let (status, failed) = error(&s, json!({"query": cycle}), None).await;
     assert_eq!((status, failed["message"].clone()), (400, json!("Cannot spread fragment \"A\" within itself.")));
@@ -213,6 +222,25 @@ async fn errors_take_graphql_shape_with_their_location() {
     let refused = as_b("{ products { id } }").await.unwrap();
     assert_eq!(refused.status(), 403);
     assert!(refused.json::<Value>().await.unwrap()["errors"][0]["message"].is_string());
+}
+
+/// A document of nothing but nested braces, well inside the body limit, is
+/// refused as a syntax error without the parser keeping an error per token (two
+/// megabytes of them once held 1.3 GB).
+#[tokio::test]
+async fn a_document_of_nested_braces_is_refused_in_bounded_memory() {
+    let s = shop().await;
+    let peak = || support::status_kib(s.pid(), "VmHWM:");
+    // Warm: the first GraphQL request sets up what every later one uses.
+    data(&s, r#"{ products(id: "p1") { id } }"#).await;
+    let before = peak();
+    let braces = format!("{}{}", "{".repeat(1_000_000), "}".repeat(1_000_000));
+    let (status, failed) = error(&s, json!({"query": braces}), None).await;
+    assert_eq!(status, 400);
+    assert!(failed["message"].as_str().unwrap().starts_with("Syntax Error"), "{failed}");
+    let grown_mib = peak().saturating_sub(before) / 1024;
+    assert!(grown_mib < 100, "the server's peak resident memory grew {grown_mib} MiB");
+    assert_eq!(data(&s, r#"{ products(id: "p1") { id } }"#).await, json!({"products": [{"id": "p1"}]}));
 }
 
 #[tokio::test]

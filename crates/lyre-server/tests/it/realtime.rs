@@ -173,6 +173,44 @@ async fn refused_sockets_close_with_harpers_codes_and_reasons() {
     assert_eq!(status, 200);
 }
 
+/// Handshakes the server cannot take are refused as Harper's WebSocket server
+/// (`ws`) refuses them: 405 for a method other than `GET`; 400 for a key that is
+/// not sixteen bytes of base64, or a version other than 13 or 8, the latter naming
+/// the versions taken (RFC 6455 §4.4). Version 8 is taken.
+#[tokio::test]
+async fn websocket_handshakes_it_cannot_take_are_refused_as_harper_refuses_them() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let s = dogs().await;
+    let key = "dGhlIHNhbXBsZSBub25jZQ==";
+    let handshake = |version: &'static str, key: &'static str| {
+        [
+            ("upgrade", "websocket"),
+            ("connection", "Upgrade"),
+            ("sec-websocket-version", version),
+            ("sec-websocket-key", key),
+        ]
+    };
+    let (status, headers, body) = s.rest_send(Method::POST, "/Dog/1", None, &handshake("13", key)).await;
+    assert_eq!(status, 405, "{body}");
+    assert_eq!(headers["allow"], "GET");
+    let (status, headers, body) = s.rest_send(Method::GET, "/Dog/1", None, &handshake("12", key)).await;
+    assert_eq!((status, body), (400, json!("ClientError: Missing or invalid Sec-WebSocket-Version header")));
+    assert_eq!(headers["sec-websocket-version"], "13, 8");
+    let (status, _, body) = s.rest_send(Method::GET, "/Dog/1", None, &handshake("13", "c2hvcnQ=")).await;
+    assert_eq!((status, body), (400, json!("ClientError: Missing or invalid Sec-WebSocket-Key header")));
+
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", s.http_port)).await.unwrap();
+    let request = format!(
+        "GET /Dog/1 HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 8\r\nSec-WebSocket-Key: {key}\r\n\r\n",
+        basic(USER, PASSWORD)
+    );
+    raw.write_all(request.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    raw.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101", "version 8 is taken");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_that_may_not_read_an_attribute_never_receives_it() {
     let s = dogs().await;

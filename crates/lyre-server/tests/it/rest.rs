@@ -233,6 +233,9 @@ async fn methods_and_status_codes() {
     let propfind = Method::from_bytes(b"PROPFIND").unwrap();
     let (status, _, body) = send(&s, propfind, "/products/p1", None).await;
     assert_eq!((status, body), (501, json!("ServerError: Method PROPFIND is not recognized")));
+    let brew = Method::from_bytes(b"BREW").unwrap();
+    let (status, _, body) = send(&s, brew, "/products/p1", None).await;
+    assert_eq!((status, body), (418, json!("ClientError: HarperDB is short and stout and can't brew coffee")));
     let head = s.client.head(s.rest("/products/p2")).basic_auth(USER, Some(PASSWORD)).send().await.unwrap();
     assert_eq!(head.status(), 200);
     assert!(head.headers().get("etag").is_some());

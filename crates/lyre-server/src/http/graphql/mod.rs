@@ -230,10 +230,14 @@ impl Operation {
         };
         let mut operations: Vec<&Node<ast::OperationDefinition>> = Vec::new();
         let mut fragments = HashMap::new();
+        // Fragments do not count: `{ dogs { ...f } } fragment f on Dog { id }` is
+        // one anonymous operation (the spec's "Lone Anonymous Operation").
+        let operation_count =
+            document.definitions.iter().filter(|d| matches!(d, Definition::OperationDefinition(_))).count();
         for definition in &document.definitions {
             match definition {
                 Definition::OperationDefinition(operation) => {
-                    if operation.name.is_none() && document.definitions.len() > 1 {
+                    if operation.name.is_none() && operation_count > 1 {
                         return Err(invalid(
                             "Unnamed operations are only allowed when there is a single operation in the document.",
                             locate(operation.location()),

@@ -57,15 +57,33 @@ const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// Close reasons are cut to this many bytes (a close frame's payload is at most 125).
 const MAX_REASON: usize = 120;
 
-/// Answers an upgrade request: 101 and the subscription run on its own task, or 400
-/// when the request is not a WebSocket handshake this server can take.
+/// Whether `key` is a WebSocket key: sixteen bytes in base64 (RFC 6455 §4.1).
+fn is_key(key: &[u8]) -> bool {
+    use base64::Engine as _;
+    key.len() == 24 && base64::engine::general_purpose::STANDARD.decode(key).is_ok_and(|bytes| bytes.len() == 16)
+}
+
+/// Answers an upgrade request: 101 and the subscription run on its own task, or the
+/// refusal Harper's WebSocket server (`ws`) gives a handshake it cannot take: 405
+/// for a method other than `GET`, 400 for a missing or malformed key or a version
+/// other than 13 (or 8), the latter naming the versions taken (RFC 6455 §4.4).
 pub(crate) fn upgrade(state: &Arc<AppState>, peer: SocketAddr, mut parts: axum::http::request::Parts) -> Response {
-    let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).map(|k| k.as_bytes().to_vec());
-    let version_ok = parts.headers.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|v| v.as_bytes() == b"13");
-    let (Some(key), true) = (key, version_ok) else {
-        return ApiError::bad_request("a WebSocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13")
+    if parts.method != axum::http::Method::GET {
+        let mut response = ApiError::new(Code::MethodNotAllowed, "Invalid HTTP method: a WebSocket upgrade is a GET")
             .render_rest(Format::Json);
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET"));
+        return response;
+    }
+    let Some(key) = parts.headers.get(header::SEC_WEBSOCKET_KEY).map(|k| k.as_bytes().to_vec()).filter(|k| is_key(k))
+    else {
+        return ApiError::bad_request("Missing or invalid Sec-WebSocket-Key header").render_rest(Format::Json);
     };
+    if !parts.headers.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|v| matches!(v.as_bytes(), b"13" | b"8")) {
+        let mut response =
+            ApiError::bad_request("Missing or invalid Sec-WebSocket-Version header").render_rest(Format::Json);
+        response.headers_mut().insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13, 8"));
+        return response;
+    }
     let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
         return ApiError::bad_request("this connection cannot be upgraded to a WebSocket (HTTP/1.1 is needed)")
             .render_rest(Format::Json);

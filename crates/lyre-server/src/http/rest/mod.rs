@@ -376,6 +376,7 @@ impl RestRequest<'_> {
                 response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
                 Ok(response)
             }
+            ("BREW", _) => Err(ApiError::new(Code::Teapot, "HarperDB is short and stout and can't brew coffee")),
             (other, _) => Err(ApiError::new(Code::NotImplemented, format!("Method {other} is not recognized"))),
         }
     }

@@ -230,3 +230,40 @@ async fn messages_queued_for_a_session_away_survive_a_kill() {
     assert!(present);
     sub.nothing_within(Duration::from_millis(500)).await;
 }
+
+/// On a server's first start the stored queue's table is created with no
+/// `client` attribute; messages queued and then delivered in that same run are
+/// still forgotten once delivered, so a restart does not deliver them again (the
+/// queue was once searched through the handle opened before the attribute
+/// existed, refused, and kept forever).
+#[tokio::test]
+async fn messages_queued_and_delivered_in_the_first_run_are_not_delivered_again() {
+    let mut s = TestServer::start_with(&[("STORAGE_WRITEASYNC", "false")]).await;
+    let (mut sub, _) = Raw::connect(&s, V311, "first-run", false).await;
+    sub.subscribe(1, "alerts/#", QoS::AtLeastOnce).await;
+    sub.disconnect().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut publisher, _) = Raw::connect(&s, V311, "alerter", true).await;
+    assert_eq!(publisher.publish("alerts/1", b"one", QoS::AtLeastOnce, false, 1).await, 0);
+    assert_eq!(publisher.publish("alerts/2", b"two", QoS::AtLeastOnce, false, 2).await, 0);
+    assert_eq!(stored_queue_len(&s).await, 2, "both stored while the session is away");
+
+    let (mut sub, present) = Raw::connect(&s, V311, "first-run", false).await;
+    assert!(present);
+    assert_eq!(&sub.next_acked().await.payload[..], b"one");
+    assert_eq!(&sub.next_acked().await.payload[..], b"two");
+    sub.disconnect().await;
+    assert_eq!(stored_queue_len(&s).await, 0, "delivered, so no longer stored");
+
+    s.restart().await;
+    let (mut sub, present) = Raw::connect(&s, V311, "first-run", false).await;
+    assert!(present);
+    sub.nothing_within(Duration::from_millis(500)).await;
+}
+
+/// How many messages the broker keeps queued for sessions away.
+async fn stored_queue_len(s: &TestServer) -> usize {
+    let (status, rows) = s.op(json!({"operation": "sql", "sql": "SELECT seq FROM system.hdb_mqtt_queued"})).await;
+    assert_eq!(status, 200, "{rows}");
+    rows.as_array().map_or(0, Vec::len)
+}
