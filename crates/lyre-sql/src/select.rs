@@ -344,6 +344,13 @@ impl<'e> Statement<'e> {
         };
         let mut grouper = grouped.then(|| Grouper::new(&group_by, &aggregates, now));
         let mut kept: Vec<Row> = Vec::new();
+        // With no order, grouping or DISTINCT, the page is the first rows that pass:
+        // the scan (or the last join) stops once it has handed them over.
+        let page_end = match (grouped || distinct || having.is_some() || !order.is_empty(), limit) {
+            (false, Some(limit)) => Some(limit.saturating_add(offset)),
+            _ => None,
+        };
+        let more_wanted = |kept: &[Row]| page_end.is_none_or(|end| kept.len() < end);
         if sources.is_empty() {
             // A calculation (`SELECT 1 + 1`): one row that reads no table.
             let row = Row::default();
@@ -383,7 +390,7 @@ impl<'e> Statement<'e> {
                         kept.push(row);
                     }
                 }
-                Ok(true)
+                Ok(more_wanted(&kept))
             })?;
             self.budget = budget;
         } else {
@@ -406,7 +413,7 @@ impl<'e> Statement<'e> {
                     self.join(&sources, rows, at, *kind, on, &conjuncts, true, &mut |row, budget| {
                         budget.charge(row_weight)?;
                         next.push(row);
-                        Ok(())
+                        Ok(ControlFlow::Continue(()))
                     })?;
                     rows = next;
                 } else {
@@ -429,7 +436,7 @@ impl<'e> Statement<'e> {
                                     }
                                 }
                             }
-                            Ok(())
+                            Ok(if more_wanted(&kept) { ControlFlow::Continue(()) } else { ControlFlow::Break(()) })
                         },
                     )?;
                 }
@@ -769,9 +776,9 @@ impl<'e> Statement<'e> {
     }
 
     /// Joins source `at` to `rows` (which hold sources `0..at`), handing each joined
-    /// row to `emit` with the statement's budget (to charge what it keeps). Unless
-    /// `emit` `keeps_rows`, the records a lookup batch fetched are freed, and given
-    /// back to the budget, once the batch is joined.
+    /// row to `emit` with the statement's budget (to charge what it keeps) until it
+    /// answers `Break`. Unless `emit` `keeps_rows`, the records a lookup batch
+    /// fetched are freed, and given back to the budget, once the batch is joined.
     #[allow(clippy::too_many_arguments)]
     fn join(
         &mut self,
@@ -782,7 +789,7 @@ impl<'e> Statement<'e> {
         on: Option<&Expr>,
         conjuncts: &[Expr],
         keeps_rows: bool,
-        emit: &mut dyn FnMut(Row, &mut Budget) -> Result<()>,
+        emit: &mut dyn FnMut(Row, &mut Budget) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
         let source = &sources[at];
         let on_parts = on.map(|on| split_and(on.clone())).unwrap_or_default();
@@ -874,12 +881,14 @@ impl<'e> Statement<'e> {
                         for record in candidates {
                             let joined = extend(row, Some(record.clone()));
                             if holds(on, &joined)? {
-                                emit(joined, &mut self.budget)?;
+                                if emit(joined, &mut self.budget)?.is_break() {
+                                    return Ok(());
+                                }
                                 matched = true;
                             }
                         }
-                        if !matched && kind == JoinKind::Left {
-                            emit(extend(row, None), &mut self.budget)?;
+                        if !matched && kind == JoinKind::Left && emit(extend(row, None), &mut self.budget)?.is_break() {
+                            return Ok(());
                         }
                     }
                     if !keeps_rows {
@@ -917,13 +926,15 @@ impl<'e> Statement<'e> {
                     for &i in candidates {
                         let joined = extend(row, Some(records[i].clone()));
                         if holds(on, &joined)? {
-                            emit(joined, &mut self.budget)?;
+                            if emit(joined, &mut self.budget)?.is_break() {
+                                return Ok(());
+                            }
                             matched = true;
                             matched_inner[i] = true;
                         }
                     }
-                    if !matched && kind == JoinKind::Left {
-                        emit(extend(row, None), &mut self.budget)?;
+                    if !matched && kind == JoinKind::Left && emit(extend(row, None), &mut self.budget)?.is_break() {
+                        return Ok(());
                     }
                 }
                 if kind == JoinKind::Right {
@@ -931,7 +942,9 @@ impl<'e> Statement<'e> {
                         if !matched_inner[i] {
                             let mut sources = vec![None; at];
                             sources.push(Some(record.clone()));
-                            emit(Row { sources }, &mut self.budget)?;
+                            if emit(Row { sources }, &mut self.budget)?.is_break() {
+                                return Ok(());
+                            }
                         }
                     }
                 }

@@ -3,6 +3,7 @@
 //! empties the login cache, so a dropped user or a narrowed role takes effect on
 //! the next request.
 
+use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use crate::access::{CatalogView, Context, require_super_user, validate_permission};
@@ -133,6 +134,14 @@ impl Users {
         if let Some(active) = change.active {
             record.insert("active".into(), Value::Bool(active));
         }
+        if change.role.is_some() || change.active == Some(false) {
+            let changed = |user: &mut Object| {
+                if user.get("username").and_then(Value::as_str) == Some(change.username.as_str()) {
+                    user.extend(record.iter().filter(|(k, _)| *k != "password").map(|(k, v)| (k.clone(), v.clone())));
+                }
+            };
+            self.keep_a_super_user(changed, |_| {})?;
+        }
         let summary = self.system.table(USER_TABLE)?.update(&Context::system(), vec![record]).await?;
         self.forget_logins();
         Ok(summary)
@@ -229,6 +238,12 @@ impl Users {
             record.insert("role".into(), name.clone().into());
         }
         record.insert("permission".into(), change.permission);
+        let changed = |role: &mut Object| {
+            if role.get("id").and_then(Value::as_str) == Some(change.id.as_str()) {
+                role.insert("permission".into(), record["permission"].clone());
+            }
+        };
+        self.keep_a_super_user(|_| {}, changed)?;
         let table = self.system.table(ROLE_TABLE)?;
         let summary = table.update(&Context::system(), vec![record]).await?;
         if summary.written.is_empty() {
@@ -262,6 +277,32 @@ impl Users {
         table.delete(&Context::system(), vec![Value::from(id)]).await?;
         self.forget_logins();
         Ok(name)
+    }
+
+    /// Refuses a change that would leave no active user with a super-user role:
+    /// nobody could then manage users, roles or the server, and a restart does not
+    /// make a new admin while any user exists. `user` and `role` apply the change
+    /// to each user and role record as stored.
+    fn keep_a_super_user(&self, user: impl Fn(&mut Object), role: impl Fn(&mut Object)) -> Result<()> {
+        let mut roles = self.all(ROLE_TABLE)?;
+        roles.iter_mut().for_each(role);
+        let super_roles: HashSet<String> = roles
+            .iter()
+            .filter(|r| {
+                matches!(r.get("permission"), Some(Value::Object(p)) if p.get("super_user") == Some(&Value::Bool(true)))
+            })
+            .map(role_id)
+            .collect();
+        let mut users = self.all(USER_TABLE)?;
+        users.iter_mut().for_each(user);
+        let kept = users.iter().any(|u| {
+            u.get("active") != Some(&Value::Bool(false))
+                && u.get("role").and_then(Value::as_str).is_some_and(|r| super_roles.contains(r))
+        });
+        match kept {
+            true => Ok(()),
+            false => Err(Error::invalid("This change would leave no active user with a super_user role")),
+        }
     }
 
     /// Every role record.

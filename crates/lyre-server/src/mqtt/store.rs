@@ -122,10 +122,15 @@ impl Store {
             select: Select::Attributes(vec!["seq".into()]),
             ..Query::default()
         };
+        // The table is dynamic: `client` comes with the first message ever queued,
+        // after the handle opened at start-up, so the search goes through a
+        // current one; before that, nothing was queued.
+        let queued = self.queued.current()?;
+        if queued.schema().attribute("client").is_none() {
+            return Ok(());
+        }
         let mut seqs = Vec::new();
-        // The handle opened at start-up predates the `client` attribute on a
-        // first start (the table is dynamic): search through a current one.
-        self.queued.current()?.search(&Context::system(), query)?.run(&mut |record| {
+        queued.search(&Context::system(), query)?.run(&mut |record| {
             if let Value::Object(record) = record
                 && let Some(seq) = record.get("seq")
             {

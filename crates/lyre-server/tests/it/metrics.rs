@@ -85,6 +85,18 @@ async fn the_metrics_endpoint_counts_requests_storage_writers_and_jobs() {
     assert_eq!(reader.status(), 403);
 }
 
+/// Before the first aggregate is written (a minute after a fresh start, by
+/// default) the analytics table has no attributes to search by: the operations
+/// answer that nothing was recorded, not "unknown attribute".
+#[tokio::test]
+async fn analytics_operations_answer_before_the_first_aggregate() {
+    let s = TestServer::start().await;
+    assert_eq!(s.ok(json!({"operation": "describe_metric", "metric": "duration"})).await, json!({}));
+    let every = s.ok(json!({"operation": "list_metrics", "metric_types": ["builtin", "custom"]})).await;
+    assert_eq!(every, json!(["table-size", "database-size", "resource-usage"]));
+    assert_eq!(s.ok(json!({"operation": "get_analytics", "metric": "duration"})).await, json!([]));
+}
+
 #[tokio::test]
 async fn requests_are_aggregated_into_harpers_analytics() {
     let s = TestServer::start_with(&[("ANALYTICS_AGGREGATEPERIOD", "1")]).await;

@@ -260,11 +260,26 @@ async fn a_statement_past_its_memory_budget_fails_clearly() {
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "t", "primary_key": "id"})).await;
     let records: Vec<Value> = (0..1000).map(|i| json!({"id": i, "pad": "x".repeat(200)})).collect();
     s.ok(json!({"operation": "insert", "database": "dev", "table": "t", "records": records})).await;
-    for text in ["SELECT a.id, b.id FROM dev.t a CROSS JOIN dev.t b", "SELECT * FROM dev.t ORDER BY pad"] {
+    for text in [
+        "SELECT a.id, b.id FROM dev.t a CROSS JOIN dev.t b",
+        "SELECT * FROM dev.t ORDER BY pad",
+        "SELECT a.id, b.id FROM dev.t a CROSS JOIN dev.t b WHERE a.id < 300 AND b.id < 300 ORDER BY b.id LIMIT 2",
+    ] {
         let (status, body) = sql(&s, text).await;
         assert_eq!(status, 400, "{text}: {body}");
         assert!(body["error"].as_str().is_some_and(|m| m.contains("memory budget of 200000 bytes")), "{body}");
     }
+    // Without an order the page is the first rows that pass: the cross join (and
+    // a scan filtered by what no index answers) stops once it has them.
+    // (300 × 300 rows would be past the budget: the inputs alone are within it.)
+    let pairs = "SELECT a.id AS a, b.id AS b FROM dev.t a CROSS JOIN dev.t b WHERE a.id < 300 AND b.id < 300";
+    let (status, body) = sql(&s, &format!("{pairs} LIMIT 2 OFFSET 1")).await;
+    assert_eq!((status, body.as_array().map(Vec::len)), (200, Some(2)), "{body}");
+    assert!(body.as_array().unwrap().iter().all(|row| row["a"].is_i64() && row["b"].is_i64()), "{body}");
+    let (status, body) = sql(&s, "SELECT id FROM dev.t WHERE UPPER(pad) LIKE 'X%' LIMIT 3").await;
+    assert_eq!((status, body.as_array().map(Vec::len)), (200, Some(3)), "{body}");
+    let (status, body) = sql(&s, &format!("SELECT COUNT(*) AS n FROM ({pairs} LIMIT 5) AS p")).await;
+    assert_eq!((status, body), (200, json!([{"n": 5}])));
     // Grouping holds its groups, not the rows it reads: 1,000 rows of 200 bytes
     // group within the budget they would pass if held.
     let (status, body) = sql(&s, "SELECT id % 3 AS g, COUNT(*) AS n FROM dev.t GROUP BY id % 3 ORDER BY g").await;

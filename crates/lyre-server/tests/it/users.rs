@@ -453,6 +453,21 @@ async fn user_and_role_operations_answer_as_harper() {
     s.ok(json!({"operation": "add_role", "role": "other", "permission": {}})).await;
     let taken = json!({"operation": "alter_role", "id": "structure", "role": "other", "permission": {}});
     s.fails(taken, 409, "A role with name 'other' already exists").await;
+
+    // No change may leave nobody who can manage the server: a restart makes a new
+    // admin only when there are no users at all.
+    let last = "This change would leave no active user with a super_user role";
+    let super_role = s.ok(json!({"operation": "user_info"})).await["role"]["id"].clone();
+    s.fails(json!({"operation": "alter_role", "id": super_role, "permission": {"super_user": false}}), 400, last).await;
+    s.fails(json!({"operation": "alter_user", "username": "admin", "active": false}), 400, last).await;
+    s.fails(json!({"operation": "alter_user", "username": "admin", "role": "other"}), 400, last).await;
+    assert_eq!(s.ok(json!({"operation": "user_info"})).await["role"]["permission"]["super_user"], true, "unchanged");
+    // With a second active super user, the first may step down.
+    s.ok(json!({"operation": "add_user", "username": "deputy", "password": PASSWORD, "role": super_role, "active": true}))
+        .await;
+    s.ok(json!({"operation": "alter_user", "username": "admin", "role": "other"})).await;
+    let (status, _) = s.op_as("deputy", PASSWORD, &json!({"operation": "list_users"})).await;
+    assert_eq!(status, 200, "the deputy manages the server");
 }
 
 #[tokio::test]

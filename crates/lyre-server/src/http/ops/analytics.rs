@@ -72,6 +72,10 @@ pub async fn list_metrics(state: &Arc<AppState>, mut params: Params, format: For
     }
     if types.iter().any(|t| t == "custom") {
         let table = table(state).await?;
+        // Until the first aggregate is written the table has no `metric` yet.
+        if table.schema().attribute("metric").is_none() {
+            return reply(format, &Value::Array(names));
+        }
         let query = Query { select: Select::Attributes(vec!["metric".into()]), ..Query::default() };
         // The names seen, not the records: a set as small as the metrics are few.
         let seen = blocking("listing metrics", move || {
@@ -103,7 +107,14 @@ pub async fn describe_metric(state: &Arc<AppState>, mut params: Params, format: 
         sort: vec![by_time(true)],
         ..Query::default()
     };
-    let newest = collect(table(state).await?, query, Some(1)).await?.into_iter().next();
+    let table = table(state).await?;
+    // Until the first aggregate is written the table has no `metric` or `time`.
+    let newest = match query.conditions.iter().all(|condition| known(table.schema(), condition))
+        && table.schema().attribute("time").is_some()
+    {
+        true => collect(table, query, Some(1)).await?.into_iter().next(),
+        false => None,
+    };
     let Some(record) = newest else { return reply(format, &Value::Object(Object::default())) };
     let attributes = record.into_iter().map(|(name, value)| {
         let kind = match value {
