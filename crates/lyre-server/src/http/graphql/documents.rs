@@ -75,8 +75,10 @@ mod tests {
             documents.parse(&format!("{{ t{i} {{ id }} }}")).unwrap();
         }
         assert!(documents.parsed.lock().len() <= CACHED_DOCUMENTS);
-        let long = format!("{{ products {{ {} }} }}", "id ".repeat(CACHED_TEXT));
+        let long = format!("{{ products(name: \"{}\") {{ id }} }}", "n".repeat(CACHED_TEXT));
         documents.parse(&long).unwrap();
         assert!(!documents.parsed.lock().contains_key(&long), "long documents are not kept");
+        let many = format!("{{ products {{ {} }} }}", "id ".repeat(MAX_TOKENS));
+        assert!(matches!(documents.parse(&many), Err(SyntaxError { message, .. }) if message.contains("token limit")));
     }
 }
