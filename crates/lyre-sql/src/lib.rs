@@ -43,7 +43,9 @@ pub enum Outcome {
 
 /// Runs one SQL statement as `ctx`, holding at most `budget` bytes of intermediate
 /// results. Its parsing and reads (a write's too) run on a thread of their own, then
-/// a write's writer job.
+/// a write's writer job. An `UPDATE` or `DELETE` whose rows changed between its
+/// read and its write is worked out again from a new snapshot, up to
+/// [`WRITE_ATTEMPTS`] times in all (`write.rs`).
 pub async fn execute(engine: Arc<Engine>, ctx: Context, sql: &str, budget: usize) -> Result<Outcome> {
     if sql.len() > MAX_SQL_BYTES {
         return Err(SqlError::invalid(format!(
@@ -51,8 +53,38 @@ pub async fn execute(engine: Arc<Engine>, ctx: Context, sql: &str, budget: usize
             sql.len()
         )));
     }
+    let mut attempt = 1;
+    loop {
+        let planned = plan(engine.clone(), ctx.clone(), sql.to_string(), budget).await?;
+        let planned = match planned {
+            Step::Done(outcome) => return Ok(outcome),
+            Step::Write(planned) => planned,
+        };
+        match write::apply(&ctx, planned).await {
+            Err(SqlError::Core(lyre_core::Error::PreconditionFailed(_))) if attempt < WRITE_ATTEMPTS => {
+                // Clients racing for one row take turns rather than meeting again
+                // at once: a pause growing with the attempts, jittered by the clock.
+                let jitter = (lyre_core::now_ms().fract() * 1000.0) as u64;
+                tokio::time::sleep(std::time::Duration::from_micros(jitter * attempt.min(8) as u64)).await;
+                attempt += 1;
+            }
+            Err(SqlError::Core(lyre_core::Error::PreconditionFailed(_))) => {
+                return Err(SqlError::Core(lyre_core::Error::Conflict(format!(
+                    "the rows this statement writes kept changing while it ran ({WRITE_ATTEMPTS} attempts); retry it"
+                ))));
+            }
+            answered => return answered.map(Outcome::Written),
+        }
+    }
+}
+
+/// How many times a write statement is worked out before a conflict is reported.
+pub const WRITE_ATTEMPTS: usize = 32;
+
+/// Parses `sql` and runs its reads (a query whole; a write's rows worked out) on a
+/// thread of its own.
+async fn plan(engine: Arc<Engine>, blocking_ctx: Context, sql: String, budget: usize) -> Result<Step> {
     let now = lyre_core::now_ms();
-    let (sql, blocking_ctx) = (sql.to_string(), ctx.clone());
     let (answer, answered) = tokio::sync::oneshot::channel();
     // Parsing, compiling and dropping a statement recurse once per level of its
     // expressions (sqlparser builds a long AND or OR chain as a deep tree), so a
@@ -84,12 +116,7 @@ pub async fn execute(engine: Arc<Engine>, ctx: Context, sql: &str, budget: usize
             let _ = answer.send(planned);
         })
         .map_err(|err| SqlError::Core(lyre_core::Error::Stopped(format!("starting a SQL thread: {err}"))))?;
-    let planned =
-        answered.await.map_err(|_| SqlError::Core(lyre_core::Error::Stopped("the SQL thread stopped".into())))??;
-    match planned {
-        Step::Done(outcome) => Ok(outcome),
-        Step::Write(planned) => Ok(Outcome::Written(write::apply(&ctx, planned).await?)),
-    }
+    answered.await.map_err(|_| SqlError::Core(lyre_core::Error::Stopped("the SQL thread stopped".into())))?
 }
 
 /// The longest SQL text a statement may have.

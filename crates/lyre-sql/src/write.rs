@@ -1,8 +1,15 @@
 //! `INSERT`, `UPDATE` and `DELETE`: the rows each changes are worked out on the
 //! statement's snapshot, then written as one writer job through the table API, so
-//! a statement that fails writes nothing.
+//! a statement that fails writes nothing. An `UPDATE` or `DELETE` writes each row
+//! only if it is still the version the snapshot held: a row changed meanwhile
+//! fails the job (412) before anything is written, and the statement is worked
+//! out again on a new snapshot (`lib.rs`), so `SET n = n + 1` from many clients
+//! at once loses no increment and a `WHERE` is never judged on a stale row.
 
-use lyre_core::{Context, Object, Table, Value};
+use std::sync::Arc;
+
+use lyre_core::query::SharedSnapshot;
+use lyre_core::{Context, Expect, Object, Table, Value, WriteMode, WriteOptions};
 use sqlparser::ast;
 
 use crate::error::{Result, SqlError};
@@ -26,10 +33,25 @@ pub struct Written {
 pub enum Planned {
     /// Records to insert.
     Insert(Table, Vec<Object>),
-    /// Records (primary key and the changed attributes) to update.
-    Update(Table, Vec<Object>),
-    /// Primary keys to delete.
-    Delete(Table, Vec<Value>),
+    /// Records (primary key and the changed attributes) to update, each with the
+    /// version it must still have.
+    Update(Table, Vec<Object>, Vec<Option<Expect>>),
+    /// Primary keys to delete, each with the version it must still have.
+    Delete(Table, Vec<Value>, Vec<Option<Expect>>),
+}
+
+/// For each of `ids`, a condition that the record is still at the version
+/// `snapshot` holds. A record whose version is not unique (an out-of-order
+/// replicated write left it so) gets none: its version cannot tell a change.
+fn unchanged_since(table: &Table, ids: &[Value], snapshot: &SharedSnapshot) -> Result<Vec<Option<Expect>>> {
+    Ok(table
+        .versions_in(ids, snapshot)?
+        .into_iter()
+        .map(|seen| {
+            let seen = seen.filter(|v| v.unique)?;
+            Some(Expect::Version(Arc::new(move |now| now.unique && now.time == seen.time)))
+        })
+        .collect())
 }
 
 /// Works out an `INSERT`'s records.
@@ -95,7 +117,7 @@ pub fn plan_update(statement: &mut Statement<'_>, update: &ast::Update) -> Resul
         return Err(SqlError::unsupported(what));
     }
     let (name, alias) = single_table(&update.table.relation)?;
-    let (table, _) = statement.table(name)?;
+    let (table, snapshot) = statement.table(name)?;
     let matches = matching(statement, name, alias, update.selection.as_ref())?;
     let scope = OneTable { alias: alias.unwrap_or(&table.schema().name), table: &table };
     let mut none = |_: &ast::Query| -> Result<Vec<Value>> { Err(SqlError::unsupported("a subquery in SET")) };
@@ -143,7 +165,9 @@ pub fn plan_update(statement: &mut Statement<'_>, update: &ast::Update) -> Resul
             Ok(change)
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Planned::Update(table, changes))
+    let ids: Vec<Value> = changes.iter().map(|change| change.get(&key).cloned().unwrap_or(Value::Null)).collect();
+    let expect = unchanged_since(&table, &ids, &snapshot)?;
+    Ok(Planned::Update(table, changes, expect))
 }
 
 /// Works out a `DELETE`'s primary keys.
@@ -166,13 +190,14 @@ pub fn plan_delete(statement: &mut Statement<'_>, delete: &ast::Delete) -> Resul
         return Err(SqlError::unsupported("DELETE with a join"));
     }
     let (name, alias) = single_table(&only.relation)?;
-    let (table, _) = statement.table(name)?;
+    let (table, snapshot) = statement.table(name)?;
     let key = table.schema().primary_key.clone();
-    let ids = matching(statement, name, alias, delete.selection.as_ref())?
+    let ids: Vec<Value> = matching(statement, name, alias, delete.selection.as_ref())?
         .into_iter()
         .map(|mut record| record.swap_remove(&key).unwrap_or(Value::Null))
         .collect();
-    Ok(Planned::Delete(table, ids))
+    let expect = unchanged_since(&table, &ids, &snapshot)?;
+    Ok(Planned::Delete(table, ids, expect))
 }
 
 /// Runs a planned write as one writer job; answers Harper's reply.
@@ -182,13 +207,19 @@ pub async fn apply(ctx: &Context, planned: Planned) -> Result<Written> {
             let total = records.len();
             written("inserted", "inserted_hashes", total, table.insert(ctx, records).await?)
         }
-        Planned::Update(table, changes) => {
+        Planned::Update(table, changes, expect) => {
             let total = changes.len();
-            written("updated", "update_hashes", total, table.update(ctx, changes).await?)
+            let options = WriteOptions { expect, at: None };
+            written(
+                "updated",
+                "update_hashes",
+                total,
+                table.write_with(ctx, WriteMode::Update, changes, options).await?,
+            )
         }
-        Planned::Delete(table, ids) => {
+        Planned::Delete(table, ids, expect) => {
             let total = ids.len();
-            let summary = table.delete(ctx, ids).await?;
+            let summary = table.delete_with(ctx, ids, WriteOptions { expect, at: None }).await?;
             let deleted = summary.deleted.len();
             let noun = if deleted == 1 && total == 1 { "record" } else { "records" };
             Written {

@@ -297,6 +297,24 @@ impl Table {
         read(stored)
     }
 
+    /// The version `snapshot` holds of each record of `ids` (`None` where it holds
+    /// none): what a statement that worked out its writes on that snapshot expects
+    /// to find still stored when they are written (SQL `UPDATE` and `DELETE`).
+    pub fn versions_in(&self, ids: &[Value], snapshot: &SharedSnapshot) -> Result<Vec<Option<RecordVersion>>> {
+        self.require_snapshot_of_mine(snapshot, "read")?;
+        snapshot.with_txn(|txn| {
+            let Some(store) = txn.table(&self.schema.name)? else { return Ok(vec![None; ids.len()]) };
+            ids.iter()
+                .map(|id| {
+                    let key = validate::encode_primary_key(id)?;
+                    let Some(stored) = txn.get_record(&store, &key)? else { return Ok(None) };
+                    let (header, _) = stored_record(stored)?;
+                    Ok(Some(RecordVersion::from_header(&header)))
+                })
+                .collect()
+        })
+    }
+
     /// One record whether or not it has expired (a caching table answers a stale
     /// copy while it revalidates, or when its origin fails), without what the
     /// role may not read, with when it expires by the table's rules
@@ -703,15 +721,21 @@ impl Table {
     /// Plans a search on `snapshot`, the one its statement's other searches of this
     /// database read too. Fails when the snapshot reads another database.
     pub fn search_in(&self, ctx: &Context, query: Query, snapshot: &SharedSnapshot) -> Result<Search> {
-        if !snapshot.reads(&self.db) {
-            return Err(Error::Invalid(format!(
-                "a snapshot of {} cannot search {}.{}",
-                snapshot.database(),
-                self.schema.database,
-                self.schema.name
-            )));
-        }
+        self.require_snapshot_of_mine(snapshot, "search")?;
         self.plan_search(ctx, query, Some(snapshot))
+    }
+
+    /// Refuses (naming the `action` it would take) a snapshot of another database.
+    fn require_snapshot_of_mine(&self, snapshot: &SharedSnapshot, action: &str) -> Result<()> {
+        if snapshot.reads(&self.db) {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "a snapshot of {} cannot {action} {}.{}",
+            snapshot.database(),
+            self.schema.database,
+            self.schema.name
+        )))
     }
 
     fn plan_search(&self, ctx: &Context, query: Query, snapshot: Option<&SharedSnapshot>) -> Result<Search> {

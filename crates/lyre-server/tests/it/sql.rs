@@ -293,6 +293,40 @@ async fn a_statement_past_its_memory_budget_fails_clearly() {
     assert_eq!((status, body), (200, json!([{"g": 0, "n": 334}, {"g": 1, "n": 333}, {"g": 2, "n": 333}])));
 }
 
+/// Clients updating one row at once through SQL: every `SET n = n + 1` counts
+/// (each row is written only if it is still what the statement read, else the
+/// statement is worked out again), and a `WHERE` on a value another client changes
+/// meanwhile is judged on the current row: one claim wins, the rest update nothing.
+#[tokio::test]
+async fn concurrent_sql_updates_lose_nothing_and_judge_where_on_current_rows() {
+    let s = TestServer::start().await;
+    s.ok(json!({"operation": "create_database", "database": "dev"})).await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "seat", "primary_key": "id"})).await;
+    s.ok(json!({"operation": "insert", "database": "dev", "table": "seat", "records": [{"id": "s1", "n": 0, "owner": "free"}]}))
+        .await;
+    const CLIENTS: usize = 6;
+    const EACH: usize = 20;
+    let increments = (0..CLIENTS).map(|_| async {
+        for _ in 0..EACH {
+            let (status, body) = sql(&s, "UPDATE dev.seat SET n = n + 1 WHERE id = 's1'").await;
+            assert_eq!((status, body["update_hashes"].clone()), (200, json!(["s1"])), "{body}");
+        }
+    });
+    futures_util::future::join_all(increments).await;
+    let (_, body) = sql(&s, "SELECT n FROM dev.seat WHERE id = 's1'").await;
+    assert_eq!(body, json!([{"n": CLIENTS * EACH}]), "no increment lost");
+
+    let claims = (0..CLIENTS).map(|i| {
+        let text = format!("UPDATE dev.seat SET owner = 'c{i}' WHERE id = 's1' AND owner = 'free'");
+        let s = &s;
+        async move { sql(s, &text).await }
+    });
+    let answers = futures_util::future::join_all(claims).await;
+    let won = answers.iter().filter(|(status, body)| *status == 200 && body["update_hashes"] == json!(["s1"])).count();
+    assert_eq!(won, 1, "{answers:?}");
+    assert!(answers.iter().all(|(status, _)| *status == 200), "{answers:?}");
+}
+
 #[tokio::test]
 async fn permissions_apply_to_every_table_a_statement_touches() {
     let s = dogs().await;
