@@ -13,7 +13,7 @@ use std::ops::Bound;
 use lyre_store::{ReadTxn, TableStore, decode_key, index_entry_primary_key};
 
 use crate::access::Context;
-use crate::catalog::TableSchema;
+use crate::catalog::{DatabaseSchema, TableSchema};
 use crate::error::Result;
 use crate::index::entries_for;
 use crate::record::computed::Computing;
@@ -55,9 +55,13 @@ impl ConsistencyReport {
 /// async threads.
 pub fn check_consistency(table: &Table, ctx: &Context) -> Result<ConsistencyReport> {
     let (txn, store) = table.snapshot(ctx)?;
-    let schema = table.schema();
-    let mut report = ConsistencyReport { table: schema.name.clone(), ..Default::default() };
-    if let Some(store) = store {
+    let mut report = ConsistencyReport { table: table.schema().name.clone(), ..Default::default() };
+    // The table as the snapshot's own catalog describes it: `table` may have been
+    // resolved before a write added an attribute (a check of many tables takes a
+    // while), or before the table was dropped and made again, and its entries
+    // would then read as phantoms.
+    let catalog = DatabaseSchema::load(table.database(), txn.catalog_entries()?)?;
+    if let (Some(store), Some(schema)) = (store, catalog.table(&report.table)) {
         check_table(&txn, &store, schema, &table.db().computing(), &mut report)?;
     }
     Ok(report)

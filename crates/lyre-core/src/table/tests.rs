@@ -294,3 +294,21 @@ async fn unchanged_holds_until_the_stored_record_changes_expired_or_not() {
     let held = copies.get_held(&ctx, &Value::Int(1)).unwrap().unwrap();
     assert_eq!(held.record["name"], Value::String("refreshed".into()));
 }
+
+/// A consistency check through a handle resolved before a write added an
+/// attribute (a check of a whole database resolves every table first) judges the
+/// snapshot by the snapshot's own catalog: the new attribute's index entries are
+/// not phantoms.
+#[tokio::test]
+async fn a_consistency_check_reads_the_schema_of_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_engine, t) = table(dir.path()).await;
+    let ctx = Context::system();
+    t.insert(&ctx, vec![record(r#"{"id": 1, "a": 1}"#)]).await.unwrap();
+    let resolved_before = t.current().unwrap();
+    t.insert(&ctx, vec![record(r#"{"id": 2, "a": 2, "added": "later"}"#)]).await.unwrap();
+    assert!(resolved_before.schema().attribute("added").is_none(), "the handle predates the attribute");
+    let report = crate::services::check_consistency(&resolved_before, &ctx).unwrap();
+    assert_eq!((report.records, report.phantom_count, report.missing_count), (2, 0, 0), "{report:?}");
+    assert!(report.index_entries >= 5, "the new attribute's entry was walked: {report:?}");
+}
