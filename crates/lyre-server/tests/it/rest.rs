@@ -1046,6 +1046,13 @@ async fn one_query_model_answers_rest_query_search_and_search_by_conditions_alik
         operation.remove("select");
         assert_eq!(s.ok(Value::Object(operation)).await, rest, "search_by_conditions {object}");
     }
+    // An attribute the table does not define: 404, as for a query string.
+    let (status, _, body) = send(&s, Method::GET, "/products/?colour=red", None).await;
+    assert_eq!((status, body), (404, json!("HdbError: colour is not a defined attribute")));
+    let nested = json!({"conditions": [{"operator": "or", "conditions": [
+        {"attribute": "name", "value": "Foo"}, {"attribute": "colour", "value": "red"}]}]});
+    let (status, _, body) = send(&s, Method::from_bytes(b"QUERY").unwrap(), "/products/", Some(nested)).await;
+    assert_eq!((status, body), (404, json!("HdbError: colour is not a defined attribute")));
 }
 
 #[tokio::test]
