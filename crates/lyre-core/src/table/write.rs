@@ -186,6 +186,16 @@ fn refuse_while_lagging(table: &Table, ctx: &Context, at: Option<Version>) -> Re
     table.db().derived().refuse_if_lagging(&table.schema().name)
 }
 
+/// Refuses, in the writer, a write through a handle on a table dropped since the
+/// handle was resolved: a table made again under the same name is another table,
+/// and a handle kept across the drop (a long load's) must not write into it.
+fn require_same_table(state: &SchemaState, database: &str, name: &str, created_seq: u64) -> Result<()> {
+    match state.table(name) {
+        Some(table) if table.created_seq == created_seq => Ok(()),
+        _ => Err(Error::TableNotFound { database: database.to_string(), table: name.to_string() }),
+    }
+}
+
 /// Queues prepared records as one logical transaction and waits for its commit.
 pub(crate) async fn apply(
     table: &Table,
@@ -197,6 +207,7 @@ pub(crate) async fn apply(
     blobs: PendingBlobs,
 ) -> Result<WriteSummary> {
     let name = table.schema().name.clone();
+    let created_seq = table.schema().created_seq;
     let database = table.database().to_string();
     let computing = table.db().computing();
     refuse_while_lagging(table, ctx, at)?;
@@ -205,7 +216,8 @@ pub(crate) async fn apply(
         .write(ctx, mode.operation(), move |txn, state| {
             // The blob files the records name stay only if this job runs; if it
             // fails (or never runs: `blobs` is dropped with the closure) they go.
-            let written = apply_job(txn, state, &database, &name, computing, mode, records, at, access);
+            let written = require_same_table(state, &database, &name, created_seq)
+                .and_then(|()| apply_job(txn, state, &database, &name, computing, mode, records, at, access));
             let kept = blobs.settle(&written);
             written.map(|summary| (summary, kept))
         })
@@ -277,12 +289,16 @@ pub(crate) async fn delete(
         .map(|(id, expect)| Ok((encode_primary_key(&id)?, id, expect)))
         .collect::<Result<Vec<_>>>()?;
     let name = table.schema().name.clone();
+    let created_seq = table.schema().created_seq;
     let database = table.database().to_string();
     let computing = table.db().computing();
     refuse_while_lagging(table, ctx, at)?;
     table
         .db()
-        .write(ctx, "delete", move |txn, state| delete_job(txn, state, &database, &name, computing, keys, at))
+        .write(ctx, "delete", move |txn, state| {
+            require_same_table(state, &database, &name, created_seq)?;
+            delete_job(txn, state, &database, &name, computing, keys, at)
+        })
         .await
 }
 

@@ -193,8 +193,21 @@ where
         if let Some(reason) = stop {
             return Err(LoadError::Stopped { message: reason.into(), loaded: report.loaded });
         }
+        lyre_core::failpoint::hit_async("load-batch")
+            .await
+            .map_err(|err| LoadError::Stopped { message: err.to_string(), loaded: report.loaded })?;
+        // The table as it is now: it may have gained attributes, and a table dropped
+        // (and perhaps made again) meanwhile ends the load rather than taking the
+        // rest of a document meant for the one that went.
+        let current = match table.current() {
+            Ok(current) if current.schema().created_seq == table.schema().created_seq => current,
+            _ => {
+                let message = format!("the table {} was dropped during the load", table.schema().name);
+                return Err(LoadError::Stopped { message, loaded: report.loaded });
+            }
+        };
         report.rows += batch.len() as u64;
-        write_batch(table, ctx, mode, batch, &mut report).await?;
+        write_batch(&current, ctx, mode, batch, &mut report).await?;
         if let Err(err) = db.release_resident_pages_over(MAPPED_BUDGET).await {
             tracing::debug!(error = %err, "releasing a database's resident pages failed");
         }

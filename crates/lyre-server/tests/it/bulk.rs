@@ -394,6 +394,24 @@ async fn dropping_the_database_stops_a_load_instead_of_waiting_for_it() {
     assert!(job["message"].as_str().unwrap().contains("being dropped or restored"), "{job}");
 }
 
+/// A table dropped and made again under its name while a load into it runs is
+/// another table: the load ends with an error instead of writing the rest of its
+/// document into the new one (the writer refuses a handle on the dropped table,
+/// and the load checks between batches).
+#[tokio::test]
+async fn a_table_dropped_and_made_again_during_a_load_gets_none_of_it() {
+    let s = TestServer::start().await;
+    let id = long_load_under_way(&s, 2_000).await;
+    s.ok(json!({"operation": "drop_table", "database": "dev", "table": "big"})).await;
+    s.ok(json!({"operation": "create_table", "database": "dev", "table": "big", "primary_key": "id"})).await;
+    let job = finished_job(&s, &id).await;
+    assert_eq!(job["status"], "ERROR", "{job}");
+    let message = job["message"].as_str().unwrap();
+    assert!(message.contains("was dropped during the load") || message.contains("does not exist"), "{message}");
+    let count = s.ok(json!({"operation": "describe_table", "database": "dev", "table": "big"})).await;
+    assert_eq!(count["record_count"], 0, "the new table holds none of the old load");
+}
+
 #[tokio::test]
 async fn a_load_stops_at_a_graceful_shutdown_and_says_so() {
     let mut s = TestServer::start().await;
