@@ -237,13 +237,13 @@ impl Users {
         if let Some(name) = &change.role {
             record.insert("role".into(), name.clone().into());
         }
-        record.insert("permission".into(), change.permission);
         let changed = |role: &mut Object| {
             if role.get("id").and_then(Value::as_str) == Some(change.id.as_str()) {
-                role.insert("permission".into(), record["permission"].clone());
+                role.insert("permission".into(), change.permission.clone());
             }
         };
         self.keep_a_super_user(|_| {}, changed)?;
+        record.insert("permission".into(), change.permission);
         let table = self.system.table(ROLE_TABLE)?;
         let summary = table.update(&Context::system(), vec![record]).await?;
         if summary.written.is_empty() {

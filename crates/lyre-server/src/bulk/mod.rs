@@ -193,9 +193,6 @@ where
         if let Some(reason) = stop {
             return Err(LoadError::Stopped { message: reason.into(), loaded: report.loaded });
         }
-        lyre_core::failpoint::hit_async("load-batch")
-            .await
-            .map_err(|err| LoadError::Stopped { message: err.to_string(), loaded: report.loaded })?;
         // The table as it is now: it may have gained attributes, and a table dropped
         // (and perhaps made again) meanwhile ends the load rather than taking the
         // rest of a document meant for the one that went.
