@@ -88,8 +88,16 @@ fn from_js_at<'js>(
         Type::Int => Value::Int(i64::from(value.as_int().unwrap_or(0))),
         Type::Float => number(value.as_float().unwrap_or(f64::NAN)),
         Type::BigInt => {
-            let big: rquickjs::BigInt = value.get()?;
-            Value::Int(big.to_i64()?)
+            // Read as its decimal text: the engine's own conversion wraps a BigInt
+            // past 64 bits (2n ** 64n + 5n would be stored as 5).
+            let text = value.get::<rquickjs::convert::Coerced<String>>()?.0;
+            let Ok(int) = text.parse::<i64>() else {
+                return Err(rquickjs::Exception::throw_range(
+                    ctx,
+                    &format!("the BigInt {text} is outside the 64-bit integer range a value may have"),
+                ));
+            };
+            Value::Int(int)
         }
         Type::String => Value::String(value.get::<String>()?),
         Type::Array => {

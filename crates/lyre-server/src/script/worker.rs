@@ -42,6 +42,10 @@ const PRELUDE: &str = include_str!("prelude.js");
 /// How the engine's out-of-memory error reads once the dispatcher caught it.
 const OUT_OF_MEMORY: &str = "InternalError: out of memory";
 
+/// What a client is told of a script's failure that the script gave no status,
+/// unless `expose_errors` is on.
+const UNSTATED_FAILURE: &str = "Error: the JavaScript resource failed (the server's log has the error)";
+
 /// The stack each worker thread gets (QuickJS recurses on the native stack; its
 /// own limit, below, stops a deep recursion well before this).
 const THREAD_STACK: usize = 8 << 20;
@@ -316,18 +320,18 @@ impl Js {
                 Job::Request { mut request, reply } => {
                     let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
                     self.bridge.set_component(&request.export.component);
-                    let outcome = self.serve_in(ctx, &request, handle).await.map_err(ScriptError::Engine);
+                    let outcome = self.serve_in(ctx, &request, handle).await.map_err(|e| self.engine_failure(e));
                     self.bridge.answered(handle);
                     let _ = reply.send(outcome);
                 }
                 Job::Source { database, table, id, reply } => {
-                    let outcome = self.source_in(ctx, &database, &table, &id).await.map_err(ScriptError::Engine);
+                    let outcome = self.source_in(ctx, &database, &table, &id).await.map_err(|e| self.engine_failure(e));
                     let _ = reply.send(outcome);
                 }
                 Job::Http { mut call, reply } => {
                     let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers));
                     self.bridge.hand_on(handle, std::mem::take(&mut call.extensions));
-                    let outcome = self.http_in(ctx, &call, handle).await.map_err(ScriptError::Engine);
+                    let outcome = self.http_in(ctx, &call, handle).await.map_err(|e| self.engine_failure(e));
                     self.bridge.answered(handle);
                     let _ = reply.send(outcome);
                 }
@@ -361,7 +365,7 @@ impl Js {
             Ok(reply) if is_out_of_memory(&reply) => Err(ScriptError::OutOfMemory(self.settings.memory_limit)),
             other => other,
         };
-        self.judge(outcome, format_args!("a JavaScript request for {}", request.export.path))
+        self.client_facing(self.judge(outcome, format_args!("a JavaScript request for {}", request.export.path)))
     }
 
     /// The prelude's entry point `held` picks (held once [`Js::start`] evaluated the
@@ -427,7 +431,7 @@ impl Js {
         let run = self.context.async_with(async |ctx| self.http_in(&ctx, call, handle).await);
         let outcome = self.within_budget(run).await;
         self.bridge.answered(handle);
-        self.judge(outcome, format_args!("the HTTP middleware for {} {}", call.method, call.url))
+        self.client_facing(self.judge(outcome, format_args!("the HTTP middleware for {} {}", call.method, call.url)))
     }
 
     /// The middleware's answer to `call`, computed in `ctx`.
@@ -518,7 +522,7 @@ impl Js {
     async fn source_get(&self, database: &str, table: &str, id: &Value) -> (Result<CodeAnswer, ScriptError>, bool) {
         let call = self.context.async_with(async |ctx| self.source_in(&ctx, database, table, id).await);
         let outcome = self.within_budget(call).await;
-        self.judge(outcome, format_args!("the source of {database}.{table}"))
+        self.client_facing(self.judge(outcome, format_args!("the source of {database}.{table}")))
     }
 
     /// A source's answer for record `id`, computed in `ctx`.
@@ -560,6 +564,32 @@ impl Js {
                 Err(ScriptError::OutOfMemory(self.settings.memory_limit))
             }
             Ok(Err(message)) => Err(ScriptError::Engine(message)),
+        }
+    }
+
+    /// A judged outcome of a job a client waits for, its error as the client is to
+    /// see it ([`Js::shown`]).
+    fn client_facing<T>(&self, (outcome, healthy): (Result<T, ScriptError>, bool)) -> (Result<T, ScriptError>, bool) {
+        (outcome.map_err(|err| self.shown(err)), healthy)
+    }
+
+    /// An engine failure on a request's own path (inline: a job the request's
+    /// middleware passed on), logged and then [`Js::shown`].
+    fn engine_failure(&self, message: String) -> ScriptError {
+        tracing::error!(error = %message, "a JavaScript resource failed");
+        self.shown(ScriptError::Engine(message))
+    }
+
+    /// What a client is told of `err`. An engine failure outside the script's own
+    /// replies (a getter or `toJSON` that throws while the reply is read, a value
+    /// that cannot leave JavaScript, a source that throws) names the script's file
+    /// and its message: with `expose_errors` off, the client is told only that the
+    /// resource failed, as for a script's unstated errors (`read_reply`); the log
+    /// has it whole.
+    fn shown(&self, err: ScriptError) -> ScriptError {
+        match err {
+            ScriptError::Engine(_) if !self.settings.expose_errors => ScriptError::Engine(UNSTATED_FAILURE.to_string()),
+            other => other,
         }
     }
 
@@ -822,11 +852,7 @@ fn read_reply<'js>(
             tracing::error!(export = %export, method = %method, "{message}\n{stack}");
             // The engine's own out-of-memory error is no secret of the script's, and
             // tells the worker to rebuild its runtime.
-            if stated || expose || message.starts_with(OUT_OF_MEMORY) {
-                message
-            } else {
-                "Error: the JavaScript resource failed (the server's log has the error)".to_string()
-            }
+            if stated || expose || message.starts_with(OUT_OF_MEMORY) { message } else { UNSTATED_FAILURE.to_string() }
         } else {
             message
         };

@@ -125,6 +125,10 @@ export class Fails extends Resource {
 			case 'nothing': return undefined;
 			case 'bomb': { let x = {}; for (let i = 0; i < 40; i++) x = { a: x, b: x }; return x; }
 			case 'response': return { status: 202, headers: { 'X-Kind': 'raw' }, body: 'accepted' };
+			case 'getter': return { get a() { throw new Error('a getter secret'); } };
+			case 'bigint': return { n: 123n, low: -(2n ** 63n) };
+			case 'huge': return { n: 2n ** 64n + 5n };
+			case 'store-huge': return tables.Dog.put({ id: 'huge', name: 'Huge', extra: 2n ** 64n + 5n });
 			default: return { ok: true };
 		}
 	}
@@ -340,6 +344,19 @@ async fn endpoints_answer_in_harpers_shapes() {
     // A value that expands past what may leave JavaScript is refused, not expanded.
     let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=bomb", None, &[]).await;
     assert_eq!(status, 500, "{body}");
+    // Failing while the reply is read (a getter that throws): 500, and neither the
+    // message nor the script's path reaches the client.
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=getter", None, &[]).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(!body.to_string().contains("secret") && !body.to_string().contains("resources.js"), "{body}");
+    // BigInts keep their value, or are refused: never wrapped to 64 bits.
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=bigint", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"n": 123, "low": i64::MIN})));
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=huge", None, &[]).await;
+    assert_eq!(status, 500, "{body}");
+    let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=store-huge", None, &[]).await;
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(s.rest_send(Method::GET, "/Dog/huge", None, &[]).await.0, 404, "nothing stored");
     let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=nothing", None, &[]).await;
     assert_eq!((status, body), (404, json!("")));
     let (status, headers, body) = s.rest_send(Method::GET, "/Fails?how=response", None, &[]).await;
