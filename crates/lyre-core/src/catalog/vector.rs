@@ -21,7 +21,12 @@ pub fn read_vector(value: &Value) -> Result<Vec<f64>, String> {
         .iter()
         .enumerate()
         .map(|(i, item)| match item.as_f64() {
-            Some(x) if x.is_finite() => Ok(x),
+            // The index keeps 32-bit floats: past their range a value would become
+            // infinite there, and every distance to it NaN (ranked first).
+            Some(x) if x.is_finite() && x.abs() <= f64::from(f32::MAX) => Ok(x),
+            Some(x) if x.is_finite() => {
+                Err(format!("holds {x:e} at position {i}, past the 32-bit range of the index's numbers"))
+            }
             Some(_) => Err(format!("holds a value that is not finite at position {i}")),
             None => Err(format!("holds something other than a number at position {i}")),
         })

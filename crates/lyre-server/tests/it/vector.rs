@@ -205,6 +205,7 @@ async fn bad_vectors_and_targets_are_refused_naming_the_attribute() {
         (json!([1, "two", 3]), "embedding[1] must be a number"),
         (json!("not a vector"), "embedding must be an array"),
         (json!([]), "must not be an empty array"),
+        (json!(vec![1e39; 16]), "past the 32-bit range"),
     ] {
         let (status, body) = s.op(insert(embedding)).await;
         assert_eq!(status, 400, "{body}");
@@ -228,6 +229,11 @@ async fn bad_vectors_and_targets_are_refused_naming_the_attribute() {
         s.op(nearest(&[0.5; 16], 5, json!({"sort": {"attribute": "embedding", "target": [1, "x"]}}))).await;
     assert_eq!(status, 400, "{body}");
     assert!(body["error"].as_str().unwrap().contains("'sort.target' holds something other than a number"), "{body}");
+    let mut far = vec![0.5; 16];
+    far[3] = -4e38;
+    let (status, body) = s.op(nearest(&[0.5; 16], 5, json!({"sort": {"attribute": "embedding", "target": far}}))).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("past the 32-bit range"), "{body}");
     let sort = json!({"sort": {"attribute": "embedding", "target": vec![0.5; 16], "filterExpansion": 0}});
     let (status, body) = s.op(nearest(&[0.5; 16], 5, sort)).await;
     assert_eq!(status, 400, "{body}");
