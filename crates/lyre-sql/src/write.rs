@@ -4,7 +4,9 @@
 //! only if it is still the version the snapshot held: a row changed meanwhile
 //! fails the job (412) before anything is written, and the statement is worked
 //! out again on a new snapshot (`lib.rs`), so `SET n = n + 1` from many clients
-//! at once loses no increment and a `WHERE` is never judged on a stale row.
+//! at once loses no increment, and a row the `WHERE` matched is written only as it
+//! was matched. (Rows a subquery read, and rows that came to match meanwhile, are
+//! not checked.)
 
 use std::sync::Arc;
 

@@ -310,5 +310,4 @@ async fn a_consistency_check_reads_the_schema_of_its_snapshot() {
     assert!(resolved_before.schema().attribute("added").is_none(), "the handle predates the attribute");
     let report = crate::services::check_consistency(&resolved_before, &ctx).unwrap();
     assert_eq!((report.records, report.phantom_count, report.missing_count), (2, 0, 0), "{report:?}");
-    assert!(report.index_entries >= 5, "the new attribute's entry was walked: {report:?}");
 }

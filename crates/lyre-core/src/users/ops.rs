@@ -135,10 +135,11 @@ impl Users {
             record.insert("active".into(), Value::Bool(active));
         }
         if change.role.is_some() || change.active == Some(false) {
-            let changed = |user: &mut Object| {
+            let changed = |mut user: Object| {
                 if user.get("username").and_then(Value::as_str) == Some(change.username.as_str()) {
                     user.extend(record.iter().filter(|(k, _)| *k != "password").map(|(k, v)| (k.clone(), v.clone())));
                 }
+                Some(user)
             };
             self.keep_a_super_user(changed, |_| {})?;
         }
@@ -158,6 +159,8 @@ impl Users {
             return Err(Error::invalid(format!("User {username} cannot drop themselves")));
         }
         let _serial = self.changing.lock().await;
+        let others = |user: Object| (user.get("username").and_then(Value::as_str) != Some(username)).then_some(user);
+        self.keep_a_super_user(others, |_| {})?;
         let summary = self.system.table(USER_TABLE)?.delete(&Context::system(), vec![Value::from(username)]).await?;
         if summary.deleted.is_empty() {
             return Err(Error::Missing(format!("User {username} does not exist")));
@@ -242,7 +245,7 @@ impl Users {
                 role.insert("permission".into(), change.permission.clone());
             }
         };
-        self.keep_a_super_user(|_| {}, changed)?;
+        self.keep_a_super_user(Some, changed)?;
         record.insert("permission".into(), change.permission);
         let table = self.system.table(ROLE_TABLE)?;
         let summary = table.update(&Context::system(), vec![record]).await?;
@@ -279,30 +282,22 @@ impl Users {
         Ok(name)
     }
 
-    /// Refuses a change that would leave no active user with a super-user role:
-    /// nobody could then manage users, roles or the server, and a restart does not
-    /// make a new admin while any user exists. `user` and `role` apply the change
-    /// to each user and role record as stored.
-    fn keep_a_super_user(&self, user: impl Fn(&mut Object), role: impl Fn(&mut Object)) -> Result<()> {
-        let mut roles = self.all(ROLE_TABLE)?;
-        roles.iter_mut().for_each(role);
-        let super_roles: HashSet<String> = roles
-            .iter()
-            .filter(|r| {
-                matches!(r.get("permission"), Some(Value::Object(p)) if p.get("super_user") == Some(&Value::Bool(true)))
-            })
-            .map(role_id)
-            .collect();
-        let mut users = self.all(USER_TABLE)?;
-        users.iter_mut().for_each(user);
-        let kept = users.iter().any(|u| {
-            u.get("active") != Some(&Value::Bool(false))
-                && u.get("role").and_then(Value::as_str).is_some_and(|r| super_roles.contains(r))
-        });
-        match kept {
-            true => Ok(()),
-            false => Err(Error::invalid("This change would leave no active user with a super_user role")),
+    /// Refuses a change that would leave no active user with a super-user role
+    /// where there was one: nobody could then manage users, roles or the server,
+    /// and a restart does not make a new admin while any user exists. `user` and
+    /// `role` apply the change to each user and role record as stored (a user
+    /// made `None` is dropped). A store that has no such user already is not
+    /// made worse by any change, so none is refused for it.
+    fn keep_a_super_user(&self, user: impl Fn(Object) -> Option<Object>, role: impl Fn(&mut Object)) -> Result<()> {
+        let (users, roles) = (self.all(USER_TABLE)?, self.all(ROLE_TABLE)?);
+        let before = has_active_super_user(&users, &roles);
+        let mut changed_roles = roles;
+        changed_roles.iter_mut().for_each(role);
+        let changed_users: Vec<Object> = users.into_iter().filter_map(user).collect();
+        if before && !has_active_super_user(&changed_users, &changed_roles) {
+            return Err(Error::invalid("This change would leave no active user with a super_user role"));
         }
+        Ok(())
     }
 
     /// Every role record.
@@ -349,6 +344,19 @@ impl Users {
         })?;
         Ok(out)
     }
+}
+
+/// Whether any of `users` is active with a role of `roles` that is a super user's.
+fn has_active_super_user(users: &[Object], roles: &[Object]) -> bool {
+    let super_roles: HashSet<String> = roles
+        .iter()
+        .filter(|r| matches!(r.get("permission"), Some(Value::Object(p)) if p.get("super_user") == Some(&Value::Bool(true))))
+        .map(role_id)
+        .collect();
+    users.iter().any(|u| {
+        u.get("active") != Some(&Value::Bool(false))
+            && u.get("role").and_then(Value::as_str).is_some_and(|r| super_roles.contains(r))
+    })
 }
 
 fn role_id(role: &Object) -> String {

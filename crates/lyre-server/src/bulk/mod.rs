@@ -198,10 +198,11 @@ where
         // rest of a document meant for the one that went.
         let current = match table.current() {
             Ok(current) if current.schema().created_seq == table.schema().created_seq => current,
-            _ => {
+            Ok(_) | Err(lyre_core::Error::TableNotFound { .. }) => {
                 let message = format!("the table {} was dropped during the load", table.schema().name);
                 return Err(LoadError::Stopped { message, loaded: report.loaded });
             }
+            Err(err) => return Err(LoadError::Stopped { message: err.to_string(), loaded: report.loaded }),
         };
         report.rows += batch.len() as u64;
         write_batch(&current, ctx, mode, batch, &mut report).await?;

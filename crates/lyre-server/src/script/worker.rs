@@ -248,7 +248,7 @@ impl Js {
             entries: std::cell::OnceCell::new(),
         };
         let report = js.load(&spec.components, &modules).await?;
-        let entries = js.context.with(|ctx| Entries::of(&ctx).map_err(|e| describe(&ctx, e, None))).await;
+        let entries = js.context.with(|ctx| Entries::of(&ctx).map_err(|e| describe(&ctx, e, Place::Full))).await;
         let _ = js.entries.set(entries.map_err(|e| format!("Lyre's JavaScript API failed to start: {e}"))?);
         js.loading.set(false);
         Ok((js, report))
@@ -266,7 +266,9 @@ impl Js {
                     super::modules::install(&ctx, &native, modules)?;
                     evaluate(&ctx, "prelude.js", PRELUDE, native)
                 })();
-                prelude.map_err(|e| format!("Lyre's JavaScript API failed to start: {}", describe(&ctx, e, None)))?;
+                prelude.map_err(|e| {
+                    format!("Lyre's JavaScript API failed to start: {}", describe(&ctx, e, Place::Full))
+                })?;
                 let mut report = LoadReport::new();
                 for component in components {
                     deadline.set(Some(Instant::now() + timeout));
@@ -418,7 +420,7 @@ impl Js {
             let read = self.bridge.take_read();
             read_reply(ctx, &reply, self.settings.expose_errors, (&request.export.path, request.method.as_str()), read)
         };
-        run().await.map_err(|e| describe(ctx, e, None))
+        run().await.map_err(|e| describe(ctx, e, Place::Full))
     }
 
     /// Runs the middleware of `call.phase` on one HTTP request; `false` when the
@@ -454,7 +456,7 @@ impl Js {
             };
             read_reply(ctx, &reply, self.settings.expose_errors, ("middleware", &call.method), None)
         };
-        run().await.map_err(|e| describe(ctx, e, None))
+        run().await.map_err(|e| describe(ctx, e, Place::Full))
     }
 
     /// Converts with the content type a script registered for `media`; `false`
@@ -499,7 +501,7 @@ impl Js {
                 }
             })
         };
-        run().await.map_err(|e| describe(ctx, e, None))
+        run().await.map_err(|e| describe(ctx, e, Place::Hidden))
     }
 
     /// Runs timer `id`'s callback (between requests, as nobody's request); `false`
@@ -511,7 +513,7 @@ impl Js {
                 let fire: Function = ctx.globals().get("__lyre_timer")?;
                 fire.call::<_, ()>((id,))
             };
-            run().map_err(|e| describe(&ctx, e, None))
+            run().map_err(|e| describe(&ctx, e, Place::Full))
         });
         let outcome = self.within_budget(fire).await;
         self.judge(outcome, format_args!("a JavaScript timer's callback")).1
@@ -544,7 +546,7 @@ impl Js {
             let fresh_for = seconds(answer.get("expiration")?);
             Ok(CodeAnswer { record, fresh_for })
         };
-        run().await.map_err(|e| describe(ctx, e, None))
+        run().await.map_err(|e| describe(ctx, e, Place::Full))
     }
 
     /// Runs `work` (one call into the runtime) within the time budget: the
@@ -636,7 +638,7 @@ fn compute(ctx: &Ctx<'_>, job: &Compute) -> Result<Option<Value>, String> {
         }
         from_js(ctx, value)
     };
-    run().map_err(|e| describe(ctx, e, None))
+    run().map_err(|e| describe(ctx, e, Place::Full))
 }
 
 /// Returns to `async_with` once, which runs the runtime's pending jobs (the
@@ -680,7 +682,7 @@ async fn settle<'js, T: rquickjs::FromJs<'js> + 'js>(
                 js.web.fired(id);
                 let fire: Function = ctx.globals().get("__lyre_timer")?;
                 if let Err(err) = fire.call::<_, ()>((id,)) {
-                    tracing::error!(error = %describe(ctx, err, None), "a JavaScript timer's callback failed");
+                    tracing::error!(error = %describe(ctx, err, Place::Full), "a JavaScript timer's callback failed");
                 }
             }
         }
@@ -764,7 +766,7 @@ async fn load_component(ctx: &Ctx<'_>, component: &ScriptComponent, js: &Js) -> 
             Ok::<_, rquickjs::Error>((exports, sources, middleware, content_types, computed))
         };
         let (exports, sources, middleware, content_types, computed) =
-            imported.await.map_err(|e| describe(ctx, e, Some(&component.dir)))?;
+            imported.await.map_err(|e| describe(ctx, e, Place::Under(&component.dir)))?;
         loaded.content_types.extend(content_types);
         loaded.computed.extend(computed);
         loaded.exports.extend(exports);
@@ -881,23 +883,39 @@ fn read_reply<'js>(
     Ok(ScriptReply { status, headers, body })
 }
 
+/// Where [`describe`] says an error was thrown.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    /// The file (its whole path) and line of the first frame.
+    Full,
+    /// The file relative to this directory, and the line.
+    Under(&'a Path),
+    /// Nowhere: the message may reach a client (a content type's refusal of a
+    /// body), and the server's paths are not the client's to see.
+    Hidden,
+}
+
 /// An engine error as a message: the thrown error's `Name: message`, with the
-/// file (relative to `dir`) and line of its first frame when it has one.
-fn describe(ctx: &Ctx<'_>, error: rquickjs::Error, dir: Option<&Path>) -> String {
+/// file and line of its first frame when it has one, as `place` says.
+fn describe(ctx: &Ctx<'_>, error: rquickjs::Error, place: Place<'_>) -> String {
     match CaughtError::from_error(ctx, error) {
         CaughtError::Exception(exception) => {
             let message = exception.message().unwrap_or_default();
             let name: String = exception.as_object().get("name").unwrap_or_else(|_| "Error".to_string());
             let stack = exception.stack().unwrap_or_default();
             let shown = |file: &str| -> String {
-                let path = Path::new(file);
-                dir.and_then(|d| std::fs::canonicalize(d).ok())
-                    .and_then(|d| path.strip_prefix(d).ok().map(|p| p.display().to_string()))
+                let dir = match place {
+                    Place::Under(dir) => std::fs::canonicalize(dir).ok(),
+                    _ => None,
+                };
+                dir.and_then(|d| Path::new(file).strip_prefix(d).ok().map(|p| p.display().to_string()))
                     .unwrap_or_else(|| file.to_string())
             };
             match first_frame(&stack) {
-                Some((file, line)) => format!("{}:{line}: {name}: {message}", shown(&file)),
-                None => format!("{name}: {message}"),
+                Some((file, line)) if !matches!(place, Place::Hidden) => {
+                    format!("{}:{line}: {name}: {message}", shown(&file))
+                }
+                _ => format!("{name}: {message}"),
             }
         }
         CaughtError::Value(value) => {

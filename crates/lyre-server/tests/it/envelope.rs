@@ -68,6 +68,15 @@ async fn missing_or_wrong_credentials_get_401() {
 #[tokio::test]
 async fn loopback_requests_may_be_trusted_when_configured() {
     let s = TestServer::start_with(&[("AUTHENTICATION_AUTHORIZELOCAL", "true")]).await;
+    // Trusted as the server itself, such a request may drop any user but the last
+    // active super user: nobody could log in to manage the server after it.
+    let anonymous_op = |body: Value| {
+        s.client.post(s.url("/")).header("content-type", "application/json").body(body.to_string()).send()
+    };
+    let refused = anonymous_op(json!({"operation": "drop_user", "username": USER})).await.unwrap();
+    assert_eq!(refused.status(), 400);
+    let answer: Value = refused.json().await.unwrap();
+    assert_eq!(answer["error"], "This change would leave no active user with a super_user role");
     let response = s
         .client
         .post(s.url("/"))

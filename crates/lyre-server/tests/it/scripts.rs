@@ -1320,6 +1320,7 @@ async fn content_types_a_script_registers_serialize_answers_and_deserialize_bodi
     assert_eq!(bad.status(), 400);
     let message = bad.text().await.unwrap();
     assert!(message.contains("not valid text/x-lines") && message.contains("'robin' is not name=value"), "{message}");
+    assert!(!message.contains(".js:"), "no script file or line reaches the client: {message}");
     let (status, _, _) = s.rest_send(Method::GET, "/Bird/b2", None, &[]).await;
     assert_eq!(status, 404);
     let got = client
