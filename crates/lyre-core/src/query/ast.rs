@@ -126,6 +126,17 @@ impl Condition {
             Condition::Group { conditions, .. } => conditions.iter().for_each(|c| c.attributes_read(out)),
         }
     }
+
+    /// The first attribute the condition (its groups included) compares that
+    /// `defined` says its table does not define; a condition through a
+    /// relationship names the related table's, which are not judged here.
+    pub fn undefined_attribute(&self, defined: &dyn Fn(&str) -> bool) -> Option<&str> {
+        match self {
+            Condition::Compare { attribute, .. } => (!defined(attribute)).then_some(attribute.as_str()),
+            Condition::Related { .. } => None,
+            Condition::Group { conditions, .. } => conditions.iter().find_map(|c| c.undefined_attribute(defined)),
+        }
+    }
 }
 
 impl Query {

@@ -139,11 +139,7 @@ async fn table(state: &AppState) -> Result<Table, ApiError> {
 
 /// Whether every attribute `condition` names is one of the table's.
 fn known(schema: &lyre_core::catalog::TableSchema, condition: &Condition) -> bool {
-    match condition {
-        Condition::Compare { attribute, .. } => schema.attribute(attribute).is_some(),
-        Condition::Group { conditions, .. } => conditions.iter().all(|c| known(schema, c)),
-        _ => true,
-    }
+    condition.undefined_attribute(&|name| schema.attribute(name).is_some()).is_none()
 }
 
 fn compare(attribute: &str, comparator: Comparator, value: Value) -> Condition {

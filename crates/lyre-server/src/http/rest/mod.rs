@@ -24,7 +24,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use lyre_core::access::Action;
 use lyre_core::catalog::TableSchema;
-use lyre_core::query::{Condition, Query, Select};
+use lyre_core::query::{Query, Select};
 use lyre_core::{Code, Context, ForUser, Object, RecordBody, RecordVersion, Table, Value, WriteMode, WriteOptions};
 
 use crate::app::AppState;
@@ -339,17 +339,6 @@ struct RestRequest<'a> {
     source: Option<Arc<Source>>,
 }
 
-/// The first attribute `conditions` compare (their groups included) that `table`
-/// does not define; a relationship's conditions are the related table's, which the
-/// search checks.
-fn undefined_attribute<'c>(table: &TableSchema, conditions: &'c [Condition]) -> Option<&'c str> {
-    conditions.iter().find_map(|condition| match condition {
-        Condition::Compare { attribute, .. } => table.attribute(attribute).is_none().then_some(attribute.as_str()),
-        Condition::Group { conditions, .. } => undefined_attribute(table, conditions),
-        _ => None,
-    })
-}
-
 impl RestRequest<'_> {
     /// Takes the body out of `body` only in the answers that read it; the rest leave
     /// it for [`handle`] to drain. Reads are answered here; writes in [`RestRequest::write`],
@@ -398,7 +387,8 @@ impl RestRequest<'_> {
         let (object, _memory) = self.object_body(body).await?;
         let query = crate::http::ops::search::query_object(&mut crate::http::ops::Params::from_object(object))?;
         // As for a query string (and as Harper's `search` answers both): 404.
-        if let Some(name) = undefined_attribute(self.table.schema(), &query.conditions) {
+        let defined = |name: &str| self.table.schema().attribute(name).is_some();
+        if let Some(name) = query.conditions.iter().find_map(|c| c.undefined_attribute(&defined)) {
             return Err(ApiError::new(Code::NotFound, format!("{name} is not a defined attribute")));
         }
         let mut response =

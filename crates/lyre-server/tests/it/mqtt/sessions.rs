@@ -204,11 +204,7 @@ async fn ten_thousand_connections() {
 #[tokio::test]
 async fn messages_queued_for_a_session_away_survive_a_kill() {
     let mut s = TestServer::start_with(&[("STORAGE_WRITEASYNC", "false")]).await;
-    let (mut sub, _) = Raw::connect(&s, V311, "away", false).await;
-    sub.subscribe(1, "news/#", QoS::ExactlyOnce).await;
-    sub.disconnect().await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (mut publisher, _) = Raw::connect(&s, V311, "newsroom", true).await;
+    let mut publisher = away_and_a_publisher(&s, ("away", "news/#", QoS::ExactlyOnce), "newsroom").await;
     assert_eq!(publisher.publish("news/1", b"first", QoS::AtLeastOnce, false, 1).await, 0);
     assert_eq!(publisher.publish("news/2", b"second", QoS::ExactlyOnce, false, 2).await, 0);
     publisher.publish("news/3", b"not kept", QoS::AtMostOnce, false, 0).await;
@@ -239,11 +235,7 @@ async fn messages_queued_for_a_session_away_survive_a_kill() {
 #[tokio::test]
 async fn messages_queued_and_delivered_in_the_first_run_are_not_delivered_again() {
     let mut s = TestServer::start_with(&[("STORAGE_WRITEASYNC", "false")]).await;
-    let (mut sub, _) = Raw::connect(&s, V311, "first-run", false).await;
-    sub.subscribe(1, "alerts/#", QoS::AtLeastOnce).await;
-    sub.disconnect().await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (mut publisher, _) = Raw::connect(&s, V311, "alerter", true).await;
+    let mut publisher = away_and_a_publisher(&s, ("first-run", "alerts/#", QoS::AtLeastOnce), "alerter").await;
     assert_eq!(publisher.publish("alerts/1", b"one", QoS::AtLeastOnce, false, 1).await, 0);
     assert_eq!(publisher.publish("alerts/2", b"two", QoS::AtLeastOnce, false, 2).await, 0);
     assert_eq!(stored_queue_len(&s).await, 2, "both stored while the session is away");
@@ -259,6 +251,16 @@ async fn messages_queued_and_delivered_in_the_first_run_are_not_delivered_again(
     let (mut sub, present) = Raw::connect(&s, V311, "first-run", false).await;
     assert!(present);
     sub.nothing_within(Duration::from_millis(500)).await;
+}
+
+/// A durable session `client` subscribed to `filter` at `qos`, then gone away; and
+/// a connected client `publisher` to publish to it.
+async fn away_and_a_publisher(s: &TestServer, (client, filter, qos): (&str, &str, QoS), publisher: &str) -> Raw {
+    let (mut sub, _) = Raw::connect(s, V311, client, false).await;
+    sub.subscribe(1, filter, qos).await;
+    sub.disconnect().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Raw::connect(s, V311, publisher, true).await.0
 }
 
 /// How many messages the broker keeps queued for sessions away.
