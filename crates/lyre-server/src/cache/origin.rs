@@ -8,7 +8,7 @@ use futures_util::StreamExt as _;
 use lyre_core::{Code, Context, Engine, Object, Value};
 
 use super::control::{Directives, OriginHeaders};
-use super::source::{CodeAnswer, HttpOrigin, Source};
+use super::source::{CodeAnswer, HttpOrigin, Source, SourceFailure};
 
 /// The largest answer an origin may give for one record.
 pub const MAX_BODY: usize = 16 << 20;
@@ -26,8 +26,8 @@ pub enum Fetched {
     Gone,
 }
 
-/// Why the source gave no answer: told to the client as 502, or 504 for a
-/// timeout.
+/// Why the source gave no answer: told to the client as 502, 504 for a timeout,
+/// or the status a source's code stated.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum OriginError {
     /// No answer within the source's timeout.
@@ -52,15 +52,28 @@ pub enum OriginError {
     Table(String),
     /// The source's code failed.
     #[error("the source failed: {0}")]
-    Code(String),
+    Code(SourceFailure),
 }
 
 impl OriginError {
-    /// What the client is answered: 504 for a timeout, else 502.
+    /// What the client is answered: 504 for a timeout, else 502; a status the
+    /// source's code stated is answered as [`OriginError::stated_status`] says.
     pub fn code(&self) -> Code {
         match self {
-            OriginError::Timeout(_) => Code::GatewayTimeout,
+            OriginError::Timeout(_) | OriginError::Code(SourceFailure::TimedOut(_)) => Code::GatewayTimeout,
+            OriginError::Code(SourceFailure::Stated { status, .. }) if *status < 500 => Code::BadRequest,
+            OriginError::Code(SourceFailure::Stated { .. }) => Code::Internal,
             _ => Code::BadGateway,
+        }
+    }
+
+    /// The status the source's code stated with its error (a `ClientError`'s 400,
+    /// an error whose `statusCode` is 403): the client is answered it, in place of
+    /// [`OriginError::code`]'s, which only classes it.
+    pub fn stated_status(&self) -> Option<u16> {
+        match self {
+            OriginError::Code(SourceFailure::Stated { status, .. }) => Some(*status),
+            _ => None,
         }
     }
 
@@ -104,7 +117,7 @@ pub async fn fetch(
                 Ok(Fetched::Record(record, OriginHeaders { directives, ..OriginHeaders::default() }))
             }
             Ok(CodeAnswer { record: None, .. }) => Ok(Fetched::Gone),
-            Err(message) => Err(OriginError::Code(message)),
+            Err(failure) => Err(OriginError::Code(failure)),
         },
     }
 }
@@ -279,5 +292,12 @@ mod tests {
         let status = OriginError::Status { status: 500, message: "boom".into() };
         assert_eq!(status.code().status(), 502);
         assert_eq!(status.to_string(), "the origin answered 500: boom");
+        let stopped = OriginError::Code(SourceFailure::TimedOut("ran past its budget".into()));
+        assert_eq!((stopped.code().status(), stopped.stated_status()), (504, None));
+        let failed = OriginError::Code(SourceFailure::Failed("threw".into()));
+        assert_eq!((failed.code().status(), failed.stated_status()), (502, None));
+        let stated = OriginError::Code(SourceFailure::Stated { status: 403, message: "not yours".into() });
+        assert_eq!((stated.code().status(), stated.stated_status()), (400, Some(403)));
+        assert_eq!(stated.to_string(), "the source failed: not yours");
     }
 }

@@ -66,7 +66,8 @@ pub enum Source {
 /// A source that is code (a script's class), asked for one record at a time.
 pub trait RecordSource: Send + Sync {
     /// The record with key `id`: `Ok(None)` when the source has none.
-    fn get(&self, id: &lyre_core::Value) -> futures_util::future::BoxFuture<'static, Result<CodeAnswer, String>>;
+    fn get(&self, id: &lyre_core::Value)
+    -> futures_util::future::BoxFuture<'static, Result<CodeAnswer, SourceFailure>>;
     /// What the source is, for logs and errors (`ThingSource of data.Thing`).
     fn describe(&self) -> String;
 }
@@ -78,6 +79,27 @@ pub struct CodeAnswer {
     pub record: Option<lyre_core::Object>,
     /// How long the record stays fresh (the source's `expiration`), when it says.
     pub fresh_for: Option<Duration>,
+}
+
+/// Why a code source gave no record.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SourceFailure {
+    /// The code threw an error carrying an HTTP error status (Harper's `statusCode`,
+    /// as `ClientError` and `ServerError` do) or answered a `Response` with one: the
+    /// client is answered that status, as Harper answers it.
+    #[error("{message}")]
+    Stated {
+        /// The status, 400 to 599.
+        status: u16,
+        /// The error's message.
+        message: String,
+    },
+    /// The code ran past its time budget and was stopped.
+    #[error("{0}")]
+    TimedOut(String),
+    /// Anything else (a plain throw, an answer that cannot be a record).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// A [`RecordSource`] as a [`Source`] holds it (compared by identity).

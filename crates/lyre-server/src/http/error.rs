@@ -21,6 +21,9 @@ pub struct ApiError {
     missing_item: bool,
     /// Set for an operation that does not exist (metrics do not keep its name).
     unknown_operation: bool,
+    /// The status a script stated with its error, answered in place of `code`'s
+    /// (which still classes it: `ClientError` or `ServerError`).
+    stated: Option<StatusCode>,
 }
 
 impl ApiError {
@@ -32,7 +35,22 @@ impl ApiError {
             details: lyre_core::Object::default(),
             missing_item: false,
             unknown_operation: false,
+            stated: None,
         }
+    }
+
+    /// The same error, answered with `status` (400 to 599) where its code's would
+    /// be: the status a script's source stated with its error.
+    pub fn with_stated_status(mut self, status: u16) -> Self {
+        self.stated = StatusCode::from_u16(status).ok().filter(|s| s.is_client_error() || s.is_server_error());
+        self
+    }
+
+    /// The HTTP status it is answered with.
+    fn status(&self) -> StatusCode {
+        self.stated
+            .or_else(|| StatusCode::from_u16(self.code.status()).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     /// Harper's 400 for an operation that does not exist.
@@ -78,7 +96,7 @@ impl ApiError {
     /// Renders the error in `format` (JSON, CBOR or MessagePack, as the client asked).
     pub fn render(&self, format: Format) -> Response {
         let format = format.for_errors();
-        let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = self.status();
         let mut body = lyre_core::Object::default();
         body.insert("error".into(), self.message.clone().into());
         body.extend(self.details.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -120,7 +138,7 @@ impl ApiError {
         if matches!(self.code, Code::LoginFailed | Code::DerivedIndexLagging) {
             return self.render(format);
         }
-        let status = StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = self.status();
         let body = lyre_core::Value::String(self.rest_text());
         let format = format.for_errors();
         let mut response = match format.encode(&body) {
@@ -165,6 +183,9 @@ impl From<crate::cache::CacheError> for ApiError {
     fn from(err: crate::cache::CacheError) -> Self {
         match err {
             crate::cache::CacheError::Core(err) => ApiError::from(err),
+            crate::cache::CacheError::Origin { ref error, .. } if let Some(status) = error.stated_status() => {
+                ApiError::new(err.code(), err.to_string()).with_stated_status(status)
+            }
             other => ApiError::new(other.code(), other.to_string()),
         }
     }

@@ -41,7 +41,7 @@ use lyre_core::{Code, Engine, Object, Table, Value};
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cache::source::{CodeAnswer, RecordSource};
+use crate::cache::source::{CodeAnswer, RecordSource, SourceFailure};
 
 pub use computed::ScriptComputer;
 
@@ -296,6 +296,16 @@ pub enum ScriptError {
     /// The engine failed outside the script (a conversion, an engine error).
     #[error("{0}")]
     Engine(String),
+    /// The script's code threw an error stating an HTTP error status (Harper's
+    /// `statusCode`) where Lyre, not the script, answers the client: a source's
+    /// `get`.
+    #[error("{message}")]
+    Stated {
+        /// The status, 400 to 599.
+        status: u16,
+        /// The error's message.
+        message: String,
+    },
 }
 
 impl ScriptError {
@@ -305,6 +315,7 @@ impl ScriptError {
             ScriptError::Busy | ScriptError::Stopped => 503,
             ScriptError::NotExported(_) => 404,
             ScriptError::Timeout(_) | ScriptError::OutOfMemory(_) | ScriptError::Engine(_) => 500,
+            ScriptError::Stated { status, .. } => *status,
         }
     }
 }
@@ -383,12 +394,17 @@ impl ScriptSource {
 }
 
 impl RecordSource for ScriptSource {
-    fn get(&self, id: &Value) -> futures_util::future::BoxFuture<'static, Result<CodeAnswer, String>> {
+    fn get(&self, id: &Value) -> futures_util::future::BoxFuture<'static, Result<CodeAnswer, SourceFailure>> {
         let (scripts, id) = (self.scripts.clone(), id.clone());
         let (database, table) = (self.declared.database.clone(), self.declared.table.clone());
         Box::pin(async move {
-            let scripts = scripts.upgrade().ok_or_else(|| "the server is stopping".to_string())?;
-            scripts.source_get(&database, &table, &id).await.map_err(|e| e.to_string())
+            let scripts =
+                scripts.upgrade().ok_or_else(|| SourceFailure::Failed("the server is stopping".to_string()))?;
+            scripts.source_get(&database, &table, &id).await.map_err(|err| match err {
+                ScriptError::Stated { status, message } => SourceFailure::Stated { status, message },
+                ScriptError::Timeout(_) => SourceFailure::TimedOut(err.to_string()),
+                other => SourceFailure::Failed(other.to_string()),
+            })
         })
     }
 

@@ -314,7 +314,11 @@
 		let answer = await declared.Source.get(id, { requestContext: null });
 		if (answer && typeof answer === 'object' && answer.status > 0 && answer.headers) {
 			if (answer.status === 404 || answer.status === 410) return { record: null };
-			if (answer.status >= 300) throw new ServerError(`the source answered ${answer.status}`, 502);
+			if (answer.status >= 300) {
+				// Harper answers the client the source's error status; a redirect is no record.
+				const status = answer.status >= 400 && answer.status < 600 ? answer.status : 502;
+				throw new ServerError(`the source answered ${answer.status}`, status);
+			}
 			answer = answer.data !== undefined ? answer.data : typeof answer.json === 'function' ? await answer.json() : answer.body;
 		}
 		if (answer === undefined || answer === null) return { record: null };
@@ -322,6 +326,22 @@
 			throw new ServerError(`the source ${declared.name} answered something that is not a record`, 502);
 		}
 		return { record: { ...answer }, expiration: declared.expiration };
+	}
+
+	/**
+	 * The source's answer as Lyre's cache asks for it (`__lyre_source`): an error
+	 * stating its HTTP status (`ClientError`, `statusCode = 403`) comes back as
+	 * `{failed: status, message}`, the client's answer as in Harper; any other
+	 * failure is thrown, the source's failure (502).
+	 */
+	async function answerSource(database, table, id) {
+		try {
+			return await askSource(database, table, id);
+		} catch (error) {
+			const status = error !== null && typeof error === 'object' ? error.statusCode : undefined;
+			if (!Number.isInteger(status) || status < 400 || status >= 600) throw error;
+			return { failed: status, message: typeof error.message === 'string' ? error.message : String(error) };
+		}
 	}
 
 	/**
@@ -1103,7 +1123,7 @@
 		__lyre_http: hidden(serveHttp),
 		__lyre_content: hidden(convertContent),
 		__lyre_register: hidden(register),
-		__lyre_source: hidden(askSource),
+		__lyre_source: hidden(answerSource),
 		__lyre_require: hidden(requireFile),
 	});
 	// The part of Node's `process` packages look at (`process.env.NODE_ENV`, …).

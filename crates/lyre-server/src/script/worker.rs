@@ -327,8 +327,8 @@ impl Js {
                     let _ = reply.send(outcome);
                 }
                 Job::Source { database, table, id, reply } => {
-                    let outcome = self.source_in(ctx, &database, &table, &id).await.map_err(|e| self.engine_failure(e));
-                    let _ = reply.send(outcome);
+                    let outcome = self.source_in(ctx, &database, &table, &id).await;
+                    let _ = reply.send(outcome.map_err(|e| self.engine_failure(e)).and_then(|answer| answer));
                 }
                 Job::Http { mut call, reply } => {
                     let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers));
@@ -523,28 +523,32 @@ impl Js {
     /// when the runtime must be rebuilt afterwards.
     async fn source_get(&self, database: &str, table: &str, id: &Value) -> (Result<CodeAnswer, ScriptError>, bool) {
         let call = self.context.async_with(async |ctx| self.source_in(&ctx, database, table, id).await);
-        let outcome = self.within_budget(call).await;
+        let outcome = self.within_budget(call).await.and_then(|answer| answer);
         self.client_facing(self.judge(outcome, format_args!("the source of {database}.{table}")))
     }
 
-    /// A source's answer for record `id`, computed in `ctx`.
+    /// A source's answer for record `id`, computed in `ctx`: its record, or the
+    /// error status its code stated ([`ScriptError::Stated`]).
     async fn source_in<'js>(
         &self,
         ctx: &Ctx<'js>,
         database: &str,
         table: &str,
         id: &Value,
-    ) -> Result<CodeAnswer, String> {
-        let run = async || -> rquickjs::Result<CodeAnswer> {
+    ) -> Result<Result<CodeAnswer, ScriptError>, String> {
+        let run = async || -> rquickjs::Result<Result<CodeAnswer, ScriptError>> {
             let source: Function = ctx.globals().get("__lyre_source")?;
             let promise: Promise = source.call((database, table, to_js(ctx, id)?))?;
             let answer: rquickjs::Object = settle(ctx, promise, self).await?;
+            if let Some(status) = answer.get::<_, Option<u16>>("failed")? {
+                return Ok(Err(ScriptError::Stated { status, message: answer.get("message")? }));
+            }
             let record = match from_js(ctx, answer.get("record")?)? {
                 Some(Value::Object(record)) => Some(record),
                 _ => None,
             };
             let fresh_for = seconds(answer.get("expiration")?);
-            Ok(CodeAnswer { record, fresh_for })
+            Ok(Ok(CodeAnswer { record, fresh_for }))
         };
         run().await.map_err(|e| describe(ctx, e, Place::Full))
     }

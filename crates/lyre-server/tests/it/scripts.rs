@@ -860,6 +860,75 @@ async fn a_script_source_fills_a_caching_table() {
     assert_eq!((status, body["token"].clone(), count()), (200, json!("secret"), 4));
 }
 
+/// A source whose errors state statuses, and one that runs too long.
+const STATED_SOURCE: &str = r#"
+class StatedSource extends Resource {
+	async get() {
+		const id = this.getId();
+		if (id === 'forbidden') {
+			const error = new Error('not yours');
+			error.statusCode = 403;
+			throw error;
+		}
+		if (id === 'invalid') throw new ClientError('ids are numbers');
+		if (id === 'unavailable') return { status: 503, headers: {}, body: 'down for maintenance' };
+		if (id === 'moved') return { status: 301, headers: { location: '/elsewhere' }, body: '' };
+		if (id === 'odd') {
+			const error = new Error('an odd status');
+			error.statusCode = 700;
+			throw error;
+		}
+		if (id === 'plain') throw new Error('the origin is down');
+		if (id === 'slow') for (;;) {}
+		return { name: id };
+	}
+}
+tables.Stated.sourcedFrom(StatedSource);
+
+export class ReadsStated extends Resource {
+	static loadAsInstance = false;
+	async get(target) {
+		return tables.Stated.get(target.id);
+	}
+}
+"#;
+
+#[tokio::test]
+async fn a_script_sources_stated_error_status_reaches_the_client() {
+    let s = TestServer::start_with(&[("JAVASCRIPT_TIMEOUT", "1s")]).await;
+    let config = "rest: true\ngraphqlSchema:\n  files: 'schema.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let schema = "type Stated @table @export { id: ID @primaryKey name: String }\n";
+    let files = [("config.yaml", config), ("schema.graphql", schema), ("resources.js", STATED_SOURCE)];
+    let (status, answer) = deploy(&s, "stated", &files).await;
+    assert_eq!(status, 200, "{answer}");
+    // As Harper answers `error.statusCode`: a thrown 403, a `ClientError`'s 400,
+    // a `Response` with 503; each time again, as nothing was stored.
+    for (id, expected, says) in [
+        ("forbidden", 403, "not yours"),
+        ("invalid", 400, "ids are numbers"),
+        ("unavailable", 503, "the source answered 503"),
+        ("forbidden", 403, "not yours"),
+    ] {
+        let (status, _, body) = s.rest_send(Method::GET, &format!("/Stated/{id}"), None, &[]).await;
+        assert_eq!(status, expected, "{id}: {body}");
+        assert!(body.as_str().is_some_and(|text| text.contains(says) && text.contains(id)), "{id}: {body}");
+    }
+    // A redirect is no record, a status outside 400-599 no status, and a plain
+    // throw the source's failure: 502. A source past its budget: 504.
+    for (id, expected) in [("moved", 502), ("odd", 502), ("plain", 502), ("slow", 504)] {
+        let (status, _, body) = s.rest_send(Method::GET, &format!("/Stated/{id}"), None, &[]).await;
+        assert_eq!(status, expected, "{id}: {body}");
+    }
+    // The runtime rebuilt after the stopped one still answers from the source.
+    let (status, _, body) = s.rest_send(Method::GET, "/Stated/fine", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"name": "fine", "id": "fine"})));
+    // A script reading the table meets the source's error itself.
+    let (status, _, body) = s.rest_send(Method::GET, "/ReadsStated/forbidden", None, &[]).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, _, body) = s.rest_send(Method::GET, "/ReadsStated/invalid", None, &[]).await;
+    assert_eq!((status, body), (400, json!("ClientError: ids are numbers")));
+}
+
 #[tokio::test]
 async fn packages_load_from_node_modules_as_es_modules_and_commonjs() {
     let s = TestServer::start().await;
