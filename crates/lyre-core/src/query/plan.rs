@@ -310,7 +310,12 @@ fn indexed_driver(schema: &TableSchema, condition: &Condition) -> Result<Option<
             };
             let strict = *comparator == Comparator::LessThan && !truncated;
             let hi = if strict { Bound::Excluded(k) } else { min_hi(after(&k), &end) };
-            Range { lo: start, hi }
+            // A null is below no value but null (`filter.rs`): past the nulls.
+            let lo = match keyed(&Value::Null)? {
+                Some((null, _)) if *value != Value::Null => bound_to_lo(after(&null)),
+                _ => start,
+            };
+            Range { lo, hi }
         }
         Comparator::Between => {
             let Value::Array(bounds) = value else {

@@ -94,9 +94,10 @@ async fn contains_and_ends_with_read_numbers_as_text_and_ranges_cross_types() {
     assert_eq!(found(&s, "qty=ct=5").await, ["1", "2", "3"]);
     assert_eq!(found(&s, "qty=ew=5").await, ["1", "2", "3"]);
     assert_eq!(found(&s, "any=ct=ru").await, ["3"], "true reads as text");
-    // null < booleans < numbers < strings.
+    // null < booleans < numbers < strings; but a null is below no value (Harper 5's
+    // index search starts past null).
     assert_eq!(found(&s, "any=gt=number:5").await, ["2"]);
-    assert_eq!(found(&s, "any=lt=number:5").await, ["3", "4"]);
+    assert_eq!(found(&s, "any=lt=number:5").await, ["3"]);
     let (status, _, sorted) = s.rest_send(Method::GET, "/items/?sort(any)&select(id)", None, &[]).await;
     assert_eq!(status, 200);
     assert_eq!(sorted, json!(["4", "3", "1", "2"]));

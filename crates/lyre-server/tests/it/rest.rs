@@ -298,6 +298,44 @@ async fn query_operators() {
     assert_eq!((status, body), (404, json!("HdbError: nosuch is not a defined attribute")));
 }
 
+/// As Harper 5 reads them: a null is below or unequal to no value (its index
+/// search starts past null); `+` is a plus in a path and in a query Harper's
+/// parser reads (one with `==`, a group, a call...), a space only in plain form
+/// parameters; `null` and the empty text are null for a typed attribute.
+#[tokio::test]
+async fn nulls_plus_signs_and_typed_nulls_read_as_harper_reads_them() {
+    let s = shop().await;
+    let put = json!({"name": "C++", "price": null, "count": null});
+    assert_eq!(send(&s, Method::PUT, "/products/p7", Some(put)).await.0, 204);
+    assert_eq!(send(&s, Method::PUT, "/products/a+b", Some(json!({"name": "plus"}))).await.0, 204);
+    let q = |query: &str| format!("/products/?{query}");
+    let cases: &[(&str, &[&str])] = &[
+        ("price<5.5", &["p4"]),
+        ("price=lt=5.5", &["p4"]),
+        ("price<=5.5", &["p3", "p4"]),
+        ("price!=10", &["p2", "p3", "p4", "p5", "p6"]),
+        ("price=ne=10&name=ne=A", &["p2", "p3", "p5", "p6"]),
+        ("price==null", &["p7"]),
+        ("price!=null", &["p1", "p2", "p3", "p4", "p5", "p6"]),
+        ("count=null", &["p7"]),
+        ("count=", &["p7"]),
+        ("count=$2", &["p6"]),
+        ("name==C++", &["p7"]),
+        ("name=C++&select(id,name)", &["p7"]),
+        ("name=plus", &["a+b"]),
+        ("name=hello+world+%C3%BCn%C3%AF", &["p6"]),
+    ];
+    for (query, expected) in cases {
+        assert_eq!(sorted(ids(&get(&s, &q(query)).await)), *expected, "?{query}");
+    }
+    assert_eq!(get(&s, "/products/a+b").await["name"], "plus");
+    assert_eq!(get(&s, "/products/a%2Bb").await["name"], "plus");
+    assert_eq!(send(&s, Method::GET, "/products/a%20b", None).await.0, 404);
+    let below = json!({"operation": "search_by_conditions", "database": "shop", "table": "Product",
+        "get_attributes": ["id"], "conditions": [{"attribute": "price", "comparator": "less_than", "value": 5.5}]});
+    assert_eq!(s.ok(below).await, json!([{"id": "p4"}]));
+}
+
 #[tokio::test]
 async fn select_sort_limit() {
     let s = shop().await;

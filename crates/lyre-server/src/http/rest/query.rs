@@ -45,9 +45,11 @@ pub type RelatedSchema<'a> = &'a dyn Fn(&TableSchema, &str) -> Option<Arc<TableS
 /// are operators here, never part of an attribute name, and inside a value they read
 /// the same either way, so they are decoded before parsing.
 pub fn parse(raw: &str, table: &TableSchema, related: RelatedSchema<'_>) -> Result<RestQuery, ApiError> {
+    let plus_is_space = !reads_as_query(raw);
     let normalized = normalize_operators(raw);
     let raw = normalized.as_str();
-    let mut parser = Parser { src: raw.as_bytes(), raw, pos: 0, depth: 0, table, related, query: RestQuery::default() };
+    let query = RestQuery::default();
+    let mut parser = Parser { src: raw.as_bytes(), raw, pos: 0, depth: 0, table, related, plus_is_space, query };
     if raw.is_empty() {
         return Ok(parser.query);
     }
@@ -70,6 +72,9 @@ struct Parser<'a> {
     depth: usize,
     table: &'a TableSchema,
     related: RelatedSchema<'a>,
+    /// Whether values decode as form parameters (`+` a space) or, in a query only
+    /// Harper's query parser reads ([`reads_as_query`]), as URI components.
+    plus_is_space: bool,
     query: RestQuery,
 }
 
@@ -104,6 +109,11 @@ fn is_operator_char(b: u8) -> bool {
 }
 
 impl Parser<'_> {
+    /// Percent-decodes query text as this query's values are ([`Parser::plus_is_space`]).
+    fn decode(&self, raw: &str) -> String {
+        decode_as(raw, self.plus_is_space)
+    }
+
     fn error(&self, message: impl std::fmt::Display) -> ApiError {
         syntax(message, self.pos, self.raw)
     }
@@ -258,7 +268,7 @@ impl Parser<'_> {
         while self.peek().is_some_and(|b| !is_operator_char(b)) {
             self.pos += 1;
         }
-        let name = decode(&self.raw[start..self.pos]);
+        let name = self.decode(&self.raw[start..self.pos]);
         if self.peek() == Some(b'(') {
             self.pos += 1;
             self.call(&name, start)?;
@@ -399,9 +409,9 @@ impl Parser<'_> {
                     return Err(syntax("a wildcard is only allowed at the end of a value", value_start, self.raw));
                 }
                 comparator = Comparator::StartsWith;
-                Value::String(decode(prefix))
+                Value::String(self.decode(prefix))
             } else if op == Op::Strict {
-                coerce(table, name, &decode(raw_value))?
+                coerce(table, name, &self.decode(raw_value))?
             } else {
                 self.typed_value(name, table, raw_value, value_start)?
             };
@@ -411,7 +421,7 @@ impl Parser<'_> {
     /// Decodes a typed value: `null`, `number:`, `boolean:`, `string:`, `date:`
     /// prefixes, else by the attribute's declared type.
     fn typed_value(&self, name: &str, table: &TableSchema, raw: &str, at: usize) -> Result<Value, ApiError> {
-        let text = decode(raw);
+        let text = self.decode(raw);
         if text == "null" {
             return Ok(Value::Null);
         }
@@ -452,12 +462,12 @@ impl Parser<'_> {
         self.pos += 1;
         match name {
             "select" => {
-                self.query.select = Some(select(args).map_err(|m| syntax(m, args_start, self.raw))?);
+                self.query.select = Some(select(&self.decode(args)).map_err(|m| syntax(m, args_start, self.raw))?);
             }
             "limit" => {
                 let parts: Vec<&str> = args.split(',').map(str::trim).collect();
                 let numbers: Result<Vec<usize>, _> =
-                    parts.iter().map(|p| decode(p).parse::<i64>().map(|n| n.max(0) as usize)).collect();
+                    parts.iter().map(|p| self.decode(p).parse::<i64>().map(|n| n.max(0) as usize)).collect();
                 let numbers = numbers.map_err(|_| syntax("limit arguments must be integers", args_start, self.raw))?;
                 match numbers.as_slice() {
                     [n] => self.query.limit = Some(*n),
@@ -470,7 +480,7 @@ impl Parser<'_> {
             }
             "sort" => {
                 for part in args.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                    let part = decode(part);
+                    let part = self.decode(part);
                     let (descending, attribute) = match part.strip_prefix('-') {
                         Some(a) => (true, a.to_string()),
                         None => (false, part.strip_prefix('+').unwrap_or(&part).trim().to_string()),
@@ -514,14 +524,45 @@ enum Op {
     Typed,
 }
 
-/// Percent-decodes, with `+` as a space (form encoding, as browsers send).
+/// Percent-decodes query-string text, with `+` as a space (form encoding, as
+/// browsers send).
 pub fn decode(raw: &str) -> String {
+    decode_as(raw, true)
+}
+
+/// Percent-decodes a URL path segment (a record's id): `+` stays a plus, as
+/// Harper's `decodeURIComponent` keeps it; only a query string's form encoding
+/// makes it a space.
+pub fn decode_path(raw: &str) -> String {
+    decode_as(raw, false)
+}
+
+fn decode_as(raw: &str, plus_is_space: bool) -> String {
     // Most URL text has nothing to decode: copied once, not twice.
-    if !raw.bytes().any(|b| b == b'+' || b == b'%') {
+    if !raw.bytes().any(|b| (plus_is_space && b == b'+') || b == b'%') {
         return raw.to_owned();
+    }
+    if !plus_is_space {
+        return percent_encoding::percent_decode_str(raw).decode_utf8_lossy().into_owned();
     }
     let spaced = raw.replace('+', " ");
     percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+}
+
+/// Whether Harper reads query string `raw` with its query parser, where values are
+/// decoded as URI components (`+` a plus), rather than as form parameters (`+` a
+/// space): when it holds a group, an `|`, a `!`, `<`, `>`, a `.` (a property path),
+/// or an operator of the `==` or `=gt=` kind (Harper's `NEEDS_PARSER`).
+fn reads_as_query(raw: &str) -> bool {
+    let bytes = raw.as_bytes();
+    bytes.iter().enumerate().any(|(i, &b)| match b {
+        b'(' | b')' | b'[' | b']' | b'|' | b'!' | b'<' | b'>' | b'.' => true,
+        b'=' => {
+            let word = bytes[i + 1..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'_').count();
+            bytes.get(i + 1 + word) == Some(&b'=')
+        }
+        _ => false,
+    })
 }
 
 fn number(text: &str) -> Option<Value> {
@@ -558,7 +599,10 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// Converts query text to the attribute's declared type (numbers for numeric types,
 /// booleans for `Boolean`, text for `String`/`ID`); untyped attributes take numbers
-/// and booleans when the text is one.
+/// and booleans when the text is one. As Harper's `coerceType`: for a type other
+/// than `String`, `null` and the empty text are null; an `Int` or `Long` may be
+/// written in base 36 after `$`; a `Boolean` in any case; a `Date` as epoch
+/// milliseconds or an ISO-8601 time.
 fn coerce(table: &TableSchema, name: &str, text: &str) -> Result<Value, ApiError> {
     let declared = table.attribute(name).and_then(|a| a.type_name.as_deref());
     let invalid = |expected: &str| {
@@ -566,13 +610,16 @@ fn coerce(table: &TableSchema, name: &str, text: &str) -> Result<Value, ApiError
     };
     match declared {
         Some("String" | "ID") => Ok(Value::String(text.to_string())),
+        Some(_) if text.is_empty() || text == "null" => Ok(Value::Null),
+        Some(t @ ("Int" | "Long")) if text.starts_with('$') => {
+            i64::from_str_radix(&text[1..], 36).map(Value::Int).map_err(|_| invalid(t))
+        }
         Some(t @ ("Int" | "Long" | "BigInt")) => text.parse::<i64>().map(Value::Int).map_err(|_| invalid(t)),
-        Some(t @ ("Float" | "Date")) => number(text).ok_or_else(|| invalid(t)),
-        Some("Boolean") => match text {
-            "true" => Ok(Value::Bool(true)),
-            "false" => Ok(Value::Bool(false)),
-            _ => Err(invalid("Boolean")),
-        },
+        Some(t @ "Float") => number(text).ok_or_else(|| invalid(t)),
+        Some(t @ "Date") => date(text).ok_or_else(|| invalid(t)),
+        Some("Boolean") if text.eq_ignore_ascii_case("true") => Ok(Value::Bool(true)),
+        Some("Boolean") if text.eq_ignore_ascii_case("false") => Ok(Value::Bool(false)),
+        Some("Boolean") => Err(invalid("Boolean")),
         _ => Ok(match text {
             "true" => Value::Bool(true),
             "false" => Value::Bool(false),
@@ -584,7 +631,6 @@ fn coerce(table: &TableSchema, name: &str, text: &str) -> Result<Value, ApiError
 
 /// `select(a,b)`, `select(a)`, `select([a,b])`, `select(a,)`, `select(rel{x,y})`.
 fn select(args: &str) -> Result<Select, String> {
-    let args = decode(args);
     let trimmed = args.trim();
     let (shape, body) = if let Some(inner) = trimmed.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
         (Shaped::Array, inner)

@@ -18,7 +18,7 @@ use crate::http::body::{DecodedBody, read_and_decode};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::negotiate::response_format;
-use crate::http::rest::query::decode;
+use crate::http::rest::query::decode_path;
 use crate::http::rest::url::{RestPath, Target};
 use crate::script::{ReplyBody, RestGrammar, ScriptError, ScriptExport, ScriptReply, ScriptRequest};
 
@@ -119,7 +119,7 @@ fn target(state: &AppState, export: &ScriptExport, rest: Option<&str>) -> Result
     if rest.is_empty() {
         return Ok((None, true));
     }
-    let Some((database, table)) = &export.table else { return Ok((Some(Value::String(decode(rest))), false)) };
+    let Some((database, table)) = &export.table else { return Ok((Some(Value::String(decode_path(rest))), false)) };
     let table = state.engine.database(database)?.table(table)?;
     Ok(match super::url::target(Some(rest), table.schema())? {
         Target::Table => (None, false),

@@ -11,7 +11,7 @@ use lyre_core::catalog::TableSchema;
 
 use crate::http::error::ApiError;
 use crate::http::format::Format;
-use crate::http::rest::query::decode;
+use crate::http::rest::query::decode_path;
 
 /// The part of a table a URL addresses.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,7 +59,7 @@ pub fn split(path: &str) -> Option<RestPath> {
         }
         other => other,
     };
-    Some(RestPath { export: decode(first), rest: rest.map(str::to_owned), format })
+    Some(RestPath { export: decode_path(first), rest: rest.map(str::to_owned), format })
 }
 
 fn cut_extension(segment: &str) -> (&str, Option<Format>) {
@@ -80,17 +80,17 @@ pub fn target(rest: Option<&str>, table: &TableSchema) -> Result<Target, ApiErro
         return Ok(Target::Collection);
     }
     if let Some(prefix) = rest.strip_suffix('/') {
-        return Ok(Target::Prefix(decode(prefix)));
+        return Ok(Target::Prefix(decode_path(prefix)));
     }
     if let Some((id, attr)) = rest.rsplit_once('.') {
-        let attr = decode(attr);
+        let attr = decode_path(attr);
         let declared = table.attribute(&attr).is_some_and(|a| a.type_name.is_some())
             || table.relationships.iter().any(|r| r.name == attr);
         if declared && !id.is_empty() {
-            return Ok(Target::Property(typed_key(table, &decode(id))?, attr));
+            return Ok(Target::Property(typed_key(table, &decode_path(id))?, attr));
         }
     }
-    Ok(Target::Record(typed_key(table, &decode(rest))?))
+    Ok(Target::Record(typed_key(table, &decode_path(rest))?))
 }
 
 /// [`key`], refusing (400, as Harper) an id that is not a number where the primary
