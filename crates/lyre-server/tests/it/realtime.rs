@@ -119,6 +119,15 @@ async fn a_record_socket_gets_the_record_then_each_change_as_harper_sends_them()
     socket.send(Message::text(r#"{"hello":"world"}"#)).await.unwrap();
     put(&s, "1", json!({"id": "1", "name": "Back"})).await;
     assert_eq!(frame(&mut socket).await["value"]["name"], "Back");
+
+    // The client closes: the server answers the close (RFC 6455 5.5.1), as Harper's
+    // `ws` does, rather than dropping the connection (1006 at the client).
+    let bye = tokio_tungstenite::tungstenite::protocol::CloseFrame {
+        code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
+        reason: "done".into(),
+    };
+    socket.close(Some(bye)).await.unwrap();
+    assert_eq!(closed_with(&mut socket).await.0, 1000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

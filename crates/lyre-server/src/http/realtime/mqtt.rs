@@ -73,8 +73,15 @@ where
     drop(to_broker);
     drop(from_broker);
     let _ = connection.await;
-    if let Some((code, reason)) = close {
-        let frame = CloseFrame { code, reason: reason.into() };
-        let _ = tokio::time::timeout(SEND_LIMIT, sink.send(Message::Close(Some(frame)))).await;
+    match close {
+        Some((code, reason)) => {
+            let frame = CloseFrame { code, reason: reason.into() };
+            let _ = tokio::time::timeout(SEND_LIMIT, sink.send(Message::Close(Some(frame)))).await;
+        }
+        // The socket queued its answer to a client's close (RFC 6455 5.5.1): sent
+        // now, or the client sees the connection drop (1006).
+        None => {
+            let _ = tokio::time::timeout(SEND_LIMIT, sink.flush()).await;
+        }
     }
 }

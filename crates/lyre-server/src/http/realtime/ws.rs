@@ -153,13 +153,20 @@ async fn serve(
             return close(&mut socket, code, reason).await;
         }
     };
-    let (code, reason) = relay(&state, opened, &mut socket).await;
-    close(&mut socket, code, reason).await;
+    match relay(&state, opened, &mut socket).await {
+        Some((code, reason)) => close(&mut socket, code, reason).await,
+        // The socket queued its answer to the client's close (RFC 6455 5.5.1): sent
+        // now, or the client sees the connection drop (1006).
+        None => {
+            let _ = timeout(CLOSE_WAIT, socket.flush()).await;
+        }
+    }
 }
 
 /// Sends the subscription's events until it ends, the client goes or the server
-/// stops; answers the close code and reason to end with.
-async fn relay(state: &AppState, mut opened: Opened, socket: &mut Socket) -> (CloseCode, String) {
+/// stops; answers the close code and reason to end with, or `None` when the client
+/// closed or went.
+async fn relay(state: &AppState, mut opened: Opened, socket: &mut Socket) -> Option<(CloseCode, String)> {
     let mut stopping = state.stopping.clone();
     let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
     let mut heard = Instant::now();
@@ -167,27 +174,27 @@ async fn relay(state: &AppState, mut opened: Opened, socket: &mut Socket) -> (Cl
         tokio::select! {
             event = opened.subscription.next() => {
                 if let Err(close) = send_ready(&mut opened, socket, event).await {
-                    return close;
+                    return Some(close);
                 }
             }
             incoming = socket.next() => {
                 heard = Instant::now();
                 match incoming {
-                    None | Some(Ok(Message::Close(_))) => return (CloseCode::Normal, String::new()),
+                    None | Some(Ok(Message::Close(_))) => return None,
                     // Pings are answered by the socket itself; messages are ignored, as Harper's tables do.
                     Some(Ok(_)) => {}
-                    Some(Err(err)) => return refused(&err),
+                    Some(Err(err)) => return Some(refused(&err)),
                 }
             }
             _ = ping.tick() => {
                 if heard.elapsed() > SILENT_LIMIT {
-                    return (CloseCode::Away, format!("nothing heard from the client for {} s", SILENT_LIMIT.as_secs()));
+                    return Some((CloseCode::Away, format!("nothing heard from the client for {} s", SILENT_LIMIT.as_secs())));
                 }
                 if timeout(SEND_LIMIT, socket.send(Message::Ping(Vec::new().into()))).await.is_err() {
-                    return not_taking();
+                    return Some(not_taking());
                 }
             }
-            () = stopped(&mut stopping) => return (CloseCode::Away, "the server is shutting down".into()),
+            () = stopped(&mut stopping) => return Some((CloseCode::Away, "the server is shutting down".into())),
         }
     }
 }

@@ -280,6 +280,16 @@ async fn mqtt_over_websocket() {
         }
     }
     assert_eq!(received[0], 0x20, "CONNACK first");
+    // The client closes the WebSocket: the server answers the close (RFC 6455
+    // 5.5.1) rather than dropping the connection.
+    socket.close(None).await.unwrap();
+    loop {
+        match tokio::time::timeout_at(deadline, socket.next()).await.expect("the close answered in time") {
+            Some(Ok(WsMessage::Close(_))) => break,
+            Some(Ok(_)) => continue,
+            other => panic!("the server dropped the connection instead of closing: {other:?}"),
+        }
+    }
 }
 
 /// `rumqttc`, a library client, in both versions: connect, subscribe, publish,
