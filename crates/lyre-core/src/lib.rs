@@ -67,8 +67,8 @@ pub use lyre_store::{BATCH_BUCKETS, WriterCounts};
 pub use record::computed::{AttributeComputer, Computers};
 pub use services::{AuditEntry, AuditSearch, ConsistencyReport, ServiceOptions, Services};
 pub use table::{
-    CurrentPage, CurrentRecord, DeleteSummary, Expect, HeldRecord, KeyScope, RecordBody, RecordVersion, Table,
-    TransactionWrite, WriteMode, WriteOptions, WriteSummary, transact,
+    CONTENT_DATA, CONTENT_TYPE, CurrentPage, CurrentRecord, DeleteSummary, Expect, HeldRecord, KeyScope, RecordBody,
+    RecordVersion, Table, TransactionWrite, WriteMode, WriteOptions, WriteSummary, content_record, transact,
 };
 pub use time::{now_ms, parse_iso8601};
 pub use value::{BlobRef, Object, Value, object_with_capacity};

@@ -785,6 +785,27 @@ impl RecordVersion {
     }
 }
 
+/// The attribute naming a content record's media type ([`RecordBody::content`]).
+pub const CONTENT_TYPE: &str = "contentType";
+/// The attribute holding a content record's data ([`RecordBody::content`]).
+pub const CONTENT_DATA: &str = "data";
+
+/// A body of media type `media` that no format reads, as a content record (Harper
+/// keeps one so): `{contentType, data}`, the data text for a `text/` type when it is
+/// UTF-8, else bytes. A read answers the data as it is ([`RecordBody::content`]).
+pub fn content_record(media: &str, body: Vec<u8>) -> Object {
+    let textual = media.get(..5).is_some_and(|prefix| prefix.eq_ignore_ascii_case("text/"));
+    let data = match (textual, String::from_utf8(body)) {
+        (true, Ok(text)) => Value::String(text),
+        (_, Ok(text)) => Value::Bytes(text.into_bytes()),
+        (_, Err(err)) => Value::Bytes(err.into_bytes()),
+    };
+    let mut record = Object::default();
+    record.insert(CONTENT_TYPE.into(), Value::String(media.to_string()));
+    record.insert(CONTENT_DATA.into(), data);
+    record
+}
+
 /// A record as a read answers it (see [`Table::get_body`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RecordBody {
@@ -824,6 +845,31 @@ impl RecordBody {
             RecordBody::Decoded(record) => {
                 serde_json::to_writer(out, record).map_err(|e| Error::Corrupt(e.to_string()))
             }
+        }
+    }
+
+    /// The record's content, when it is one: a string `contentType` beside a `data`
+    /// that is text, bytes or a blob, Harper's marker for a body of one media type
+    /// (what a write of such a body stores, and what a caching table keeps of an
+    /// origin's answer that is not JSON). A REST read answers the data as it is,
+    /// with that type. Only those two attributes are decoded.
+    pub fn content(&self) -> Result<Option<(String, Value)>> {
+        match self {
+            RecordBody::Decoded(record) => Ok(Self::content_of(record)),
+            RecordBody::Stored(bytes) => {
+                let names = [CONTENT_TYPE.to_string(), CONTENT_DATA.to_string()];
+                let found = crate::raw::decode_object_only(bytes, &names).map_err(|e| Error::Corrupt(e.into()))?;
+                Ok(Self::content_of(&found))
+            }
+        }
+    }
+
+    /// [`RecordBody::content`] of a decoded record.
+    pub fn content_of(record: &Object) -> Option<(String, Value)> {
+        let Some(Value::String(content_type)) = record.get(CONTENT_TYPE) else { return None };
+        match record.get(CONTENT_DATA)? {
+            data @ (Value::String(_) | Value::Bytes(_) | Value::Blob(_)) => Some((content_type.clone(), data.clone())),
+            _ => None,
         }
     }
 

@@ -235,15 +235,7 @@ fn record_of(content_type: &str, body: Vec<u8>) -> Result<Object, OriginError> {
             Err(err) => Err(OriginError::Invalid(format!("the JSON does not parse: {err}"))),
         };
     }
-    let data = match (essence.starts_with("text/"), String::from_utf8(body)) {
-        (true, Ok(text)) => Value::String(text),
-        (_, Ok(text)) => Value::Bytes(text.into_bytes()),
-        (_, Err(err)) => Value::Bytes(err.into_bytes()),
-    };
-    let mut record = Object::default();
-    record.insert("contentType".into(), Value::String(content_type.to_string()));
-    record.insert("data".into(), data);
-    Ok(record)
+    Ok(lyre_core::content_record(content_type, body))
 }
 
 /// A primary key as text: as the origin's URL takes it, and as the cache names it.

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::format::Format;
-use crate::http::negotiate::{body_format, decode};
+use crate::http::negotiate::{RestBody, body_format, decode, form_record, rest_body};
 
 /// Memory is granted in units of this many bytes.
 const UNIT: usize = 1024;
@@ -274,11 +274,22 @@ pub(crate) async fn decode_body(
     state: &AppState,
     headers: &HeaderMap,
     body: ArrivedBody,
+    bodies: Bodies,
 ) -> Result<DecodedBody, ApiError> {
     let ArrivedBody { bytes, mut memory, deadline } = body;
-    let format = body_format(headers, &bytes)?;
     let arrived = bytes.len();
     let budget = &state.body_memory;
+    let format = match bodies {
+        Bodies::Structured => body_format(headers, &bytes)?,
+        Bodies::Rest => match rest_body(headers, &bytes)? {
+            RestBody::Structured(format) => format,
+            RestBody::Form => return granted(budget, memory, deadline, arrived, form_record(&bytes)).await,
+            RestBody::Content(media) => {
+                let record = lyre_core::content_record(&media, bytes.to_vec());
+                return granted(budget, memory, deadline, arrived, record).await;
+            }
+        },
+    };
     let measured_after = matches!(format, Format::Json | Format::Text) && arrived <= MEASURED_AFTER_LIMIT;
     let needed = match measured_after {
         true => {
@@ -315,9 +326,36 @@ pub(crate) async fn decode_body(
     Ok(DecodedBody { value, memory })
 }
 
+/// `record`, read from a body of `arrived` bytes, once the memory it holds is
+/// granted; the body's bytes are given back.
+async fn granted(
+    budget: &BodyMemory,
+    mut memory: Held,
+    deadline: Instant,
+    arrived: usize,
+    record: lyre_core::Object,
+) -> Result<DecodedBody, ApiError> {
+    let value = Value::Object(record);
+    let needed = held_for(Footprint::of(&value));
+    budget.refuse_over_limit(&memory, needed)?;
+    budget.grant(&mut memory, needed, deadline).await?;
+    memory.give_back(arrived);
+    Ok(DecodedBody { value, memory })
+}
+
 /// The memory a request holds for a body whose decoded value takes `footprint`.
 fn held_for(Footprint(decoded): Footprint) -> usize {
     decoded.saturating_mul(HALVES_HELD) / 2
+}
+
+/// Which bodies a request reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bodies {
+    /// The structured formats only (the Operations API, GraphQL).
+    Structured,
+    /// Those, forms, and content of any other media type, as Harper's REST reads
+    /// them ([`rest_body`]).
+    Rest,
 }
 
 /// Reads and decodes a request body (see [`read_body`] and [`decode_body`]).
@@ -326,9 +364,10 @@ pub(crate) async fn read_and_decode(
     headers: &HeaderMap,
     slot: &mut Option<Body>,
     limit: usize,
+    bodies: Bodies,
 ) -> Result<DecodedBody, ApiError> {
     let arrived = read_body(state, headers, slot, limit).await?;
-    decode_body(state, headers, arrived).await
+    decode_body(state, headers, arrived, bodies).await
 }
 
 /// The most of an unread request body drained before answering; beyond it the

@@ -78,6 +78,60 @@ pub fn body_format(headers: &HeaderMap, body: &[u8]) -> Result<Format, ApiError>
     Ok(format)
 }
 
+/// What a REST write's body is, Harper's deserializers taken for the media types
+/// that are not one of the structured formats.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RestBody {
+    /// One of the structured formats ([`body_format`]).
+    Structured(Format),
+    /// `application/x-www-form-urlencoded` fields ([`form_record`]).
+    Form,
+    /// Any other media type (this one): a content record ([`lyre_core::content_record`]).
+    Content(String),
+}
+
+/// How a REST write reads its body: as [`body_format`] does, but a form that is not
+/// curl's JSON is its fields, and a body of any other media type (or of none, when
+/// it does not look like JSON) is kept as content, where the Operations API refuses
+/// them (415).
+pub fn rest_body(headers: &HeaderMap, body: &[u8]) -> Result<RestBody, ApiError> {
+    let media = match headers.get(header::CONTENT_TYPE) {
+        None => String::new(),
+        Some(v) => v.to_str().map_err(|_| unsupported("<invalid header>"))?.to_ascii_lowercase(),
+    };
+    let media = media.split(';').next().unwrap_or("").trim();
+    let looks_like_json = body.first().is_some_and(|b| matches!(b, b'{' | b'[' | b' ' | b'\n'));
+    Ok(match media {
+        "application/x-www-form-urlencoded" if !looks_like_json => RestBody::Form,
+        "" if !looks_like_json && !body.is_empty() => RestBody::Content(lyre_core::blobs::DEFAULT_CONTENT_TYPE.into()),
+        "" | "text/plain" | "application/json" | "application/x-www-form-urlencoded" => {
+            RestBody::Structured(body_format(headers, body)?)
+        }
+        other => match Format::from_media_type(other).filter(|f| *f != Format::Json) {
+            Some(_) => RestBody::Structured(body_format(headers, body)?),
+            None => RestBody::Content(other.to_string()),
+        },
+    })
+}
+
+/// A form's fields as a record, each value a string and a field given more than
+/// once an array of its values (Harper 5 means to do the same; its code keeps the
+/// first value and puts the array under `key`).
+pub fn form_record(body: &[u8]) -> lyre_core::Object {
+    let mut record = lyre_core::Object::default();
+    for (name, value) in form_urlencoded::parse(body) {
+        let value = lyre_core::Value::String(value.into_owned());
+        match record.get_mut(name.as_ref()) {
+            Some(lyre_core::Value::Array(values)) => values.push(value),
+            Some(first) => *first = lyre_core::Value::Array(vec![std::mem::take(first), value]),
+            None => {
+                record.insert(name.into_owned(), value);
+            }
+        }
+    }
+    record
+}
+
 /// Decodes a body in `format` as a `T`: a [`lyre_core::Value`], or its [`lyre_core::Footprint`]
 /// (what decoding it as a `Value` will take), refused with the same message.
 pub fn decode<T: DeserializeOwned>(format: Format, body: &[u8]) -> Result<T, ApiError> {

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::support::TestServer;
+use crate::support::{PASSWORD, TestServer, USER};
 
 /// How the origin answers, changed by the tests as they go.
 #[derive(Clone)]
@@ -98,6 +98,9 @@ async fn item(State(origin): State<Arc<Origin>>, Path(id): Path<String>, headers
     if id == "missing" {
         return StatusCode::NOT_FOUND.into_response();
     }
+    if id == "page" {
+        return ([("content-type", "text/html; charset=utf-8")], "<h1>a page</h1>").into_response();
+    }
     let mut response = if condition.is_some() && condition == behaviour.etag {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
@@ -175,6 +178,23 @@ async fn get(s: &TestServer, path: &str, headers: &[(&str, &str)]) -> (u16, reqw
 
 fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> &'a str {
     headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+/// An origin's answer that is not JSON is kept as `{contentType, data}` and read
+/// back as the content it was, with its type, from the origin and from the copy.
+#[tokio::test]
+async fn an_origins_answer_that_is_not_json_is_answered_as_it_came() {
+    let (origin, port) = origin().await;
+    let s = server(port, "").await;
+    for _ in 0..2 {
+        let answer = s.client.get(s.rest("/Item/page")).basic_auth(USER, Some(PASSWORD)).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.headers()["content-type"], "text/html; charset=utf-8");
+        assert_eq!(answer.text().await.unwrap(), "<h1>a page</h1>");
+    }
+    assert_eq!(origin.count(), 1, "the second read is the copy");
+    let (status, _, kept) = get(&s, "/Item/page?select(contentType,data)", &[]).await;
+    assert_eq!((status, kept), (200, json!({"contentType": "text/html; charset=utf-8", "data": "<h1>a page</h1>"})));
 }
 
 /// 100 concurrent misses for one record make exactly one origin request; the

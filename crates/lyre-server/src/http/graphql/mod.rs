@@ -165,8 +165,14 @@ async fn read_request(state: &AppState, parts: &Parts, body: &mut Option<Body>) 
             }
         }
         Method::POST => {
-            let decoded =
-                crate::http::body::read_and_decode(state, &parts.headers, body, state.rest_body_limit).await?;
+            let decoded = crate::http::body::read_and_decode(
+                state,
+                &parts.headers,
+                body,
+                state.rest_body_limit,
+                crate::http::body::Bodies::Structured,
+            )
+            .await?;
             match decoded.value {
                 Value::Object(object) => fields = object,
                 _ => return Err(bad("Request body must be an object.")),

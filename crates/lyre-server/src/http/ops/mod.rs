@@ -101,7 +101,8 @@ async fn handle_request(
     };
     let limit = if user.is_some() { state.ops_body_limit } else { ANONYMOUS_BODY_LIMIT.min(state.ops_body_limit) };
     // The memory granted to the body is held until the operation has answered.
-    let DecodedBody { value, memory: _memory } = read_and_decode(state, headers, body, limit).await?;
+    let DecodedBody { value, memory: _memory } =
+        read_and_decode(state, headers, body, limit, crate::http::body::Bodies::Structured).await?;
     let (operation, params) = Params::from_body(value)?;
     match operation.as_str() {
         "login" => return tokens::login(state, peer, over_tls, headers, params, format).await,

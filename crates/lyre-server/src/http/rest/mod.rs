@@ -32,7 +32,7 @@ use crate::cache::control::Directives;
 use crate::cache::{CachedRead, Forwarded, Source, Sourced, WrittenThrough};
 use crate::http::auth::authenticate;
 use crate::http::blocking::blocking;
-use crate::http::body::{DecodedBody, Held, read_and_decode};
+use crate::http::body::{Bodies, DecodedBody, Held, read_and_decode};
 use crate::http::cors;
 use crate::http::error::ApiError;
 use crate::http::etag;
@@ -621,7 +621,10 @@ impl RestRequest<'_> {
                         self.reply(&projected)?
                     }
                     Some(select) => self.reply(&self.table.project(&self.ctx, record.into_object()?, &select)?)?,
-                    None => self.reply_bytes(self.format.encode_record(&record)?),
+                    None => match self.holds_content().then(|| record.content()).transpose()?.flatten() {
+                        Some(content) => await_boxed!(self.reply_content(content))?,
+                        None => self.reply_bytes(self.format.encode_record(&record)?),
+                    },
                 };
                 if version.unique {
                     response.headers_mut().insert(header::ETAG, header_value(&etag::etag(version.time)));
@@ -701,7 +704,12 @@ impl RestRequest<'_> {
                 None => {
                     let mut response = match &select {
                         Some(select) => self.reply(&self.table.project(&self.ctx, read.record.clone(), select)?)?,
-                        None => self.reply_bytes(self.format.encode_record(&RecordBody::Decoded(read.record.clone()))?),
+                        None => match RecordBody::content_of(&read.record) {
+                            Some(content) => await_boxed!(self.reply_content(content))?,
+                            None => {
+                                self.reply_bytes(self.format.encode_record(&RecordBody::Decoded(read.record.clone()))?)
+                            }
+                        },
                     };
                     if read.version.unique {
                         response.headers_mut().insert(header::ETAG, header_value(&etag::etag(read.version.time)));
@@ -791,7 +799,7 @@ impl RestRequest<'_> {
     /// The request's body, taken out of its slot, decoded; keep its memory grant
     /// alive while working on it.
     async fn body(&self, slot: &mut Option<Body>) -> Result<DecodedBody, ApiError> {
-        read_and_decode(self.state, self.headers, slot, self.state.rest_body_limit).await
+        read_and_decode(self.state, self.headers, slot, self.state.rest_body_limit, Bodies::Rest).await
     }
 
     /// The request's body, which must be one record.
@@ -811,6 +819,31 @@ impl RestRequest<'_> {
 
     fn reply(&self, value: &Value) -> Result<Response, ApiError> {
         Ok(self.reply_bytes(self.encode(value)?))
+    }
+
+    /// Whether this table's records may be content ([`RecordBody::content`]): it has
+    /// both attributes (a dynamic table gains them when a record holds them), so a
+    /// read of any other table looks at nothing more.
+    fn holds_content(&self) -> bool {
+        let schema = self.table.schema();
+        schema.attribute(lyre_core::CONTENT_TYPE).is_some() && schema.attribute(lyre_core::CONTENT_DATA).is_some()
+    }
+
+    /// A content record's data as it is, with its media type (as Harper answers a
+    /// record holding `contentType` and `data`, whatever the request's `Accept`).
+    async fn reply_content(&self, (content_type, data): (String, Value)) -> Result<Response, ApiError> {
+        let mut response = match data {
+            Value::Blob(blob) => blob::send(self.table.blobs(), &blob, self.headers, None).await?,
+            Value::String(text) => Response::new(Body::from(text)),
+            Value::Bytes(bytes) => Response::new(Body::from(bytes)),
+            _ => return Err(ApiError::new(Code::Internal, "a content record's data is not text, bytes or a blob")),
+        };
+        let headers = response.headers_mut();
+        let media = HeaderValue::from_str(&content_type)
+            .unwrap_or(HeaderValue::from_static(lyre_core::blobs::DEFAULT_CONTENT_TYPE));
+        headers.insert(header::CONTENT_TYPE, media);
+        headers.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+        Ok(response)
     }
 
     /// A response of `body`, already encoded in the request's format.

@@ -14,7 +14,7 @@ use lyre_core::{Code, Context, Engine, Object, Table, Value};
 
 use crate::app::AppState;
 use crate::components::Exports;
-use crate::http::body::{DecodedBody, read_and_decode};
+use crate::http::body::{Bodies, DecodedBody, read_and_decode};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
 use crate::http::negotiate::response_format;
@@ -88,7 +88,7 @@ pub async fn serve(
         // The body's memory stays granted until the script has answered.
         let (body, _memory) = if carries_body(&parts.headers) {
             let DecodedBody { value, memory } =
-                read_and_decode(state, &parts.headers, body, state.rest_body_limit).await?;
+                read_and_decode(state, &parts.headers, body, state.rest_body_limit, Bodies::Rest).await?;
             (Some(value), Some(memory))
         } else {
             (None, None)
