@@ -102,6 +102,9 @@ async fn search_by_value_exact_and_wildcards() {
     assert_eq!(ids(&legacy), [2]);
     let paged = s.ok(json!({"operation": "search_by_value", "database": "dev", "table": "dog", "attribute": "id", "value": "*", "limit": 3, "offset": 2})).await;
     assert_eq!(ids(&paged), [3, 4, 5]);
+    // Numbers written as text (a client passing on query parameters), as Harper takes them.
+    let as_text = s.ok(json!({"operation": "search_by_value", "database": "dev", "table": "dog", "attribute": "id", "value": "*", "limit": "3", "offset": " 2"})).await;
+    assert_eq!(ids(&as_text), [3, 4, 5]);
     let reversed = s.ok(json!({"operation": "search_by_value", "database": "dev", "table": "dog", "attribute": "id", "value": "*", "desc": true, "limit": 2})).await;
     assert_eq!(ids(&reversed), [10, 8]);
     let reverse = s.ok(json!({"operation": "search_by_value", "database": "dev", "table": "dog", "attribute": "id", "value": "*", "reverse": true, "limit": 1})).await;
@@ -124,6 +127,7 @@ async fn search_by_value_exact_and_wildcards() {
     )
     .await;
     s.fails(json!({"operation": "search_by_value", "database": "dev", "table": "dog", "attribute": "id", "value": "*", "limit": -1}), 400, "'limit' must be a non-negative integer").await;
+    s.fails(json!({"operation": "search_by_value", "database": "dev", "table": "dog", "attribute": "id", "value": "*", "limit": "two"}), 400, "'limit' must be a non-negative integer").await;
 }
 
 #[tokio::test]

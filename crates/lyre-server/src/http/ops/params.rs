@@ -85,13 +85,17 @@ impl Params {
         }
     }
 
-    /// An optional non-negative integer.
+    /// An optional non-negative integer; written as text too (`"2"`), which Harper's
+    /// JavaScript takes as the number.
     pub fn count(&mut self, keys: &[&str]) -> Result<Option<usize>, ApiError> {
         match self.take(keys) {
             None => Ok(None),
             Some((_, Value::Int(i))) if i >= 0 => Ok(Some(usize::try_from(i).unwrap_or(usize::MAX))),
             // JSON `1.0` is the integer 1 to Harper's JavaScript.
             Some((_, Value::Float(f))) if f >= 0.0 && f.fract() == 0.0 && f < 2f64.powi(53) => Ok(Some(f as usize)),
+            Some((_, Value::String(text))) if let Ok(n) = text.trim().parse::<u64>() => {
+                Ok(Some(usize::try_from(n).unwrap_or(usize::MAX)))
+            }
             Some((key, _)) => Err(ApiError::bad_request(format!("'{key}' must be a non-negative integer"))),
         }
     }
