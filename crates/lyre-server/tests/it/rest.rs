@@ -113,6 +113,25 @@ async fn url_forms() {
         description["attributes"][0],
         json!({"type": "ID", "name": "id", "isPrimaryKey": true, "attribute": "id"})
     );
+    // As Harper's schema describes them: arrays by their elements, relationships
+    // by the table they lead to.
+    let described = |name: &str| {
+        let found = description["attributes"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned();
+        found.unwrap_or_else(|| panic!("{name} is not described: {description}"))
+    };
+    assert_eq!(
+        described("tags"),
+        json!({"type": "array", "elements": {"type": "String"}, "name": "tags", "indexed": {}, "attribute": "tags"})
+    );
+    assert_eq!(described("brand"), json!({"type": "Brand", "name": "brand", "relationship": {"from": "brandId"}}));
+    let brands = get(&s, "/Brand").await;
+    let products = brands["attributes"].as_array().unwrap().iter().find(|a| a["name"] == "products").cloned();
+    assert_eq!(
+        products,
+        Some(
+            json!({"type": "array", "elements": {"type": "Product"}, "name": "products", "relationship": {"to": "brandId"}})
+        )
+    );
     assert_eq!(ids(&get(&s, "/products/").await), ["p1", "p2", "p3", "p4", "p5", "p6"]);
     let p1 = get(&s, "/products/p1").await;
     assert_eq!((p1["name"].clone(), p1["details"]["color"].clone()), (json!("Foo"), json!("red")));

@@ -894,13 +894,35 @@ pub(crate) fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Re
     out.insert("name".into(), schema.name.clone().into());
     out.insert("database".into(), schema.database.clone().into());
     out.insert("auditSize".into(), Value::Int(i64::try_from(stats.db_audit_size).unwrap_or(i64::MAX)));
-    let attributes: Vec<Value> = schema
+    // Each attribute as Harper's schema describes one: `[T]` as an array of
+    // `elements`, `T!` not `nullable`; then the relationships, typed by the table
+    // they lead to, with their `from` or `to`.
+    let typed = |type_name: Option<&str>, list: bool| {
+        let mut attribute = Object::default();
+        let named = type_name.map(|t| Value::from(t.to_string()));
+        match (list, named) {
+            (true, named) => {
+                attribute.insert("type".into(), "array".into());
+                let mut elements = Object::default();
+                if let Some(named) = named {
+                    elements.insert("type".into(), named);
+                }
+                attribute.insert("elements".into(), Value::Object(elements));
+            }
+            (false, Some(named)) => {
+                attribute.insert("type".into(), named);
+            }
+            (false, None) => {}
+        }
+        attribute
+    };
+    let mut attributes: Vec<Value> = schema
         .attributes
         .iter()
         .map(|a| {
-            let mut attribute = Object::default();
-            if let Some(t) = &a.type_name {
-                attribute.insert("type".into(), t.clone().into());
+            let mut attribute = typed(a.type_name.as_deref(), a.shape.list);
+            if a.shape.required {
+                attribute.insert("nullable".into(), false.into());
             }
             attribute.insert("name".into(), a.name.clone().into());
             if a.is_primary_key {
@@ -912,6 +934,18 @@ pub(crate) fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Re
             Value::Object(attribute)
         })
         .collect();
+    attributes.extend(schema.relationships.iter().map(|r| {
+        let mut attribute = typed(Some(&r.table), r.list);
+        attribute.insert("name".into(), r.name.clone().into());
+        let mut relationship = Object::default();
+        for (end, attribute) in [("from", &r.from), ("to", &r.to)] {
+            if let Some(attribute) = attribute {
+                relationship.insert(end.into(), attribute.clone().into());
+            }
+        }
+        attribute.insert("relationship".into(), Value::Object(relationship));
+        Value::Object(attribute)
+    }));
     out.insert("attributes".into(), Value::Array(attributes));
     out.insert("recordCount".into(), Value::Int(i64::try_from(stats.record_count).unwrap_or(i64::MAX)));
     Ok(Value::Object(out))
