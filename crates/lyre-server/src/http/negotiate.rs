@@ -107,7 +107,8 @@ pub fn rest_body(headers: &HeaderMap, body: &[u8]) -> Result<RestBody, ApiError>
         "" | "text/plain" | "application/json" | "application/x-www-form-urlencoded" => {
             RestBody::Structured(body_format(headers, body)?)
         }
-        other => match Format::from_media_type(other).filter(|f| *f != Format::Json) {
+        // CSV is a format Lyre answers in, not one it reads a record from.
+        other => match Format::from_media_type(other).filter(|f| !matches!(f, Format::Json | Format::Csv)) {
             Some(_) => RestBody::Structured(body_format(headers, body)?),
             None => RestBody::Content(other.to_string()),
         },

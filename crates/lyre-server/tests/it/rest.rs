@@ -394,6 +394,7 @@ async fn forms_and_bodies_of_other_media_types_are_kept_as_harper_keeps_them() {
         ("h1", Some("text/html; charset=utf-8"), b"<p>hi</p>".to_vec()),
         ("b1", Some("application/octet-stream"), bytes.clone()),
         ("x1", Some("application/xml"), b"<a/>".to_vec()),
+        ("c1", Some("text/csv"), b"a,b\n1,2\n".to_vec()),
         ("n1", None, b"plain words".to_vec()),
     ] {
         let mut put = s.client.put(s.rest(&format!("/Note/{id}"))).basic_auth(USER, Some(PASSWORD));
