@@ -852,10 +852,15 @@ impl RecordBody {
     /// that is text, bytes or a blob, Harper's marker for a body of one media type
     /// (what a write of such a body stores, and what a caching table keeps of an
     /// origin's answer that is not JSON). A REST read answers the data as it is,
-    /// with that type. Only those two attributes are decoded.
+    /// with that type. Only those two attributes are decoded, and only from a
+    /// record whose bytes hold the key at all: for most records this is one scan
+    /// for the key's MessagePack encoding (Lyre writes a name that short as a
+    /// fixstr, `0xab` and its 11 bytes).
     pub fn content(&self) -> Result<Option<(String, Value)>> {
+        const ENCODED_KEY: &[u8] = b"\xabcontentType";
         match self {
             RecordBody::Decoded(record) => Ok(Self::content_of(record)),
+            RecordBody::Stored(bytes) if memchr::memmem::find(bytes, ENCODED_KEY).is_none() => Ok(None),
             RecordBody::Stored(bytes) => {
                 let names = [CONTENT_TYPE.to_string(), CONTENT_DATA.to_string()];
                 let found = crate::raw::decode_object_only(bytes, &names).map_err(|e| Error::Corrupt(e.into()))?;

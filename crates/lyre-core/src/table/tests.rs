@@ -5,7 +5,7 @@ use lyre_store::{Flags, Version};
 
 use crate::catalog::TableSpec;
 use crate::record::{decode_entry, validate};
-use crate::table::{Expect, RecordVersion, Table, WriteMode, WriteOptions};
+use crate::table::{Expect, RecordBody, RecordVersion, Table, WriteMode, WriteOptions};
 use crate::value::{Object, Value};
 use crate::{Context, Engine};
 
@@ -310,4 +310,29 @@ async fn a_consistency_check_reads_the_schema_of_its_snapshot() {
     assert!(resolved_before.schema().attribute("added").is_none(), "the handle predates the attribute");
     let report = crate::services::check_consistency(&resolved_before, &ctx).unwrap();
     assert_eq!((report.records, report.phantom_count, report.missing_count), (2, 0, 0), "{report:?}");
+}
+
+/// A content record is found in its stored bytes as Lyre encodes them, and only
+/// there: not in a record that merely holds the key's text as a value, nor in one
+/// whose data is not text, bytes or a blob.
+#[test]
+fn content_records_are_found_in_their_stored_bytes() {
+    let stored = |record: &Object| {
+        let mut bytes = Vec::new();
+        crate::value::write_object(record, &mut bytes);
+        RecordBody::Stored(bytes)
+    };
+    let content = crate::content_record("text/html", b"<p>hi</p>".to_vec());
+    let expected = Some(("text/html".to_string(), Value::from("<p>hi</p>")));
+    assert_eq!(stored(&content).content().unwrap(), expected);
+    assert_eq!(RecordBody::Decoded(content.clone()).content().unwrap(), expected);
+    let bytes = crate::content_record("image/png", vec![0x89, 0x50]);
+    assert_eq!(stored(&bytes).content().unwrap(), Some(("image/png".to_string(), Value::Bytes(vec![0x89, 0x50]))));
+    let mut mentions = Object::default();
+    mentions.insert("note".into(), Value::from("contentType"));
+    mentions.insert("data".into(), Value::from("x"));
+    assert_eq!(stored(&mentions).content().unwrap(), None);
+    let mut numeric = content.clone();
+    numeric.insert("data".into(), Value::Int(5));
+    assert_eq!(stored(&numeric).content().unwrap(), None);
 }

@@ -1,6 +1,8 @@
 //! Topics bound to records: `<export>/<id>` names the record `<id>` of an exported
 //! table, in the same namespace as REST. A retained publish writes the record (an
-//! empty one deletes it), a publish without retain is a message to it (logged,
+//! empty one deletes it; a payload that is not a JSON object is kept as content,
+//! `{contentType, data}`, and sent back as it came), a publish without retain is a
+//! message to it (logged,
 //! the record unchanged); a subscription whose filter can match such topics
 //! follows the tables' change feeds, the current record first as a retained
 //! message.
@@ -36,8 +38,16 @@ pub(crate) struct RecordTopic {
 /// The record `topic` names, if its first level is an exported table (`Err` for
 /// an id the table's key cannot be).
 pub(crate) fn record_topic(state: &AppState, topic: &str) -> Result<Option<RecordTopic>, ApiError> {
-    let Some((first, id)) = topic.split_once('/') else { return Ok(None) };
     let exports = state.components.exports();
+    let Some((first, id)) = topic.split_once('/') else {
+        // A table's own name is its namespace, not a plain topic (Harper refuses it).
+        return match exports.get(topic) {
+            Some(_) => {
+                Err(ApiError::bad_request(format!("the topic '{topic}' names table '{topic}' but no record id")))
+            }
+            None => Ok(None),
+        };
+    };
     let Some(export) = exports.get(first) else { return Ok(None) };
     if id.is_empty() {
         return Err(ApiError::bad_request(format!("the topic '{topic}' names table '{first}' but no record id")));
@@ -66,14 +76,17 @@ pub(crate) async fn publish(
             table.delete(ctx, vec![target.id]).await?;
         }
         (true, false) => {
-            let Value::Object(record) = parse_json(payload)? else {
-                return Err(ApiError::bad_request("a retained publish to a record must carry a JSON object"));
+            // As Harper reads a payload of no stated type: a JSON object is the
+            // record; anything else is kept as content, sent back as it came.
+            let record = match json_object(payload) {
+                Some(record) => record,
+                None => lyre_core::content_record(lyre_core::blobs::DEFAULT_CONTENT_TYPE, payload.to_vec()),
             };
             table.put(ctx, target.id, record, WriteOptions::default()).await?;
         }
         (false, _) => {
             let message = match payload.first() {
-                Some(b'{' | b'[') => parse_json(payload)?,
+                Some(b'{' | b'[') => serde_json::from_slice(payload).unwrap_or_else(|_| Value::Bytes(payload.to_vec())),
                 _ => Value::Bytes(payload.to_vec()),
             };
             let committed = table.publish_queued(ctx, &target.id, &message).await?;
@@ -86,8 +99,12 @@ pub(crate) async fn publish(
 /// Resolves once a record publish is committed.
 pub(crate) type Committed = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ApiError>> + Send>>;
 
-fn parse_json(payload: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(payload).map_err(|e| ApiError::bad_request(format!("the payload is not valid JSON: {e}")))
+/// The payload as a record, when it is a JSON object.
+fn json_object(payload: &[u8]) -> Option<lyre_core::Object> {
+    match serde_json::from_slice(payload) {
+        Ok(Value::Object(record)) if payload.first() == Some(&b'{') => Some(record),
+        _ => None,
+    }
 }
 
 /// One change feed a subscription follows: one table's, with what to ask it.
@@ -222,8 +239,9 @@ pub(crate) async fn forward(
     }
 }
 
-/// `event` as a delivery: the record as JSON (a delete empty, a message as its
-/// publisher sent it), the current state retained.
+/// `event` as a delivery: the record as JSON, or a content record's data as it is
+/// (a delete `null`, as Harper sends it; a message as its publisher sent it), the
+/// current state retained.
 pub(crate) fn delivery(
     event: &Event,
     names: &HashMap<String, String>,
@@ -231,9 +249,11 @@ pub(crate) fn delivery(
     cursor: u64,
 ) -> Option<Delivery> {
     let name = names.get(&*event.table)?;
-    let payload = match &event.value {
-        EventValue::None => Bytes::new(),
-        EventValue::Message(Value::Bytes(bytes)) => Bytes::from(bytes.clone()),
+    let payload = match (&event.value, event.content()) {
+        (EventValue::None, _) => Bytes::from_static(b"null"),
+        (EventValue::Message(Value::Bytes(bytes)), _) => Bytes::from(bytes.clone()),
+        (_, Some((_, Value::String(text)))) => Bytes::from(text.clone()),
+        (_, Some((_, Value::Bytes(bytes)))) => Bytes::from(bytes.clone()),
         _ => Bytes::from_owner(event.value_json().ok()?),
     };
     let retained_state = event.kind != EventKind::Message;

@@ -114,6 +114,9 @@ pub struct Event {
     /// The value as JSON, made by the first subscriber that asks (see
     /// [`Event::value_json`]).
     json: OnceLock<Arc<[u8]>>,
+    /// The record's content, if it is a content record, worked out by the first
+    /// subscriber that asks (see [`Event::content`]).
+    content: OnceLock<Option<(String, Value)>>,
 }
 
 impl Event {
@@ -150,6 +153,7 @@ impl Event {
             current: false,
             origin: entry.origin.as_deref().map(Arc::from),
             json: OnceLock::new(),
+            content: OnceLock::new(),
         }))
     }
 
@@ -169,7 +173,21 @@ impl Event {
             current: true,
             origin: None,
             json: OnceLock::new(),
+            content: OnceLock::new(),
         }
+    }
+
+    /// The record's media type and data when it is a content record
+    /// ([`RecordBody::content`]), worked out once however many subscribers send
+    /// it: a protocol that sends payloads (MQTT) sends that data as it is, as
+    /// Harper does.
+    pub fn content(&self) -> Option<&(String, Value)> {
+        self.content
+            .get_or_init(|| match &self.value {
+                EventValue::Record(body) => body.content().ok().flatten(),
+                _ => None,
+            })
+            .as_ref()
     }
 
     /// The value as JSON (empty for a delete), encoded once however many

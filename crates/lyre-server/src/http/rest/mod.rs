@@ -621,7 +621,7 @@ impl RestRequest<'_> {
                         self.reply(&projected)?
                     }
                     Some(select) => self.reply(&self.table.project(&self.ctx, record.into_object()?, &select)?)?,
-                    None => match self.holds_content().then(|| record.content()).transpose()?.flatten() {
+                    None => match record.content()? {
                         Some(content) => await_boxed!(self.reply_content(content))?,
                         None => self.reply_bytes(self.format.encode_record(&record)?),
                     },
@@ -819,14 +819,6 @@ impl RestRequest<'_> {
 
     fn reply(&self, value: &Value) -> Result<Response, ApiError> {
         Ok(self.reply_bytes(self.encode(value)?))
-    }
-
-    /// Whether this table's records may be content ([`RecordBody::content`]): it has
-    /// both attributes (a dynamic table gains them when a record holds them), so a
-    /// read of any other table looks at nothing more.
-    fn holds_content(&self) -> bool {
-        let schema = self.table.schema();
-        schema.attribute(lyre_core::CONTENT_TYPE).is_some() && schema.attribute(lyre_core::CONTENT_DATA).is_some()
     }
 
     /// A content record's data as it is, with its media type (as Harper answers a

@@ -14,14 +14,14 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use super::client::{Raw, V5, V311};
 use super::dogs;
-use crate::support::PASSWORD;
+use crate::support::{PASSWORD, USER};
 
 fn json_of(payload: &[u8]) -> Value {
     serde_json::from_slice(payload).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(payload)))
 }
 
 /// A subscription to `Dog/1` receives the current record as a retained message,
-/// then a REST write (RETAIN 0), then a delete as an empty payload.
+/// then a REST write (RETAIN 0), then a delete as `null` (as Harper sends it).
 #[tokio::test]
 async fn a_rest_write_arrives_on_mqtt() {
     let s = dogs().await;
@@ -45,7 +45,7 @@ async fn a_rest_write_arrives_on_mqtt() {
     assert_eq!(sub.next_publish().await.topic_name, "Dog/1");
     s.rest_send(Method::DELETE, "/Dog/1", None, &[]).await;
     let deleted = sub.next_publish().await;
-    assert_eq!((deleted.topic_name.as_str(), deleted.payload.len()), ("Dog/1", 0), "a delete is an empty payload");
+    assert_eq!((deleted.topic_name.as_str(), &deleted.payload[..]), ("Dog/1", &b"null"[..]), "a delete is null");
 }
 
 /// A retained publish to `Dog/<id>` is a put readable over REST; an empty one
@@ -77,10 +77,20 @@ async fn mqtt_publishes_are_writes_and_messages() {
     assert_eq!(publisher.publish("Dog/7", b"", QoS::AtLeastOnce, true, 3).await, 0);
     let (status, _, _) = s.rest_send(Method::GET, "/Dog/7", None, &[]).await;
     assert_eq!(status, 404, "an empty retained publish deletes the record");
-    // A retained payload that is not a JSON object is refused with 0x99.
-    assert_eq!(publisher.publish("Dog/8", b"not json", QoS::AtLeastOnce, true, 4).await, 0x99);
-    let (status, _, _) = s.rest_send(Method::GET, "/Dog/8", None, &[]).await;
-    assert_eq!(status, 404, "nothing was written");
+    // A retained payload that is not a JSON object (text, an array, JSON that does
+    // not parse) is kept as content, as Harper keeps it: read back, and sent to
+    // subscribers, as it came.
+    let (mut watcher, _) = Raw::connect(&s, V5, "dog-8-watcher", true).await;
+    watcher.subscribe(1, "Dog/8", QoS::AtMostOnce).await;
+    for (packet, payload) in [(4, &b"offline"[..]), (5, b"[1,2]"), (6, b"{bad")] {
+        assert_eq!(publisher.publish("Dog/8", payload, QoS::AtLeastOnce, true, packet).await, 0);
+        let answer = s.client.get(s.rest("/Dog/8")).basic_auth(USER, Some(PASSWORD)).send().await.unwrap();
+        assert_eq!(answer.headers()["content-type"], "application/octet-stream");
+        assert_eq!(answer.bytes().await.unwrap().as_ref(), payload);
+        assert_eq!(&watcher.next_publish().await.payload[..], payload);
+    }
+    // A table's own name is not a topic to publish to.
+    assert_eq!(publisher.publish("Dog", br#"{"name":"x"}"#, QoS::AtLeastOnce, true, 7).await, 0x99);
 }
 
 async fn ws_json(
