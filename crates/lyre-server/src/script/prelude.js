@@ -53,6 +53,26 @@
 		}
 	}
 
+	/** What a query may say besides its conditions' text, as a RequestTarget's properties. */
+	const QUERY_PARTS = ['conditions', 'operator', 'limit', 'offset', 'select', 'sort'];
+
+	/**
+	 * The query a search runs: a query string, a query object, or a request's
+	 * target, whose query string the parts code set on the target override
+	 * (`target.conditions = [...]`, `target.limit = 1`), as in Harper, where code
+	 * edits the target its query string was parsed into.
+	 */
+	function queryOf(target) {
+		if (typeof target === 'string') return target;
+		if (target?.query) return target.query;
+		if (!(target instanceof RequestTarget)) return '';
+		const set = QUERY_PARTS.filter((part) => Object.hasOwn(target, part) && target[part] !== undefined);
+		if (set.length === 0) return target.search;
+		const query = { search: target.search };
+		for (const part of set) query[part] = target[part];
+		return query;
+	}
+
 	/** The target a static call was given: a RequestTarget, a query object, or an id. */
 	function targetOf(argument) {
 		if (argument instanceof RequestTarget) return argument;
@@ -509,8 +529,7 @@
 				return guarded(this, 'allowRead', target, target, (handle) => readRecord(id, handle));
 			}
 			search(target) {
-				const query =
-					typeof target === 'string' ? target : (target?.query ?? (target instanceof RequestTarget ? target.search : ''));
+				const query = queryOf(target);
 				const frozen = this.constructor.loadAsInstance === false;
 				return guarded(this, 'allowRead', target, target, (handle) =>
 					results(
@@ -564,7 +583,9 @@
 			}
 			/** Records matching a query object, or REST's query string (`name=x&limit(5)`). */
 			static search(query, context) {
-				return new this(null, context).search(typeof query === 'string' ? query : targetOf(query ?? null));
+				// An array is the conditions (Harper's `search([{attribute, value}])`).
+				const asked = Array.isArray(query) ? { conditions: query } : query;
+				return new this(null, context).search(typeof asked === 'string' ? asked : targetOf(asked ?? null));
 			}
 			static create(record, context) {
 				return new this(null, context).create(targetOf(null), record);

@@ -860,6 +860,80 @@ async fn a_script_source_fills_a_caching_table() {
     assert_eq!((status, body["token"].clone(), count()), (200, json!("secret"), 4));
 }
 
+/// Classes that edit the query of the request they pass on, and searches given
+/// conditions as an array or a single attribute to select, as Harper's take them.
+const EDITED_QUERIES: &str = r#"
+export class Labs extends tables.Cat {
+	static loadAsInstance = false;
+	get(target) {
+		if (target.isCollection) target.conditions = [{ attribute: 'breed', value: 'lab' }];
+		return super.get(target);
+	}
+}
+export class Eldest extends tables.Cat {
+	static loadAsInstance = false;
+	get(target) {
+		if (target.isCollection) {
+			target.limit = 1;
+			target.sort = { attribute: 'age', descending: true };
+		}
+		return super.get(target);
+	}
+}
+export class Names extends tables.Cat {
+	static loadAsInstance = false;
+	get(target) {
+		if (target.isCollection) target.select = ['name'];
+		return super.get(target);
+	}
+}
+export class Searches extends Resource {
+	static loadAsInstance = false;
+	async get() {
+		const pugs = await tables.Cat.search([{ attribute: 'breed', value: 'pug' }]);
+		const labs = { conditions: [{ attribute: 'breed', value: 'lab' }], select: 'name', sort: { attribute: 'name' } };
+		return { pugs: pugs.map((cat) => cat.id), labs: await tables.Cat.search(labs) };
+	}
+}
+"#;
+
+#[tokio::test]
+async fn a_query_code_sets_on_its_target_is_the_one_searched() {
+    let s = TestServer::start().await;
+    let config = "rest: true\ngraphqlSchema:\n  files: 'schema.graphql'\njsResource:\n  files: 'resources.js'\n";
+    let schema =
+        "type Cat @table @export { id: ID @primaryKey name: String breed: String @indexed age: Int @indexed }\n";
+    let files = [("config.yaml", config), ("schema.graphql", schema), ("resources.js", EDITED_QUERIES)];
+    let (status, answer) = deploy(&s, "cats", &files).await;
+    assert_eq!(status, 200, "{answer}");
+    for (id, name, breed, age) in
+        [("c1", "Tom", "lab", 3), ("c2", "Ace", "lab", 5), ("c3", "Bo", "pug", 7), ("c4", "Cy", "tabby", 1)]
+    {
+        let record = json!({"name": name, "breed": breed, "age": age});
+        assert_eq!(s.rest_send(Method::PUT, &format!("/Cat/{id}"), Some(&record), &[]).await.0, 204);
+    }
+    let ids = |body: &Value| {
+        let mut ids: Vec<String> =
+            body.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    };
+    // Conditions set in code replace the query string's; a limit and sort set in
+    // code go with the query string's conditions.
+    for path in ["/Labs/", "/Labs/?age=gt=4"] {
+        let (status, _, body) = s.rest_send(Method::GET, path, None, &[]).await;
+        assert_eq!((status, ids(&body)), (200, vec!["c1".to_string(), "c2".to_string()]), "{path}: {body}");
+    }
+    let (_, _, eldest) = s.rest_send(Method::GET, "/Eldest/", None, &[]).await;
+    assert_eq!(ids(&eldest), ["c3"], "{eldest}");
+    let (_, _, eldest_lab) = s.rest_send(Method::GET, "/Eldest/?breed=lab", None, &[]).await;
+    assert_eq!(ids(&eldest_lab), ["c2"], "{eldest_lab}");
+    let (_, _, names) = s.rest_send(Method::GET, "/Names/?breed=pug", None, &[]).await;
+    assert_eq!(names, json!([{"name": "Bo"}]));
+    let (status, _, searched) = s.rest_send(Method::GET, "/Searches", None, &[]).await;
+    assert_eq!((status, searched), (200, json!({"pugs": ["c3"], "labs": ["Ace", "Tom"]})));
+}
+
 /// A source whose errors state statuses, and one that runs too long.
 const STATED_SOURCE: &str = r#"
 class StatedSource extends Resource {

@@ -43,9 +43,56 @@ impl RestGrammar for Grammar {
         super::search_query(&self.engine, table.schema(), raw).map_err(parts)
     }
 
-    fn query_object(&self, _table: &Table, object: Object) -> Result<Query, (Code, String)> {
+    fn query_object(&self, table: &Table, mut object: Object) -> Result<Query, (Code, String)> {
+        // A request's target: its query string, under what the script's code set on
+        // the target (Harper's code edits the target its query string was parsed into).
+        let parsed = match object.shift_remove("search") {
+            Some(Value::String(raw)) => Some(self.query_string(table, &raw)?),
+            _ => None,
+        };
+        // `select: 'name'`: each record's value of that one attribute, as Harper's.
+        let single = match object.get("select") {
+            Some(Value::String(name)) => Some(name.clone()),
+            _ => None,
+        };
+        if single.is_some() {
+            object.shift_remove("select");
+        }
+        let set = |key: &str| object.contains_key(key);
+        let (conditions, operator, limit, offset, select, sort) =
+            (set("conditions"), set("operator"), set("limit"), set("offset"), set("select"), set("sort"));
         let mut params = crate::http::ops::Params::from_object(object);
-        crate::http::ops::search::query_object(&mut params).map_err(parts)
+        let given = crate::http::ops::search::query_object(&mut params).map_err(parts)?;
+        let mut query = match parsed {
+            None => given,
+            Some(mut query) => {
+                if conditions {
+                    query.conditions = given.conditions;
+                }
+                if conditions || operator {
+                    query.operator = given.operator;
+                }
+                if limit {
+                    query.limit = given.limit;
+                }
+                if offset {
+                    query.offset = given.offset;
+                }
+                if select {
+                    query.select = given.select;
+                }
+                if sort {
+                    (query.sort, query.vector) = (given.sort, given.vector);
+                }
+                query
+            }
+        };
+        if let Some(name) = single {
+            let field = lyre_core::query::Field { name, nested: None };
+            query.select =
+                lyre_core::query::Select::Fields { fields: vec![field], shape: lyre_core::query::Shaped::Value };
+        }
+        Ok(query)
     }
 
     fn describe(&self, table: &Table, ctx: &Context) -> Result<Value, (Code, String)> {
