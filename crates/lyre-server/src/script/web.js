@@ -266,6 +266,8 @@
 	// ---- Headers, Request, Response, fetch ----
 	class Headers {
 		#map = new Map();
+		/** `Set-Cookie` values, each kept whole (the Fetch standard's `getSetCookie`): joined, a browser would lose all but the first cookie. */
+		#cookies = [];
 		constructor(init) {
 			if (init === undefined || init === null) return;
 			const pairs =
@@ -274,26 +276,37 @@
 		}
 		append(name, value) {
 			const key = String(name).toLowerCase();
+			if (key === 'set-cookie') return void this.#cookies.push(String(value));
 			const existing = this.#map.get(key);
 			this.#map.set(key, existing === undefined ? String(value) : `${existing}, ${value}`);
 		}
 		set(name, value) {
-			this.#map.set(String(name).toLowerCase(), String(value));
+			const key = String(name).toLowerCase();
+			if (key === 'set-cookie') return void (this.#cookies = [String(value)]);
+			this.#map.set(key, String(value));
 		}
 		get(name) {
-			return this.#map.get(String(name).toLowerCase()) ?? null;
+			const key = String(name).toLowerCase();
+			if (key === 'set-cookie') return this.#cookies.length > 0 ? this.#cookies.join(', ') : null;
+			return this.#map.get(key) ?? null;
+		}
+		getSetCookie() {
+			return [...this.#cookies];
 		}
 		has(name) {
-			return this.#map.has(String(name).toLowerCase());
+			const key = String(name).toLowerCase();
+			return key === 'set-cookie' ? this.#cookies.length > 0 : this.#map.has(key);
 		}
 		delete(name) {
-			this.#map.delete(String(name).toLowerCase());
+			const key = String(name).toLowerCase();
+			if (key === 'set-cookie') this.#cookies = [];
+			else this.#map.delete(key);
 		}
 		forEach(callback, thisArg) {
 			for (const [name, value] of this) callback.call(thisArg, value, name, this);
 		}
 		*entries() {
-			yield* [...this.#map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+			yield* this.pairs().sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
 		}
 		*keys() {
 			for (const [name] of this.entries()) yield name;
@@ -304,9 +317,9 @@
 		[Symbol.iterator]() {
 			return this.entries();
 		}
-		/** Every header as a `[name, value]` pair. */
+		/** Every header as a `[name, value]` pair, each `Set-Cookie` its own. */
 		pairs() {
-			return [...this.#map.entries()];
+			return [...this.#map.entries(), ...this.#cookies.map((cookie) => ['set-cookie', cookie])];
 		}
 	}
 

@@ -934,6 +934,37 @@ async fn a_query_code_sets_on_its_target_is_the_one_searched() {
     assert_eq!((status, searched), (200, json!({"pugs": ["c3"], "labs": ["Ace", "Tom"]})));
 }
 
+/// A resource setting two cookies and another header twice.
+const COOKIES: &str = r#"
+export class Cookies extends Resource {
+	static loadAsInstance = false;
+	get() {
+		const headers = this.getContext().responseHeaders;
+		headers.append('Set-Cookie', 'a=1; Path=/');
+		headers.append('Set-Cookie', 'b=2; Path=/');
+		headers.append('X-Multi', 'a');
+		headers.append('X-Multi', 'b');
+		return { cookies: headers.getSetCookie(), joined: headers.get('set-cookie') };
+	}
+}
+"#;
+
+/// Each cookie a script sets is a header of its own (joined, a browser would keep
+/// only the first), as Harper sends them; other repeated headers are joined.
+#[tokio::test]
+async fn each_cookie_a_script_sets_is_a_header_of_its_own() {
+    let s = TestServer::start().await;
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let (status, answer) = deploy(&s, "cookies", &[("config.yaml", config), ("resources.js", COOKIES)]).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, headers, body) = s.rest_send(Method::GET, "/Cookies", None, &[]).await;
+    assert_eq!(status, 200);
+    let cookies: Vec<&str> = headers.get_all("set-cookie").iter().map(|v| v.to_str().unwrap()).collect();
+    assert_eq!(cookies, ["a=1; Path=/", "b=2; Path=/"]);
+    assert_eq!(headers["x-multi"], "a, b");
+    assert_eq!(body, json!({"cookies": ["a=1; Path=/", "b=2; Path=/"], "joined": "a=1; Path=/, b=2; Path=/"}));
+}
+
 /// A source whose errors state statuses, and one that runs too long.
 const STATED_SOURCE: &str = r#"
 class StatedSource extends Resource {

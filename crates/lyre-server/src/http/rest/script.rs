@@ -215,12 +215,20 @@ pub(super) fn respond(reply: ScriptReply, format: Format) -> Result<Response, Ap
         ReplyBody::Record(record) => encoded(status, format.encode_record(&record)?, format),
         ReplyBody::Raw(bytes) => (status, bytes).into_response(),
     };
+    // A script's header replaces the default of its name; a name given again (each
+    // `Set-Cookie`) is added beside it.
+    let mut set = Vec::new();
     for (name, value) in reply.headers {
         let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) else {
             tracing::warn!(header = %name, "a script set a header that is not valid HTTP; it was left out");
             continue;
         };
-        response.headers_mut().insert(name, value);
+        if set.contains(&name) {
+            response.headers_mut().append(name, value);
+        } else {
+            set.push(name.clone());
+            response.headers_mut().insert(name, value);
+        }
     }
     Ok(response)
 }
