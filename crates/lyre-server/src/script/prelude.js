@@ -862,6 +862,14 @@
 		if (context.createdResource) {
 			return [201, [...(headers ?? []), ['location', String(context.newLocation)]], result];
 		}
+		// Bytes are sent as they are; a Map, a Set or another iterable as the array
+		// of what it yields (as Harper streams one).
+		if (result instanceof ArrayBuffer || ArrayBuffer.isView(result)) {
+			return [200, headers, undefined, result instanceof Uint8Array ? result : new Uint8Array(result.buffer ?? result, result.byteOffset ?? 0, result.byteLength)];
+		}
+		if (typeof result === 'object' && !Array.isArray(result) && typeof result[Symbol.iterator] === 'function') {
+			return [200, headers, [...result]];
+		}
 		return [200, headers, result];
 	}
 
@@ -942,6 +950,10 @@
 					: takesData
 						? Class[method](target, data, context)
 						: Class[method](target, context);
+			if (isAsyncIterable(result)) {
+				waiting[handle & SLOT_OF] = context;
+				return collected(result);
+			}
 			if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
 				waiting[handle & SLOT_OF] = context;
 				return result instanceof Promise ? result : Promise.resolve(result);
@@ -950,6 +962,18 @@
 		} catch (error) {
 			return failure(error, httpMethod);
 		}
+	}
+
+	/** Whether `value` is an async iterable that is not a promise (an async generator's result). */
+	function isAsyncIterable(value) {
+		return value !== null && typeof value === 'object' && typeof value[Symbol.asyncIterator] === 'function' && typeof value.then !== 'function';
+	}
+
+	/** What an async iterable yields, as one array (Harper streams it as one; the runtime's memory and time limits bound it). */
+	async function collected(iterable) {
+		const values = [];
+		for await (const value of iterable) values.push(value);
+		return values;
 	}
 
 	// ---- HTTP middleware (`server.http`) ----

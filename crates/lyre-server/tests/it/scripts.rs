@@ -934,6 +934,54 @@ async fn a_query_code_sets_on_its_target_is_the_one_searched() {
     assert_eq!((status, searched), (200, json!({"pugs": ["c3"], "labs": ["Ace", "Tom"]})));
 }
 
+/// Answers that are not JSON values as they stand: bytes, a Map, a Set, a
+/// generator and an async generator.
+const SHAPED_ANSWERS: &str = r#"
+export class Shaped extends Resource {
+	static loadAsInstance = false;
+	get(target) {
+		switch (target.get('as')) {
+			case 'bytes': return new TextEncoder().encode('u8 bytes');
+			case 'buffer': return new Uint8Array([0, 1, 255]).buffer;
+			case 'map': return new Map([['a', 1]]);
+			case 'set': return new Set([1, 2]);
+			case 'generator': return (function* () { yield 1; yield 2; })();
+			case 'async': return (async function* () { yield { a: 1 }; yield { a: 2 }; })();
+		}
+	}
+}
+"#;
+
+/// A script's answer of bytes is sent as bytes (`application/octet-stream`), and
+/// a Map, a Set or an iterable as the array of what it yields, as Harper sends
+/// them; OPTIONS on a script's resource is answered as on a table (CORS asks it).
+#[tokio::test]
+async fn bytes_collections_and_iterables_a_script_answers_are_sent_as_harper_sends_them() {
+    let s = TestServer::start().await;
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let (status, answer) = deploy(&s, "shaped", &[("config.yaml", config), ("resources.js", SHAPED_ANSWERS)]).await;
+    assert_eq!(status, 200, "{answer}");
+    for (shape, bytes) in [("bytes", &b"u8 bytes"[..]), ("buffer", &[0, 1, 255][..])] {
+        let answer =
+            s.client.get(s.rest(&format!("/Shaped?as={shape}"))).basic_auth(USER, Some(PASSWORD)).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.headers()["content-type"], "application/octet-stream", "{shape}");
+        assert_eq!(answer.bytes().await.unwrap().as_ref(), bytes, "{shape}");
+    }
+    for (shape, expected) in [
+        ("map", json!([["a", 1]])),
+        ("set", json!([1, 2])),
+        ("generator", json!([1, 2])),
+        ("async", json!([{"a": 1}, {"a": 2}])),
+    ] {
+        let (status, _, body) = s.rest_send(Method::GET, &format!("/Shaped?as={shape}"), None, &[]).await;
+        assert_eq!((status, body), (200, expected), "{shape}");
+    }
+    let (status, headers, _) = s.rest_send(Method::OPTIONS, "/Shaped", None, &[]).await;
+    assert_eq!(status, 204);
+    assert!(headers["allow"].to_str().unwrap().starts_with("GET, HEAD, POST"), "{headers:?}");
+}
+
 /// A resource setting two cookies and another header twice.
 const COOKIES: &str = r#"
 export class Cookies extends Resource {

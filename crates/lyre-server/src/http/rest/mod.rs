@@ -172,6 +172,10 @@ async fn route(
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
     };
     if let Some((path, export)) = scripted {
+        // Harper answers OPTIONS itself, for a script's resource too (CORS asks it).
+        if parts.method == Method::OPTIONS {
+            return options();
+        }
         return await_boxed!(script::serve(&state, &export, user, parts, body, path));
     }
     let Some(user) = user else {
@@ -354,11 +358,7 @@ impl RestRequest<'_> {
             | ("POST" | "DELETE", Target::Collection) => await_boxed!(self.write(method, body)),
             ("QUERY", Target::Collection | Target::Table) => await_boxed!(self.query_body(body)),
             ("PUT", Target::Property(..)) => await_boxed!(self.put_property(body)),
-            ("OPTIONS", _) => {
-                let mut response = StatusCode::NO_CONTENT.into_response();
-                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
-                Ok(response)
-            }
+            ("OPTIONS", _) => Ok(options()),
             ("TRACE", _) => self.reply(&Value::from("HarperDB is the terminating server")),
             ("PURGE", Target::Record(id)) if self.source.is_some() => {
                 // Dropping the cached copy is a delete of it: the same permission.
@@ -941,6 +941,13 @@ pub(crate) fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Re
     out.insert("attributes".into(), Value::Array(attributes));
     out.insert("recordCount".into(), Value::Int(i64::try_from(stats.record_count).unwrap_or(i64::MAX)));
     Ok(Value::Object(out))
+}
+
+/// Harper's answer to `OPTIONS`: 204 with every method REST takes.
+fn options() -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+    response
 }
 
 fn empty(status: StatusCode) -> Response {
