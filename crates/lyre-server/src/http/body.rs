@@ -281,12 +281,24 @@ pub(crate) async fn decode_body(
     let budget = &state.body_memory;
     let format = match bodies {
         Bodies::Structured => body_format(headers, &bytes)?,
-        Bodies::Rest => match rest_body(headers, &bytes)? {
+        Bodies::Rest | Bodies::Script => match rest_body(headers, &bytes, bodies == Bodies::Script)? {
             RestBody::Structured(format) => format,
-            RestBody::Form => return granted(budget, memory, deadline, arrived, form_record(&bytes)).await,
-            RestBody::Content(media) => {
-                let record = lyre_core::content_record(&media, bytes.to_vec());
+            RestBody::Form => {
+                let record = Value::Object(form_record(&bytes));
                 return granted(budget, memory, deadline, arrived, record).await;
+            }
+            RestBody::Content(media) => {
+                let record = Value::Object(lyre_core::content_record(&media, bytes.to_vec()));
+                return granted(budget, memory, deadline, arrived, record).await;
+            }
+            RestBody::Text => {
+                let text = String::from_utf8(bytes.to_vec()).map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "a text/plain body is not UTF-8 (at byte {})",
+                        e.utf8_error().valid_up_to()
+                    ))
+                })?;
+                return granted(budget, memory, deadline, arrived, Value::String(text)).await;
             }
         },
     };
@@ -326,16 +338,15 @@ pub(crate) async fn decode_body(
     Ok(DecodedBody { value, memory })
 }
 
-/// `record`, read from a body of `arrived` bytes, once the memory it holds is
+/// `value`, read from a body of `arrived` bytes, once the memory it holds is
 /// granted; the body's bytes are given back.
 async fn granted(
     budget: &BodyMemory,
     mut memory: Held,
     deadline: Instant,
     arrived: usize,
-    record: lyre_core::Object,
+    value: Value,
 ) -> Result<DecodedBody, ApiError> {
-    let value = Value::Object(record);
     let needed = held_for(Footprint::of(&value));
     budget.refuse_over_limit(&memory, needed)?;
     budget.grant(&mut memory, needed, deadline).await?;
@@ -356,6 +367,9 @@ pub(crate) enum Bodies {
     /// Those, forms, and content of any other media type, as Harper's REST reads
     /// them ([`rest_body`]).
     Rest,
+    /// As [`Bodies::Rest`], but `text/plain` is the text itself: what a script's
+    /// resource is given, as Harper gives it.
+    Script,
 }
 
 /// Reads and decodes a request body (see [`read_body`] and [`decode_body`]).

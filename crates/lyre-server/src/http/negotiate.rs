@@ -88,13 +88,16 @@ pub enum RestBody {
     Form,
     /// Any other media type (this one): a content record ([`lyre_core::content_record`]).
     Content(String),
+    /// `text/plain` for a script: the text itself, as Harper's deserializer gives it.
+    Text,
 }
 
 /// How a REST write reads its body: as [`body_format`] does, but a form that is not
 /// curl's JSON is its fields, and a body of any other media type (or of none, when
 /// it does not look like JSON) is kept as content, where the Operations API refuses
-/// them (415).
-pub fn rest_body(headers: &HeaderMap, body: &[u8]) -> Result<RestBody, ApiError> {
+/// them (415). A script (`text_as_text`) is given `text/plain` as the text itself;
+/// a table reads it as JSON (curl's `-d` with that type).
+pub fn rest_body(headers: &HeaderMap, body: &[u8], text_as_text: bool) -> Result<RestBody, ApiError> {
     let media = match headers.get(header::CONTENT_TYPE) {
         None => String::new(),
         Some(v) => v.to_str().map_err(|_| unsupported("<invalid header>"))?.to_ascii_lowercase(),
@@ -103,6 +106,7 @@ pub fn rest_body(headers: &HeaderMap, body: &[u8]) -> Result<RestBody, ApiError>
     let looks_like_json = body.first().is_some_and(|b| matches!(b, b'{' | b'[' | b' ' | b'\n'));
     Ok(match media {
         "application/x-www-form-urlencoded" if !looks_like_json => RestBody::Form,
+        "text/plain" if text_as_text => RestBody::Text,
         "" if !looks_like_json && !body.is_empty() => RestBody::Content(lyre_core::blobs::DEFAULT_CONTENT_TYPE.into()),
         "" | "text/plain" | "application/json" | "application/x-www-form-urlencoded" => {
             RestBody::Structured(body_format(headers, body)?)

@@ -323,6 +323,12 @@ async fn endpoints_answer_in_harpers_shapes() {
         s.rest_send(Method::POST, "/Echo", Some(&json!({"a": [1, 2]})), &[("X-Probe", "found")]).await;
     assert_eq!((status, body), (200, json!({"echoed": {"a": [1, 2]}, "user": USER, "probe": "found"})));
     assert_eq!(headers["x-echoed"], "yes");
+    // A text/plain body is the text itself, as Harper gives it (a table reads it as JSON).
+    for text in ["hello text", r#"{"a":1}"#] {
+        let post = s.client.post(s.rest("/Echo")).basic_auth(USER, Some(PASSWORD)).header("content-type", "text/plain");
+        let answer: Value = post.body(text).send().await.unwrap().json().await.unwrap();
+        assert_eq!(answer["echoed"], json!(text));
+    }
     let (status, _, body) = anonymous(&s, Method::POST, "/Echo", Some(json!({}))).await;
     assert_eq!((status, body), (200, json!({"echoed": {}, "user": null, "probe": null})));
     // No `put`: 405 naming the method, with what is allowed.

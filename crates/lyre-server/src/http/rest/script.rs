@@ -135,7 +135,7 @@ pub async fn serve(
         // The body's memory stays granted until the script has answered.
         let (body, _memory) = if carries_body(&parts.headers) {
             let DecodedBody { value, memory } =
-                read_and_decode(state, &parts.headers, body, state.rest_body_limit, Bodies::Rest).await?;
+                read_and_decode(state, &parts.headers, body, state.rest_body_limit, Bodies::Script).await?;
             (Some(value), Some(memory))
         } else {
             (None, None)
