@@ -1118,7 +1118,8 @@
 	function convertContent(kind, type, payload) {
 		const handler = contentTypes.get(type) ?? [...contentTypes].find(([name]) => name.toLowerCase() === type)?.[1];
 		if (typeof handler?.[kind] !== 'function') throw new ServerError(`the content type ${type} cannot ${kind}`, 500);
-		return handler[kind](payload);
+		// A body to deserialize is a Buffer, as Harper hands it over.
+		return handler[kind](kind === 'deserialize' ? Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength) : payload);
 	}
 
 	/** Harper's `server`: HTTP middleware registration. */

@@ -1,7 +1,7 @@
 // The web-standard globals applications use, which QuickJS does not have:
 // URLSearchParams, URL, Headers, Request, Response, fetch, TextEncoder,
 // TextDecoder, crypto (randomUUID, getRandomValues, subtle.digest), timers,
-// structuredClone, atob and btoa. Evaluated once per runtime, before prelude.js, as
+// structuredClone, atob and btoa; and Node's Buffer and setImmediate. Evaluated once per runtime, before prelude.js, as
 // a function given Lyre's native functions (script/native.rs).
 (function (native) {
 	'use strict';
@@ -580,6 +580,130 @@
 		return out;
 	}
 
+	/** Bytes as a string in which each character is one byte (what btoa takes). */
+	function latin1Of(bytes) {
+		let out = '';
+		for (let i = 0; i < bytes.length; i += 8192) out += String.fromCharCode(...bytes.subarray(i, i + 8192));
+		return out;
+	}
+
+	/**
+	 * Node's `Buffer`, the part applications use most: bytes that are made from and
+	 * read as text (`utf8`, `hex`, `base64`, `base64url`, `latin1`), compared,
+	 * joined and sliced. Harper hands scripts Buffers (a content type's
+	 * `deserialize` gets one), so code written for it calls `toString()` on them.
+	 */
+	class Buffer extends Uint8Array {
+		static from(value, encodingOrOffset, length) {
+			if (typeof value === 'string') return Buffer.#ofText(value, encodingOrOffset ?? 'utf8');
+			if (value instanceof ArrayBuffer) {
+				const offset = encodingOrOffset ?? 0;
+				return new Buffer(value, offset, length ?? value.byteLength - offset);
+			}
+			if (ArrayBuffer.isView(value)) {
+				const copy = new Buffer(value.byteLength);
+				copy.set(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
+				return copy;
+			}
+			if (value?.type === 'Buffer' && Array.isArray(value.data)) return Buffer.from(value.data);
+			if (value !== null && typeof value === 'object' && typeof value.length === 'number') {
+				const copy = new Buffer(value.length);
+				for (let i = 0; i < value.length; i++) copy[i] = Number(value[i]) & 255;
+				return copy;
+			}
+			throw new TypeError('Buffer.from takes a string, an array, an ArrayBuffer or a typed array');
+		}
+		static alloc(size, fill = 0) {
+			const buffer = new Buffer(size);
+			if (typeof fill === 'number') buffer.fill(fill & 255);
+			else if (typeof fill === 'string' && fill.length > 0) {
+				const pattern = Buffer.from(fill);
+				for (let i = 0; i < size; i++) buffer[i] = pattern[i % pattern.length];
+			}
+			return buffer;
+		}
+		static allocUnsafe(size) {
+			return new Buffer(size);
+		}
+		static isBuffer(value) {
+			return value instanceof Buffer;
+		}
+		static byteLength(value, encoding) {
+			return typeof value === 'string' ? Buffer.from(value, encoding).length : value.byteLength;
+		}
+		static concat(list, total) {
+			const length = total ?? list.reduce((sum, part) => sum + part.length, 0);
+			const out = new Buffer(length);
+			let at = 0;
+			for (const part of list) {
+				if (at >= length) break;
+				const piece = part.subarray(0, length - at);
+				out.set(piece, at);
+				at += piece.length;
+			}
+			return out;
+		}
+		static #ofText(text, encoding) {
+			const wrap = (bytes) => new Buffer(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+			switch (String(encoding).toLowerCase()) {
+				case 'utf8':
+				case 'utf-8':
+					return wrap(native.utf8Encode(text));
+				case 'hex': {
+					const pairs = text.match(/^(?:[0-9a-fA-F]{2})*/)[0];
+					const out = new Buffer(pairs.length / 2);
+					for (let i = 0; i < out.length; i++) out[i] = parseInt(pairs.slice(2 * i, 2 * i + 2), 16);
+					return out;
+				}
+				case 'base64':
+				case 'base64url': {
+					const standard = text.replace(/-/g, '+').replace(/_/g, '/').replace(/[^A-Za-z0-9+/]/g, '');
+					const padded = standard + '='.repeat((4 - (standard.length % 4)) % 4);
+					return Buffer.#ofText(atob(padded), 'latin1');
+				}
+				case 'latin1':
+				case 'binary':
+				case 'ascii': {
+					const out = new Buffer(text.length);
+					for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i) & 255;
+					return out;
+				}
+				default:
+					throw new TypeError(`Unknown encoding: ${encoding}`);
+			}
+		}
+		toString(encoding = 'utf8', start = 0, end = this.length) {
+			const bytes = this.subarray(start, end);
+			switch (String(encoding).toLowerCase()) {
+				case 'utf8':
+				case 'utf-8':
+					return native.utf8Decode(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), false);
+				case 'hex':
+					return Array.from(bytes, (byte) => byte.toString(16).padStart(2, '0')).join('');
+				case 'base64':
+					return btoa(latin1Of(bytes));
+				case 'base64url':
+					return btoa(latin1Of(bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+				case 'latin1':
+				case 'binary':
+				case 'ascii':
+					return latin1Of(bytes);
+				default:
+					throw new TypeError(`Unknown encoding: ${encoding}`);
+			}
+		}
+		toJSON() {
+			return { type: 'Buffer', data: Array.from(this) };
+		}
+		equals(other) {
+			return other.length === this.length && this.every((byte, i) => byte === other[i]);
+		}
+		/** Node's `slice` shares the bytes, as `subarray` does. */
+		slice(start, end) {
+			return this.subarray(start, end);
+		}
+	}
+
 	Object.defineProperty(globalThis, '__lyre_timer', { value: fireTimer, enumerable: false });
 	Object.assign(globalThis, {
 		TextEncoder,
@@ -599,6 +723,9 @@
 		structuredClone: (value) => structuredClone(value),
 		atob,
 		btoa,
+		Buffer,
+		setImmediate: (callback, ...args) => setTimeout(callback, 0, ...args),
+		clearImmediate: clearTimeout,
 	});
 	globalThis.queueMicrotask ??= (callback) => {
 		Promise.resolve().then(callback);

@@ -988,6 +988,52 @@ async fn bytes_collections_and_iterables_a_script_answers_are_sent_as_harper_sen
     assert!(headers["allow"].to_str().unwrap().starts_with("GET, HEAD, POST"), "{headers:?}");
 }
 
+/// Node's Buffer as applications use it.
+const BUFFERS: &str = r#"
+export class Bytes extends Resource {
+	static loadAsInstance = false;
+	get() {
+		const b = Buffer.from('héllo');
+		return {
+			utf8: b.toString(),
+			hex: b.toString('hex'),
+			base64: b.toString('base64'),
+			back: Buffer.from(b.toString('base64'), 'base64').toString(),
+			fromHex: Buffer.from('68c3a9', 'hex').toString(),
+			url: Buffer.from([251, 255]).toString('base64url'),
+			fromUrl: Array.from(Buffer.from('-_8', 'base64url')),
+			concat: Buffer.concat([Buffer.from('a'), Buffer.from('bc')]).toString(),
+			isBuffer: [Buffer.isBuffer(b), Buffer.isBuffer(new Uint8Array(1))],
+			length: [b.length, Buffer.byteLength('héllo')],
+			json: Buffer.from('hi').toJSON(),
+			slice: b.slice(1, 3).toString('hex'),
+			equals: b.equals(Buffer.from('héllo')),
+			alloc: Buffer.alloc(3, 'ab').toString(),
+			immediate: typeof setImmediate,
+		};
+	}
+}
+"#;
+
+#[tokio::test]
+async fn node_buffers_read_and_write_text_as_node_does() {
+    let s = TestServer::start().await;
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let (status, answer) = deploy(&s, "buffers", &[("config.yaml", config), ("resources.js", BUFFERS)]).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, _, body) = s.rest_send(Method::GET, "/Bytes", None, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({
+            "utf8": "héllo", "hex": "68c3a96c6c6f", "base64": "aMOpbGxv", "back": "héllo", "fromHex": "hé",
+            "url": "-_8", "fromUrl": [251, 255], "concat": "abc", "isBuffer": [true, false], "length": [6, 6],
+            "json": {"type": "Buffer", "data": [104, 105]}, "slice": "c3a9", "equals": true, "alloc": "aba",
+            "immediate": "function"
+        })
+    );
+}
+
 /// A resource setting two cookies and another header twice.
 const COOKIES: &str = r#"
 export class Cookies extends Resource {
@@ -1515,7 +1561,8 @@ contentTypes.set('text/x-lines', {
 		return records.map((r) => Object.entries(r).map(([k, v]) => `${k}=${v}`).join(';')).join('\n');
 	},
 	deserialize(bytes) {
-		const text = new TextDecoder().decode(bytes);
+		// Node code reads the Buffer Harper hands over as text.
+		const text = bytes.toString();
 		return Object.fromEntries(text.trim().split(';').map((pair) => {
 			if (!pair.includes('=')) throw new Error(`'${pair}' is not name=value`);
 			return pair.split('=');
