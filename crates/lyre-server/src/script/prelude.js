@@ -49,8 +49,24 @@
 			/** The query string, without `?` (REST's grammar reads it). */
 			this.search = search ?? '';
 			this.id = undefined;
+			/** The path below the resource's own (`/abc` of `/Thing/abc`), as Harper's. */
 			this.pathname = '';
 		}
+		/** The path below the resource and the query, as Harper's (`/abc?x=1`). */
+		toString() {
+			const search = super.toString();
+			return search ? `${this.pathname}?${search}` : this.pathname;
+		}
+	}
+
+	/** The part of the request's `pathname` below the resource exported at `path`. */
+	function pathBelow(path, pathname) {
+		const prefix = `/${path}`;
+		if (pathname.startsWith(prefix) && (pathname.length === prefix.length || pathname[prefix.length] === '/')) {
+			return pathname.slice(prefix.length);
+		}
+		const second = pathname.indexOf('/', 1);
+		return second < 0 ? '' : pathname.slice(second);
 	}
 
 	/** What a query may say besides its conditions' text, as a RequestTarget's properties. */
@@ -935,7 +951,7 @@
 				[SEARCH_PAIRS]: search,
 				search,
 				id: collection ? null : id,
-				pathname,
+				pathname: pathBelow(path, pathname),
 				checkPermission: true,
 				[CONTEXT_HANDLE]: handle,
 			};

@@ -1034,6 +1034,34 @@ async fn node_buffers_read_and_write_text_as_node_does() {
     );
 }
 
+/// A resource telling what its target says of the request's path.
+const TARGET_PATHS: &str = r#"
+export class Where extends Resource {
+	static loadAsInstance = false;
+	get(target) {
+		return { pathname: target.pathname, text: String(target), id: target.id ?? null, x: target.get('x') };
+	}
+}
+"#;
+
+/// A target's `pathname` is the path below the resource's own and its text that
+/// path with the query, as Harper's `RequestTarget` (code routes on them).
+#[tokio::test]
+async fn a_targets_path_is_the_part_below_its_resource() {
+    let s = TestServer::start().await;
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let (status, answer) = deploy(&s, "paths", &[("config.yaml", config), ("resources.js", TARGET_PATHS)]).await;
+    assert_eq!(status, 200, "{answer}");
+    for (path, expected) in [
+        ("/Where/abc?x=1", json!({"pathname": "/abc", "text": "/abc?x=1", "id": "abc", "x": "1"})),
+        ("/Where/", json!({"pathname": "/", "text": "/", "id": null, "x": null})),
+        ("/Where?x=2", json!({"pathname": "", "text": "?x=2", "id": null, "x": "2"})),
+    ] {
+        let (status, _, body) = s.rest_send(Method::GET, path, None, &[]).await;
+        assert_eq!((status, body), (200, expected), "{path}");
+    }
+}
+
 /// A resource setting two cookies and another header twice.
 const COOKIES: &str = r#"
 export class Cookies extends Resource {
