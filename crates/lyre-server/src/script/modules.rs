@@ -31,6 +31,36 @@ const HARPER_MODULE_SOURCE: &str = "const harper = globalThis.__lyre_harper;\n\
 export const { Resource, tables, databases, logger, server, transaction, contentTypes, RequestTarget, ClientError, ServerError } = harper;\n\
 export default harper;\n";
 
+/// Node's built-in modules Lyre provides (`web.js`'s `nodeModules`), with their
+/// named exports: `import { createHash } from 'node:crypto'`.
+const PROVIDED_NODE_MODULES: &[(&str, &[&str])] = &[
+    (
+        "crypto",
+        &[
+            "createHash",
+            "createHmac",
+            "randomUUID",
+            "randomBytes",
+            "getRandomValues",
+            "timingSafeEqual",
+            "webcrypto",
+            "subtle",
+        ],
+    ),
+    ("buffer", &["Buffer"]),
+];
+/// Where a provided Node module is loaded from (no file: its source is made here).
+const PROVIDED_NODE_PREFIX: &str = "lyre:node/";
+
+/// The module source of the provided Node module `name`.
+fn provided_node_source(name: &str) -> Option<String> {
+    let (_, exports) = PROVIDED_NODE_MODULES.iter().find(|(provided, _)| *provided == name)?;
+    Some(format!(
+        "const node = globalThis.__lyre_node['{name}'];\nexport const {{ {} }} = node;\nexport default node;\n",
+        exports.join(", ")
+    ))
+}
+
 /// Node's built-in modules, refused by name (with or without `node:`).
 const NODE_BUILTINS: &[&str] = &[
     "assert",
@@ -121,6 +151,9 @@ impl ComponentModules {
         let importer = Path::new(base);
         let shown_base = if base.is_empty() { "the component" } else { base };
         let bare = name.strip_prefix("node:").unwrap_or(name);
+        if PROVIDED_NODE_MODULES.iter().any(|(provided, _)| *provided == bare) {
+            return Ok(PathBuf::from(format!("{PROVIDED_NODE_PREFIX}{bare}")));
+        }
         if name.starts_with("node:") || NODE_BUILTINS.contains(&bare) {
             return Err(format!(
                 "the Node built-in module '{bare}' is not provided by Lyre (imported by {shown_base}); \
@@ -416,6 +449,9 @@ impl Loader for ComponentModules {
     ) -> rquickjs::Result<Module<'js, Declared>> {
         if name == HARPER_MODULE {
             return Module::declare(ctx.clone(), name, HARPER_MODULE_SOURCE);
+        }
+        if let Some(source) = name.strip_prefix(PROVIDED_NODE_PREFIX).and_then(provided_node_source) {
+            return Module::declare(ctx.clone(), name, source);
         }
         let path = Path::new(name);
         let source = self.read(path).map_err(|message| Error::new_loading_message(name, message))?;

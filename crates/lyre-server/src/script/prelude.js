@@ -1167,8 +1167,12 @@
 			module.exports = JSON.parse(source);
 		} else {
 			const dirname = path.slice(0, path.lastIndexOf('/'));
-			const require = (name) =>
-				name === 'harperdb' || name === 'harper' ? harper : requireFile(native.resolveRequire(path, String(name)));
+			const require = (name) => {
+				if (name === 'harperdb' || name === 'harper') return harper;
+				const bare = String(name).replace(/^node:/, '');
+				if (Object.hasOwn(globalThis.__lyre_node, bare)) return globalThis.__lyre_node[bare];
+				return requireFile(native.resolveRequire(path, String(name)));
+			};
 			require.resolve = (name) => native.resolveRequire(path, String(name));
 			require.cache = {};
 			const wrapped = (0, eval)(`(function (exports, require, module, __filename, __dirname) {${source}\n})`);

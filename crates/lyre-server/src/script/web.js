@@ -704,6 +704,66 @@
 		}
 	}
 
+	/** The digests Node's `createHash` and `createHmac` name, as the native side names them. */
+	const NODE_DIGESTS = { sha1: 'sha1', sha256: 'sha256', sha384: 'sha384', sha512: 'sha512' };
+
+	/** A Node hash (`createHash`) or HMAC (`createHmac`): `update` as often as wanted, then `digest` once. */
+	class NodeHash {
+		#algorithm;
+		#key;
+		#parts = [];
+		#done = false;
+		constructor(algorithm, key) {
+			const name = NODE_DIGESTS[String(algorithm).toLowerCase().replace('-', '')];
+			if (!name) throw new Error(`Digest method not supported: ${algorithm}`);
+			this.#algorithm = name;
+			this.#key = key === undefined ? undefined : Buffer.from(key);
+		}
+		update(data, encoding) {
+			if (this.#done) throw new Error('Digest already called');
+			this.#parts.push(typeof data === 'string' ? Buffer.from(data, encoding ?? 'utf8') : Buffer.from(data));
+			return this;
+		}
+		digest(encoding) {
+			if (this.#done) throw new Error('Digest already called');
+			this.#done = true;
+			const data = Buffer.concat(this.#parts);
+			const bytes =
+				this.#key === undefined ? native.digest(this.#algorithm, data) : native.hmac(this.#algorithm, this.#key, data);
+			const result = Buffer.from(bytes);
+			return encoding === undefined || encoding === 'buffer' ? result : result.toString(encoding);
+		}
+	}
+
+	/**
+	 * The Node built-in modules Lyre provides (`import … from 'node:crypto'`,
+	 * `require('buffer')`), the parts applications use most; the others are refused
+	 * by name when a component loads.
+	 */
+	const nodeModules = {
+		crypto: {
+			createHash: (algorithm) => new NodeHash(algorithm),
+			createHmac: (algorithm, key) => new NodeHash(algorithm, typeof key === 'string' ? Buffer.from(key) : key),
+			randomUUID: () => native.randomUUID(),
+			randomBytes: (size) => {
+				const out = Buffer.alloc(size);
+				for (let at = 0; at < size; at += 65536) out.set(native.randomBytes(Math.min(65536, size - at)), at);
+				return out;
+			},
+			getRandomValues: (array) => crypto.getRandomValues(array),
+			timingSafeEqual(a, b) {
+				if (a.byteLength !== b.byteLength) throw new RangeError('Input buffers must have the same byte length');
+				let differ = 0;
+				for (let i = 0; i < a.byteLength; i++) differ |= a[i] ^ b[i];
+				return differ === 0;
+			},
+			webcrypto: crypto,
+			subtle: crypto.subtle,
+		},
+		buffer: { Buffer },
+	};
+	Object.defineProperty(globalThis, '__lyre_node', { value: nodeModules, enumerable: false });
+
 	Object.defineProperty(globalThis, '__lyre_timer', { value: fireTimer, enumerable: false });
 	Object.assign(globalThis, {
 		TextEncoder,

@@ -186,6 +186,24 @@ pub fn install<'js>(ctx: &Ctx<'js>, web: &Rc<Web>) -> rquickjs::Result<JsObject<
         })?,
     )?;
     native.set(
+        "hmac",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, algorithm: String, key: TypedArray<'js, u8>, data: TypedArray<'js, u8>| {
+                use aws_lc_rs::hmac;
+                let algorithm = match algorithm.as_str() {
+                    "sha1" => hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+                    "sha256" => hmac::HMAC_SHA256,
+                    "sha384" => hmac::HMAC_SHA384,
+                    "sha512" => hmac::HMAC_SHA512,
+                    other => return Err(type_error(&ctx, &format!("no HMAC '{other}'"))),
+                };
+                let key = hmac::Key::new(algorithm, &copy_bytes(&key));
+                TypedArray::<u8>::new_copy(ctx, hmac::sign(&key, &copy_bytes(&data)).as_ref())
+            },
+        )?,
+    )?;
+    native.set(
         "randomBytes",
         Function::new(ctx.clone(), |ctx: Ctx<'js>, length: usize| {
             let mut filled = vec![0u8; length.min(65_536)];

@@ -988,8 +988,23 @@ async fn bytes_collections_and_iterables_a_script_answers_are_sent_as_harper_sen
     assert!(headers["allow"].to_str().unwrap().starts_with("GET, HEAD, POST"), "{headers:?}");
 }
 
-/// Node's Buffer as applications use it.
+/// Node's Buffer and crypto as applications use them.
 const BUFFERS: &str = r#"
+import { createHash, createHmac, randomBytes } from 'node:crypto';
+import cryptoModule from 'crypto';
+import { Buffer as ImportedBuffer } from 'node:buffer';
+export class Digests extends Resource {
+	static loadAsInstance = false;
+	get() {
+		return {
+			sha256: createHash('sha256').update('ab').update('c').digest('hex'),
+			base64: createHash('sha1').update(Buffer.from('abc')).digest('base64'),
+			hmac: createHmac('sha256', 'key').update('The quick brown fox jumps over the lazy dog').digest('hex'),
+			random: randomBytes(70000).length,
+			same: cryptoModule.createHash === createHash && ImportedBuffer === Buffer,
+		};
+	}
+}
 export class Bytes extends Resource {
 	static loadAsInstance = false;
 	get() {
@@ -1016,7 +1031,7 @@ export class Bytes extends Resource {
 "#;
 
 #[tokio::test]
-async fn node_buffers_read_and_write_text_as_node_does() {
+async fn node_buffers_and_crypto_work_as_node_s() {
     let s = TestServer::start().await;
     let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
     let (status, answer) = deploy(&s, "buffers", &[("config.yaml", config), ("resources.js", BUFFERS)]).await;
@@ -1031,6 +1046,21 @@ async fn node_buffers_read_and_write_text_as_node_does() {
             "json": {"type": "Buffer", "data": [104, 105]}, "slice": "c3a9", "equals": true, "alloc": "aba",
             "immediate": "function"
         })
+    );
+    // Node's crypto and buffer modules, imported by either name.
+    let (status, _, body) = s.rest_send(Method::GET, "/Digests", None, &[]).await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({
+                "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+                "base64": "qZk+NkcGgWq6PiVxeFDCbJzQ2J0=",
+                "hmac": "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8",
+                "random": 70000,
+                "same": true
+            })
+        )
     );
 }
 
@@ -1174,7 +1204,7 @@ import settings from './settings.json';
 export class Packages extends Resource {
 	static loadAsInstance = false;
 	get() {
-		return { named: greet('Ann'), version, whole: greeter.greet('Bo'), esm: shout('hey'), settings, env: process.env.NODE_ENV ?? null, harper: greeter.harper };
+		return { named: greet('Ann'), version, whole: greeter.greet('Bo'), esm: shout('hey'), settings, env: process.env.NODE_ENV ?? null, harper: greeter.harper, hashed: greeter.hashed };
 	}
 }
 "#;
@@ -1185,7 +1215,7 @@ export class Packages extends Resource {
         ("node_modules/cjs-greeter/package.json", r#"{"name": "cjs-greeter", "main": "lib/index.js"}"#),
         (
             "node_modules/cjs-greeter/lib/index.js",
-            "const helper = require('./helper');\nconst data = require('../data.json');\nconst { Resource } = require('harperdb');\nexports.greet = (name) => helper.prefix + name;\nexports.version = data.version;\nexports.harper = typeof Resource.get;\n",
+            "const helper = require('./helper');\nconst data = require('../data.json');\nconst { Resource } = require('harperdb');\nexports.greet = (name) => helper.prefix + name;\nexports.version = data.version;\nexports.harper = typeof Resource.get;\nexports.hashed = require('crypto').createHash('sha256').update('abc').digest('hex').slice(0, 8);\n",
         ),
         ("node_modules/cjs-greeter/lib/helper.js", "module.exports = { prefix: 'Hi ' };\n"),
         ("node_modules/cjs-greeter/data.json", r#"{"version": "1.2.3"}"#),
@@ -1201,7 +1231,7 @@ export class Packages extends Resource {
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body,
-        json!({"named": "Hi Ann", "version": "1.2.3", "whole": "Hi Bo", "esm": "HEY!", "settings": {"mode": "test"}, "env": null, "harper": "function"})
+        json!({"named": "Hi Ann", "version": "1.2.3", "whole": "Hi Bo", "esm": "HEY!", "settings": {"mode": "test"}, "env": null, "harper": "function", "hashed": "ba7816bf"})
     );
     // A package that needs a Node built-in fails its component, naming both.
     let files = [
