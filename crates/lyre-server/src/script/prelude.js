@@ -890,7 +890,7 @@
 	}
 
 	/** A thrown error as Lyre answers it: `[status, headers, , , message, stated, stack]`. */
-	function failure(error, method) {
+	function failure(error, method, context) {
 		const stated = error !== null && typeof error === 'object' && Number.isInteger(error.statusCode);
 		const status = stated && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
 		// Lyre's own refusals (a table call's 401 or 403, a 4xx) read as Harper's.
@@ -899,7 +899,10 @@
 		const name = refused ? 'AccessViolation' : ours ? 'ClientError' : (error?.constructor?.name ?? 'Error');
 		const text = refused ? (error.statusCode === 401 ? 'Must login' : 'Unauthorized access to resource') : error?.message;
 		let message = error !== null && typeof error === 'object' && typeof text === 'string' ? `${name}: ${text}` : String(error);
-		const headers = [];
+		// Headers the handler set before it threw are kept, as Harper keeps them.
+		const handle = context?.[CONTEXT_HANDLE];
+		const set = handle !== undefined && responseHeadersOf[handle & SLOT_OF] === handle ? takeResponsePairs(handle & SLOT_OF) : [];
+		const headers = [...set];
 		if (status === 405 && Array.isArray(error.allow)) {
 			message += ` to handle HTTP method ${method}`;
 			headers.push(['allow', ['GET', 'POST', 'TRACE', 'HEAD', 'OPTIONS', ...error.allow.filter((m) => m !== 'get' && m !== 'post').map((m) => m.toUpperCase())].join(', ')]);
@@ -925,11 +928,11 @@
 			return failure(new ServerError('the request was answered already'), 'GET');
 		}
 		waiting[slot] = undefined;
-		if (failed) return failure(value, context.method);
+		if (failed) return failure(value, context.method, context);
 		try {
 			return reply(value, context.method, context);
 		} catch (error) {
-			return failure(error, context.method);
+			return failure(error, context.method, context);
 		}
 	}
 
@@ -976,7 +979,7 @@
 			}
 			return reply(result, httpMethod, context);
 		} catch (error) {
-			return failure(error, httpMethod);
+			return failure(error, httpMethod, context);
 		}
 	}
 

@@ -119,6 +119,8 @@ export class Fails extends Resource {
 	get(target) {
 		switch (target.get('how')) {
 			case 'client': throw new ClientError('no such thing here', 418);
+			case 'headed': this.getContext().responseHeaders.set('X-Before', 'kept'); throw new ClientError('with a header', 409);
+			case 'headed-later': return Promise.resolve().then(() => { this.getContext().responseHeaders.set('X-Before', 'later'); throw new ClientError('later', 409); });
 			case 'status': { const e = new Error('bad input'); e.statusCode = 400; throw e; }
 			case 'plain': throw new Error('a secret detail');
 			case 'value': throw 42;
@@ -341,6 +343,11 @@ async fn endpoints_answer_in_harpers_shapes() {
     assert_eq!((status, body), (418, json!("ClientError: no such thing here")));
     let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=status", None, &[]).await;
     assert_eq!((status, body), (400, json!("Error: bad input")));
+    // Headers set before the throw are kept, as Harper keeps them.
+    for (how, kept) in [("headed", "kept"), ("headed-later", "later")] {
+        let (status, headers, _) = s.rest_send(Method::GET, &format!("/Fails?how={how}"), None, &[]).await;
+        assert_eq!((status, headers.get("x-before").map(|v| v.to_str().unwrap())), (409, Some(kept)), "{how}");
+    }
     // An error the script gave no status: 500, its message only in the log (not `lyre dev`).
     let (status, _, body) = s.rest_send(Method::GET, "/Fails?how=plain", None, &[]).await;
     assert_eq!(status, 500);
