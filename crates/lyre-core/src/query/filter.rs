@@ -83,7 +83,7 @@ pub(crate) fn matches(condition: &Condition, record: &Object, related: Option<&R
 fn compare_found(found: Option<&Value>, comparator: Comparator, value: &Value) -> bool {
     let Some(found) = found else { return false };
     match (comparator, found) {
-        (Comparator::NotEqual, Value::Array(items)) => items.iter().any(|x| !equal(x, value)),
+        (Comparator::NotEqual, Value::Array(items)) => items.iter().any(|x| compare(x, Comparator::NotEqual, value)),
         _ => any_element(found, |x| compare(x, comparator, value)),
     }
 }
@@ -214,6 +214,7 @@ mod tests {
         assert!(hit(&cmp("age", Comparator::NotEqual, Value::Null), &record(r#"{"age":false}"#)));
         assert!(hit(&cmp("age", Comparator::LessThan, Value::Int(5)), &record(r#"{"age":false}"#)));
         assert!(hit(&cmp("tags", Comparator::LessThan, "b".into()), &record(r#"{"tags":[null,"a"]}"#)));
+        assert!(!hit(&cmp("tags", Comparator::NotEqual, "b".into()), &record(r#"{"tags":[null,"b"]}"#)));
         assert!(!hit(&cmp("missing", Comparator::Equals, Value::Null), &r));
         assert!(hit(&cmp("age", Comparator::Between, vec![Value::Int(5), Value::Int(8)].into()), &r));
         assert!(!hit(&cmp("age", Comparator::Between, vec![Value::Int(6), Value::Int(8)].into()), &r));

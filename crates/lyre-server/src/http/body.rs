@@ -10,7 +10,8 @@
 //! before it is built (a small JSON body is decoded first and measured after, see
 //! [`MEASURED_AFTER_LIMIT`]). A request that alone would need more than
 //! `http.maxRequestMemory` is refused with 413 before anything is built from it
-//! (a small JSON body: before it is kept); one that
+//! (a small JSON body: before it is kept; a form, content or text REST body is
+//! granted a bound on what it takes before it is built); one that
 //! cannot be granted its memory while others hold it waits, in arrival order, for
 //! `http.requestQueueLimit` (never past its body's deadline, `http.timeout`) and is
 //! then refused with Harper's 503, to retry. So concurrent large
@@ -283,23 +284,7 @@ pub(crate) async fn decode_body(
         Bodies::Structured => body_format(headers, &bytes)?,
         Bodies::Rest | Bodies::Script => match rest_body(headers, &bytes, bodies == Bodies::Script)? {
             RestBody::Structured(format) => format,
-            RestBody::Form => {
-                let record = Value::Object(form_record(&bytes));
-                return granted(budget, memory, deadline, arrived, record).await;
-            }
-            RestBody::Content(media) => {
-                let record = Value::Object(lyre_core::content_record(&media, bytes.to_vec()));
-                return granted(budget, memory, deadline, arrived, record).await;
-            }
-            RestBody::Text => {
-                let text = String::from_utf8(bytes.to_vec()).map_err(|e| {
-                    ApiError::bad_request(format!(
-                        "a text/plain body is not UTF-8 (at byte {})",
-                        e.utf8_error().valid_up_to()
-                    ))
-                })?;
-                return granted(budget, memory, deadline, arrived, Value::String(text)).await;
-            }
+            loose => return decode_loose(budget, memory, deadline, bytes, loose).await,
         },
     };
     let measured_after = matches!(format, Format::Json | Format::Text) && arrived <= MEASURED_AFTER_LIMIT;
@@ -338,18 +323,38 @@ pub(crate) async fn decode_body(
     Ok(DecodedBody { value, memory })
 }
 
-/// `value`, read from a body of `arrived` bytes, once the memory it holds is
-/// granted; the body's bytes are given back.
-async fn granted(
+/// A REST body that is not a structured format ([`RestBody`]): a form's fields,
+/// content, or text. Its memory is granted before it is built, from a bound on what
+/// it takes (a form: each field a map entry and a string, at most one per byte); a
+/// large form is built on the blocking pool, as a large JSON body is decoded.
+async fn decode_loose(
     budget: &BodyMemory,
     mut memory: Held,
     deadline: Instant,
-    arrived: usize,
-    value: Value,
+    bytes: Bytes,
+    loose: RestBody,
 ) -> Result<DecodedBody, ApiError> {
-    let needed = held_for(Footprint::of(&value));
+    const FORM_FIELD: usize = 160;
+    let arrived = bytes.len();
+    let fields = if loose == RestBody::Form { bytes.iter().filter(|b| **b == b'&').count() + 1 } else { 0 };
+    let needed = held_for(Footprint(arrived.saturating_add(64).saturating_add(fields.saturating_mul(FORM_FIELD))));
     budget.refuse_over_limit(&memory, needed)?;
     budget.grant(&mut memory, needed, deadline).await?;
+    let value = match loose {
+        RestBody::Form if arrived > INLINE_DECODE_LIMIT => {
+            crate::http::blocking::blocking("reading a form", move || Ok::<_, ApiError>(form_record(&bytes))).await?
+        }
+        RestBody::Form => form_record(&bytes),
+        RestBody::Content(media) => Value::Object(lyre_core::content_record(&media, bytes.to_vec())),
+        RestBody::Text => match String::from_utf8(bytes.to_vec()) {
+            Ok(text) => Value::String(text),
+            Err(err) => {
+                let at = err.utf8_error().valid_up_to();
+                return Err(ApiError::bad_request(format!("a text/plain body is not UTF-8 (at byte {at})")));
+            }
+        },
+        RestBody::Structured(_) => return Err(ApiError::new(Code::Internal, "a structured body reached decode_loose")),
+    };
     memory.give_back(arrived);
     Ok(DecodedBody { value, memory })
 }

@@ -1,4 +1,5 @@
-//! Content negotiation: request bodies in JSON, CBOR, MessagePack or YAML; responses
+//! Content negotiation: request bodies in JSON, CBOR, MessagePack or YAML (and, for
+//! REST writes, forms and content of any other media type, [`rest_body`]); responses
 //! in the format the `Accept` header prefers.
 
 use axum::http::{HeaderMap, header};
@@ -53,11 +54,8 @@ fn not_acceptable() -> ApiError {
 /// The format a request body is in, by its `Content-Type` (JSON when absent); an
 /// empty body is refused.
 pub fn body_format(headers: &HeaderMap, body: &[u8]) -> Result<Format, ApiError> {
-    let content_type = match headers.get(header::CONTENT_TYPE) {
-        None => String::new(),
-        Some(v) => v.to_str().map_err(|_| unsupported("<invalid header>"))?.to_ascii_lowercase(),
-    };
-    let media = content_type.split(';').next().unwrap_or("").trim();
+    let content_type = media_type(headers)?;
+    let media = content_type.as_str();
     let format = match media {
         // curl's `-d` sends JSON labelled as a form; Harper's own examples are sent so.
         "" | "text/plain" | "application/x-www-form-urlencoded"
@@ -98,16 +96,16 @@ pub enum RestBody {
 /// them (415). A script (`text_as_text`) is given `text/plain` as the text itself;
 /// a table reads it as JSON (curl's `-d` with that type).
 pub fn rest_body(headers: &HeaderMap, body: &[u8], text_as_text: bool) -> Result<RestBody, ApiError> {
-    let media = match headers.get(header::CONTENT_TYPE) {
-        None => String::new(),
-        Some(v) => v.to_str().map_err(|_| unsupported("<invalid header>"))?.to_ascii_lowercase(),
-    };
-    let media = media.split(';').next().unwrap_or("").trim();
+    let media = media_type(headers)?;
     let looks_like_json = body.first().is_some_and(|b| matches!(b, b'{' | b'[' | b' ' | b'\n'));
-    Ok(match media {
+    // Without a type, any JSON value (a property's `42`) is still JSON.
+    let is_json = || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    Ok(match media.as_str() {
         "application/x-www-form-urlencoded" if !looks_like_json => RestBody::Form,
         "text/plain" if text_as_text => RestBody::Text,
-        "" if !looks_like_json && !body.is_empty() => RestBody::Content(lyre_core::blobs::DEFAULT_CONTENT_TYPE.into()),
+        "" if !looks_like_json && !body.is_empty() && !is_json() => {
+            RestBody::Content(lyre_core::blobs::DEFAULT_CONTENT_TYPE.into())
+        }
         "" | "text/plain" | "application/json" | "application/x-www-form-urlencoded" => {
             RestBody::Structured(body_format(headers, body)?)
         }
@@ -122,7 +120,7 @@ pub fn rest_body(headers: &HeaderMap, body: &[u8], text_as_text: bool) -> Result
 /// A form's fields as a record, each value a string and a field given more than
 /// once an array of its values (Harper 5 means to do the same; its code keeps the
 /// first value and puts the array under `key`).
-pub fn form_record(body: &[u8]) -> lyre_core::Object {
+pub fn form_record(body: &[u8]) -> lyre_core::Value {
     let mut record = lyre_core::Object::default();
     for (name, value) in form_urlencoded::parse(body) {
         let value = lyre_core::Value::String(value.into_owned());
@@ -134,7 +132,15 @@ pub fn form_record(body: &[u8]) -> lyre_core::Object {
             }
         }
     }
-    record
+    lyre_core::Value::Object(record)
+}
+
+/// A request's media type, lower case, without its parameters (empty when it
+/// names none).
+fn media_type(headers: &HeaderMap) -> Result<String, ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else { return Ok(String::new()) };
+    let value = value.to_str().map_err(|_| unsupported("<invalid header>"))?;
+    Ok(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
 }
 
 /// Decodes a body in `format` as a `T`: a [`lyre_core::Value`], or its [`lyre_core::Footprint`]

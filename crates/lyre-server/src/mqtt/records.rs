@@ -36,7 +36,8 @@ pub(crate) struct RecordTopic {
 }
 
 /// The record `topic` names, if its first level is an exported table (`Err` for
-/// an id the table's key cannot be).
+/// an id the table's key cannot be, and for a table's bare name, which is no plain
+/// topic).
 pub(crate) fn record_topic(state: &AppState, topic: &str) -> Result<Option<RecordTopic>, ApiError> {
     let exports = state.components.exports();
     let Some((first, id)) = topic.split_once('/') else {
@@ -58,8 +59,8 @@ pub(crate) fn record_topic(state: &AppState, topic: &str) -> Result<Option<Recor
     Ok(Some(RecordTopic { database: export.database.clone(), table: export.table.clone(), id }))
 }
 
-/// Writes a publish to a record: a retained payload replaces the record (it must
-/// be a JSON object), an empty retained one deletes it, one without retain is a
+/// Writes a publish to a record: a retained payload replaces the record (a JSON
+/// object, or else content), an empty retained one deletes it, one without retain is a
 /// message to it. A message is queued for the writer and its commit is what the
 /// answer waits for, so a connection may go on meanwhile (its publishes stay in
 /// order); a write is committed before this answers.

@@ -32,7 +32,8 @@ export const { Resource, tables, databases, logger, server, transaction, content
 export default harper;\n";
 
 /// Node's built-in modules Lyre provides (`web.js`'s `nodeModules`), with their
-/// named exports: `import { createHash } from 'node:crypto'`.
+/// named exports: `import { createHash } from 'node:crypto'`. A name added there is
+/// added here too (a module's named exports are declared before it runs).
 const PROVIDED_NODE_MODULES: &[(&str, &[&str])] = &[
     (
         "crypto",

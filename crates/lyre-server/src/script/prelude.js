@@ -983,9 +983,19 @@
 		}
 	}
 
-	/** Whether `value` is an async iterable that is not a promise (an async generator's result). */
+	/**
+	 * Whether `value` is an async iterable that is neither an array (a search's
+	 * results are both) nor a promise: an async generator's result. One a handler's
+	 * promise resolves to is not collected (it answers as an object).
+	 */
 	function isAsyncIterable(value) {
-		return value !== null && typeof value === 'object' && typeof value[Symbol.asyncIterator] === 'function' && typeof value.then !== 'function';
+		return (
+			value !== null &&
+			typeof value === 'object' &&
+			!Array.isArray(value) &&
+			typeof value[Symbol.asyncIterator] === 'function' &&
+			typeof value.then !== 'function'
+		);
 	}
 
 	/** What an async iterable yields, as one array (Harper streams it as one; the runtime's memory and time limits bound it). */

@@ -190,6 +190,7 @@ async fn an_origins_answer_that_is_not_json_is_answered_as_it_came() {
         let answer = s.client.get(s.rest("/Item/page")).basic_auth(USER, Some(PASSWORD)).send().await.unwrap();
         assert_eq!(answer.status(), 200);
         assert_eq!(answer.headers()["content-type"], "text/html; charset=utf-8");
+        assert!(!answer.headers().contains_key("content-security-policy"), "served as the origin sent it");
         assert_eq!(answer.text().await.unwrap(), "<h1>a page</h1>");
     }
     assert_eq!(origin.count(), 1, "the second read is the copy");

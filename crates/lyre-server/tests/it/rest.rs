@@ -408,10 +408,30 @@ async fn forms_and_bodies_of_other_media_types_are_kept_as_harper_keeps_them() {
         let expected = media.map_or("application/octet-stream", |m| m.split(';').next().unwrap_or(m));
         assert_eq!(answer.headers()["content-type"], expected, "{id}");
         assert!(answer.headers().contains_key("etag"), "{id}");
+        // What a client stored runs no script with the reader's session.
+        assert_eq!(answer.headers()["content-security-policy"], "sandbox", "{id}");
+        assert_eq!(answer.headers()["x-content-type-options"], "nosniff", "{id}");
         assert_eq!(answer.bytes().await.unwrap().as_ref(), &body[..], "{id}");
     }
+    // Without a type, a JSON value is still JSON (a property's number).
+    let put = s.client.put(s.rest("/Note/f3.count")).basic_auth(USER, Some(PASSWORD)).body("42");
+    assert_eq!(put.send().await.unwrap().status(), 204);
+    assert_eq!(get(&s, "/Note/f3").await["count"], 42);
     // Its properties still read one by one.
     assert_eq!(get(&s, "/Note/h1?select(contentType,id)").await, json!({"contentType": "text/html", "id": "h1"}));
+}
+
+/// A form is held to one request's memory as a JSON body is: its memory (a bound
+/// from its number of fields) is asked for before it is built, and refused with 413.
+#[tokio::test]
+async fn a_form_past_one_requests_memory_is_refused() {
+    let files = [("components/notes/config.yaml", SHOP_CONFIG), ("components/notes/schema.graphql", NOTES_SCHEMA)];
+    let s = TestServer::start_app(&files, &[("HTTP_MAXREQUESTMEMORY", "262144")]).await;
+    // 60 KB of 30,000 fields: some megabytes once built.
+    let status = put_raw(&s, "/Note/big", "application/x-www-form-urlencoded", "a&".repeat(30_000)).await;
+    assert_eq!(status, 413);
+    assert_eq!(send(&s, Method::GET, "/Note/big", None).await.0, 404, "nothing was written");
+    assert_eq!(put_raw(&s, "/Note/small", "application/x-www-form-urlencoded", "title=ok").await, 204);
 }
 
 #[tokio::test]

@@ -622,7 +622,7 @@ impl RestRequest<'_> {
                     }
                     Some(select) => self.reply(&self.table.project(&self.ctx, record.into_object()?, &select)?)?,
                     None => match record.content()? {
-                        Some(content) => await_boxed!(self.reply_content(content))?,
+                        Some(content) => await_boxed!(self.reply_content(content, Confined::Sandboxed))?,
                         None => self.reply_bytes(self.format.encode_record(&record)?),
                     },
                 };
@@ -705,7 +705,7 @@ impl RestRequest<'_> {
                     let mut response = match &select {
                         Some(select) => self.reply(&self.table.project(&self.ctx, read.record.clone(), select)?)?,
                         None => match RecordBody::content_of(&read.record) {
-                            Some(content) => await_boxed!(self.reply_content(content))?,
+                            Some(content) => await_boxed!(self.reply_content(content, Confined::AsTheOriginSent))?,
                             None => {
                                 self.reply_bytes(self.format.encode_record(&RecordBody::Decoded(read.record.clone()))?)
                             }
@@ -822,8 +822,13 @@ impl RestRequest<'_> {
     }
 
     /// A content record's data as it is, with its media type (as Harper answers a
-    /// record holding `contentType` and `data`, whatever the request's `Accept`).
-    async fn reply_content(&self, (content_type, data): (String, Value)) -> Result<Response, ApiError> {
+    /// record holding `contentType` and `data`, whatever the request's `Accept`),
+    /// never sniffed as another type, and as `confined` says.
+    async fn reply_content(
+        &self,
+        (content_type, data): (String, Value),
+        confined: Confined,
+    ) -> Result<Response, ApiError> {
         let mut response = match data {
             Value::Blob(blob) => blob::send(self.table.blobs(), &blob, self.headers, None).await?,
             Value::String(text) => Response::new(Body::from(text)),
@@ -835,6 +840,10 @@ impl RestRequest<'_> {
             .unwrap_or(HeaderValue::from_static(lyre_core::blobs::DEFAULT_CONTENT_TYPE));
         headers.insert(header::CONTENT_TYPE, media);
         headers.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+        headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        if confined == Confined::Sandboxed {
+            headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
+        }
         Ok(response)
     }
 
@@ -941,6 +950,18 @@ pub(crate) fn describe(schema: &TableSchema, table: &Table, ctx: &Context) -> Re
     out.insert("attributes".into(), Value::Array(attributes));
     out.insert("recordCount".into(), Value::Int(i64::try_from(stats.record_count).unwrap_or(i64::MAX)));
     Ok(Value::Object(out))
+}
+
+/// How a content record's page may act in a browser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Confined {
+    /// A record a client wrote: sandboxed (`Content-Security-Policy: sandbox`), so
+    /// HTML or SVG anyone who may write the table stored runs no script with the
+    /// reader's session.
+    Sandboxed,
+    /// A caching table's copy of what its configured origin answered: served as
+    /// the origin sent it (a page's own scripts run, as through a proxy).
+    AsTheOriginSent,
 }
 
 /// Harper's answer to `OPTIONS`: 204 with every method REST takes.

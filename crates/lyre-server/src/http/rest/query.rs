@@ -600,7 +600,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 /// Converts query text to the attribute's declared type (numbers for numeric types,
 /// booleans for `Boolean`, text for `String`/`ID`); untyped attributes take numbers
 /// and booleans when the text is one. As Harper's `coerceType`: for a type other
-/// than `String`, `null` and the empty text are null; an `Int` or `Long` may be
+/// than `String` and `Any`, `null` and the empty text are null; an `Int` or `Long` may be
 /// written in base 36 after `$`; a `Boolean` in any case; a `Date` as epoch
 /// milliseconds or an ISO-8601 time.
 fn coerce(table: &TableSchema, name: &str, text: &str) -> Result<Value, ApiError> {
@@ -610,7 +610,7 @@ fn coerce(table: &TableSchema, name: &str, text: &str) -> Result<Value, ApiError
     };
     match declared {
         Some("String" | "ID") => Ok(Value::String(text.to_string())),
-        Some(_) if text.is_empty() || text == "null" => Ok(Value::Null),
+        Some(t) if t != "Any" && (text.is_empty() || text == "null") => Ok(Value::Null),
         Some(t @ ("Int" | "Long")) if text.starts_with('$') => {
             i64::from_str_radix(&text[1..], 36).map(Value::Int).map_err(|_| invalid(t))
         }

@@ -215,18 +215,18 @@ pub(super) fn respond(reply: ScriptReply, format: Format) -> Result<Response, Ap
         ReplyBody::Record(record) => encoded(status, format.encode_record(&record)?, format),
         ReplyBody::Raw(bytes) => (status, bytes).into_response(),
     };
-    // A script's header replaces the default of its name; a name given again (each
-    // `Set-Cookie`) is added beside it.
-    let mut set = Vec::new();
+    // A script's header replaces the default of its name, and a later one of the
+    // same name the earlier; but each `Set-Cookie` is a header of its own.
+    let mut cookies_set = false;
     for (name, value) in reply.headers {
         let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) else {
             tracing::warn!(header = %name, "a script set a header that is not valid HTTP; it was left out");
             continue;
         };
-        if set.contains(&name) {
+        if name == header::SET_COOKIE && cookies_set {
             response.headers_mut().append(name, value);
         } else {
-            set.push(name.clone());
+            cookies_set |= name == header::SET_COOKIE;
             response.headers_mut().insert(name, value);
         }
     }
