@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::format::Format;
-use crate::http::negotiate::{RestBody, body_format, decode, form_record, rest_body};
+use crate::http::negotiate::{LooseBody, RestBody, body_format, decode, form_record, rest_body};
 
 /// Memory is granted in units of this many bytes.
 const UNIT: usize = 1024;
@@ -284,7 +284,7 @@ pub(crate) async fn decode_body(
         Bodies::Structured => body_format(headers, &bytes)?,
         Bodies::Rest | Bodies::Script => match rest_body(headers, &bytes, bodies == Bodies::Script)? {
             RestBody::Structured(format) => format,
-            loose => return decode_loose(budget, memory, deadline, bytes, loose).await,
+            RestBody::Loose(loose) => return decode_loose(budget, memory, deadline, bytes, loose).await,
         },
     };
     let measured_after = matches!(format, Format::Json | Format::Text) && arrived <= MEASURED_AFTER_LIMIT;
@@ -323,7 +323,7 @@ pub(crate) async fn decode_body(
     Ok(DecodedBody { value, memory })
 }
 
-/// A REST body that is not a structured format ([`RestBody`]): a form's fields,
+/// A REST body that is not a structured format ([`LooseBody`]): a form's fields,
 /// content, or text. Its memory is granted before it is built, from a bound on what
 /// it takes (a form: each field a map entry and a string, at most one per byte); a
 /// large form is built on the blocking pool, as a large JSON body is decoded.
@@ -332,28 +332,27 @@ async fn decode_loose(
     mut memory: Held,
     deadline: Instant,
     bytes: Bytes,
-    loose: RestBody,
+    loose: LooseBody,
 ) -> Result<DecodedBody, ApiError> {
     const FORM_FIELD: usize = 160;
     let arrived = bytes.len();
-    let fields = if loose == RestBody::Form { bytes.iter().filter(|b| **b == b'&').count() + 1 } else { 0 };
+    let fields = if loose == LooseBody::Form { bytes.iter().filter(|b| **b == b'&').count() + 1 } else { 0 };
     let needed = held_for(Footprint(arrived.saturating_add(64).saturating_add(fields.saturating_mul(FORM_FIELD))));
     budget.refuse_over_limit(&memory, needed)?;
     budget.grant(&mut memory, needed, deadline).await?;
     let value = match loose {
-        RestBody::Form if arrived > INLINE_DECODE_LIMIT => {
+        LooseBody::Form if arrived > INLINE_DECODE_LIMIT => {
             crate::http::blocking::blocking("reading a form", move || Ok::<_, ApiError>(form_record(&bytes))).await?
         }
-        RestBody::Form => form_record(&bytes),
-        RestBody::Content(media) => Value::Object(lyre_core::content_record(&media, bytes.to_vec())),
-        RestBody::Text => match String::from_utf8(bytes.to_vec()) {
+        LooseBody::Form => form_record(&bytes),
+        LooseBody::Content(media) => Value::Object(lyre_core::content_record(&media, bytes.to_vec())),
+        LooseBody::Text => match String::from_utf8(bytes.to_vec()) {
             Ok(text) => Value::String(text),
             Err(err) => {
                 let at = err.utf8_error().valid_up_to();
                 return Err(ApiError::bad_request(format!("a text/plain body is not UTF-8 (at byte {at})")));
             }
         },
-        RestBody::Structured(_) => return Err(ApiError::new(Code::Internal, "a structured body reached decode_loose")),
     };
     memory.give_back(arrived);
     Ok(DecodedBody { value, memory })

@@ -82,6 +82,13 @@ pub fn body_format(headers: &HeaderMap, body: &[u8]) -> Result<Format, ApiError>
 pub enum RestBody {
     /// One of the structured formats ([`body_format`]).
     Structured(Format),
+    /// Any other.
+    Loose(LooseBody),
+}
+
+/// A REST write's body in no structured format.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LooseBody {
     /// `application/x-www-form-urlencoded` fields ([`form_record`]).
     Form,
     /// Any other media type (this one): a content record ([`lyre_core::content_record`]).
@@ -101,10 +108,10 @@ pub fn rest_body(headers: &HeaderMap, body: &[u8], text_as_text: bool) -> Result
     // Without a type, any JSON value (a property's `42`) is still JSON.
     let is_json = || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
     Ok(match media.as_str() {
-        "application/x-www-form-urlencoded" if !looks_like_json => RestBody::Form,
-        "text/plain" if text_as_text => RestBody::Text,
+        "application/x-www-form-urlencoded" if !looks_like_json => RestBody::Loose(LooseBody::Form),
+        "text/plain" if text_as_text => RestBody::Loose(LooseBody::Text),
         "" if !looks_like_json && !body.is_empty() && !is_json() => {
-            RestBody::Content(lyre_core::blobs::DEFAULT_CONTENT_TYPE.into())
+            RestBody::Loose(LooseBody::Content(lyre_core::blobs::DEFAULT_CONTENT_TYPE.into()))
         }
         "" | "text/plain" | "application/json" | "application/x-www-form-urlencoded" => {
             RestBody::Structured(body_format(headers, body)?)
@@ -112,7 +119,7 @@ pub fn rest_body(headers: &HeaderMap, body: &[u8], text_as_text: bool) -> Result
         // CSV is a format Lyre answers in, not one it reads a record from.
         other => match Format::from_media_type(other).filter(|f| !matches!(f, Format::Json | Format::Csv)) {
             Some(_) => RestBody::Structured(body_format(headers, body)?),
-            None => RestBody::Content(other.to_string()),
+            None => RestBody::Loose(LooseBody::Content(other.to_string())),
         },
     })
 }

@@ -98,6 +98,8 @@ async fn contains_and_ends_with_read_numbers_as_text_and_ranges_cross_types() {
     // index search starts past null).
     assert_eq!(found(&s, "any=gt=number:5").await, ["2"]);
     assert_eq!(found(&s, "any=lt=number:5").await, ["3"]);
+    // For `Any`, empty text stays text (Harper's coerceType): it finds no null.
+    assert!(found(&s, "any=").await.is_empty());
     let (status, _, sorted) = s.rest_send(Method::GET, "/items/?sort(any)&select(id)", None, &[]).await;
     assert_eq!(status, 200);
     assert_eq!(sorted, json!(["4", "3", "1", "2"]));

@@ -210,6 +210,14 @@ async fn scripted_app(name: &str, schema: &str, resources: &str, env: &[(&str, &
 }
 
 /// Deploys `files` as component `name`; the operation's status and answer.
+/// Deploys component `name` serving REST with `resources` as its only script; it
+/// must load.
+async fn deploy_resources(s: &TestServer, name: &str, resources: &str) {
+    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
+    let (status, answer) = deploy(s, name, &[("config.yaml", config), ("resources.js", resources)]).await;
+    assert_eq!(status, 200, "{answer}");
+}
+
 async fn deploy(s: &TestServer, name: &str, files: &[(&str, &str)]) -> (u16, Value) {
     s.op(json!({"operation": "deploy_component", "project": name, "payload": payload(files)})).await
 }
@@ -680,9 +688,7 @@ async fn origin(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync
 #[tokio::test]
 async fn scripts_have_the_web_standard_globals() {
     let s = TestServer::start().await;
-    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
-    let (status, answer) = deploy(&s, "web", &[("config.yaml", config), ("resources.js", WEB_RESOURCES)]).await;
-    assert_eq!(status, 200, "{answer}");
+    deploy_resources(&s, "web", WEB_RESOURCES).await;
     let (origin, _) = origin(std::time::Duration::ZERO).await;
     let (status, _, body) = s.rest_send(Method::GET, &format!("/Web?origin={origin}"), None, &[]).await;
     assert_eq!(status, 200, "{body}");
@@ -776,9 +782,7 @@ async fn fetches_together_hold_no_more_than_the_runtime_may() {
     const MIB: usize = 1 << 20;
     let env = [("JAVASCRIPT_MEMORYLIMIT", "33554432"), ("JAVASCRIPT_THREADS", "1"), ("JAVASCRIPT_TIMEOUT", "5s")];
     let s = TestServer::start_with(&env).await;
-    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
-    let (status, answer) = deploy(&s, "many", &[("config.yaml", config), ("resources.js", MANY_FETCHES)]).await;
-    assert_eq!(status, 200, "{answer}");
+    deploy_resources(&s, "many", MANY_FETCHES).await;
     // Five 8 MiB bodies whose origin stops after 7 MiB: read as far as they go,
     // they would hold 35 MiB outside a runtime limited to 32 MiB.
     let stalling = big_origin(8 * MIB, Some(7 * MIB)).await;
@@ -971,9 +975,7 @@ export class Shaped extends Resource {
 #[tokio::test]
 async fn bytes_collections_and_iterables_a_script_answers_are_sent_as_harper_sends_them() {
     let s = TestServer::start().await;
-    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
-    let (status, answer) = deploy(&s, "shaped", &[("config.yaml", config), ("resources.js", SHAPED_ANSWERS)]).await;
-    assert_eq!(status, 200, "{answer}");
+    deploy_resources(&s, "shaped", SHAPED_ANSWERS).await;
     for (shape, bytes) in [("bytes", &b"u8 bytes"[..]), ("buffer", &[0, 1, 255][..])] {
         let answer =
             s.client.get(s.rest(&format!("/Shaped?as={shape}"))).basic_auth(USER, Some(PASSWORD)).send().await.unwrap();
@@ -1040,9 +1042,7 @@ export class Bytes extends Resource {
 #[tokio::test]
 async fn node_buffers_and_crypto_work_as_node_s() {
     let s = TestServer::start().await;
-    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
-    let (status, answer) = deploy(&s, "buffers", &[("config.yaml", config), ("resources.js", BUFFERS)]).await;
-    assert_eq!(status, 200, "{answer}");
+    deploy_resources(&s, "buffers", BUFFERS).await;
     let (status, _, body) = s.rest_send(Method::GET, "/Bytes", None, &[]).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
@@ -1086,9 +1086,7 @@ export class Where extends Resource {
 #[tokio::test]
 async fn a_targets_path_is_the_part_below_its_resource() {
     let s = TestServer::start().await;
-    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
-    let (status, answer) = deploy(&s, "paths", &[("config.yaml", config), ("resources.js", TARGET_PATHS)]).await;
-    assert_eq!(status, 200, "{answer}");
+    deploy_resources(&s, "paths", TARGET_PATHS).await;
     for (path, expected) in [
         ("/Where/abc?x=1", json!({"pathname": "/abc", "text": "/abc?x=1", "id": "abc", "x": "1"})),
         ("/Where/", json!({"pathname": "/", "text": "/", "id": null, "x": null})),
@@ -1119,9 +1117,7 @@ export class Cookies extends Resource {
 #[tokio::test]
 async fn each_cookie_a_script_sets_is_a_header_of_its_own() {
     let s = TestServer::start().await;
-    let config = "rest: true\njsResource:\n  files: 'resources.js'\n";
-    let (status, answer) = deploy(&s, "cookies", &[("config.yaml", config), ("resources.js", COOKIES)]).await;
-    assert_eq!(status, 200, "{answer}");
+    deploy_resources(&s, "cookies", COOKIES).await;
     let (status, headers, body) = s.rest_send(Method::GET, "/Cookies", None, &[]).await;
     assert_eq!(status, 200);
     let cookies: Vec<&str> = headers.get_all("set-cookie").iter().map(|v| v.to_str().unwrap()).collect();
