@@ -7,7 +7,8 @@
 //! and every other component keeps serving. Deploying, changing or dropping a
 //! component reloads it at once; no restart is needed. A component's JavaScript
 //! (`jsResource`) is loaded by the script host (`script/`) after its tables are
-//! defined; its exported classes are served beside the tables.
+//! defined; its exported classes are served beside the tables. Scripts that fail
+//! to load leave the rest of their component serving ([`Status::ScriptsFailed`]).
 
 mod config;
 mod data_loader;
@@ -115,21 +116,65 @@ impl Exports {
 pub enum Status {
     /// Loaded: what it publishes.
     Loaded(Loaded),
+    /// Its tables, files, roles and data loaded but its scripts did not: it serves
+    /// what needs no script (as Harper serves a component's tables when its
+    /// JavaScript fails) and reports the scripts' error.
+    ScriptsFailed(Loaded, String),
     /// Not loaded, with the reason (naming file and line for schema errors).
     Failed(String),
+}
+
+impl Status {
+    /// What the component serves, if anything loaded.
+    pub fn serving(&self) -> Option<&Loaded> {
+        match self {
+            Status::Loaded(loaded) | Status::ScriptsFailed(loaded, _) => Some(loaded),
+            Status::Failed(_) => None,
+        }
+    }
+
+    /// Why the component, or its scripts, failed to load.
+    pub fn failure(&self) -> Option<&str> {
+        match self {
+            Status::Loaded(_) => None,
+            Status::ScriptsFailed(_, reason) | Status::Failed(reason) => Some(reason),
+        }
+    }
+
+    /// Records that the component's scripts failed for `reason`: it serves what it
+    /// loaded without them (nothing, when it had failed already).
+    fn fail_scripts(&mut self, reason: String) {
+        *self = match std::mem::replace(self, Status::Failed(String::new())) {
+            Status::Loaded(loaded) | Status::ScriptsFailed(loaded, _) => {
+                Status::ScriptsFailed(loaded.without_scripts(), reason)
+            }
+            Status::Failed(_) => Status::Failed(reason),
+        };
+    }
 }
 
 /// What a loaded component publishes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
-    /// Its exported tables.
+    /// Its exported tables, with what its scripts add (their table classes'
+    /// paths, the sources they give tables).
     pub exports: Vec<Export>,
+    /// Its exported tables as its schema and `config.yaml` alone define them: what
+    /// it serves if its scripts stop loading.
+    tables: Vec<Export>,
     /// Its static files, when it has any.
     pub site: Option<Arc<Site>>,
     /// It turns GraphQL querying on.
     pub graphql: bool,
     /// The resources its scripts export.
     pub scripts: Vec<ScriptExport>,
+}
+
+impl Loaded {
+    /// What the component serves without its scripts.
+    fn without_scripts(self) -> Loaded {
+        Loaded { exports: self.tables.clone(), scripts: Vec::new(), ..self }
+    }
 }
 
 /// The loaded components and the exports they publish.
@@ -250,9 +295,9 @@ impl Components {
                     loaded.scripts = self.attach_scripts(&name, &mut loaded.exports, &mut sources, scripts, rest);
                 }
                 (Err(message), Some(entry)) => {
-                    tracing::error!(component = %name, error = %message, "component failed to load");
+                    tracing::error!(component = %name, error = %message, "a component's scripts failed to load");
                     self.scripted.lock().remove(&name);
-                    *entry = Status::Failed(message);
+                    entry.fail_scripts(message);
                 }
                 _ => {}
             }
@@ -268,7 +313,7 @@ impl Components {
         let dir = self.component_dir(name);
         let status = if dir.is_dir() {
             match self.load(name, &dir).await {
-                Ok(loaded) => Status::Loaded(loaded),
+                Ok(status) => status,
                 Err(message) => {
                     tracing::error!(component = name, error = %message, "component failed to load");
                     self.unload_scripts(name).await;
@@ -289,8 +334,9 @@ impl Components {
     }
 
     /// Loads a component: its install step, its plugins' files checked, its tables
-    /// defined, then its roles and data applied (they name its tables).
-    async fn load(&self, name: &str, dir: &Path) -> Result<Loaded, String> {
+    /// defined, then its roles and data applied (they name its tables), then its
+    /// scripts. Scripts that fail leave the rest loaded ([`Status::ScriptsFailed`]).
+    async fn load(&self, name: &str, dir: &Path) -> Result<Status, String> {
         let config = ComponentConfig::read(dir)?;
         if let Some(install) = &config.install {
             self.install(name, dir, install).await?;
@@ -363,9 +409,10 @@ impl Components {
             Some(plugin) => plugin.files.globs()?.files(dir)?,
             None => Vec::new(),
         };
-        let mut exports = exports;
+        let without_scripts =
+            Loaded { exports: exports.clone(), tables: exports, site, graphql: config.graphql(), scripts: Vec::new() };
         let mut sources = sources;
-        let loaded = if script_files.is_empty() {
+        let from_scripts = if script_files.is_empty() {
             self.unload_scripts(name).await;
             ScriptsLoaded::default()
         } else {
@@ -373,12 +420,19 @@ impl Components {
             if let Some(deferred) = self.deferred.lock().as_mut() {
                 self.scripted.lock().insert(name.to_string(), wanted);
                 deferred.insert(name.to_string(), Deferred { rest: config.rest, sources });
-                return Ok(Loaded { exports, site, graphql: config.graphql(), scripts: Vec::new() });
+                return Ok(Status::Loaded(without_scripts));
             }
-            self.load_scripts(wanted).await?
+            match self.load_scripts(wanted).await {
+                Ok(loaded) => loaded,
+                Err(message) => {
+                    tracing::error!(component = name, error = %message, "a component's scripts failed to load");
+                    return Ok(Status::ScriptsFailed(without_scripts, message));
+                }
+            }
         };
-        let scripts = self.attach_scripts(name, &mut exports, &mut sources, loaded, config.rest);
-        Ok(Loaded { exports, site, graphql: config.graphql(), scripts })
+        let mut loaded = without_scripts;
+        loaded.scripts = self.attach_scripts(name, &mut loaded.exports, &mut sources, from_scripts, config.rest);
+        Ok(Status::Loaded(loaded))
     }
 
     /// Publishes what a component's scripts loaded: a table a script gave a source
@@ -442,15 +496,18 @@ impl Components {
         }
     }
 
-    /// Marks failed every other component whose scripts did not load in a new
-    /// generation (they loaded before; now they serve none), so its status says so.
+    /// Marks every other component whose scripts did not load in a new generation
+    /// (they loaded before; now they serve none) as serving without its scripts,
+    /// so its status says so.
     fn fail_others(&self, loading: &str, report: &crate::script::LoadReport) {
         let mut status = self.status.write();
         for (name, outcome) in report {
             if let (true, Err(message)) = (name != loading, outcome) {
                 tracing::error!(component = %name, error = %message, "a component's scripts failed to load again");
                 self.scripted.lock().remove(name);
-                status.insert(name.clone(), Status::Failed(message.clone()));
+                if let Some(entry) = status.get_mut(name) {
+                    entry.fail_scripts(message.clone());
+                }
             }
         }
     }
@@ -491,7 +548,7 @@ impl Components {
         let status = self.status.read();
         let mut exports = Exports::default();
         for outcome in status.values() {
-            if let Status::Loaded(loaded) = outcome {
+            if let Some(loaded) = outcome.serving() {
                 for export in &loaded.exports {
                     exports.by_name.insert(export.name.clone(), export.clone());
                 }

@@ -111,10 +111,14 @@ fn message(text: String) -> Value {
 }
 
 /// Turns a failed load into the operation's error (the component stays failed and
-/// reported; other components keep serving).
+/// reported, or serves its tables without its scripts; other components keep
+/// serving).
 fn loaded(status: Status) -> Result<(), ApiError> {
     match status {
         Status::Loaded(_) => Ok(()),
+        Status::ScriptsFailed(_, reason) => Err(ApiError::bad_request(format!(
+            "the component's scripts failed to load (its tables are served without them): {reason}"
+        ))),
         Status::Failed(reason) => Err(ApiError::bad_request(format!("the component failed to load: {reason}"))),
     }
 }
@@ -203,7 +207,7 @@ async fn deploy_staged(
     })
     .await?;
     let status = components.reload(project).await;
-    if matches!(status, Status::Failed(_)) && had_old {
+    if status.failure().is_some() && had_old {
         // Keep the working version: the failed one is reported, not installed.
         let (failed_dir, kept) = (dir.clone(), old.clone());
         blocking(move || {
@@ -358,14 +362,14 @@ fn list_now(components: &Components) -> Value {
             }
             let mut entry = tree(&dir, &name);
             let mut state = Object::default();
-            match status.get(&name) {
-                Some(Status::Loaded(_)) => {
+            match status.get(&name).map(Status::failure) {
+                Some(None) => {
                     state.insert("status".into(), "healthy".into());
                     state.insert("message".into(), "All components loaded successfully".into());
                 }
-                Some(Status::Failed(reason)) => {
+                Some(Some(reason)) => {
                     state.insert("status".into(), "error".into());
-                    state.insert("message".into(), reason.clone().into());
+                    state.insert("message".into(), reason.into());
                 }
                 None => {
                     state.insert("status".into(), "unloaded".into());

@@ -1296,24 +1296,66 @@ async fn harpers_legacy_custom_function_operations_work_on_components() {
     assert_eq!(status, 403, "{answer}");
 }
 
+/// A component whose scripts fail (on its first deploy, at start-up, or when
+/// another component's load breaks them) still serves its tables, as Harper does,
+/// and reports the scripts' error; its scripts' resources are gone.
 #[tokio::test]
-async fn a_component_whose_scripts_stop_loading_is_reported_failed() {
-    let s = TestServer::start().await;
-    let config = ("config.yaml", "rest: true\njsResource:\n  files: 'resources.js'\n");
+async fn a_component_whose_scripts_fail_serves_its_tables_and_reports_the_error() {
+    let schema = ("schema.graphql", "type Perch @table @export { id: ID @primaryKey name: String }\n");
+    let broken = ("resources.js", "import { nothing } from './nowhere.js';\nexport const y = nothing;\n");
+    let status_of = |listed: &Value, name: &str| {
+        listed["entries"].as_array().unwrap().iter().find(|e| e["name"] == name).unwrap()["status"].clone()
+    };
+    // At start-up.
+    let s = TestServer::start_app(
+        &[
+            ("components/roost/config.yaml", APP_CONFIG),
+            ("components/roost/schema.graphql", schema.1),
+            ("components/roost/resources.js", broken.1),
+        ],
+        &[],
+    )
+    .await;
+    let (status, _, body) = s.rest_send(Method::PUT, "/Perch/p1", Some(&json!({"name": "oak"})), &[]).await;
+    assert_eq!(status, 204, "{body}");
+    let (status, _, body) = s.rest_send(Method::GET, "/Perch/p1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"id": "p1", "name": "oak"})));
+    let state = status_of(&s.ok(json!({"operation": "get_components"})).await, "roost");
+    assert_eq!(state["status"], "error", "{state}");
+    assert!(state["message"].as_str().unwrap().contains("nowhere.js"), "{state}");
+
+    // On a first deploy: the deploy reports the error; the tables are served.
+    let egg = ("schema.graphql", "type Egg @table @export { id: ID @primaryKey }\n");
+    let (status, answer) = deploy(&s, "nest", &[("config.yaml", APP_CONFIG), egg, broken]).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"].as_str().unwrap_or_default();
+    assert!(message.contains("nowhere.js") && message.contains("tables are served"), "{message}");
+    assert_eq!(s.rest_send(Method::PUT, "/Egg/e1", Some(&json!({})), &[]).await.0, 204);
+    let (status, _, body) = s.rest_send(Method::GET, "/Egg/e1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"id": "e1"})));
+
+    // When another component's load breaks them: the script's resource goes, the
+    // tables stay.
     let victim = "if (globalThis.breakVictim) throw new Error('broken by another component');\n\
                   export class Victim extends Resource { static loadAsInstance = false; get() { return 'alive'; } }\n";
-    assert_eq!(deploy(&s, "zzz-victim", &[config, ("resources.js", victim)]).await.0, 200);
+    let victim_schema = ("schema.graphql", "type Hideout @table @export { id: ID @primaryKey }\n");
+    assert_eq!(
+        deploy(&s, "zzz-victim", &[("config.yaml", APP_CONFIG), victim_schema, ("resources.js", victim)]).await.0,
+        200
+    );
     let (status, _, body) = s.rest_send(Method::GET, "/Victim", None, &[]).await;
     assert_eq!((status, body), (200, json!("alive")));
+    assert_eq!(s.rest_send(Method::PUT, "/Hideout/h1", Some(&json!({})), &[]).await.0, 204);
     // Loaded first in every new generation, this component breaks the other's load.
     let breaker = "globalThis.breakVictim = true;\nexport const nothing = null;\n";
-    assert_eq!(deploy(&s, "aaa-breaker", &[config, ("resources.js", breaker)]).await.0, 200);
+    deploy_resources(&s, "aaa-breaker", breaker).await;
     let (status, _, _) = s.rest_send(Method::GET, "/Victim", None, &[]).await;
     assert_eq!(status, 404);
-    let listed = s.ok(json!({"operation": "get_components"})).await;
-    let victim = listed["entries"].as_array().unwrap().iter().find(|e| e["name"] == "zzz-victim").unwrap().clone();
-    assert_eq!(victim["status"]["status"], "error", "{victim}");
-    assert!(victim["status"]["message"].as_str().unwrap().contains("broken by another component"), "{victim}");
+    let (status, _, body) = s.rest_send(Method::GET, "/Hideout/h1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"id": "h1"})));
+    let state = status_of(&s.ok(json!({"operation": "get_components"})).await, "zzz-victim");
+    assert_eq!(state["status"], "error", "{state}");
+    assert!(state["message"].as_str().unwrap().contains("broken by another component"), "{state}");
 }
 
 #[tokio::test]

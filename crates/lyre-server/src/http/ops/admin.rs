@@ -8,7 +8,6 @@ use axum::response::Response;
 use lyre_core::{Code, Context, Object, SYSTEM_DATABASE, Value};
 
 use crate::app::AppState;
-use crate::components::Status;
 use crate::config::{Config, UpdateError, set_configuration as update_file};
 use crate::http::error::ApiError;
 use crate::http::format::Format;
@@ -133,9 +132,9 @@ pub async fn get_status(state: &Arc<AppState>, mut params: Params, format: Forma
     let components = state.components.status().into_iter().map(|(name, status)| {
         let mut entry = Object::default();
         entry.insert("name".into(), name.into());
-        match status {
-            Status::Loaded(_) => entry.insert("status".into(), "healthy".into()),
-            Status::Failed(reason) => {
+        match status.failure() {
+            None => entry.insert("status".into(), "healthy".into()),
+            Some(reason) => {
                 entry.insert("status".into(), "error".into());
                 entry.insert("error".into(), reason.into())
             }
