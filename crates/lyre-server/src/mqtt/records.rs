@@ -37,7 +37,8 @@ pub(crate) struct RecordTopic {
 
 /// The record `topic` names, if its first level is an exported table (`Err` for
 /// an id the table's key cannot be, and for a table's bare name, which is no plain
-/// topic).
+/// topic). A `?query` after the id is no part of it (Harper reads record topics
+/// as REST paths).
 pub(crate) fn record_topic(state: &AppState, topic: &str) -> Result<Option<RecordTopic>, ApiError> {
     let exports = state.components.exports();
     let Some((first, id)) = topic.split_once('/') else {
@@ -50,6 +51,7 @@ pub(crate) fn record_topic(state: &AppState, topic: &str) -> Result<Option<Recor
         };
     };
     let Some(export) = exports.get(first) else { return Ok(None) };
+    let id = without_query(id);
     if id.is_empty() {
         return Err(ApiError::bad_request(format!("the topic '{topic}' names table '{first}' but no record id")));
     }
@@ -143,6 +145,7 @@ pub(crate) fn plan(state: &AppState, ctx: &Context, filter: &str) -> Result<Vec<
     };
     if first != "+" && first != "#" {
         let Some(export) = exports.get(first) else { return Ok(Vec::new()) };
+        let rest = without_query(rest);
         if rest.is_empty() && !filter.ends_with('/') {
             return Ok(Vec::new()); // the table's name alone is no record's topic
         }
@@ -172,6 +175,12 @@ pub(crate) fn plan(state: &AppState, ctx: &Context, filter: &str) -> Result<Vec<
         plans.push(feed(export, KeyScope::Table, matcher));
     }
     Ok(plans)
+}
+
+/// A record topic's levels without the `?query` Harper allows after them (a
+/// subscription's query is for resources that read one; a table's feed has none).
+fn without_query(levels: &str) -> &str {
+    levels.split_once('?').map_or(levels, |(levels, _)| levels)
 }
 
 /// The topic name of `export`'s table (the first level of its records' topics).

@@ -310,3 +310,22 @@ async fn shared_subscriptions_to_records() {
     s.rest_send(Method::PUT, "/Dog/s9", Some(&json!({"name": "n9"})), &[]).await;
     assert_eq!(json_of(&b.next_acked().await.payload)["name"], "n9");
 }
+
+/// A record topic may carry a `?query` after the id, as Harper allows: the
+/// record is the id's, and a subscription's messages come on the record's topic.
+#[tokio::test]
+async fn a_query_after_a_record_topic_is_no_part_of_the_id() {
+    let s = dogs().await;
+    s.rest_send(Method::PUT, "/Dog/1", Some(&json!({"name": "Rex", "age": 3})), &[]).await;
+    let (mut sub, _) = Raw::connect(&s, V5, "query-watcher", true).await;
+    assert_eq!(sub.subscribe(1, "Dog/1?select(name)", QoS::AtLeastOnce).await, vec![1]);
+    let current = sub.next_acked().await;
+    assert_eq!((current.topic_name.as_str(), json_of(&current.payload)["name"].clone()), ("Dog/1", json!("Rex")));
+    let (mut publisher, _) = Raw::connect(&s, V5, "query-writer", true).await;
+    let code = publisher.publish("Dog/1?x=1", br#"{"name":"Rex","age":4}"#, QoS::AtLeastOnce, true, 1).await;
+    assert_eq!(code, 0);
+    let change = sub.next_acked().await;
+    assert_eq!((change.topic_name.as_str(), json_of(&change.payload)["age"].clone()), ("Dog/1", json!(4)));
+    let (status, _, body) = s.rest_send(Method::GET, "/Dog/", None, &[]).await;
+    assert_eq!((status, body), (200, json!([{"id": "1", "name": "Rex", "age": 4}])));
+}
