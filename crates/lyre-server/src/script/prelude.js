@@ -234,10 +234,13 @@
 			const legacy = this.constructor.loadAsInstance !== false;
 			const [target, data] = legacy ? [second, first] : [first, second];
 			if ((target?.isCollection || this.isCollection) && typeof this.create === 'function') {
-				if (!legacy) return this.create(target, data);
+				// A table's create answers the record; a post answers its id, as Harper's.
+				const key = this.constructor.primaryKey;
+				const idOf = (created) => (key !== undefined && created !== null && typeof created === 'object' ? created[key] : created);
+				if (!legacy) return Promise.resolve(this.create(target, data)).then(idOf);
 				// The instance-loading mode answers a creation as Harper's does: 201, Location.
 				const context = this.getContext();
-				return Promise.resolve(this.create(data, target)).then((id) => {
+				return Promise.resolve(this.create(data, target)).then(idOf).then((id) => {
 					if (context) {
 						context.createdResource = true;
 						context.newLocation = id;
@@ -478,6 +481,104 @@
 	transaction.commit = (source) => transactionIn(source, 'commit').commit();
 	transaction.abort = (source) => transactionIn(source, 'abort').abort();
 
+	/**
+	 * Writes an Updatable made outside a transaction and nobody awaited yet: a
+	 * request's answer waits for them (see `settled`), as Harper's commits them
+	 * with the request's transaction, and fails with the first that failed.
+	 */
+	const unsettledWrites = new Set();
+
+	/** Keeps `promise` in `unsettledWrites` until it settles (its failure is logged there). */
+	function tracked(promise) {
+		unsettledWrites.add(promise);
+		promise.then(
+			() => unsettledWrites.delete(promise),
+			(error) => {
+				unsettledWrites.delete(promise);
+				native.log('error', `a write of an updatable record failed: ${error?.message ?? error}`);
+			},
+		);
+		return promise;
+	}
+
+	/** A number `addTo` may add (a BigInt as the number it is). */
+	function increment(value) {
+		if (typeof value === 'number') return value;
+		if (typeof value === 'bigint') return Number(value);
+		throw new TypeError('Can not add a non-numeric value');
+	}
+
+	/**
+	 * Harper's Updatable: the record as read, with what was changed since, whose
+	 * changes (`set`, `addTo`, `subtractFrom`, or assigning a property) are written
+	 * as patches. `addTo` is a CRDT increment (`{__op__: 'add'}`), so concurrent
+	 * ones all count. In an open transaction the changes commit with it (one patch,
+	 * read at commit); otherwise each is written at once.
+	 */
+	function makeUpdatable(record, id, patch) {
+		const view = Object.assign({}, record);
+		const pending = [];
+		const change = (name, value, delta) => {
+			view[name] = value;
+			const written = patch({ [name]: delta });
+			if (written) pending.push(written);
+		};
+		const methods = {
+			getId: () => id,
+			getProperty: (name) => view[name],
+			set(name, value) {
+				change(name, value, value);
+			},
+			addTo(name, value) {
+				const n = increment(value);
+				change(name, (+view[name] || 0) + n, { __op__: 'add', value: n });
+			},
+			subtractFrom(name, value) {
+				const n = increment(value);
+				change(name, (+view[name] || 0) - n, { __op__: 'add', value: -n });
+			},
+			/** Settles once every change written so far has committed. */
+			save: () => Promise.all(pending.splice(0)).then(() => undefined),
+		};
+		return new Proxy(view, {
+			get: (target, key) => (Object.hasOwn(methods, key) ? methods[key] : target[key]),
+			set(target, key, value) {
+				if (typeof key !== 'string') target[key] = value;
+				else methods.set(key, value);
+				return true;
+			},
+			deleteProperty(target, key) {
+				if (typeof key === 'string') methods.set(key, null);
+				delete target[key];
+				return true;
+			},
+		});
+	}
+
+	/** What `select` picks of `record`: one property's value (a name), or an object of those named. */
+	function selected(record, select) {
+		if (record === undefined || record === null) return record;
+		if (typeof select === 'string') return record[select];
+		if (!Array.isArray(select)) return record;
+		const picked = {};
+		for (const entry of select) {
+			const name = typeof entry === 'string' ? entry : entry?.name;
+			if (typeof name === 'string' && name in record) picked[name] = record[name];
+		}
+		return Object.freeze(picked);
+	}
+
+	/** Merges change `delta` into the changes `into` holds for a transaction's one patch. */
+	function mergeChange(into, delta) {
+		for (const [name, value] of Object.entries(delta)) {
+			const before = into[name];
+			const adds = value?.__op__ === 'add';
+			if (adds && before?.__op__ === 'add') into[name] = { __op__: 'add', value: before.value + value.value };
+			else if (adds && typeof before === 'number') into[name] = before + value.value;
+			else into[name] = value;
+		}
+	}
+
 	/** A class for a table, with Harper's table API over Lyre's. */
 	function makeTable(info) {
 		const { database, table, primaryKey } = info;
@@ -535,7 +636,14 @@
 				if (this.isCollection || target?.isCollection) return this.search(target);
 				const id = this.getId();
 				if (id === undefined) return native.describe(database, table, handleFor(this, target));
-				if (legacy) return this[LOADED] ? this : undefined;
+				// A query object's `select` (`get({id, select})`) picks from the record.
+				const select = target?.select;
+				if (legacy) return this[LOADED] ? (select === undefined ? this : selected(this, select)) : undefined;
+				if (select !== undefined) {
+					return guarded(this, 'allowRead', target, target, (handle) =>
+						Promise.resolve(readRecord(id, handle)).then((record) => selected(record, select)),
+					);
+				}
 				// The common case without guarded's closure: no hook of the class's own to ask.
 				if (this.allowRead === TableClass.prototype.allowRead || !target?.checkPermission) {
 					// A request's target carries its handle: handleFor's first case, inline.
@@ -564,10 +672,31 @@
 				const [target, data] = legacy ? [second, first] : [first, second];
 				return guarded(this, 'allowUpdate', data, target, (handle) => write(this, 'patch', handle, this.getId(), data));
 			}
+			/**
+			 * Harper's `update(target, updates?)`: an Updatable of the record (see
+			 * `makeUpdatable`), with `updates` written first.
+			 */
 			update(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
-				const data = legacy ? first : second;
-				return write(this, 'patch', handleFor(this, legacy ? second : first), this.getId(), data ?? {});
+				const [target, data] = legacy ? [second, first] : [first, second];
+				const id = legacy || target === undefined || target === null || typeof target === 'object' ? this.getId() : target;
+				const handle = handleFor(this, target);
+				const open = transactionOf(this);
+				let patch;
+				if (open) {
+					const changes = {};
+					open.add('patch', database, table, id, changes, handle);
+					patch = (delta) => mergeChange(changes, delta);
+				} else {
+					patch = (delta) => tracked(native.patch(database, table, id, delta, handle));
+				}
+				return Promise.resolve(readRecord(id, handle)).then((record) => {
+					const updatable = makeUpdatable(record ?? { [primaryKey]: id }, id, patch);
+					if (data && typeof data === 'object') {
+						for (const [name, value] of Object.entries(data)) updatable.set(name, value);
+					}
+					return updatable;
+				});
 			}
 			delete(target) {
 				return guarded(this, 'allowDelete', target, target, async (handle) => {
@@ -580,10 +709,21 @@
 					return true;
 				});
 			}
+			/** Creates a record (a new id unless it names one); the record, with its id, as Harper's. */
 			create(first, second) {
 				const legacy = this.constructor.loadAsInstance !== false;
 				const [target, data] = legacy && !(first instanceof RequestTarget) ? [second, first] : [first, second];
-				return guarded(this, 'allowCreate', data, target, (handle) => write(this, 'create', handle, data ?? {}));
+				const record = data ?? {};
+				return guarded(this, 'allowCreate', record, target, (handle) =>
+					Promise.resolve(write(this, 'create', handle, record)).then((id) => {
+						if (id === undefined || record[primaryKey] === id) return record;
+						if (Object.isExtensible(record)) {
+							record[primaryKey] = id;
+							return record;
+						}
+						return { ...record, [primaryKey]: id };
+					}),
+				);
 			}
 			allowRead(user, target, context) {
 				return native.allowed(database, table, 'read', handleOfUser(context));
@@ -608,6 +748,10 @@
 			}
 			static update(id, updates, context) {
 				return invoke(this, 'update', id, updates, context);
+			}
+			/** How many records the table holds (`{recordCount}`; Lyre's count is exact). */
+			static getRecordCount() {
+				return Promise.resolve({ recordCount: native.describe(database, table, UNCHECKED).recordCount });
 			}
 			/** Computes attribute `name` (declared `@computed`) with `resolver(record)`, as Harper's. */
 			static setComputedAttribute(name, resolver) {
@@ -927,6 +1071,13 @@
 		if (context === undefined || context[CONTEXT_HANDLE] !== handle) {
 			return failure(new ServerError('the request was answered already'), 'GET');
 		}
+		if (unsettledWrites.size > 0 && !failed) {
+			// Answered once the updatable records' writes have committed (a promise of the answer).
+			return Promise.all([...unsettledWrites]).then(
+				() => settled(handle, value, false),
+				(error) => settled(handle, error, true),
+			);
+		}
 		waiting[slot] = undefined;
 		if (failed) return failure(value, context.method, context);
 		try {
@@ -973,7 +1124,8 @@
 				waiting[handle & SLOT_OF] = context;
 				return collected(result);
 			}
-			if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+			if ((result !== null && typeof result === 'object' && typeof result.then === 'function') || unsettledWrites.size > 0) {
+				// A promise, or an answer that waits for writes (see `settled`).
 				waiting[handle & SLOT_OF] = context;
 				return result instanceof Promise ? result : Promise.resolve(result);
 			}

@@ -412,7 +412,15 @@ impl Js {
                         Err(other) => return Err(other),
                     };
                     let settled = self.entry(ctx, |e| &e.settled)?;
-                    settled.call((handle, value, failed))?
+                    let answer: rquickjs::Value = settled.call((handle, value, failed))?;
+                    match answer.as_promise().cloned() {
+                        // The answer waits for writes the handler left unawaited.
+                        Some(later) => match later.result::<Array>() {
+                            Some(answer) => answer?,
+                            None => settle(ctx, later, self).await?,
+                        },
+                        None => Array::from_value(answer)?,
+                    }
                 }
                 // A synchronous handler's answer: nothing to wait for.
                 None => Array::from_value(answer)?,

@@ -1936,3 +1936,93 @@ async fn a_record_read_again_unchanged_is_the_same_frozen_object_and_a_change_is
         assert_eq!((status, body), (200, seen(false, "one")));
     }
 }
+
+/// Harper's table API beyond reads and writes: `update` answers an Updatable whose
+/// changes are written (`addTo` as a CRDT increment, so concurrent ones all
+/// count; inside a transaction they commit with it), `create` answers the record
+/// with its new id, `getRecordCount` counts, and `get({id, select})` picks.
+#[tokio::test]
+async fn updatable_records_create_count_and_select_work_as_harpers() {
+    let schema = "type Counter @table @export { id: ID @primaryKey name: String hits: Int }\n";
+    let resources = r#"
+export class Hit extends Resource {
+	static loadAsInstance = false;
+	async post(target, data) {
+		const counter = await tables.Counter.update(data.id);
+		// Not awaited: the answer waits for the writes, as Harper's transaction does.
+		counter.addTo(data.field ?? 'hits', data.by ?? 1);
+		if (data.label) counter.name = data.label;
+		if (data.down) counter.subtractFrom('hits', data.down);
+		return { seen: counter.hits, id: counter.getId(), name: counter.getProperty('name') };
+	}
+}
+export class Batch extends Resource {
+	static loadAsInstance = false;
+	post(target, data) {
+		return transaction(this.getContext(), async (txn) => {
+			const counter = await tables.Counter.update(data.id, { name: 'batched' }, txn);
+			counter.addTo('hits', 5);
+			counter.addTo('hits', 2);
+			counter.set('hits', 100);
+			counter.addTo('hits', 1);
+			return 'queued';
+		});
+	}
+}
+export class Made extends Resource {
+	static loadAsInstance = false;
+	async post(target, data) {
+		const created = await tables.Counter.create({ name: data.name, hits: 0 });
+		const { recordCount } = await tables.Counter.getRecordCount();
+		return { created, recordCount, idIsText: typeof created.id === 'string' };
+	}
+}
+class CounterView extends tables.Counter {
+	static loadAsInstance = false;
+}
+export class Pick extends Resource {
+	static loadAsInstance = false;
+	async get(target) {
+		return {
+			some: await tables.Counter.get({ id: target.id, select: ['name'] }),
+			one: await tables.Counter.get({ id: target.id, select: 'hits' }),
+			newer: await CounterView.get({ id: target.id, select: ['hits'] }),
+		};
+	}
+}
+"#;
+    let s = scripted_app("counters", schema, resources, &[]).await;
+    let post = |path: &'static str, body: Value| {
+        let s = &s;
+        async move { s.rest_send(Method::POST, path, Some(&body), &[]).await }
+    };
+    s.rest_send(Method::PUT, "/Counter/c1", Some(&json!({"name": "first", "hits": 1})), &[]).await;
+    let (status, _, body) = post("/Hit", json!({"id": "c1", "by": 2, "label": "renamed", "down": 1})).await;
+    assert_eq!((status, body), (200, json!({"seen": 2, "id": "c1", "name": "renamed"})));
+    let (_, _, stored) = s.rest_send(Method::GET, "/Counter/c1", None, &[]).await;
+    assert_eq!(stored, json!({"id": "c1", "name": "renamed", "hits": 2}));
+    // Concurrent increments all count.
+    let all = futures_util::future::join_all((0..20).map(|_| post("/Hit", json!({"id": "c1"})))).await;
+    assert!(all.iter().all(|(status, _, _)| *status == 200), "{all:?}");
+    let (_, _, stored) = s.rest_send(Method::GET, "/Counter/c1", None, &[]).await;
+    assert_eq!(stored["hits"], 22);
+    // A failed write fails the answer: a name is no number to add to.
+    let (status, _, body) = post("/Hit", json!({"id": "c1", "field": "name"})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.as_str().unwrap_or_default().contains("name"), "{body}");
+    // In a transaction: one patch at commit, the changes in order.
+    let (status, _, body) = post("/Batch", json!({"id": "c1"})).await;
+    assert_eq!((status, body), (200, json!("queued")));
+    let (_, _, stored) = s.rest_send(Method::GET, "/Counter/c1", None, &[]).await;
+    assert_eq!(stored, json!({"id": "c1", "name": "batched", "hits": 101}));
+    // create answers the record with its new id; the count counts it.
+    let (status, _, body) = post("/Made", json!({"name": "fresh"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((body["created"]["name"].clone(), body["idIsText"].clone()), (json!("fresh"), json!(true)));
+    assert_eq!(body["recordCount"], 2);
+    let id = body["created"]["id"].as_str().unwrap();
+    let (status, _, stored) = s.rest_send(Method::GET, &format!("/Counter/{id}"), None, &[]).await;
+    assert_eq!((status, stored["name"].clone()), (200, json!("fresh")));
+    let (status, _, body) = s.rest_send(Method::GET, "/Pick/c1", None, &[]).await;
+    assert_eq!((status, body), (200, json!({"some": {"name": "batched"}, "one": 101, "newer": {"hits": 101}})));
+}
