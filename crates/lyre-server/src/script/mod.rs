@@ -129,6 +129,33 @@ pub struct HttpCall {
     pub extensions: axum::http::Extensions,
 }
 
+impl HttpCall {
+    /// Whom the request came from.
+    fn client(&self) -> Client {
+        Client { ip: Some(self.ip.clone()), secure: self.extensions.get::<crate::tls::OverTls>().is_some() }
+    }
+}
+
+/// The client a request came from, as a script's context shows it (`ip`, `protocol`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Client {
+    /// The client's address (`127.0.0.1`), when the connection has one.
+    pub ip: Option<String>,
+    /// Whether the request came over TLS.
+    pub secure: bool,
+}
+
+impl Client {
+    /// The client of a request with `extensions` (the connection's address and
+    /// whether it is TLS, as the HTTP server marked them).
+    pub fn of(extensions: &axum::http::Extensions) -> Client {
+        let ip = extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|axum::extract::ConnectInfo(peer)| peer.ip().to_string());
+        Client { ip, secure: extensions.get::<crate::tls::OverTls>().is_some() }
+    }
+}
+
 /// A content type a script registered (`contentTypes.set(type, handler)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptContentType {
@@ -248,6 +275,8 @@ pub struct ScriptRequest {
     pub headers: axum::http::HeaderMap,
     /// The decoded body, when it had one.
     pub body: Option<Value>,
+    /// Whom it came from.
+    pub client: Client,
 }
 
 /// What a script answered.

@@ -42,6 +42,8 @@ struct Requested {
     /// For a middleware's request: what the server knew of its connection, for
     /// `next` to hand on.
     extensions: Option<axum::http::Extensions>,
+    /// Whom it came from.
+    client: super::Client,
 }
 
 /// What the native functions share within one runtime.
@@ -108,14 +110,14 @@ impl Bridge {
     /// Registers a request's user for the calls its script makes; the handle is
     /// given to the script with the request. The oldest handle past
     /// [`RECENT_REQUESTS`] ends.
-    pub fn begin(&self, user: Option<Arc<User>>, headers: axum::http::HeaderMap) -> u32 {
+    pub fn begin(&self, user: Option<Arc<User>>, headers: axum::http::HeaderMap, client: super::Client) -> u32 {
         // Handles stay small integers, which cross as JavaScript integers exactly.
         let mut handle = self.next_handle.get().wrapping_add(1);
         if handle == UNCHECKED || handle > i32::MAX as u32 {
             handle = 1;
         }
         self.next_handle.set(handle);
-        let requested = Requested { ctx: user.map(Context::new), headers, extensions: None };
+        let requested = Requested { ctx: user.map(Context::new), headers, extensions: None, client };
         let ended = self.requests.borrow_mut()[slot_of(handle)].replace((handle, requested));
         // Dropped outside the borrow: a context's drop runs no script, but need not be trusted not to.
         drop(ended);
@@ -454,6 +456,17 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
             fields.insert("active".into(), Value::Bool(user.active));
             fields.insert("role".into(), Value::Object(role));
             to_js(&ctx, &Value::Object(fields))
+        })?,
+    )?;
+    let b = bridge.clone();
+    native.set(
+        "client",
+        Function::new(ctx.clone(), move |handle: u32| {
+            // `[ip, protocol]` of the request, or nothing once it is answered.
+            b.with_request(handle, |requested| {
+                let protocol = if requested.client.secure { "https" } else { "http" };
+                vec![requested.client.ip.clone().unwrap_or_default(), protocol.to_string()]
+            })
         })?,
     )?;
     let b = bridge.clone();

@@ -978,6 +978,24 @@
 				};
 			});
 		}
+		/** The client's address. */
+		get ip() {
+			return native.client(this[CONTEXT_HANDLE])?.[0] || undefined;
+		}
+		/** `https` for a request over TLS, else `http`. */
+		get protocol() {
+			return native.client(this[CONTEXT_HANDLE])?.[1];
+		}
+		/** The `Host` the client asked for (with its port), as Harper's `host` and `hostname`. */
+		get host() {
+			return this.headers.get('host') ?? undefined;
+		}
+		get hostname() {
+			return this.host;
+		}
+		get absoluteURL() {
+			return `${this.protocol}://${this.host}${this.url}`;
+		}
 		get responseHeaders() {
 			const handle = this[CONTEXT_HANDLE];
 			const slot = handle & SLOT_OF;

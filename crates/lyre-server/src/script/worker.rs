@@ -320,7 +320,11 @@ impl Js {
         Box::pin(async move {
             match job {
                 Job::Request { mut request, reply } => {
-                    let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
+                    let handle = self.bridge.begin(
+                        request.user.clone(),
+                        std::mem::take(&mut request.headers),
+                        request.client.clone(),
+                    );
                     self.bridge.set_component(&request.export.component);
                     let outcome = self.serve_in(ctx, &request, handle).await.map_err(|e| self.engine_failure(e));
                     self.bridge.answered(handle);
@@ -331,7 +335,7 @@ impl Js {
                     let _ = reply.send(outcome.map_err(|e| self.engine_failure(e)).and_then(|answer| answer));
                 }
                 Job::Http { mut call, reply } => {
-                    let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers));
+                    let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers), call.client());
                     self.bridge.hand_on(handle, std::mem::take(&mut call.extensions));
                     let outcome = self.http_in(ctx, &call, handle).await.map_err(|e| self.engine_failure(e));
                     self.bridge.answered(handle);
@@ -357,7 +361,8 @@ impl Js {
 
     /// Answers one request; `false` when the runtime must be rebuilt afterwards.
     async fn serve(&self, mut request: ScriptRequest) -> (Result<ScriptReply, ScriptError>, bool) {
-        let handle = self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers));
+        let handle =
+            self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers), request.client.clone());
         self.bridge.set_component(&request.export.component);
         let request = &request;
         let call = self.context.async_with(async |ctx| self.serve_in(&ctx, request, handle).await);
@@ -434,7 +439,7 @@ impl Js {
     /// Runs the middleware of `call.phase` on one HTTP request; `false` when the
     /// runtime must be rebuilt afterwards.
     async fn serve_http(&self, mut call: HttpCall) -> (Result<ScriptReply, ScriptError>, bool) {
-        let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers));
+        let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers), call.client());
         self.bridge.hand_on(handle, std::mem::take(&mut call.extensions));
         self.bridge.set_component("middleware");
         let call = &call;

@@ -2026,3 +2026,39 @@ export class Pick extends Resource {
     let (status, _, body) = s.rest_send(Method::GET, "/Pick/c1", None, &[]).await;
     assert_eq!((status, body), (200, json!({"some": {"name": "batched"}, "one": 101, "newer": {"hits": 101}})));
 }
+
+/// A request's context tells the client's address, the protocol and the host it
+/// asked for, as Harper's request does.
+#[tokio::test]
+async fn a_requests_context_tells_its_client_protocol_and_host() {
+    let who = "export class Who extends Resource {\n\
+               \tstatic loadAsInstance = false;\n\
+               \tget() { const c = this.getContext(); return { ip: c.ip, protocol: c.protocol, host: c.host, url: c.absoluteURL }; }\n}\n";
+    let secure_port = crate::support::free_port();
+    let secure_text = secure_port.to_string();
+    let s = TestServer::start_app(
+        &[("components/who/config.yaml", APP_CONFIG), ("components/who/resources.js", who)],
+        &[("HTTP_SECUREPORT", secure_text.as_str())],
+    )
+    .await;
+    let (status, _, body) = s.rest_send(Method::GET, "/Who", None, &[]).await;
+    let host = s.rest("").trim_start_matches("http://").trim_end_matches('/').to_string();
+    assert_eq!(
+        (status, body),
+        (200, json!({"ip": "127.0.0.1", "protocol": "http", "host": host, "url": format!("http://{host}/Who")}))
+    );
+    let pem = std::fs::read(s.root().join("keys/certificate.pem")).expect("the generated certificate");
+    let https =
+        reqwest::Client::builder().tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()]).build().unwrap();
+    let response = https
+        .get(format!("https://localhost:{secure_port}/Who"))
+        .basic_auth(USER, Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        (body["protocol"].clone(), body["host"].clone()),
+        (json!("https"), json!(format!("localhost:{secure_port}")))
+    );
+}

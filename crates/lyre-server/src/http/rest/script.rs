@@ -147,6 +147,7 @@ pub async fn serve(
             collection,
             uri: parts.uri,
             user,
+            client: crate::script::Client::of(&parts.extensions),
             headers: parts.headers,
             body,
         };
