@@ -1089,6 +1089,13 @@
 		if (context === undefined || context[CONTEXT_HANDLE] !== handle) {
 			return failure(new ServerError('the request was answered already'), 'GET');
 		}
+		if (!failed && isAsyncIterable(value)) {
+			// An async generator a handler's promise resolved to: the array of what it yields.
+			return collected(value).then(
+				(values) => settled(handle, values, false),
+				(error) => settled(handle, error, true),
+			);
+		}
 		if (unsettledWrites.size > 0 && !failed) {
 			// Answered once the updatable records' writes have committed (a promise of the answer).
 			return Promise.all([...unsettledWrites]).then(
@@ -1155,8 +1162,7 @@
 
 	/**
 	 * Whether `value` is an async iterable that is neither an array (a search's
-	 * results are both) nor a promise: an async generator's result. One a handler's
-	 * promise resolves to is not collected (it answers as an object).
+	 * results are both) nor a promise: an async generator's result.
 	 */
 	function isAsyncIterable(value) {
 		return (

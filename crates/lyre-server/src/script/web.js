@@ -444,14 +444,136 @@
 		}
 	}
 
-	/** `fetch`, through Lyre's outbound HTTP client (bounded in time and size). */
+	/** An event (`type`, `target`), as EventTarget dispatches it. */
+	class Event {
+		constructor(type) {
+			this.type = String(type);
+			this.target = null;
+			this.defaultPrevented = false;
+		}
+		preventDefault() {
+			this.defaultPrevented = true;
+		}
+	}
+
+	/** The web's EventTarget: listeners by type, each called once per dispatch (`once` removes it). */
+	class EventTarget {
+		#listeners = new Map();
+		addEventListener(type, listener, options) {
+			if (typeof listener !== 'function' && typeof listener?.handleEvent !== 'function') return;
+			const list = this.#listeners.get(type) ?? [];
+			if (!list.some((entry) => entry.listener === listener)) list.push({ listener, once: Boolean(options?.once) });
+			this.#listeners.set(type, list);
+		}
+		removeEventListener(type, listener) {
+			const list = this.#listeners.get(type);
+			if (list) this.#listeners.set(type, list.filter((entry) => entry.listener !== listener));
+		}
+		dispatchEvent(event) {
+			event.target = this;
+			const handler = this[`on${event.type}`];
+			if (typeof handler === 'function') handler.call(this, event);
+			for (const entry of [...(this.#listeners.get(event.type) ?? [])]) {
+				if (entry.once) this.removeEventListener(event.type, entry.listener);
+				if (typeof entry.listener === 'function') entry.listener.call(this, event);
+				else entry.listener.handleEvent(event);
+			}
+			return !event.defaultPrevented;
+		}
+	}
+
+	/** Only AbortSignal's own makers construct one and abort it. */
+	const ABORT_KEY = Symbol('lyre.abort');
+
+	/** Signals an abort (AbortController's, or `AbortSignal.timeout`'s); `fetch` takes one. */
+	class AbortSignal extends EventTarget {
+		#aborted = false;
+		#reason = undefined;
+		constructor(key) {
+			if (key !== ABORT_KEY) throw new TypeError('Illegal constructor');
+			super();
+			this.onabort = null;
+		}
+		get aborted() {
+			return this.#aborted;
+		}
+		get reason() {
+			return this.#reason;
+		}
+		throwIfAborted() {
+			if (this.#aborted) throw this.#reason;
+		}
+		/** Aborts (once) for `reason`. */
+		[ABORT_KEY](reason) {
+			if (this.#aborted) return;
+			this.#aborted = true;
+			this.#reason = reason === undefined ? new DOMException('This operation was aborted', 'AbortError') : reason;
+			this.dispatchEvent(new Event('abort'));
+		}
+		static abort(reason) {
+			const signal = new AbortSignal(ABORT_KEY);
+			signal[ABORT_KEY](reason);
+			return signal;
+		}
+		static timeout(milliseconds) {
+			const signal = new AbortSignal(ABORT_KEY);
+			setTimeout(() => signal[ABORT_KEY](new DOMException('The operation timed out', 'TimeoutError')), milliseconds);
+			return signal;
+		}
+		static any(signals) {
+			const signal = new AbortSignal(ABORT_KEY);
+			for (const each of signals) {
+				if (each.aborted) {
+					signal[ABORT_KEY](each.reason);
+					break;
+				}
+				each.addEventListener('abort', () => signal[ABORT_KEY](each.reason), { once: true });
+			}
+			return signal;
+		}
+	}
+	class AbortController {
+		#signal = new AbortSignal(ABORT_KEY);
+		get signal() {
+			return this.#signal;
+		}
+		abort(reason) {
+			this.#signal[ABORT_KEY](reason);
+		}
+	}
+
+	/** `pending`, or its signal's reason once the signal aborts first. */
+	function abortable(pending, signal) {
+		return new Promise((resolve, reject) => {
+			const onAbort = () => reject(signal.reason);
+			signal.addEventListener('abort', onAbort, { once: true });
+			pending.then(
+				(value) => {
+					signal.removeEventListener('abort', onAbort);
+					resolve(value);
+				},
+				(error) => {
+					signal.removeEventListener('abort', onAbort);
+					reject(error);
+				},
+			);
+		});
+	}
+
+	/**
+	 * `fetch`, through Lyre's outbound HTTP client (bounded in time and size). A
+	 * signal that aborts rejects it with the signal's reason at once (the request
+	 * itself runs on to its bounds, its answer dropped).
+	 */
 	async function fetch(input, init = {}) {
 		const request = new Request(input, init);
-		if (request.signal?.aborted) throw new DOMException('The operation was aborted', 'AbortError');
-		const answer =
+		const signal = request.signal;
+		signal?.throwIfAborted?.();
+		const pending =
 			request.body === null
-				? await native.fetch(request.url, request.method, request.headers.pairs())
-				: await native.fetch(request.url, request.method, request.headers.pairs(), request.body);
+				? native.fetch(request.url, request.method, request.headers.pairs())
+				: native.fetch(request.url, request.method, request.headers.pairs(), request.body);
+		const answer = await (signal?.addEventListener ? abortable(pending, signal) : pending);
 		const response = new Response(answer.body.length ? answer.body : null, {
 			status: answer.status < 200 ? 200 : answer.status,
 			statusText: answer.statusText,
@@ -775,6 +897,10 @@
 		Response,
 		fetch,
 		DOMException,
+		Event,
+		EventTarget,
+		AbortController,
+		AbortSignal,
 		crypto,
 		setTimeout,
 		setInterval,

@@ -634,6 +634,24 @@ export class Unreachable extends Resource {
 		await fetch('http://127.0.0.1:9/nothing');
 	}
 }
+
+export class Aborted extends Resource {
+	static loadAsInstance = false;
+	async get(target) {
+		const origin = target.get('origin');
+		const caught = [];
+		try { await fetch(`${origin}/slow`, { signal: AbortSignal.timeout(50) }); } catch (e) { caught.push(e.name); }
+		const controller = new AbortController();
+		let heard = 0;
+		controller.signal.addEventListener('abort', () => heard++);
+		setTimeout(() => controller.abort('enough'), 20);
+		try { await fetch(`${origin}/slow`, { signal: controller.signal }); } catch (e) { caught.push(String(e)); }
+		controller.abort('again');
+		try { await fetch(`${origin}/slow`, { signal: AbortSignal.abort() }); } catch (e) { caught.push(e.name); }
+		const either = AbortSignal.any([new AbortController().signal, controller.signal]);
+		return { caught, heard, reason: controller.signal.reason, either: [either.aborted, either.reason] };
+	}
+}
 "#;
 
 /// An HTTP request's head (up to the blank line), read from `socket`; `None` when
@@ -683,6 +701,24 @@ async fn origin(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync
         }
     });
     (format!("http://{address}"), calls)
+}
+
+/// `fetch` takes an AbortSignal (a controller's, `AbortSignal.timeout`'s): one that
+/// aborts rejects the fetch with its reason without waiting for the origin.
+#[tokio::test]
+async fn an_aborted_signal_ends_a_fetch_with_its_reason() {
+    let s = TestServer::start().await;
+    deploy_resources(&s, "web", WEB_RESOURCES).await;
+    let (origin, _) = origin(std::time::Duration::from_secs(2)).await;
+    let (status, _, body) = s.rest_send(Method::GET, &format!("/Aborted?origin={origin}"), None, &[]).await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"caught": ["TimeoutError", "enough", "AbortError"], "heard": 1, "reason": "enough",
+                "either": [true, "enough"]})
+        )
+    );
 }
 
 #[tokio::test]
@@ -964,6 +1000,7 @@ export class Shaped extends Resource {
 			case 'set': return new Set([1, 2]);
 			case 'generator': return (function* () { yield 1; yield 2; })();
 			case 'async': return (async function* () { yield { a: 1 }; yield { a: 2 }; })();
+			case 'awaited': return Promise.resolve().then(() => (async function* () { yield 'later'; })());
 		}
 	}
 }
@@ -988,6 +1025,7 @@ async fn bytes_collections_and_iterables_a_script_answers_are_sent_as_harper_sen
         ("set", json!([1, 2])),
         ("generator", json!([1, 2])),
         ("async", json!([{"a": 1}, {"a": 2}])),
+        ("awaited", json!(["later"])),
     ] {
         let (status, _, body) = s.rest_send(Method::GET, &format!("/Shaped?as={shape}"), None, &[]).await;
         assert_eq!((status, body), (200, expected), "{shape}");
