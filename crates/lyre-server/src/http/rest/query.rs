@@ -572,29 +572,10 @@ fn number(text: &str) -> Option<Value> {
         .or_else(|| text.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float))
 }
 
-/// Milliseconds since the epoch from `ms` or an ISO-8601 UTC timestamp.
+/// A date as Harper's query grammar reads one: epoch milliseconds, or ISO 8601
+/// (with a zone offset or `Z`, without one as UTC, or a date alone).
 fn date(text: &str) -> Option<Value> {
-    if let Some(n) = number(text) {
-        return Some(n);
-    }
-    let (date, time) = text.trim_end_matches('Z').split_once('T').unwrap_or((text, "00:00:00"));
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let mut t = time.split(':');
-    let (h, min) = (t.next()?.parse::<i64>().ok()?, t.next().unwrap_or("0").parse::<i64>().ok()?);
-    let secs: f64 = t.next().unwrap_or("0").parse().ok()?;
-    let days = days_from_civil(y, m, day);
-    Some(Value::Float(((days * 86_400 + h * 3600 + min * 60) as f64 + secs) * 1000.0))
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    number(text).or_else(|| lyre_core::parse_iso8601(text).map(Value::Float))
 }
 
 /// Converts query text to the attribute's declared type (numbers for numeric types,
@@ -694,4 +675,29 @@ fn fields(text: &str, level: usize) -> Result<Vec<Field>, String> {
     }
     push(&text[start..])?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `date(...)` and a `Date` attribute's text read epoch milliseconds and ISO
+    /// 8601 with or without a zone offset, as Harper's `new Date(text)` does.
+    #[test]
+    fn dates_read_with_and_without_zone_offsets() {
+        let midnight = 1_704_067_200_000.0; // 2024-01-01T00:00:00Z
+        for text in [
+            "2024-01-01",
+            "2024-01-01T00:00:00Z",
+            "2024-01-01T00:00:00.000Z",
+            "2024-01-01T02:00:00+02:00",
+            "2023-12-31T19:00:00-05:00",
+            "2024-01-01T00:00:00",
+        ] {
+            assert_eq!(date(text), Some(Value::Float(midnight)), "{text}");
+        }
+        assert_eq!(date("1704067200000"), Some(Value::Int(1_704_067_200_000)));
+        assert_eq!(date("2024-13-01"), None);
+        assert_eq!(date("soon"), None);
+    }
 }
