@@ -38,6 +38,24 @@ pub enum Comparator {
     Between,
 }
 
+impl Comparator {
+    /// Its name in query objects (Harper's: `equals`, `greater_than_equal`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Comparator::Equals => "equals",
+            Comparator::NotEqual => "not_equal",
+            Comparator::Contains => "contains",
+            Comparator::StartsWith => "starts_with",
+            Comparator::EndsWith => "ends_with",
+            Comparator::GreaterThan => "greater_than",
+            Comparator::GreaterThanEqual => "greater_than_equal",
+            Comparator::LessThan => "less_than",
+            Comparator::LessThanEqual => "less_than_equal",
+            Comparator::Between => "between",
+        }
+    }
+}
+
 /// A condition tree.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Condition {

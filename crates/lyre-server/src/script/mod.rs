@@ -27,6 +27,7 @@ mod modules;
 mod native;
 mod record;
 mod record_cache;
+mod target;
 mod web;
 mod worker;
 

@@ -353,6 +353,22 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
 
     let b = bridge.clone();
     native.set(
+        "parseQuery",
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, db: String, table: String, search: String| {
+            // A request's query string as its target shows it (`target.conditions`, …).
+            let run = || -> Result<Value, (Code, String)> {
+                let table = b.table(&db, &table)?;
+                Ok(super::target::query_object(&b.grammar.query_string(&table, &search)?))
+            };
+            match run() {
+                Ok(query) => to_js(&ctx, &query),
+                Err(err) => Err(throw(&ctx, err)),
+            }
+        })?,
+    )?;
+
+    let b = bridge.clone();
+    native.set(
         "describe",
         Function::new(ctx.clone(), move |ctx: Ctx<'js>, db: String, table: String, handle: u32| {
             let run = || -> Result<Value, (Code, String)> {

@@ -71,6 +71,35 @@
 
 	/** What a query may say besides its conditions' text, as a RequestTarget's properties. */
 	const QUERY_PARTS = ['conditions', 'operator', 'limit', 'offset', 'select', 'sort'];
+	/** The table a request's target is for (`dispatch` sets it): its query string parses with the table's types. */
+	const TARGET_TABLE = Symbol('lyre.targetTable');
+	/** Each request target's query string, parsed once when code first reads a part of it. */
+	const parsedQueries = new WeakMap();
+
+	/**
+	 * The query parts of a request to a table's class, read from its query string as
+	 * REST reads it (`target.conditions`, `target.limit`, … as Harper's targets show
+	 * them); code that sets a part sets its own value, which the search then runs.
+	 * A target of any other resource has none.
+	 */
+	for (const part of QUERY_PARTS) {
+		Object.defineProperty(RequestTarget.prototype, part, {
+			get() {
+				const table = this[TARGET_TABLE];
+				if (!table) return undefined;
+				let parsed = parsedQueries.get(this);
+				if (parsed === undefined) {
+					parsed = native.parseQuery(table.database, table.table, this.search ?? '');
+					parsedQueries.set(this, parsed);
+				}
+				return parsed[part];
+			},
+			set(value) {
+				Object.defineProperty(this, part, { value, writable: true, enumerable: true, configurable: true });
+			},
+			configurable: true,
+		});
+	}
 
 	/**
 	 * The query a search runs: a query string, a query object, or a request's
@@ -637,7 +666,7 @@
 				const id = this.getId();
 				if (id === undefined) return native.describe(database, table, handleFor(this, target));
 				// A query object's `select` (`get({id, select})`) picks from the record.
-				const select = target?.select;
+				const select = target && Object.hasOwn(target, 'select') ? target.select : undefined;
 				if (legacy) return this[LOADED] ? (select === undefined ? this : selected(this, select)) : undefined;
 				if (select !== undefined) {
 					return guarded(this, 'allowRead', target, target, (handle) =>
@@ -1133,6 +1162,7 @@
 				pathname: pathBelow(path, pathname),
 				checkPermission: true,
 				[CONTEXT_HANDLE]: handle,
+				[TARGET_TABLE]: Class[TABLE],
 			};
 			if (collection) target.isCollection = true;
 			const method = METHODS[httpMethod];

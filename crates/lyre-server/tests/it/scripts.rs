@@ -916,6 +916,15 @@ async fn a_script_source_fills_a_caching_table() {
 /// Classes that edit the query of the request they pass on, and searches given
 /// conditions as an array or a single attribute to select, as Harper's take them.
 const EDITED_QUERIES: &str = r#"
+export class Asked extends tables.Cat {
+	static loadAsInstance = false;
+	get(target) {
+		const { conditions, operator, limit, offset, sort, select } = target;
+		// Narrowed in code from what was read: the search runs the edited conditions.
+		target.conditions = conditions.filter((c) => c.attribute !== 'breed');
+		return Promise.resolve(super.get(target)).then((found) => ({ asked: { conditions, operator, limit, offset, sort, select }, found }));
+	}
+}
 export class Labs extends tables.Cat {
 	static loadAsInstance = false;
 	get(target) {
@@ -983,6 +992,24 @@ async fn a_query_code_sets_on_its_target_is_the_one_searched() {
     assert_eq!(ids(&eldest_lab), ["c2"], "{eldest_lab}");
     let (_, _, names) = s.rest_send(Method::GET, "/Names/?breed=pug", None, &[]).await;
     assert_eq!(names, json!([{"name": "Bo"}]));
+    // Code reads the query string's parts as Harper's targets show them.
+    let path = "/Asked/?breed=lab&age=ge=3&sort(-age,name)&select(id,age)&limit(1,2)";
+    let (status, _, body) = s.rest_send(Method::GET, path, None, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["asked"],
+        json!({
+            "conditions": [
+                {"attribute": "breed", "comparator": "equals", "value": "lab"},
+                {"attribute": "age", "comparator": "greater_than_equal", "value": 3}
+            ],
+            "limit": 1, "offset": 1,
+            "sort": {"attribute": "age", "descending": true, "next": {"attribute": "name", "descending": false}},
+            "select": ["id", "age"]
+        })
+    );
+    let (status, _, body) = s.rest_send(Method::GET, "/Asked/?breed=lab&age=ge=5", None, &[]).await;
+    assert_eq!((status, ids(&body["found"])), (200, vec!["c2".to_string(), "c3".to_string()]), "{body}");
     let (status, _, searched) = s.rest_send(Method::GET, "/Searches", None, &[]).await;
     assert_eq!((status, searched), (200, json!({"pugs": ["c3"], "labs": ["Ace", "Tom"]})));
 }
