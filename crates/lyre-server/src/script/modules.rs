@@ -48,7 +48,7 @@ const PROVIDED_NODE_MODULES: &[(&str, &[&str])] = &[
             "subtle",
         ],
     ),
-    ("buffer", &["Buffer"]),
+    ("buffer", &["Buffer", "Blob", "File"]),
 ];
 /// Where a provided Node module is loaded from (no file: its source is made here).
 const PROVIDED_NODE_PREFIX: &str = "lyre:node/";

@@ -324,9 +324,180 @@
 	}
 
 	/** A body's bytes and the content type it implies. */
+	/** Bytes joined into one array. */
+	function joined(parts) {
+		const out = new Uint8Array(parts.reduce((sum, part) => sum + part.byteLength, 0));
+		let at = 0;
+		for (const part of parts) {
+			out.set(part, at);
+			at += part.byteLength;
+		}
+		return out;
+	}
+
+	/** The web's Blob: immutable bytes with a media type. */
+	class Blob {
+		#bytes;
+		#type;
+		constructor(parts = [], options = {}) {
+			const pieces = [];
+			for (const part of parts) {
+				if (part instanceof Blob) pieces.push(part.#bytes);
+				else if (part instanceof ArrayBuffer || ArrayBuffer.isView(part)) pieces.push(new Uint8Array(bytesOf(part)));
+				else pieces.push(native.utf8Encode(String(part)));
+			}
+			this.#bytes = joined(pieces);
+			this.#type = String(options.type ?? '').toLowerCase();
+		}
+		get size() {
+			return this.#bytes.byteLength;
+		}
+		get type() {
+			return this.#type;
+		}
+		slice(start = 0, end = this.size, type = '') {
+			return new Blob([this.#bytes.slice(start, end)], { type });
+		}
+		async bytes() {
+			return this.#bytes.slice();
+		}
+		async arrayBuffer() {
+			return this.#bytes.slice().buffer;
+		}
+		async text() {
+			return native.utf8Decode(this.#bytes, false);
+		}
+		/** Its bytes, unshared with it, at once (the body of a request or a form). */
+		static bytesOf(blob) {
+			return blob.#bytes.slice();
+		}
+	}
+
+	/** A Blob with a name (a form's file). */
+	class File extends Blob {
+		constructor(parts, name, options = {}) {
+			super(parts, options);
+			this.name = String(name);
+			this.lastModified = options.lastModified ?? Date.now();
+		}
+	}
+
+	/** The web's FormData: named entries, text or files, in order; a body sends it as multipart/form-data. */
+	class FormData {
+		#entries = [];
+		static #entry(name, value, filename) {
+			if (!(value instanceof Blob)) return [String(name), String(value)];
+			const file = value instanceof File && filename === undefined ? value : new File([value], filename ?? (value.name ?? 'blob'), { type: value.type });
+			return [String(name), file];
+		}
+		append(name, value, filename) {
+			this.#entries.push(FormData.#entry(name, value, filename));
+		}
+		set(name, value, filename) {
+			const at = this.#entries.findIndex(([key]) => key === String(name));
+			const entry = FormData.#entry(name, value, filename);
+			this.delete(name);
+			this.#entries.splice(at < 0 ? this.#entries.length : at, 0, entry);
+		}
+		get(name) {
+			return this.#entries.find(([key]) => key === String(name))?.[1] ?? null;
+		}
+		getAll(name) {
+			return this.#entries.filter(([key]) => key === String(name)).map(([, value]) => value);
+		}
+		has(name) {
+			return this.#entries.some(([key]) => key === String(name));
+		}
+		delete(name) {
+			this.#entries = this.#entries.filter(([key]) => key !== String(name));
+		}
+		forEach(callback, thisArg) {
+			for (const [key, value] of this.#entries) callback.call(thisArg, value, key, this);
+		}
+		*entries() {
+			yield* this.#entries.map(([key, value]) => [key, value]);
+		}
+		*keys() {
+			for (const [key] of this.#entries) yield key;
+		}
+		*values() {
+			for (const [, value] of this.#entries) yield value;
+		}
+		[Symbol.iterator]() {
+			return this.entries();
+		}
+	}
+
+	/** Quotes a multipart header parameter's value. */
+	const quoted = (text) => `"${String(text).replace(/"/g, '%22').replace(/\r/g, '%0D').replace(/\n/g, '%0A')}"`;
+
+	/** `form` as a multipart/form-data body: its bytes and its media type (with the boundary). */
+	function multipartOf(form) {
+		const boundary = `----LyreFormBoundary${native.randomUUID().replace(/-/g, '')}`;
+		const parts = [];
+		for (const [name, value] of form) {
+			let head = `--${boundary}\r\nContent-Disposition: form-data; name=${quoted(name)}`;
+			if (value instanceof Blob) {
+				head += `; filename=${quoted(value.name)}\r\nContent-Type: ${value.type || 'application/octet-stream'}`;
+			}
+			parts.push(native.utf8Encode(`${head}\r\n\r\n`));
+			parts.push(value instanceof Blob ? Blob.bytesOf(value) : native.utf8Encode(value));
+			parts.push(native.utf8Encode('\r\n'));
+		}
+		parts.push(native.utf8Encode(`--${boundary}--\r\n`));
+		return [joined(parts), `multipart/form-data; boundary=${boundary}`];
+	}
+
+	/** Where `needle` first stands in `haystack` from `from`, or -1. */
+	function indexOfBytes(haystack, needle, from) {
+		outer: for (let i = from; i <= haystack.length - needle.length; i++) {
+			for (let j = 0; j < needle.length; j++) if (haystack[i + j] !== needle[j]) continue outer;
+			return i;
+		}
+		return -1;
+	}
+
+	/** A body of media type `type` read as a FormData (urlencoded or multipart). */
+	function formOf(bytes, type) {
+		const form = new FormData();
+		const media = String(type ?? '').toLowerCase();
+		if (media.startsWith('application/x-www-form-urlencoded')) {
+			for (const [name, value] of new URLSearchParams(native.utf8Decode(bytes, false))) form.append(name, value);
+			return form;
+		}
+		const boundary = /boundary="?([^";]+)"?/i.exec(String(type ?? ''))?.[1];
+		if (!media.startsWith('multipart/form-data') || !boundary) {
+			throw new TypeError('the body is not a form (urlencoded or multipart/form-data)');
+		}
+		const delimiter = native.utf8Encode(`--${boundary}`);
+		const blank = native.utf8Encode('\r\n\r\n');
+		let at = indexOfBytes(bytes, delimiter, 0);
+		while (at >= 0) {
+			const start = at + delimiter.length;
+			if (bytes[start] === 45 && bytes[start + 1] === 45) break; // the closing `--`
+			const next = indexOfBytes(bytes, delimiter, start);
+			if (next < 0) throw new TypeError('the multipart body ends without its closing boundary');
+			const headEnd = indexOfBytes(bytes, blank, start);
+			if (headEnd < 0 || headEnd > next) throw new TypeError('a multipart part has no blank line after its headers');
+			const head = native.utf8Decode(bytes.subarray(start, headEnd), false);
+			const content = bytes.slice(headEnd + blank.length, Math.max(headEnd + blank.length, next - 2));
+			const name = /name="([^"]*)"/i.exec(head)?.[1];
+			const filename = /filename="([^"]*)"/i.exec(head)?.[1];
+			const partType = /content-type:\s*([^\r\n]+)/i.exec(head)?.[1] ?? '';
+			if (name !== undefined) {
+				if (filename !== undefined) form.append(name, new File([content], filename, { type: partType }));
+				else form.append(name, native.utf8Decode(content, false));
+			}
+			at = next;
+		}
+		return form;
+	}
+
 	function bodyOf(body) {
 		if (body === undefined || body === null) return [null, null];
 		if (typeof body === 'string') return [native.utf8Encode(body), 'text/plain;charset=UTF-8'];
+		if (body instanceof Blob) return [Blob.bytesOf(body), body.type || null];
+		if (body instanceof FormData) return multipartOf(body);
 		if (body instanceof URLSearchParams) {
 			return [native.utf8Encode(body.toString()), 'application/x-www-form-urlencoded;charset=UTF-8'];
 		}
@@ -337,9 +508,11 @@
 	class Body {
 		#bytes;
 		#used = false;
+		#headers;
 		constructor(body, headers) {
 			const [bytes, type] = bodyOf(body);
 			this.#bytes = bytes;
+			this.#headers = headers;
 			if (type && !headers.has('content-type')) headers.set('content-type', type);
 		}
 		/** The body's bytes (Lyre's: the web's is a stream), or `null`. */
@@ -366,6 +539,12 @@
 		}
 		async json() {
 			return JSON.parse(await this.text());
+		}
+		async blob() {
+			return new Blob([this.#take()], { type: this.#headers.get('content-type') ?? '' });
+		}
+		async formData() {
+			return formOf(this.#take(), this.#headers.get('content-type'));
 		}
 	}
 
@@ -882,7 +1061,7 @@
 			webcrypto: crypto,
 			subtle: crypto.subtle,
 		},
-		buffer: { Buffer },
+		buffer: { Buffer, Blob, File },
 	};
 	Object.defineProperty(globalThis, '__lyre_node', { value: nodeModules, enumerable: false });
 
@@ -896,6 +1075,9 @@
 		Request,
 		Response,
 		fetch,
+		Blob,
+		File,
+		FormData,
 		DOMException,
 		Event,
 		EventTarget,

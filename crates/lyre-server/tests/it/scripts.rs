@@ -635,6 +635,32 @@ export class Unreachable extends Resource {
 	}
 }
 
+export class Forms extends Resource {
+	static loadAsInstance = false;
+	async get() {
+		const blob = new Blob(['ab', new Uint8Array([99])], { type: 'Text/Plain' });
+		const form = new FormData();
+		form.append('name', 'Rex');
+		form.append('photo', new Blob([new Uint8Array([0, 13, 10, 255])], { type: 'image/png' }), 'rex.png');
+		form.append('name', 'Max');
+		const sent = new Response(form);
+		const type = sent.headers.get('content-type');
+		const back = await sent.formData();
+		const photo = back.get('photo');
+		const plain = await new Response('x=1&y=two+words', { headers: { 'content-type': 'application/x-www-form-urlencoded' } }).formData();
+		const { Blob: NodeBlob } = await import('node:buffer');
+		return {
+			blob: [blob.size, blob.type, await blob.text(), await blob.slice(1).text()],
+			multipart: type.startsWith('multipart/form-data; boundary='),
+			names: back.getAll('name'),
+			photo: [photo.name, photo.type, Array.from(await photo.bytes())],
+			plain: [plain.get('x'), plain.get('y')],
+			read: (await new Response(new Uint8Array([1, 2])).blob()).size,
+			node: NodeBlob === Blob,
+		};
+	}
+}
+
 export class Aborted extends Resource {
 	static loadAsInstance = false;
 	async get(target) {
@@ -701,6 +727,23 @@ async fn origin(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync
         }
     });
     (format!("http://{address}"), calls)
+}
+
+/// Blob, File and FormData as the web has them: a form is sent as multipart and
+/// read back (files' bytes whole), an urlencoded body reads as a form.
+#[tokio::test]
+async fn blobs_and_forms_are_the_webs() {
+    let s = TestServer::start().await;
+    deploy_resources(&s, "web", WEB_RESOURCES).await;
+    let (status, _, body) = s.rest_send(Method::GET, "/Forms", None, &[]).await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"blob": [3, "text/plain", "abc", "bc"], "multipart": true, "names": ["Rex", "Max"],
+                "photo": ["rex.png", "image/png", [0, 13, 10, 255]], "plain": ["1", "two words"], "read": 2, "node": true})
+        )
+    );
 }
 
 /// `fetch` takes an AbortSignal (a controller's, `AbortSignal.timeout`'s): one that
