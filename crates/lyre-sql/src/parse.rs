@@ -12,7 +12,7 @@ use crate::error::{Result, SqlError};
 pub(crate) fn statement(sql: &str) -> Result<ast::Statement> {
     let mut statements = Parser::new(&MySqlDialect {})
         .with_recursion_limit(64)
-        .try_with_sql(sql)
+        .try_with_sql(&literal_backslashes(sql))
         .and_then(|mut parser| parser.parse_statements())
         .map_err(|err| syntax_error(sql, err))?;
     match statements.len() {
@@ -20,6 +20,72 @@ pub(crate) fn statement(sql: &str) -> Result<ast::Statement> {
         1 => Ok(statements.remove(0)),
         n => Err(SqlError::invalid(format!("the SQL holds {n} statements; send one per request"))),
     }
+}
+
+/// `sql` with each backslash inside a string literal doubled, so MySQL's dialect
+/// (which reads `\n`, `\t`, … as escapes) keeps it: a backslash in a Harper SQL
+/// string is itself, as in standard SQL (`'C:\temp'`, `LIKE '%\_%' ESCAPE '\'`).
+/// Comments and backtick names are passed over as they are.
+fn literal_backslashes(sql: &str) -> std::borrow::Cow<'_, str> {
+    if !sql.contains('\\') {
+        return std::borrow::Cow::Borrowed(sql);
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    // The quote of the literal or name being read, if any.
+    let mut inside: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match inside {
+            Some(quote) => {
+                if c == '\\' && quote != '`' {
+                    out.push('\\');
+                } else if c == quote {
+                    if chars.peek() == Some(&quote) {
+                        // A doubled quote stands for one, inside the literal.
+                        out.push(c);
+                        chars.next();
+                    } else {
+                        inside = None;
+                    }
+                }
+                out.push(c);
+            }
+            None => {
+                out.push(c);
+                match c {
+                    '\'' | '"' | '`' => inside = Some(c),
+                    '-' if chars.peek() == Some(&'-') => {
+                        for c in chars.by_ref() {
+                            out.push(c);
+                            if c == '\n' {
+                                break;
+                            }
+                        }
+                    }
+                    '#' => {
+                        for c in chars.by_ref() {
+                            out.push(c);
+                            if c == '\n' {
+                                break;
+                            }
+                        }
+                    }
+                    '/' if chars.peek() == Some(&'*') => {
+                        let mut last = '/';
+                        for c in chars.by_ref() {
+                            out.push(c);
+                            if last == '*' && c == '/' {
+                                break;
+                            }
+                            last = c;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Parses a query Lyre wrote itself (the reads of `UPDATE` and `DELETE`).

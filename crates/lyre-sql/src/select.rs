@@ -100,7 +100,21 @@ enum JoinKind {
     Inner,
     Left,
     Right,
+    /// `FULL [OUTER] JOIN`: a left and a right join's unmatched rows both.
+    Full,
     Cross,
+}
+
+impl JoinKind {
+    /// Whether rows of the sources before it that match nothing are kept.
+    fn keeps_unmatched_outer(self) -> bool {
+        matches!(self, JoinKind::Left | JoinKind::Full)
+    }
+
+    /// Whether rows of the joined source that match nothing are kept.
+    fn keeps_unmatched_inner(self) -> bool {
+        matches!(self, JoinKind::Right | JoinKind::Full)
+    }
 }
 
 /// The sources of a statement, as the compiler resolves names against them.
@@ -512,13 +526,18 @@ impl<'e> Statement<'e> {
                     J::Join(c) | J::Inner(c) => (JoinKind::Inner, c),
                     J::Left(c) | J::LeftOuter(c) => (JoinKind::Left, c),
                     J::Right(c) | J::RightOuter(c) => (JoinKind::Right, c),
+                    J::FullOuter(c) => (JoinKind::Full, c),
                     J::CrossJoin(c) => (JoinKind::Cross, c),
-                    other => return Err(SqlError::unsupported(format!("the join {other:?}"))),
+                    _ => return Err(SqlError::unsupported(format!("the join `{join}`"))),
                 };
                 let on = match constraint {
                     ast::JoinConstraint::On(on) => Some(on.clone()),
                     ast::JoinConstraint::None => None,
-                    other => return Err(SqlError::unsupported(format!("the join constraint {other:?}"))),
+                    _ => {
+                        return Err(SqlError::unsupported(format!(
+                            "the join `{join}` (name its columns with ON instead of USING or NATURAL)"
+                        )));
+                    }
                 };
                 if on.is_none() && kind != JoinKind::Cross {
                     return Err(SqlError::invalid("a join other than CROSS JOIN needs ON"));
@@ -797,7 +816,7 @@ impl<'e> Statement<'e> {
         // NULLs, so an outer join's unmatched rows fail them after the join too).
         let pushed = pushdown(conjuncts, at);
         let mut inner_conditions = pushed.conditions;
-        if kind != JoinKind::Right {
+        if !kind.keeps_unmatched_inner() {
             inner_conditions.extend(pushdown(&on_parts, at).conditions);
         }
         let key = equi_key(&on_parts, at);
@@ -933,11 +952,12 @@ impl<'e> Statement<'e> {
                             matched_inner[i] = true;
                         }
                     }
-                    if !matched && kind == JoinKind::Left && emit(extend(row, None), &mut self.budget)?.is_break() {
+                    if !matched && kind.keeps_unmatched_outer() && emit(extend(row, None), &mut self.budget)?.is_break()
+                    {
                         return Ok(());
                     }
                 }
-                if kind == JoinKind::Right {
+                if kind.keeps_unmatched_inner() {
                     for (i, record) in records.iter().enumerate() {
                         if !matched_inner[i] {
                             let mut sources = vec![None; at];

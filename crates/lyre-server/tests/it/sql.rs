@@ -49,6 +49,32 @@ async fn queries_answer_harpers_rows() {
             {"dog_name": "Billy", "name": null},
         ])
     );
+    // A full join keeps both sides' unmatched rows; USING is refused naming the join.
+    s.ok(
+        json!({"operation": "insert", "database": "dev", "table": "breed", "records": [{"id": 500, "name": "Corgi"}]}),
+    )
+    .await;
+    let (status, body) = sql(
+        &s,
+        "SELECT d.dog_name, b.name FROM dev.dog d FULL OUTER JOIN dev.breed b ON d.breed_id = b.id ORDER BY d.id, b.name",
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!([
+                {"dog_name": null, "name": "Corgi"},
+                {"dog_name": "Penny", "name": "Labrador"},
+                {"dog_name": "Harper", "name": "Husky"},
+                {"dog_name": "Alby", "name": "Beagle"},
+                {"dog_name": "Billy", "name": null},
+            ])
+        )
+    );
+    let (status, body) = sql(&s, "SELECT * FROM dev.dog d JOIN dev.breed b USING (id)").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("`JOIN dev.breed b USING(id)`"), "{body}");
     // LIKE ignores case, as Harper's does; `*` leads with the key and the timestamps.
     let (_, body) = sql(&s, "SELECT * FROM dev.dog WHERE dog_name LIKE 'pen%'").await;
     let row = body[0].as_object().expect("one row");
@@ -177,14 +203,20 @@ async fn writes_answer_harpers_bodies_and_are_atomic() {
         json!({"message": "0 of 0 records successfully deleted", "deleted_hashes": [], "skipped_hashes": []})
     );
 
-    // A WHERE's literals keep their escapes when UPDATE and DELETE select rows.
-    let (_, body) = sql(&s, "INSERT INTO dev.dog (id, dog_name) VALUES (30, 'C:\\\\temp')").await;
+    // A backslash in a string is itself (standard SQL, as Harper reads it), also
+    // when UPDATE and DELETE select rows with it and in a LIKE's ESCAPE.
+    let (_, body) = sql(&s, r"INSERT INTO dev.dog (id, dog_name) VALUES (30, 'C:\temp\n''s')").await;
     assert_eq!(body["inserted_hashes"], json!([30]));
     let (_, body) = sql(&s, "SELECT dog_name FROM dev.dog WHERE id = 30").await;
-    assert_eq!(body, json!([{"dog_name": "C:\\temp"}]));
-    let (_, body) = sql(&s, "UPDATE dev.dog SET age = 1 WHERE dog_name = 'C:\\\\temp'").await;
+    assert_eq!(body, json!([{"dog_name": r"C:\temp\n's"}]));
+    let (_, body) =
+        sql(&s, r"SELECT id FROM dev.dog WHERE dog_name LIKE 'C:\\t%' ESCAPE '\' -- it's a comment \").await;
+    assert_eq!(body, json!([{"id": 30}]), "{body}");
+    let (_, body) = sql(&s, r"SELECT id FROM dev.dog WHERE dog_name LIKE 'C:\_%' ESCAPE '\'").await;
+    assert_eq!(body, json!([]), "an escaped _ is itself: {body}");
+    let (_, body) = sql(&s, r"UPDATE dev.dog SET age = 1 WHERE dog_name = 'C:\temp\n''s'").await;
     assert_eq!(body["update_hashes"], json!([30]), "{body}");
-    let (_, body) = sql(&s, "DELETE FROM dev.dog WHERE dog_name = 'C:\\\\temp'").await;
+    let (_, body) = sql(&s, r"DELETE FROM dev.dog WHERE dog_name = 'C:\temp\n''s'").await;
     assert_eq!(body["deleted_hashes"], json!([30]), "{body}");
 
     // A row that fails validation fails the whole statement: nothing is written.
