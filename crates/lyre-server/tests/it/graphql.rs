@@ -123,6 +123,11 @@ async fn variables_operations_and_fragments() {
     );
     let (_, answer) = post(&s, run("ByName", json!({"name": "Bar"})), None).await;
     assert_eq!(answer, json!({"data": {"products": [{"id": "p2"}]}}));
+    // Text on a typed attribute is read as its type, as Harper reads it (a price
+    // sent as "20.5", in a literal or a variable).
+    let (_, answer) = post(&s, run("ByBrand", json!({"brand": "b2", "price": "20.5"})), None).await;
+    assert_eq!(answer, json!({"data": {"products": [{"id": "p2", "name": "Bar"}]}}));
+    assert_eq!(data(&s, r#"{ products(price: "5.5") { id } }"#).await, json!({"products": [{"id": "p3"}]}));
     let (_, answer) = post(&s, run("Nested", json!({})), None).await;
     assert_eq!(answer, json!({"data": {"Brand": [{"products": [{"id": "p2", "name": "Bar", "price": 20.5}]}]}}));
     let (status, failed) = error(&s, run("ByBrand", json!({})), None).await;

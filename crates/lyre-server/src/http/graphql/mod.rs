@@ -601,6 +601,8 @@ fn merge(select: &mut Vec<Field>, field: Field) {
 }
 
 /// An equality on `name`, or (an object on a relationship) conditions on its records.
+/// Text on a typed attribute is read as that type, as REST reads it (`age: "6"`
+/// is 6: JSON variables often carry numbers as text), as Harper does.
 fn condition(table: &TableSchema, name: &str, value: Value, at: Option<(usize, usize)>) -> Result<Condition, Failure> {
     match value {
         Value::Object(fields) => {
@@ -624,6 +626,10 @@ fn condition(table: &TableSchema, name: &str, value: Value, at: Option<(usize, u
                 relationship: name.to_string(),
                 condition: Box::new(Condition::Group { operator: Operator::And, conditions }),
             })
+        }
+        Value::String(text) if table.attribute(name).is_some() => {
+            let value = crate::http::rest::query::coerce(table, name, &text)?;
+            Ok(Condition::Compare { attribute: name.to_string(), comparator: Comparator::Equals, value })
         }
         value => Ok(Condition::Compare { attribute: name.to_string(), comparator: Comparator::Equals, value }),
     }

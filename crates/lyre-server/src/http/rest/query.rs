@@ -584,7 +584,7 @@ fn date(text: &str) -> Option<Value> {
 /// than `String` and `Any`, `null` and the empty text are null; an `Int` or `Long` may be
 /// written in base 36 after `$`; a `Boolean` in any case; a `Date` as epoch
 /// milliseconds or an ISO-8601 time.
-fn coerce(table: &TableSchema, name: &str, text: &str) -> Result<Value, ApiError> {
+pub(crate) fn coerce(table: &TableSchema, name: &str, text: &str) -> Result<Value, ApiError> {
     let declared = table.attribute(name).and_then(|a| a.type_name.as_deref());
     let invalid = |expected: &str| {
         ApiError::bad_request(format!("Invalid value for attribute {name}: \"{text}\", expecting {expected}"))
