@@ -199,6 +199,8 @@ async fn errors_take_graphql_shape_with_their_location() {
     // Credentials are needed, and roles apply.
     let anonymous = s.client.post(s.rest("/graphql")).body(r#"{"query": "{ products { id } }"}"#).send().await.unwrap();
     assert_eq!(anonymous.status(), 401);
+    let refusal: Value = anonymous.json().await.unwrap();
+    assert_eq!(refusal, json!({"errors": [{"message": "Must login"}]}), "in GraphQL's shape");
     s.ok(json!({"operation": "add_role", "role": "brands_only", "permission": {"shop": {"tables": {
         "Brand": {"read": true, "insert": false, "update": false, "delete": false, "attribute_permissions": []}}}}}))
         .await;

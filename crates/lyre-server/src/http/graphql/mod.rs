@@ -96,11 +96,7 @@ pub async fn handle(
     parts: &Parts,
     body: &mut Option<Body>,
 ) -> Response {
-    let json_errors_ok = parts
-        .headers
-        .get(header::ACCEPT)
-        .and_then(|a| a.to_str().ok())
-        .is_some_and(|accept| accept.contains("application/json") && !accept.contains("graphql-response"));
+    let json_errors_ok = json_errors_ok(parts);
     let answered = async {
         let request = read_request(state, parts, body).await?;
         let operation = Operation::plan(state, exports, &request)?;
@@ -111,6 +107,22 @@ pub async fn handle(
         Ok(bytes) => ([(header::CONTENT_TYPE, GRAPHQL_RESPONSE)], bytes).into_response(),
         Err(failure) => failure_response(failure, json_errors_ok),
     }
+}
+
+/// A request to the endpoint refused before it is read (no login), in GraphQL's
+/// error shape with the refusal's status.
+pub fn refused(err: ApiError, parts: &Parts) -> Response {
+    failure_response(Failure::Run(err), json_errors_ok(parts))
+}
+
+/// Whether the client takes errors as plain JSON (`Accept: application/json`),
+/// which GraphQL over HTTP answers with 200.
+fn json_errors_ok(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/json") && !accept.contains("graphql-response"))
 }
 
 fn failure_response(failure: Failure, json_errors_ok: bool) -> Response {

@@ -169,6 +169,13 @@ async fn route(
         {
             return await_boxed!(unanswered(&state, peer, parts, body, None));
         }
+        Err(err)
+            if err.code() == Code::MustLogin
+                && crate::http::graphql::is_endpoint(parts.uri.path())
+                && exports.graphql() =>
+        {
+            return crate::http::graphql::refused(err, &parts);
+        }
         Err(err) => return err.render_rest(response_format(&parts.headers).unwrap_or(Format::Json)),
     };
     if let Some((path, export)) = scripted {
@@ -178,10 +185,15 @@ async fn route(
         }
         return await_boxed!(script::serve(&state, &export, user, parts, body, path));
     }
+    let graphql = crate::http::graphql::is_endpoint(parts.uri.path()) && exports.graphql();
     let Some(user) = user else {
-        return ApiError::new(Code::MustLogin, "Must login").render_rest(Format::Json);
+        let refused = ApiError::new(Code::MustLogin, "Must login");
+        if graphql {
+            return crate::http::graphql::refused(refused, &parts);
+        }
+        return refused.render_rest(Format::Json);
     };
-    if crate::http::graphql::is_endpoint(parts.uri.path()) && exports.graphql() {
+    if graphql {
         return await_boxed!(crate::http::graphql::handle(&state, &exports, Context::new(user), &parts, body));
     }
     let Some(path) = nested.or_else(|| url::split(parts.uri.path())) else {
