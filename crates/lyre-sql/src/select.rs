@@ -301,6 +301,25 @@ impl<'e> Statement<'e> {
         offset: usize,
     ) -> Result<Rows> {
         refuse_unsupported(select)?;
+        // `TOP n` (as Harper takes it) is a LIMIT: the smaller of the two holds.
+        let limit = match select.top.as_ref().and_then(|top| top.quantity.as_ref()) {
+            Some(quantity) => {
+                let top = match quantity {
+                    ast::TopQuantity::Constant(n) => usize::try_from(*n).unwrap_or(usize::MAX),
+                    ast::TopQuantity::Expr(e) => match self.constant(e)? {
+                        Value::Int(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+                        other => {
+                            return Err(SqlError::invalid(format!(
+                                "TOP must be a whole number of rows, not {}",
+                                ops::text(&other)
+                            )));
+                        }
+                    },
+                };
+                Some(limit.map_or(top, |limit| limit.min(top)))
+            }
+            None => limit,
+        };
         let (sources, joins) = self.bind(&select.from)?;
 
         // Conditions: WHERE's conjuncts, and each join's ON.
@@ -1392,7 +1411,10 @@ fn weight(record: &Object) -> usize {
 /// Refuses the parts of `SELECT` Lyre does not run, naming them.
 fn refuse_unsupported(select: &ast::Select) -> Result<()> {
     let refused = [
-        (select.top.is_some(), "TOP"),
+        (
+            select.top.as_ref().is_some_and(|top| top.percent || top.with_ties || top.quantity.is_none()),
+            "TOP PERCENT or WITH TIES",
+        ),
         (select.into.is_some(), "SELECT INTO"),
         (!select.lateral_views.is_empty(), "LATERAL VIEW"),
         (select.prewhere.is_some(), "PREWHERE"),

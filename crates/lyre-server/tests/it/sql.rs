@@ -35,6 +35,8 @@ async fn queries_answer_harpers_rows() {
     let s = dogs().await;
     let (status, body) = sql(&s, "SELECT dog_name, age FROM dev.dog WHERE age = 7 ORDER BY dog_name").await;
     assert_eq!((status, body), (200, json!([{"dog_name": "Alby", "age": 7}, {"dog_name": "Penny", "age": 7}])));
+    let (status, body) = sql(&s, "SELECT TOP 2 dog_name FROM dev.dog ORDER BY id").await;
+    assert_eq!((status, body), (200, json!([{"dog_name": "Penny"}, {"dog_name": "Harper"}])));
     let (status, body) = sql(&s, "SELECT COUNT(*), AVG(age) FROM dev.dog").await;
     assert_eq!((status, body), (200, json!([{"COUNT(*)": 4, "AVG(age)": 5.25}])));
     let (_, body) =
