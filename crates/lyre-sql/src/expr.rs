@@ -401,6 +401,10 @@ pub enum AggregateKind {
     Min,
     /// `MAX`.
     Max,
+    /// `ARRAY`: the group's values, as an array (Harper's alasql aggregate).
+    Array,
+    /// `GROUP_CONCAT`: the group's values as text, joined by commas.
+    GroupConcat,
 }
 
 impl AggregateKind {
@@ -412,6 +416,8 @@ impl AggregateKind {
             "AVG" => AggregateKind::Avg,
             "MIN" => AggregateKind::Min,
             "MAX" => AggregateKind::Max,
+            "ARRAY" => AggregateKind::Array,
+            "GROUP_CONCAT" => AggregateKind::GroupConcat,
             _ => return None,
         })
     }

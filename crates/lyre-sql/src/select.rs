@@ -1100,6 +1100,8 @@ struct State {
     int_sum: Option<i64>,
     best: Option<Value>,
     seen: Option<HashSet<Vec<u8>>>,
+    /// The values an `ARRAY` or `GROUP_CONCAT` collects.
+    values: Vec<Value>,
 }
 
 impl State {
@@ -1149,6 +1151,11 @@ impl State {
                     self.best = Some(value);
                 }
             }
+            AggregateKind::Array | AggregateKind::GroupConcat => {
+                let size = value.to_msgpack().len() + 32;
+                self.values.push(value);
+                grown = Some(grown.unwrap_or(0) + size);
+            }
         }
         grown
     }
@@ -1165,6 +1172,11 @@ impl State {
             AggregateKind::Avg if self.count == 0 => Value::Null,
             AggregateKind::Avg => ops::from_f64(self.sum / self.count as f64),
             AggregateKind::Min | AggregateKind::Max => self.best.unwrap_or(Value::Null),
+            AggregateKind::Array => Value::Array(self.values),
+            AggregateKind::GroupConcat if self.values.is_empty() => Value::Null,
+            AggregateKind::GroupConcat => {
+                Value::String(self.values.iter().map(ops::text).collect::<Vec<_>>().join(","))
+            }
         }
     }
 }

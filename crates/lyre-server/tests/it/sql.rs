@@ -37,6 +37,23 @@ async fn queries_answer_harpers_rows() {
     assert_eq!((status, body), (200, json!([{"dog_name": "Alby", "age": 7}, {"dog_name": "Penny", "age": 7}])));
     let (status, body) = sql(&s, "SELECT TOP 2 dog_name FROM dev.dog ORDER BY id").await;
     assert_eq!((status, body), (200, json!([{"dog_name": "Penny"}, {"dog_name": "Harper"}])));
+    // Harper's collecting aggregates: ARRAY and GROUP_CONCAT.
+    let (status, body) = sql(
+        &s,
+        "SELECT age, ARRAY(dog_name) AS names, GROUP_CONCAT(dog_name) AS joined FROM dev.dog GROUP BY age ORDER BY age",
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!([
+                {"age": 2, "names": ["Billy"], "joined": "Billy"},
+                {"age": 5, "names": ["Harper"], "joined": "Harper"},
+                {"age": 7, "names": ["Penny", "Alby"], "joined": "Penny,Alby"},
+            ])
+        )
+    );
     let (status, body) = sql(&s, "SELECT COUNT(*), AVG(age) FROM dev.dog").await;
     assert_eq!((status, body), (200, json!([{"COUNT(*)": 4, "AVG(age)": 5.25}])));
     let (_, body) =
