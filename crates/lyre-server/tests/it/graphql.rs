@@ -182,6 +182,11 @@ async fn errors_take_graphql_shape_with_their_location() {
     assert_eq!(failed["locations"], json!([{"line": 4, "column": 5}]));
     let (_, failed) = error(&s, json!({"query": "{ products { brand { nope } } }"}), None).await;
     assert_eq!(failed["message"], "Cannot query field \"nope\" on type \"Brand\".");
+    let (status, failed) = error(&s, json!({"query": "{ products }"}), None).await;
+    assert_eq!(
+        (status, failed["message"].clone()),
+        (400, json!("Field \"products\" of type \"[products]\" must have a selection of subfields."))
+    );
     let (_, failed) = error(&s, json!({"query": "{ Nothing { id } }"}), None).await;
     assert_eq!(failed["message"], "Resource `Nothing` not found.");
     let (_, failed) = error(&s, json!({"query": "mutation { products { id } }"}), None).await;

@@ -317,6 +317,13 @@ impl Operation {
             let Some(export) = exports.get(field.name.as_str()) else {
                 return Err(invalid(format!("Resource `{}` not found.", field.name), locate(field.location())));
             };
+            if field.selection_set.is_empty() {
+                // A table's records are objects: the spec wants their fields named.
+                return Err(invalid(
+                    format!("Field \"{0}\" of type \"[{0}]\" must have a selection of subfields.", field.name),
+                    locate(field.location()),
+                ));
+            }
             let table = state.engine.database(&export.database).and_then(|db| db.table(&export.table))?;
             let (select, shape) = planner.selection(Some(table.schema()), &field.selection_set, 0)?;
             let conditions = planner.conditions(table.schema(), &field.arguments)?;
