@@ -662,6 +662,10 @@ impl<'a> Compiler<'a> {
             ast::FunctionArguments::Subquery(_) => {
                 return Err(SqlError::unsupported(format!("{name} over a subquery")));
             }
+            ast::FunctionArguments::List(list) if !list.clauses.is_empty() => {
+                // `SEPARATOR`, an `ORDER BY` inside the call, …: not run, so refused.
+                return Err(SqlError::unsupported(format!("{name} with `{}`", list.clauses[0])));
+            }
             ast::FunctionArguments::List(list) => (
                 list.args.iter().collect::<Vec<_>>(),
                 matches!(list.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)),

@@ -24,23 +24,40 @@ pub(crate) fn statement(sql: &str) -> Result<ast::Statement> {
 
 /// `sql` with each backslash inside a string literal doubled, so MySQL's dialect
 /// (which reads `\n`, `\t`, … as escapes) keeps it: a backslash in a Harper SQL
-/// string is itself, as in standard SQL (`'C:\temp'`, `LIKE '%\_%' ESCAPE '\'`).
-/// Comments and backtick names are passed over as they are.
+/// string is itself (`'C:\temp'`, `LIKE '%\_%' ESCAPE '\'`), as Harper's parser
+/// reads it. Before the literal's own quote it is an escape when the statement
+/// quotes again later (`'It\'s'` is `It's`, as Harper's parser and MySQL-style
+/// escaping of values have it) and a backslash ending the literal otherwise
+/// (`ESCAPE '\'`), as Harper's parser decides. Comments (`--` and a space, `#`,
+/// `/* */`) and backtick names are passed over as they are.
 fn literal_backslashes(sql: &str) -> std::borrow::Cow<'_, str> {
     if !sql.contains('\\') {
         return std::borrow::Cow::Borrowed(sql);
     }
+    // Where each quote last stands: a `\'` before it escapes the quote.
+    let last_single = sql.rfind('\'');
+    let last_double = sql.rfind('"');
     let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.chars().peekable();
+    let mut chars = sql.char_indices().peekable();
     // The quote of the literal or name being read, if any.
     let mut inside: Option<char> = None;
-    while let Some(c) = chars.next() {
+    while let Some((at, c)) = chars.next() {
         match inside {
             Some(quote) => {
+                if c == '\\' && quote != '`' && chars.peek().map(|&(_, next)| next) == Some(quote) {
+                    let last = if quote == '\'' { last_single } else { last_double };
+                    if last.is_some_and(|last| last > at + 1) {
+                        // An escaped quote: the dialect reads it as the quote.
+                        out.push(c);
+                        out.push(quote);
+                        chars.next();
+                        continue;
+                    }
+                }
                 if c == '\\' && quote != '`' {
                     out.push('\\');
                 } else if c == quote {
-                    if chars.peek() == Some(&quote) {
+                    if chars.peek().map(|&(_, next)| next) == Some(quote) {
                         // A doubled quote stands for one, inside the literal.
                         out.push(c);
                         chars.next();
@@ -52,35 +69,28 @@ fn literal_backslashes(sql: &str) -> std::borrow::Cow<'_, str> {
             }
             None => {
                 out.push(c);
-                match c {
-                    '\'' | '"' | '`' => inside = Some(c),
-                    '-' if chars.peek() == Some(&'-') => {
-                        for c in chars.by_ref() {
-                            out.push(c);
-                            if c == '\n' {
-                                break;
-                            }
-                        }
+                let next = chars.peek().map(|&(_, next)| next);
+                let comment = match c {
+                    '\'' | '"' | '`' => {
+                        inside = Some(c);
+                        None
                     }
-                    '#' => {
-                        for c in chars.by_ref() {
-                            out.push(c);
-                            if c == '\n' {
-                                break;
-                            }
-                        }
+                    // MySQL's `--` comment needs whitespace after it (`5--1` is arithmetic).
+                    '-' if next == Some('-') && sql[at + 2..].chars().next().is_none_or(char::is_whitespace) => {
+                        Some("\n")
                     }
-                    '/' if chars.peek() == Some(&'*') => {
-                        let mut last = '/';
-                        for c in chars.by_ref() {
-                            out.push(c);
-                            if last == '*' && c == '/' {
-                                break;
-                            }
-                            last = c;
-                        }
+                    '#' => Some("\n"),
+                    '/' if next == Some('*') => Some("*/"),
+                    _ => None,
+                };
+                if let Some(end) = comment {
+                    // Copied up to and with its end.
+                    let rest = &sql[at + c.len_utf8()..];
+                    let length = rest.find(end).map_or(rest.len(), |found| found + end.len());
+                    out.push_str(&rest[..length]);
+                    while chars.peek().is_some_and(|&(next, _)| next < at + c.len_utf8() + length) {
+                        chars.next();
                     }
-                    _ => {}
                 }
             }
         }
@@ -128,4 +138,32 @@ fn near(sql: &str, line: usize, column: usize) -> String {
     let end = offset.saturating_add(20).min(chars.len());
     let prefix = if start > 0 { "..." } else { "" };
     format!("{prefix}{}", chars[start..end].iter().collect::<String>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::literal_backslashes;
+
+    /// Backslashes in literals are kept (doubled for the dialect), an escaped quote
+    /// is left an escape while the statement quotes again later, and comments and
+    /// names are copied as they are.
+    #[test]
+    fn backslashes_in_literals_are_themselves() {
+        let cases = [
+            (r"SELECT 'C:\temp'", r"SELECT 'C:\\temp'"),
+            (r"SELECT 'It\'s', 'a'", r"SELECT 'It\'s', 'a'"),
+            (r"x LIKE '%\_%' ESCAPE '\'", r"x LIKE '%\\_%' ESCAPE '\\'"),
+            (r#"SELECT "a\"b""#, r#"SELECT "a\"b""#),
+            (r"SELECT 'it''s\n'", r"SELECT 'it''s\\n'"),
+            (
+                "SELECT 1 -- it's \\ here\nFROM t WHERE a = 'x\\y'",
+                "SELECT 1 -- it's \\ here\nFROM t WHERE a = 'x\\\\y'",
+            ),
+            (r"SELECT 5--1, 'a\tb'", r"SELECT 5--1, 'a\\tb'"),
+            (r"SELECT `we\ird` /* 'x\ */ FROM t # 'y\", r"SELECT `we\ird` /* 'x\ */ FROM t # 'y\"),
+        ];
+        for (given, expected) in cases {
+            assert_eq!(literal_backslashes(given), expected, "{given}");
+        }
+    }
 }

@@ -54,6 +54,8 @@ async fn queries_answer_harpers_rows() {
             ])
         )
     );
+    let (status, body) = sql(&s, "SELECT GROUP_CONCAT(dog_name SEPARATOR ';') FROM dev.dog").await;
+    assert_eq!(status, 400, "a separator is refused, not ignored: {body}");
     let (status, body) = sql(&s, "SELECT COUNT(*), AVG(age) FROM dev.dog").await;
     assert_eq!((status, body), (200, json!([{"COUNT(*)": 4, "AVG(age)": 5.25}])));
     let (_, body) =
@@ -228,11 +230,15 @@ async fn writes_answer_harpers_bodies_and_are_atomic() {
     assert_eq!(body["inserted_hashes"], json!([30]));
     let (_, body) = sql(&s, "SELECT dog_name FROM dev.dog WHERE id = 30").await;
     assert_eq!(body, json!([{"dog_name": r"C:\temp\n's"}]));
-    let (_, body) =
-        sql(&s, r"SELECT id FROM dev.dog WHERE dog_name LIKE 'C:\\t%' ESCAPE '\' -- it's a comment \").await;
+    let (_, body) = sql(&s, r"SELECT id FROM dev.dog WHERE dog_name LIKE 'C:\\t%' ESCAPE '\' -- a comment \").await;
     assert_eq!(body, json!([{"id": 30}]), "{body}");
     let (_, body) = sql(&s, r"SELECT id FROM dev.dog WHERE dog_name LIKE 'C:\_%' ESCAPE '\'").await;
     assert_eq!(body, json!([]), "an escaped _ is itself: {body}");
+    // An escaped quote is a quote, as MySQL-style escaping of values writes it.
+    let (_, body) = sql(&s, r"SELECT id FROM dev.dog WHERE dog_name = 'C:\temp\n\'s' OR dog_name = 'x'").await;
+    assert_eq!(body, json!([{"id": 30}]), "{body}");
+    let (_, body) = sql(&s, r"SELECT id FROM dev.dog WHERE dog_name = 'a\' OR 1=1 #'").await;
+    assert_eq!(body, json!([]), "an escaped quote does not end the literal: {body}");
     let (_, body) = sql(&s, r"UPDATE dev.dog SET age = 1 WHERE dog_name = 'C:\temp\n''s'").await;
     assert_eq!(body["update_hashes"], json!([30]), "{body}");
     let (_, body) = sql(&s, r"DELETE FROM dev.dog WHERE dog_name = 'C:\temp\n''s'").await;
