@@ -171,9 +171,13 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// What the component serves without its scripts.
+    /// What the component serves without its scripts: its tables, but none at a
+    /// path one of its scripts' classes served (a class of a table may have
+    /// narrowed who reads it; that path fails closed rather than open).
     fn without_scripts(self) -> Loaded {
-        Loaded { exports: self.tables.clone(), scripts: Vec::new(), ..self }
+        let tables =
+            self.tables.iter().filter(|table| !self.scripts.iter().any(|script| script.path == table.name)).cloned();
+        Loaded { exports: tables.collect(), scripts: Vec::new(), ..self }
     }
 }
 

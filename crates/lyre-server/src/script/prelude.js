@@ -76,6 +76,15 @@
 	/** Each request target's query string, parsed once when code first reads a part of it. */
 	const parsedQueries = new WeakMap();
 
+	/** `value` and everything in it, frozen. */
+	function deepFreeze(value) {
+		if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+			Object.freeze(value);
+			for (const inner of Object.values(value)) deepFreeze(inner);
+		}
+		return value;
+	}
+
 	/**
 	 * The query parts of a request to a table's class, read from its query string as
 	 * REST reads it (`target.conditions`, `target.limit`, … as Harper's targets show
@@ -90,6 +99,9 @@
 				let parsed = parsedQueries.get(this);
 				if (parsed === undefined) {
 					parsed = native.parseQuery(table.database, table.table, this.search ?? '');
+					// Edited in place, these would be ignored (the query string's are
+					// searched): frozen, so an edit fails loudly; set them instead.
+					for (const part of ['sort', 'select']) if (parsed[part] !== undefined) deepFreeze(parsed[part]);
 					parsedQueries.set(this, parsed);
 				}
 				return parsed[part];
@@ -111,7 +123,13 @@
 		if (typeof target === 'string') return target;
 		if (target?.query) return target.query;
 		if (!(target instanceof RequestTarget)) return '';
-		const set = QUERY_PARTS.filter((part) => Object.hasOwn(target, part) && target[part] !== undefined);
+		// Conditions code read (and may have edited in place) are searched as they now stand.
+		const read = parsedQueries.get(target);
+		const set = QUERY_PARTS.filter(
+			(part) =>
+				(Object.hasOwn(target, part) && target[part] !== undefined) ||
+				(read !== undefined && (part === 'conditions' || part === 'operator') && read[part] !== undefined),
+		);
 		if (set.length === 0) return target.search;
 		const query = { search: target.search };
 		for (const part of set) query[part] = target[part];
@@ -511,22 +529,24 @@
 	transaction.abort = (source) => transactionIn(source, 'abort').abort();
 
 	/**
-	 * Writes an Updatable made outside a transaction and nobody awaited yet: a
-	 * request's answer waits for them (see `settled`), as Harper's commits them
-	 * with the request's transaction, and fails with the first that failed.
+	 * Writes of updatable records made outside a transaction that have not settled:
+	 * a request's answer waits for them (see `settled`), as Harper's commits them
+	 * with the request's transaction. The runtime's writes are not told apart by
+	 * request, so one that fails is logged, not made another request's failure;
+	 * code that awaits `save()` (or the write) sees it.
 	 */
 	const unsettledWrites = new Set();
 
-	/** Keeps `promise` in `unsettledWrites` until it settles (its failure is logged there). */
+	/** Keeps `promise` in `unsettledWrites` until it settles, logging its failure. */
 	function tracked(promise) {
-		unsettledWrites.add(promise);
-		promise.then(
-			() => unsettledWrites.delete(promise),
+		const settledWrite = promise.then(
+			() => unsettledWrites.delete(settledWrite),
 			(error) => {
-				unsettledWrites.delete(promise);
+				unsettledWrites.delete(settledWrite);
 				native.log('error', `a write of an updatable record failed: ${error?.message ?? error}`);
 			},
 		);
+		unsettledWrites.add(settledWrite);
 		return promise;
 	}
 
@@ -603,7 +623,7 @@
 			const before = into[name];
 			const adds = value?.__op__ === 'add';
 			if (adds && before?.__op__ === 'add') into[name] = { __op__: 'add', value: before.value + value.value };
-			else if (adds && typeof before === 'number') into[name] = before + value.value;
+			else if (adds && (typeof before === 'number' || before === null)) into[name] = (before ?? 0) + value.value;
 			else into[name] = value;
 		}
 	}
@@ -713,19 +733,24 @@
 				const open = transactionOf(this);
 				let patch;
 				if (open) {
+					// One patch, queued with the first change (none: nothing written) and
+					// read at commit; a change after the commit throws.
 					const changes = {};
-					open.add('patch', database, table, id, changes, handle);
-					patch = (delta) => mergeChange(changes, delta);
+					let queued = false;
+					patch = (delta) => {
+						if (!queued) open.add('patch', database, table, id, changes, handle);
+						queued = true;
+						mergeChange(changes, delta);
+					};
 				} else {
 					patch = (delta) => tracked(native.patch(database, table, id, delta, handle));
 				}
-				return Promise.resolve(readRecord(id, handle)).then((record) => {
-					const updatable = makeUpdatable(record ?? { [primaryKey]: id }, id, patch);
-					if (data && typeof data === 'object') {
-						for (const [name, value] of Object.entries(data)) updatable.set(name, value);
-					}
-					return updatable;
-				});
+				// `updates` are written as one patch, before the updatable is answered.
+				const updates = data && typeof data === 'object' ? { ...data } : undefined;
+				const written = updates && Object.keys(updates).length > 0 ? patch(updates) : undefined;
+				return Promise.all([readRecord(id, handle), written]).then(([record]) =>
+					makeUpdatable({ ...(record ?? { [primaryKey]: id }), ...updates }, id, patch),
+				);
 			}
 			delete(target) {
 				return guarded(this, 'allowDelete', target, target, async (handle) => {
@@ -1126,11 +1151,8 @@
 			);
 		}
 		if (unsettledWrites.size > 0 && !failed) {
-			// Answered once the updatable records' writes have committed (a promise of the answer).
-			return Promise.all([...unsettledWrites]).then(
-				() => settled(handle, value, false),
-				(error) => settled(handle, error, true),
-			);
+			// Answered once the updatable records' writes have settled (a promise of the answer).
+			return Promise.all([...unsettledWrites]).then(() => settled(handle, value, false));
 		}
 		waiting[slot] = undefined;
 		if (failed) return failure(value, context.method, context);

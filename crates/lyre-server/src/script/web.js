@@ -481,8 +481,12 @@
 			if (headEnd < 0 || headEnd > next) throw new TypeError('a multipart part has no blank line after its headers');
 			const head = native.utf8Decode(bytes.subarray(start, headEnd), false);
 			const content = bytes.slice(headEnd + blank.length, Math.max(headEnd + blank.length, next - 2));
-			const name = /name="([^"]*)"/i.exec(head)?.[1];
-			const filename = /filename="([^"]*)"/i.exec(head)?.[1];
+			const parameter = (key) => {
+				const found = new RegExp(`(?:^|;)\\s*${key}=(?:"([^"]*)"|([^;\\s]*))`, 'i').exec(head);
+				return found === null ? undefined : (found[1] ?? found[2]).replace(/%22/g, '"').replace(/%0D/g, '\r').replace(/%0A/g, '\n');
+			};
+			const name = parameter('name');
+			const filename = parameter('filename');
 			const partType = /content-type:\s*([^\r\n]+)/i.exec(head)?.[1] ?? '';
 			if (name !== undefined) {
 				if (filename !== undefined) form.append(name, new File([content], filename, { type: partType }));
@@ -668,24 +672,72 @@
 	class AbortSignal extends EventTarget {
 		#aborted = false;
 		#reason = undefined;
+		/** For `AbortSignal.timeout`: when it aborts, and the timer armed while anyone listens. */
+		#deadline = undefined;
+		#timer = undefined;
+		#listeners = new Set();
+		#onabort = null;
 		constructor(key) {
 			if (key !== ABORT_KEY) throw new TypeError('Illegal constructor');
 			super();
-			this.onabort = null;
 		}
 		get aborted() {
+			this.#due();
 			return this.#aborted;
 		}
+		get onabort() {
+			return this.#onabort;
+		}
+		set onabort(handler) {
+			this.#onabort = handler;
+			this.#listening();
+		}
+		addEventListener(type, listener, options) {
+			super.addEventListener(type, listener, options);
+			if (type === 'abort' && listener) this.#listeners.add(listener);
+			this.#listening();
+		}
+		removeEventListener(type, listener) {
+			super.removeEventListener(type, listener);
+			if (type === 'abort') this.#listeners.delete(listener);
+			this.#listening();
+		}
+		/** A timeout's signal past its deadline aborts when next asked. */
+		#due() {
+			if (this.#deadline !== undefined && !this.#aborted && Date.now() >= this.#deadline) {
+				this[ABORT_KEY](new DOMException('The operation timed out', 'TimeoutError'));
+			}
+		}
+		/**
+		 * A timeout's timer runs only while something listens (a pending fetch), so
+		 * signals made and left hold no timer against the runtime's limit.
+		 */
+		#listening() {
+			if (this.#deadline === undefined || this.#aborted) return;
+			const wanted = this.#listeners.size > 0 || typeof this.#onabort === 'function';
+			if (wanted && this.#timer === undefined) {
+				this.#timer = setTimeout(() => {
+					this.#timer = undefined;
+					this.#due();
+				}, Math.max(0, this.#deadline - Date.now()));
+			} else if (!wanted && this.#timer !== undefined) {
+				clearTimeout(this.#timer);
+				this.#timer = undefined;
+			}
+		}
 		get reason() {
+			this.#due();
 			return this.#reason;
 		}
 		throwIfAborted() {
-			if (this.#aborted) throw this.#reason;
+			if (this.aborted) throw this.#reason;
 		}
 		/** Aborts (once) for `reason`. */
 		[ABORT_KEY](reason) {
 			if (this.#aborted) return;
 			this.#aborted = true;
+			if (this.#timer !== undefined) clearTimeout(this.#timer);
+			this.#timer = undefined;
 			this.#reason = reason === undefined ? new DOMException('This operation was aborted', 'AbortError') : reason;
 			this.dispatchEvent(new Event('abort'));
 		}
@@ -696,17 +748,26 @@
 		}
 		static timeout(milliseconds) {
 			const signal = new AbortSignal(ABORT_KEY);
-			setTimeout(() => signal[ABORT_KEY](new DOMException('The operation timed out', 'TimeoutError')), milliseconds);
+			signal.#deadline = Date.now() + Math.max(0, Number(milliseconds) || 0);
 			return signal;
 		}
 		static any(signals) {
 			const signal = new AbortSignal(ABORT_KEY);
-			for (const each of signals) {
+			const sources = [...signals];
+			const listeners = [];
+			const follow = (each) => {
+				signal[ABORT_KEY](each.reason);
+				// Aborted: its sources need not hold its listeners any more.
+				sources.forEach((source, i) => source.removeEventListener('abort', listeners[i]));
+			};
+			for (const each of sources) {
 				if (each.aborted) {
-					signal[ABORT_KEY](each.reason);
+					follow(each);
 					break;
 				}
-				each.addEventListener('abort', () => signal[ABORT_KEY](each.reason), { once: true });
+				const listener = () => follow(each);
+				listeners.push(listener);
+				each.addEventListener('abort', listener, { once: true });
 			}
 			return signal;
 		}

@@ -649,6 +649,8 @@ export class Forms extends Resource {
 		const photo = back.get('photo');
 		const plain = await new Response('x=1&y=two+words', { headers: { 'content-type': 'application/x-www-form-urlencoded' } }).formData();
 		const { Blob: NodeBlob } = await import('node:buffer');
+		const crafted = '--B\r\nContent-Disposition: form-data; filename="a.png"; name="photo"\r\n\r\nxy\r\n--B\r\nContent-Disposition: form-data; name=plain\r\n\r\nz\r\n--B--\r\n';
+		const parsed = await new Response(crafted, { headers: { 'content-type': 'multipart/form-data; boundary=B' } }).formData();
 		return {
 			blob: [blob.size, blob.type, await blob.text(), await blob.slice(1).text()],
 			multipart: type.startsWith('multipart/form-data; boundary='),
@@ -657,6 +659,7 @@ export class Forms extends Resource {
 			plain: [plain.get('x'), plain.get('y')],
 			read: (await new Response(new Uint8Array([1, 2])).blob()).size,
 			node: NodeBlob === Blob,
+			crafted: [parsed.get('photo')?.name, await parsed.get('photo')?.text(), parsed.get('plain')],
 		};
 	}
 }
@@ -675,6 +678,10 @@ export class Aborted extends Resource {
 		controller.abort('again');
 		try { await fetch(`${origin}/slow`, { signal: AbortSignal.abort() }); } catch (e) { caught.push(e.name); }
 		const either = AbortSignal.any([new AbortController().signal, controller.signal]);
+		// A timeout nobody listens to holds no timer, and is aborted once past due.
+		const unheard = AbortSignal.timeout(5);
+		await new Promise((resolve) => setTimeout(resolve, 20));
+		caught.push(unheard.aborted && unheard.reason.name);
 		return { caught, heard, reason: controller.signal.reason, either: [either.aborted, either.reason] };
 	}
 }
@@ -741,7 +748,8 @@ async fn blobs_and_forms_are_the_webs() {
         (
             200,
             json!({"blob": [3, "text/plain", "abc", "bc"], "multipart": true, "names": ["Rex", "Max"],
-                "photo": ["rex.png", "image/png", [0, 13, 10, 255]], "plain": ["1", "two words"], "read": 2, "node": true})
+                "photo": ["rex.png", "image/png", [0, 13, 10, 255]], "plain": ["1", "two words"], "read": 2, "node": true,
+                "crafted": ["a.png", "xy", "z"]})
         )
     );
 }
@@ -758,7 +766,7 @@ async fn an_aborted_signal_ends_a_fetch_with_its_reason() {
         (status, body),
         (
             200,
-            json!({"caught": ["TimeoutError", "enough", "AbortError"], "heard": 1, "reason": "enough",
+            json!({"caught": ["TimeoutError", "enough", "AbortError", "TimeoutError"], "heard": 1, "reason": "enough",
                 "either": [true, "enough"]})
         )
     );
@@ -959,6 +967,14 @@ async fn a_script_source_fills_a_caching_table() {
 /// Classes that edit the query of the request they pass on, and searches given
 /// conditions as an array or a single attribute to select, as Harper's take them.
 const EDITED_QUERIES: &str = r#"
+export class Pugs extends tables.Cat {
+	static loadAsInstance = false;
+	get(target) {
+		// Edited in place: searched as it now stands (a row filter must not be dropped).
+		target.conditions.push({ attribute: 'breed', value: 'pug' });
+		return super.get(target);
+	}
+}
 export class Asked extends tables.Cat {
 	static loadAsInstance = false;
 	get(target) {
@@ -1051,6 +1067,8 @@ async fn a_query_code_sets_on_its_target_is_the_one_searched() {
             "select": ["id", "age"]
         })
     );
+    let (status, _, body) = s.rest_send(Method::GET, "/Pugs/?age=ge=1", None, &[]).await;
+    assert_eq!((status, ids(&body)), (200, vec!["c3".to_string()]), "{body}");
     let (status, _, body) = s.rest_send(Method::GET, "/Asked/?breed=lab&age=ge=5", None, &[]).await;
     assert_eq!((status, ids(&body["found"])), (200, vec!["c2".to_string(), "c3".to_string()]), "{body}");
     let (status, _, searched) = s.rest_send(Method::GET, "/Searches", None, &[]).await;
@@ -1445,8 +1463,12 @@ async fn a_component_whose_scripts_fail_serves_its_tables_and_reports_the_error(
     // When another component's load breaks them: the script's resource goes, the
     // tables stay.
     let victim = "if (globalThis.breakVictim) throw new Error('broken by another component');\n\
-                  export class Victim extends Resource { static loadAsInstance = false; get() { return 'alive'; } }\n";
-    let victim_schema = ("schema.graphql", "type Hideout @table @export { id: ID @primaryKey }\n");
+                  export class Victim extends Resource { static loadAsInstance = false; get() { return 'alive'; } }\n\
+                  export class Vault extends tables.Vault { static loadAsInstance = false; get() { return 'guarded'; } }\n";
+    let victim_schema = (
+        "schema.graphql",
+        "type Hideout @table @export { id: ID @primaryKey }\ntype Vault @table @export { id: ID @primaryKey }\n",
+    );
     assert_eq!(
         deploy(&s, "zzz-victim", &[("config.yaml", APP_CONFIG), victim_schema, ("resources.js", victim)]).await.0,
         200
@@ -1454,6 +1476,9 @@ async fn a_component_whose_scripts_fail_serves_its_tables_and_reports_the_error(
     let (status, _, body) = s.rest_send(Method::GET, "/Victim", None, &[]).await;
     assert_eq!((status, body), (200, json!("alive")));
     assert_eq!(s.rest_send(Method::PUT, "/Hideout/h1", Some(&json!({})), &[]).await.0, 204);
+    s.ok(json!({"operation": "insert", "table": "Vault", "records": [{"id": "v1"}]})).await;
+    let (status, _, body) = s.rest_send(Method::GET, "/Vault/v1", None, &[]).await;
+    assert_eq!((status, body), (200, json!("guarded")));
     // Loaded first in every new generation, this component breaks the other's load.
     let breaker = "globalThis.breakVictim = true;\nexport const nothing = null;\n";
     deploy_resources(&s, "aaa-breaker", breaker).await;
@@ -1461,6 +1486,8 @@ async fn a_component_whose_scripts_fail_serves_its_tables_and_reports_the_error(
     assert_eq!(status, 404);
     let (status, _, body) = s.rest_send(Method::GET, "/Hideout/h1", None, &[]).await;
     assert_eq!((status, body), (200, json!({"id": "h1"})));
+    // A table a script's class served (and may have guarded) fails closed.
+    assert_eq!(s.rest_send(Method::GET, "/Vault/v1", None, &[]).await.0, 404);
     let state = status_of(&s.ok(json!({"operation": "get_components"})).await, "zzz-victim");
     assert_eq!(state["status"], "error", "{state}");
     assert!(state["message"].as_str().unwrap().contains("broken by another component"), "{state}");
@@ -2059,6 +2086,8 @@ export class Hit extends Resource {
 		const counter = await tables.Counter.update(data.id);
 		// Not awaited: the answer waits for the writes, as Harper's transaction does.
 		counter.addTo(data.field ?? 'hits', data.by ?? 1);
+		// A write that fails is seen by code that awaits it.
+		if (data.field) await counter.save();
 		if (data.label) counter.name = data.label;
 		if (data.down) counter.subtractFrom('hits', data.down);
 		return { seen: counter.hits, id: counter.getId(), name: counter.getProperty('name') };
@@ -2075,6 +2104,16 @@ export class Batch extends Resource {
 			counter.addTo('hits', 1);
 			return 'queued';
 		});
+	}
+}
+export class Renamed extends Resource {
+	static loadAsInstance = false;
+	async post(target, data) {
+		// The updates are written before the updatable is answered.
+		await tables.Counter.update(data.id, { name: data.name });
+		// No change in a transaction writes nothing (no record is made).
+		await transaction(this.getContext(), (txn) => tables.Counter.update('ghost', undefined, txn));
+		return { now: (await tables.Counter.get(data.id)).name, ghost: (await tables.Counter.get('ghost')) ?? null };
 	}
 }
 export class Made extends Resource {
@@ -2123,6 +2162,8 @@ export class Pick extends Resource {
     assert_eq!((status, body), (200, json!("queued")));
     let (_, _, stored) = s.rest_send(Method::GET, "/Counter/c1", None, &[]).await;
     assert_eq!(stored, json!({"id": "c1", "name": "batched", "hits": 101}));
+    let (status, _, body) = post("/Renamed", json!({"id": "c1", "name": "again"})).await;
+    assert_eq!((status, body), (200, json!({"now": "again", "ghost": null})));
     // create answers the record with its new id; the count counts it.
     let (status, _, body) = post("/Made", json!({"name": "fresh"})).await;
     assert_eq!(status, 200, "{body}");
@@ -2132,7 +2173,7 @@ export class Pick extends Resource {
     let (status, _, stored) = s.rest_send(Method::GET, &format!("/Counter/{id}"), None, &[]).await;
     assert_eq!((status, stored["name"].clone()), (200, json!("fresh")));
     let (status, _, body) = s.rest_send(Method::GET, "/Pick/c1", None, &[]).await;
-    assert_eq!((status, body), (200, json!({"some": {"name": "batched"}, "one": 101, "newer": {"hits": 101}})));
+    assert_eq!((status, body), (200, json!({"some": {"name": "again"}, "one": 101, "newer": {"hits": 101}})));
 }
 
 /// A request's context tells the client's address, the protocol and the host it

@@ -646,12 +646,21 @@ fn condition(table: &TableSchema, name: &str, value: Value, at: Option<(usize, u
                 condition: Box::new(Condition::Group { operator: Operator::And, conditions }),
             })
         }
-        Value::String(text) if table.attribute(name).is_some() => {
+        Value::String(text) if typed_for_coercion(table, name) => {
             let value = crate::http::rest::query::coerce(table, name, &text)?;
             Ok(Condition::Compare { attribute: name.to_string(), comparator: Comparator::Equals, value })
         }
         value => Ok(Condition::Compare { attribute: name.to_string(), comparator: Comparator::Equals, value }),
     }
+}
+
+/// Whether text for attribute `name` is read as its declared type: a number, a
+/// Boolean or a Date (text stays text for `String`, `ID`, `Any` and undeclared).
+fn typed_for_coercion(table: &TableSchema, name: &str) -> bool {
+    table
+        .attribute(name)
+        .and_then(|a| a.type_name.as_deref())
+        .is_some_and(|declared| matches!(declared, "Int" | "Long" | "BigInt" | "Float" | "Boolean" | "Date"))
 }
 
 /// A projected record rebuilt in the selection's shape: its keys (aliases), its
