@@ -133,15 +133,16 @@ pub struct HttpCall {
 impl HttpCall {
     /// Whom the request came from.
     fn client(&self) -> Client {
-        Client { ip: Some(self.ip.clone()), secure: self.extensions.get::<crate::tls::OverTls>().is_some() }
+        Client { ip: self.ip.parse().ok(), secure: self.extensions.get::<crate::tls::OverTls>().is_some() }
     }
 }
 
 /// The client a request came from, as a script's context shows it (`ip`, `protocol`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// (An address, not its text: made text only when a script reads it.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Client {
-    /// The client's address (`127.0.0.1`), when the connection has one.
-    pub ip: Option<String>,
+    /// The client's address, when the connection has one.
+    pub ip: Option<std::net::IpAddr>,
     /// Whether the request came over TLS.
     pub secure: bool,
 }
@@ -152,7 +153,7 @@ impl Client {
     pub fn of(extensions: &axum::http::Extensions) -> Client {
         let ip = extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|axum::extract::ConnectInfo(peer)| peer.ip().to_string());
+            .map(|axum::extract::ConnectInfo(peer)| peer.ip());
         Client { ip, secure: extensions.get::<crate::tls::OverTls>().is_some() }
     }
 }

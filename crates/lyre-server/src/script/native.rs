@@ -481,7 +481,8 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
             // `[ip, protocol]` of the request, or nothing once it is answered.
             b.with_request(handle, |requested| {
                 let protocol = if requested.client.secure { "https" } else { "http" };
-                vec![requested.client.ip.clone().unwrap_or_default(), protocol.to_string()]
+                let ip = requested.client.ip.map(|ip| ip.to_string()).unwrap_or_default();
+                vec![ip, protocol.to_string()]
             })
         })?,
     )?;

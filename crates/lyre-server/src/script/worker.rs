@@ -323,7 +323,7 @@ impl Js {
                     let handle = self.bridge.begin(
                         request.user.clone(),
                         std::mem::take(&mut request.headers),
-                        request.client.clone(),
+                        request.client,
                     );
                     self.bridge.set_component(&request.export.component);
                     let outcome = self.serve_in(ctx, &request, handle).await.map_err(|e| self.engine_failure(e));
@@ -362,7 +362,7 @@ impl Js {
     /// Answers one request; `false` when the runtime must be rebuilt afterwards.
     async fn serve(&self, mut request: ScriptRequest) -> (Result<ScriptReply, ScriptError>, bool) {
         let handle =
-            self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers), request.client.clone());
+            self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers), request.client);
         self.bridge.set_component(&request.export.component);
         let request = &request;
         let call = self.context.async_with(async |ctx| self.serve_in(&ctx, request, handle).await);
