@@ -44,6 +44,8 @@ struct Requested {
     extensions: Option<axum::http::Extensions>,
     /// Whom it came from.
     client: super::Client,
+    /// The resource it was made to (a table's class parses its query with the table's types).
+    export: Option<Arc<super::ScriptExport>>,
 }
 
 /// What the native functions share within one runtime.
@@ -110,14 +112,20 @@ impl Bridge {
     /// Registers a request's user for the calls its script makes; the handle is
     /// given to the script with the request. The oldest handle past
     /// [`RECENT_REQUESTS`] ends.
-    pub fn begin(&self, user: Option<Arc<User>>, headers: axum::http::HeaderMap, client: super::Client) -> u32 {
+    pub fn begin(
+        &self,
+        user: Option<Arc<User>>,
+        headers: axum::http::HeaderMap,
+        client: super::Client,
+        export: Option<Arc<super::ScriptExport>>,
+    ) -> u32 {
         // Handles stay small integers, which cross as JavaScript integers exactly.
         let mut handle = self.next_handle.get().wrapping_add(1);
         if handle == UNCHECKED || handle > i32::MAX as u32 {
             handle = 1;
         }
         self.next_handle.set(handle);
-        let requested = Requested { ctx: user.map(Context::new), headers, extensions: None, client };
+        let requested = Requested { ctx: user.map(Context::new), headers, extensions: None, client, export };
         let ended = self.requests.borrow_mut()[slot_of(handle)].replace((handle, requested));
         // Dropped outside the borrow: a context's drop runs no script, but need not be trusted not to.
         drop(ended);
@@ -354,10 +362,15 @@ pub fn install<'js>(ctx: &Ctx<'js>, bridge: &Rc<Bridge>) -> rquickjs::Result<JsO
     let b = bridge.clone();
     native.set(
         "parseQuery",
-        Function::new(ctx.clone(), move |ctx: Ctx<'js>, db: String, table: String, search: String| {
-            // A request's query string as its target shows it (`target.conditions`, …).
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, handle: u32, search: String| {
+            // A request's query string as its target shows it (`target.conditions`, …),
+            // read with the types of the table whose class it was made to (nothing else).
             let run = || -> Result<Value, (Code, String)> {
-                let table = b.table(&db, &table)?;
+                let exported = b.with_request(handle, |requested| requested.export.clone()).flatten();
+                let Some((db, table)) = exported.as_ref().and_then(|export| export.table.as_ref()) else {
+                    return Ok(Value::Null);
+                };
+                let table = b.table(db, table)?;
                 Ok(super::target::query_object(&b.grammar.query_string(&table, &search)?))
             };
             match run() {

@@ -71,8 +71,6 @@
 
 	/** What a query may say besides its conditions' text, as a RequestTarget's properties. */
 	const QUERY_PARTS = ['conditions', 'operator', 'limit', 'offset', 'select', 'sort'];
-	/** The table a request's target is for (`dispatch` sets it): its query string parses with the table's types. */
-	const TARGET_TABLE = Symbol('lyre.targetTable');
 	/** Each request target's query string, parsed once when code first reads a part of it. */
 	const parsedQueries = new WeakMap();
 
@@ -94,11 +92,12 @@
 	for (const part of QUERY_PARTS) {
 		Object.defineProperty(RequestTarget.prototype, part, {
 			get() {
-				const table = this[TARGET_TABLE];
-				if (!table) return undefined;
+				const handle = this[CONTEXT_HANDLE];
+				if (handle === undefined) return undefined;
 				let parsed = parsedQueries.get(this);
 				if (parsed === undefined) {
-					parsed = native.parseQuery(table.database, table.table, this.search ?? '');
+					// Parsed for the table whose class the request was made to (none: `{}`).
+					parsed = native.parseQuery(handle, this.search ?? '') ?? {};
 					// Edited in place, these would be ignored (the query string's are
 					// searched): frozen, so an edit fails loudly; set them instead.
 					for (const part of ['sort', 'select']) if (parsed[part] !== undefined) deepFreeze(parsed[part]);
@@ -536,17 +535,24 @@
 	 * code that awaits `save()` (or the write) sees it.
 	 */
 	const unsettledWrites = new Set();
+	/** How many there are (a number is cheaper to ask on every request than a Set). */
+	let unsettledCount = 0;
 
 	/** Keeps `promise` in `unsettledWrites` until it settles, logging its failure. */
 	function tracked(promise) {
 		const settledWrite = promise.then(
-			() => unsettledWrites.delete(settledWrite),
+			() => {
+				unsettledWrites.delete(settledWrite);
+				unsettledCount = unsettledWrites.size;
+			},
 			(error) => {
 				unsettledWrites.delete(settledWrite);
+				unsettledCount = unsettledWrites.size;
 				native.log('error', `a write of an updatable record failed: ${error?.message ?? error}`);
 			},
 		);
 		unsettledWrites.add(settledWrite);
+		unsettledCount = unsettledWrites.size;
 		return promise;
 	}
 
@@ -1150,7 +1156,7 @@
 				(error) => settled(handle, error, true),
 			);
 		}
-		if (unsettledWrites.size > 0 && !failed) {
+		if (unsettledCount > 0 && !failed) {
 			// Answered once the updatable records' writes have settled (a promise of the answer).
 			return Promise.all([...unsettledWrites]).then(() => settled(handle, value, false));
 		}
@@ -1184,7 +1190,6 @@
 				pathname: pathBelow(path, pathname),
 				checkPermission: true,
 				[CONTEXT_HANDLE]: handle,
-				[TARGET_TABLE]: Class[TABLE],
 			};
 			if (collection) target.isCollection = true;
 			const method = METHODS[httpMethod];
@@ -1201,7 +1206,7 @@
 				waiting[handle & SLOT_OF] = context;
 				return collected(result);
 			}
-			if ((result !== null && typeof result === 'object' && typeof result.then === 'function') || unsettledWrites.size > 0) {
+			if ((result !== null && typeof result === 'object' && typeof result.then === 'function') || unsettledCount > 0) {
 				// A promise, or an answer that waits for writes (see `settled`).
 				waiting[handle & SLOT_OF] = context;
 				return result instanceof Promise ? result : Promise.resolve(result);

@@ -324,6 +324,7 @@ impl Js {
                         request.user.clone(),
                         std::mem::take(&mut request.headers),
                         request.client,
+                        Some(request.export.clone()),
                     );
                     self.bridge.set_component(&request.export.component);
                     let outcome = self.serve_in(ctx, &request, handle).await.map_err(|e| self.engine_failure(e));
@@ -335,7 +336,8 @@ impl Js {
                     let _ = reply.send(outcome.map_err(|e| self.engine_failure(e)).and_then(|answer| answer));
                 }
                 Job::Http { mut call, reply } => {
-                    let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers), call.client());
+                    let handle =
+                        self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers), call.client(), None);
                     self.bridge.hand_on(handle, std::mem::take(&mut call.extensions));
                     let outcome = self.http_in(ctx, &call, handle).await.map_err(|e| self.engine_failure(e));
                     self.bridge.answered(handle);
@@ -361,8 +363,12 @@ impl Js {
 
     /// Answers one request; `false` when the runtime must be rebuilt afterwards.
     async fn serve(&self, mut request: ScriptRequest) -> (Result<ScriptReply, ScriptError>, bool) {
-        let handle =
-            self.bridge.begin(request.user.clone(), std::mem::take(&mut request.headers), request.client);
+        let handle = self.bridge.begin(
+            request.user.clone(),
+            std::mem::take(&mut request.headers),
+            request.client,
+            Some(request.export.clone()),
+        );
         self.bridge.set_component(&request.export.component);
         let request = &request;
         let call = self.context.async_with(async |ctx| self.serve_in(&ctx, request, handle).await);
@@ -439,7 +445,7 @@ impl Js {
     /// Runs the middleware of `call.phase` on one HTTP request; `false` when the
     /// runtime must be rebuilt afterwards.
     async fn serve_http(&self, mut call: HttpCall) -> (Result<ScriptReply, ScriptError>, bool) {
-        let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers), call.client());
+        let handle = self.bridge.begin(call.user.clone(), std::mem::take(&mut call.headers), call.client(), None);
         self.bridge.hand_on(handle, std::mem::take(&mut call.extensions));
         self.bridge.set_component("middleware");
         let call = &call;
