@@ -540,17 +540,14 @@
 
 	/** Keeps `promise` in `unsettledWrites` until it settles, logging its failure. */
 	function tracked(promise) {
-		const settledWrite = promise.then(
-			() => {
-				unsettledWrites.delete(settledWrite);
-				unsettledCount = unsettledWrites.size;
-			},
-			(error) => {
-				unsettledWrites.delete(settledWrite);
-				unsettledCount = unsettledWrites.size;
-				native.log('error', `a write of an updatable record failed: ${error?.message ?? error}`);
-			},
-		);
+		const forget = () => {
+			unsettledWrites.delete(settledWrite);
+			unsettledCount = unsettledWrites.size;
+		};
+		const settledWrite = promise.then(forget, (error) => {
+			forget();
+			native.log('error', `a write of an updatable record failed: ${error?.message ?? error}`);
+		});
 		unsettledWrites.add(settledWrite);
 		unsettledCount = unsettledWrites.size;
 		return promise;
