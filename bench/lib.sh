@@ -24,7 +24,8 @@ cleanup() {
   for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true; done
   PIDS=()
 }
-trap 'cleanup; rm -rf "$WORK"' EXIT INT TERM
+# KEEP=1 leaves the work directory (profiles, logs) for reading afterwards.
+trap 'cleanup; if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi' EXIT INT TERM
 
 # Waits (up to two minutes) until something answers /health on port $1.
 wait_health() {

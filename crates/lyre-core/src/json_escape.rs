@@ -15,16 +15,12 @@ pub(crate) struct NotUtf8;
 /// partial string and must be discarded.
 pub(crate) fn write_string(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), NotUtf8> {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(bytes.len() + 2);
+    // The quotes, and the room `copy_clean_prefix` stores whole chunks into.
+    out.reserve(bytes.len() + 2 + 16);
     out.push(b'"');
-    let mut from = 0;
-    let mut beyond_ascii = false;
-    loop {
-        let (run, wide) = clean_prefix(&bytes[from..]);
-        beyond_ascii |= wide;
-        let at = from + run;
-        out.extend_from_slice(&bytes[from..at]);
-        let Some(&byte) = bytes.get(at) else { break };
+    // Most strings are one clean run, copied as it is scanned.
+    let (mut at, mut beyond_ascii) = copy_clean_prefix(bytes, out);
+    while let Some(&byte) = bytes.get(at) {
         match byte {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
@@ -42,7 +38,11 @@ pub(crate) fn write_string(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), NotUtf
                 HEX[usize::from(byte & 15)],
             ]),
         }
-        from = at + 1;
+        let from = at + 1;
+        let wide;
+        (at, wide) = clean_run(bytes, from);
+        beyond_ascii |= wide;
+        out.extend_from_slice(&bytes[from..at]);
     }
     out.push(b'"');
     // Every byte was in a clean run or escaped (escaped bytes are ASCII), so a
@@ -53,54 +53,163 @@ pub(crate) fn write_string(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), NotUtf
     Ok(())
 }
 
-/// The length of the longest prefix of `bytes` with no byte JSON escapes, and
-/// whether a byte outside ASCII may be in it (may say yes for one just past it;
-/// never says no when there is one).
+/// Where the run of bytes JSON does not escape that starts at `from` ends (the
+/// index of the first byte to escape, else `bytes.len()`), and whether a byte outside
+/// ASCII may be in the run (may say yes for one past it; never says no when there
+/// is one).
 #[cfg(target_arch = "x86_64")]
-fn clean_prefix(bytes: &[u8]) -> (usize, bool) {
+fn clean_run(bytes: &[u8], from: usize) -> (usize, bool) {
     // SAFETY: SSE2 is part of every x86_64 target (its baseline), so the function
     // the feature is enabled for runs on any CPU this build runs on.
-    unsafe { clean_prefix_sse2(bytes) }
+    unsafe { clean_run_sse2(bytes, from) }
 }
 
-/// [`clean_prefix`] sixteen bytes at a time with SSE2.
+/// The bytes of `v` to escape and those beyond ASCII, one bit each.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse2")]
-fn clean_prefix_sse2(bytes: &[u8]) -> (usize, bool) {
-    use std::arch::x86_64::{
-        _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+#[inline]
+fn escape_masks(v: std::arch::x86_64::__m128i) -> (u32, u32) {
+    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8};
+    // A byte is a control character when the unsigned minimum with 0x1f is itself.
+    let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+    let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+    let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+    let special = _mm_or_si128(control, _mm_or_si128(quote, backslash));
+    (_mm_movemask_epi8(special) as u32, _mm_movemask_epi8(v) as u32)
+}
+
+/// `bytes` shorter than sixteen, padded with spaces (never escaped) to sixteen.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+#[inline]
+fn padded(bytes: &[u8]) -> std::arch::x86_64::__m128i {
+    let mut padded = [b' '; 16];
+    padded[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: `padded` is 16 readable bytes, and an unaligned load takes any address.
+    unsafe { std::arch::x86_64::_mm_loadu_si128(padded.as_ptr().cast()) }
+}
+
+/// Copies the longest prefix of `bytes` with no byte to escape onto the end of
+/// `out`, which must have room for `bytes.len() + 16` more bytes; answers its length
+/// and whether a byte outside ASCII may be in it (as [`clean_run`]). Each sixteen
+/// bytes are stored as they are scanned (what lands past the prefix is spare
+/// capacity, overwritten by what `out` gets next), so a clean string is read once.
+#[cfg(target_arch = "x86_64")]
+fn copy_clean_prefix(bytes: &[u8], out: &mut Vec<u8>) -> (usize, bool) {
+    assert!(out.capacity() - out.len() >= bytes.len() + 16, "room for the chunks is reserved");
+    // SAFETY: SSE2 is part of every x86_64 target, and the room is there (above).
+    unsafe { copy_clean_prefix_sse2(bytes, out) }
+}
+
+/// [`copy_clean_prefix`] with SSE2; the caller makes sure `out` has the room.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+unsafe fn copy_clean_prefix_sse2(bytes: &[u8], out: &mut Vec<u8>) -> (usize, bool) {
+    use std::arch::x86_64::{_mm_loadu_si128, _mm_storeu_si128};
+    let len = bytes.len();
+    // SAFETY (every store below): `to` has room for `len + 16` bytes, and each store
+    // writes sixteen bytes starting at most at `len`.
+    let to = unsafe { out.as_mut_ptr().add(out.len()) };
+    let (run, wide) = 'scan: {
+        if len < 16 {
+            let v = padded(bytes);
+            let (special, wide) = escape_masks(v);
+            unsafe { _mm_storeu_si128(to.cast(), v) };
+            break 'scan ((special.trailing_zeros() as usize).min(len), wide != 0);
+        }
+        let mut wide = 0;
+        let mut at = 0;
+        while at + 16 <= len {
+            // SAFETY: `at + 16 <= len`: sixteen readable bytes.
+            let v = unsafe { _mm_loadu_si128(bytes.as_ptr().add(at).cast()) };
+            let (special, chunk_wide) = escape_masks(v);
+            unsafe { _mm_storeu_si128(to.add(at).cast(), v) };
+            wide |= chunk_wide;
+            if special != 0 {
+                break 'scan (at + special.trailing_zeros() as usize, wide != 0);
+            }
+            at += 16;
+        }
+        if at < len {
+            // The last sixteen bytes, of which the first `seen` were copied above
+            // (stored again at the same place, unchanged).
+            let seen = at - (len - 16);
+            // SAFETY: `len >= 16`: the last sixteen bytes are readable.
+            let v = unsafe { _mm_loadu_si128(bytes.as_ptr().add(len - 16).cast()) };
+            let (special, tail_wide) = escape_masks(v);
+            unsafe { _mm_storeu_si128(to.add(len - 16).cast(), v) };
+            wide |= tail_wide >> seen;
+            let special = special >> seen;
+            if special != 0 {
+                break 'scan (at + special.trailing_zeros() as usize, wide != 0);
+            }
+        }
+        (len, wide != 0)
     };
-    let quote = _mm_set1_epi8(b'"' as i8);
-    let backslash = _mm_set1_epi8(b'\\' as i8);
-    let last_control = _mm_set1_epi8(0x1f);
+    // SAFETY: the first `run` bytes past the end were written (copies of `bytes`).
+    unsafe { out.set_len(out.len() + run) };
+    (run, wide)
+}
+
+/// [`clean_run`] sixteen bytes at a time with SSE2. The last bytes are read as the
+/// string's last sixteen (a string shorter than that is padded with spaces), so no
+/// byte is looked at alone: a ten-field record's keys and values each end in such
+/// a tail.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn clean_run_sse2(bytes: &[u8], from: usize) -> (usize, bool) {
+    use std::arch::x86_64::_mm_loadu_si128;
+    let len = bytes.len();
+    if len < 16 {
+        let (special, wide) = escape_masks(padded(bytes));
+        // Spaces are never escaped, so a run that reaches the padding ends at `len`.
+        let special = special >> from;
+        return (from + (special.trailing_zeros() as usize).min(len - from), wide >> from != 0);
+    }
     let mut wide = 0;
-    let mut chunks = bytes.chunks_exact(16);
-    let mut at = 0;
-    for chunk in &mut chunks {
-        // SAFETY: `chunk` is 16 readable bytes, and an unaligned load takes any address.
-        let v = unsafe { _mm_loadu_si128(chunk.as_ptr().cast()) };
-        // A byte is a control character when the unsigned minimum with 0x1f is itself.
-        let control = _mm_cmpeq_epi8(_mm_min_epu8(v, last_control), v);
-        let special = _mm_or_si128(control, _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
-        let found = _mm_movemask_epi8(special);
-        wide |= _mm_movemask_epi8(v);
-        if found != 0 {
-            return (at + found.trailing_zeros() as usize, wide != 0);
+    let mut at = from;
+    while at + 16 <= len {
+        // SAFETY: `at + 16 <= len`: sixteen readable bytes.
+        let (special, chunk_wide) = escape_masks(unsafe { _mm_loadu_si128(bytes.as_ptr().add(at).cast()) });
+        wide |= chunk_wide;
+        if special != 0 {
+            return (at + special.trailing_zeros() as usize, wide != 0);
         }
         at += 16;
     }
-    let (run, tail_wide) = clean_prefix_bytewise(chunks.remainder());
-    (at + run, wide != 0 || tail_wide)
+    if at < len {
+        // The last sixteen bytes, of which the first `seen` were checked above.
+        let seen = at - (len - 16);
+        // SAFETY: `len >= 16`: the last sixteen bytes are readable.
+        let (special, tail_wide) = escape_masks(unsafe { _mm_loadu_si128(bytes.as_ptr().add(len - 16).cast()) });
+        wide |= tail_wide >> seen;
+        let special = special >> seen;
+        if special != 0 {
+            return (at + special.trailing_zeros() as usize, wide != 0);
+        }
+    }
+    (len, wide != 0)
 }
 
-/// [`clean_prefix`] where SSE2 is not part of the target: eight bytes at a time in
-/// a `u64`.
+/// [`copy_clean_prefix`] where SSE2 is not part of the target: scanned eight bytes
+/// at a time, then copied.
 #[cfg(not(target_arch = "x86_64"))]
-fn clean_prefix(bytes: &[u8]) -> (usize, bool) {
-    clean_prefix_by_words(bytes)
+fn copy_clean_prefix(bytes: &[u8], out: &mut Vec<u8>) -> (usize, bool) {
+    let (run, wide) = clean_run(bytes, 0);
+    out.extend_from_slice(&bytes[..run]);
+    (run, wide)
 }
 
-/// [`clean_prefix`], eight bytes at a time in a `u64` (any target; on x86_64 only
+/// [`clean_run`] where SSE2 is not part of the target: eight bytes at a time in a
+/// `u64`.
+#[cfg(not(target_arch = "x86_64"))]
+fn clean_run(bytes: &[u8], from: usize) -> (usize, bool) {
+    let (run, wide) = clean_prefix_by_words(&bytes[from..]);
+    (from + run, wide)
+}
+
+/// The length of the longest prefix of `bytes` with no byte JSON escapes, and
+/// whether a byte outside ASCII may be in it: [`clean_run`]'s answer, eight bytes at a time in a `u64` (any target; on x86_64 only
 /// its tests use it).
 #[cfg(any(not(target_arch = "x86_64"), test))]
 fn clean_prefix_by_words(bytes: &[u8]) -> (usize, bool) {
@@ -136,7 +245,8 @@ fn clean_prefix_by_words(bytes: &[u8]) -> (usize, bool) {
     (at + run, wide != 0 || tail_wide)
 }
 
-/// [`clean_prefix`] a byte at a time: the tail shorter than a chunk.
+/// [`clean_prefix_by_words`] a byte at a time: the tail shorter than a chunk.
+#[cfg(any(not(target_arch = "x86_64"), test))]
 fn clean_prefix_bytewise(bytes: &[u8]) -> (usize, bool) {
     let mut wide = false;
     for (at, &byte) in bytes.iter().enumerate() {
@@ -161,17 +271,27 @@ mod tests {
         (run, bytes[..run].iter().any(|&b| b >= 0x80))
     }
 
+    /// Checks every scan of `bytes`, from every starting point.
     fn check_scan(bytes: &[u8]) -> Result<(), TestCaseError> {
-        let (run, wide) = expected(bytes);
-        for (name, scan) in [
-            ("sixteen", clean_prefix as fn(&[u8]) -> (usize, bool)),
-            ("words", clean_prefix_by_words),
-            ("bytes", clean_prefix_bytewise),
-        ] {
-            let (found, said_wide) = scan(bytes);
-            prop_assert_eq!(found, run, "{} scan of {:?}", name, bytes);
-            // Saying "wide" too often only costs a UTF-8 check; too rarely would skip one.
-            prop_assert!(said_wide || !wide, "{} scan missed a byte beyond ASCII in {:?}", name, bytes);
+        for from in 0..=bytes.len() {
+            let (run, wide) = expected(&bytes[from..]);
+            let sixteen = clean_run(bytes, from);
+            let sixteen = (sixteen.0 - from, sixteen.1);
+            for (name, (found, said_wide)) in [
+                ("sixteen", sixteen),
+                ("words", clean_prefix_by_words(&bytes[from..])),
+                ("bytes", clean_prefix_bytewise(&bytes[from..])),
+            ] {
+                prop_assert_eq!(found, run, "{} scan of {:?} from {}", name, bytes, from);
+                // Saying "wide" too often only costs a UTF-8 check; too rarely would skip one.
+                prop_assert!(
+                    said_wide || !wide,
+                    "{} scan missed a byte beyond ASCII in {:?} from {}",
+                    name,
+                    bytes,
+                    from
+                );
+            }
         }
         Ok(())
     }
@@ -195,6 +315,18 @@ mod tests {
             let mut json = Vec::new();
             write_string(s.as_bytes(), &mut json).unwrap();
             prop_assert_eq!(String::from_utf8(json).unwrap(), serde_json::to_string(&s).unwrap());
+        }
+
+        #[test]
+        fn strings_in_a_row_keep_what_came_before(a in "[ -~]{0,40}", b in "[ -~\\n\\x01]{0,40}") {
+            // Chunks are stored past a string's end: the next string (or an escape)
+            // must overwrite them, never follow them.
+            let mut json = b"[".to_vec();
+            write_string(a.as_bytes(), &mut json).unwrap();
+            json.push(b',');
+            write_string(b.as_bytes(), &mut json).unwrap();
+            json.push(b']');
+            prop_assert_eq!(String::from_utf8(json).unwrap(), serde_json::to_string(&[&a, &b]).unwrap());
         }
     }
 

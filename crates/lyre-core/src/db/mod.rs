@@ -8,7 +8,7 @@ mod ddl;
 pub mod derived;
 pub mod log;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,7 +33,9 @@ pub struct Db {
     store: Database,
     writer: Writer<SchemaState>,
     published: Arc<RwLock<SchemaState>>,
-    leases: Mutex<BTreeMap<u64, Holder>>,
+    /// Hashed rather than ordered: a map that empties after every request keeps its
+    /// table, where a B-tree gives its node back and takes a new one each time.
+    leases: Mutex<HashMap<u64, Holder, foldhash::fast::RandomState>>,
     next_lease: AtomicU64,
     /// Set while a drop or restore waits for users to leave: long-running readers
     /// stop, new requests are refused.
@@ -141,7 +143,7 @@ impl Db {
             store,
             writer,
             published,
-            leases: Mutex::new(BTreeMap::new()),
+            leases: Mutex::new(HashMap::default()),
             next_lease: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             closing_signal: watch::Sender::new(false),
@@ -303,7 +305,10 @@ impl Db {
 
     /// Who holds leases now.
     pub fn lease_holders(&self) -> Vec<String> {
-        self.leases.lock().values().map(|holder| holder.to_string()).collect()
+        let leases = self.leases.lock();
+        let mut holders: Vec<_> = leases.iter().collect();
+        holders.sort_unstable_by_key(|(id, _)| **id); // oldest first
+        holders.into_iter().map(|(_, holder)| holder.to_string()).collect()
     }
 
     /// Handles on the database's storage (this database's own, the writer's, and

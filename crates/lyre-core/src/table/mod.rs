@@ -10,7 +10,7 @@ mod tests;
 mod write;
 
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use lyre_store::{ReadTxn, TableStore};
 
@@ -857,10 +857,12 @@ impl RecordBody {
     /// for the key's MessagePack encoding (Lyre writes a name that short as a
     /// fixstr, `0xab` and its 11 bytes).
     pub fn content(&self) -> Result<Option<(String, Value)>> {
-        const ENCODED_KEY: &[u8] = b"\xabcontentType";
+        // Built once: making a searcher costs about as much as a search of 1 KB.
+        static ENCODED_KEY: LazyLock<memchr::memmem::Finder<'static>> =
+            LazyLock::new(|| memchr::memmem::Finder::new(b"\xabcontentType"));
         match self {
             RecordBody::Decoded(record) => Ok(Self::content_of(record)),
-            RecordBody::Stored(bytes) if memchr::memmem::find(bytes, ENCODED_KEY).is_none() => Ok(None),
+            RecordBody::Stored(bytes) if ENCODED_KEY.find(bytes).is_none() => Ok(None),
             RecordBody::Stored(bytes) => {
                 let names = [CONTENT_TYPE.to_string(), CONTENT_DATA.to_string()];
                 let found = crate::raw::decode_object_only(bytes, &names).map_err(|e| Error::Corrupt(e.into()))?;

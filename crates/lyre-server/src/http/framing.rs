@@ -16,9 +16,39 @@
 const LINE_KEPT: usize = 256;
 
 /// Whether byte `b` of a request target must be percent-encoded for `http::Uri`.
-pub(crate) fn needs_escape(b: u8) -> bool {
+pub(crate) const fn needs_escape(b: u8) -> bool {
     matches!(b, b'<' | b'>' | b'"' | b'`')
 }
+
+/// What a byte does inside a request target: each byte is looked up once, as a
+/// request's target is read byte by byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TargetByte {
+    /// Part of the target, passed as it is.
+    Plain,
+    /// The space that ends the target.
+    End,
+    /// A line break: no version follows.
+    LineBreak,
+    /// A character to percent-encode ([`needs_escape`]).
+    Escape,
+}
+
+/// [`TargetByte`] of every byte value.
+static TARGET_BYTES: [TargetByte; 256] = {
+    let mut table = [TargetByte::Plain; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = match b as u8 {
+            b' ' => TargetByte::End,
+            b'\r' | b'\n' => TargetByte::LineBreak,
+            byte if needs_escape(byte) => TargetByte::Escape,
+            _ => TargetByte::Plain,
+        };
+        b += 1;
+    }
+    table
+};
 
 /// Where the parser is in the connection's byte stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +118,7 @@ impl Framing {
             let rest = &bytes[at..];
             at += match self.state {
                 State::Off => return,
-                State::Method => self.method_byte(rest[0]),
+                State::Method => self.method(rest),
                 State::Target => self.target(rest, at, escape),
                 State::Version => match memchr::memchr(b'\n', rest) {
                     Some(end) => {
@@ -113,32 +143,44 @@ impl Framing {
         }
     }
 
-    fn method_byte(&mut self, b: u8) -> usize {
-        match b {
-            b'\r' | b'\n' if self.method.is_empty() => {} // blank lines between requests
-            b' ' => self.state = State::Target,
-            b'\r' | b'\n' => self.state = State::Off, // a request line without a target
-            _ if self.method.len() < 16 => self.method.push(b),
-            _ => self.state = State::Off,
+    /// Consumes method bytes from `rest`, up to and including the space after it.
+    fn method(&mut self, rest: &[u8]) -> usize {
+        for (i, &b) in rest.iter().enumerate() {
+            match b {
+                b'\r' | b'\n' if self.method.is_empty() => {} // blank lines between requests
+                b' ' => {
+                    self.state = State::Target;
+                    return i + 1;
+                }
+                b'\r' | b'\n' => {
+                    self.state = State::Off; // a request line without a target
+                    return i + 1;
+                }
+                _ if self.method.len() < 16 => self.method.push(b),
+                _ => {
+                    self.state = State::Off;
+                    return i + 1;
+                }
+            }
         }
-        1
+        rest.len()
     }
 
     /// Consumes target bytes from `rest` (which starts at `offset` of the scanned
     /// slice), noting those to escape.
     fn target(&mut self, rest: &[u8], offset: usize, escape: &mut Vec<usize>) -> usize {
         for (i, &b) in rest.iter().enumerate() {
-            match b {
-                b' ' => {
+            match TARGET_BYTES[usize::from(b)] {
+                TargetByte::Plain => {}
+                TargetByte::End => {
                     self.state = State::Version;
                     return i + 1;
                 }
-                b'\r' | b'\n' => {
+                TargetByte::LineBreak => {
                     self.state = State::Off; // HTTP/0.9 or garbage: hyper's to judge
                     return i + 1;
                 }
-                _ if needs_escape(b) => escape.push(offset + i),
-                _ => {}
+                TargetByte::Escape => escape.push(offset + i),
             }
         }
         rest.len()

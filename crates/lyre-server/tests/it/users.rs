@@ -553,6 +553,45 @@ async fn unauthenticated_rest_requests_learn_no_table_names() {
 }
 
 #[tokio::test]
+async fn rest_logins_follow_the_password_through_the_login_cache() {
+    // A login verified once is answered from the cache after (the Basic header
+    // decoded on the stack, or, when long, the general way): the cache must still
+    // hold the whole password, take the name up to the first colon, and forget a
+    // changed password or a dropped user.
+    let s = fixture().await;
+    s.ok(json!({"operation": "add_user", "username": "keeper", "password": "a:b", "role": "reader", "active": true}))
+        .await;
+    let s = &s;
+    let get = |password: String| async move { s.rest_as("keeper", &password, Method::GET, "/dogs/1", None).await.0 };
+    for _ in 0..2 {
+        assert_eq!(get("a:b".into()).await, 200);
+    }
+    for wrong in ["a", "a:b:c", "a:", ""] {
+        assert_eq!(get(wrong.into()).await, 401, "{wrong:?}");
+    }
+    use base64::Engine as _;
+    let header = |scheme: &str| format!("{scheme} {}", base64::engine::general_purpose::STANDARD.encode("keeper:a:b"));
+    for scheme in ["basic", "BASIC ", "Basic  "] {
+        let response =
+            reqwest::Client::new().get(s.rest("/dogs/1")).header("authorization", header(scheme)).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{scheme:?}");
+    }
+    s.ok(json!({"operation": "alter_user", "username": "keeper", "password": "new"})).await;
+    assert_eq!(get("a:b".into()).await, 401);
+    assert_eq!(get("new".into()).await, 200);
+    // Credentials longer than the stack's room log in too, and are refused when wrong.
+    let long = "p".repeat(400);
+    s.ok(json!({"operation": "alter_user", "username": "keeper", "password": long})).await;
+    for _ in 0..2 {
+        assert_eq!(get(long.clone()).await, 200);
+    }
+    assert_eq!(get(format!("{long}q")).await, 401);
+    assert_eq!(get("new".into()).await, 401);
+    s.ok(json!({"operation": "drop_user", "username": "keeper"})).await;
+    assert_eq!(get(long).await, 401);
+}
+
+#[tokio::test]
 async fn failed_logins_are_bounded_per_name() {
     let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n";
     let s = TestServer::start_app(

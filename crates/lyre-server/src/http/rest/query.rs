@@ -11,6 +11,7 @@
 //! declared type, or by a `number:`/`boolean:`/`string:`/`date:` prefix.
 //! Errors carry the position in the query string.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use lyre_core::catalog::TableSchema;
@@ -111,7 +112,7 @@ fn is_operator_char(b: u8) -> bool {
 impl Parser<'_> {
     /// Percent-decodes query text as this query's values are ([`Parser::plus_is_space`]).
     fn decode(&self, raw: &str) -> String {
-        decode_as(raw, self.plus_is_space)
+        decode_as(raw, self.plus_is_space).into_owned()
     }
 
     fn error(&self, message: impl std::fmt::Display) -> ApiError {
@@ -527,26 +528,29 @@ enum Op {
 /// Percent-decodes query-string text, with `+` as a space (form encoding, as
 /// browsers send).
 pub fn decode(raw: &str) -> String {
-    decode_as(raw, true)
+    decode_as(raw, true).into_owned()
 }
 
 /// Percent-decodes a URL path segment (a record's id): `+` stays a plus, as
 /// Harper's `decodeURIComponent` keeps it; only a query string's form encoding
-/// makes it a space.
-pub fn decode_path(raw: &str) -> String {
+/// makes it a space. Borrowed when there is nothing to decode (most ids).
+pub fn decode_path(raw: &str) -> Cow<'_, str> {
     decode_as(raw, false)
 }
 
-fn decode_as(raw: &str, plus_is_space: bool) -> String {
-    // Most URL text has nothing to decode: copied once, not twice.
-    if !raw.bytes().any(|b| (plus_is_space && b == b'+') || b == b'%') {
-        return raw.to_owned();
+fn decode_as(raw: &str, plus_is_space: bool) -> Cow<'_, str> {
+    let encoded = match plus_is_space {
+        true => memchr::memchr2(b'%', b'+', raw.as_bytes()),
+        false => memchr::memchr(b'%', raw.as_bytes()),
+    };
+    if encoded.is_none() {
+        return Cow::Borrowed(raw);
     }
     if !plus_is_space {
-        return percent_encoding::percent_decode_str(raw).decode_utf8_lossy().into_owned();
+        return percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
     }
     let spaced = raw.replace('+', " ");
-    percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+    Cow::Owned(percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned())
 }
 
 /// Whether Harper reads query string `raw` with its query parser, where values are

@@ -167,7 +167,9 @@ fn target(state: &AppState, export: &ScriptExport, rest: Option<&str>) -> Result
     if rest.is_empty() {
         return Ok((None, true));
     }
-    let Some((database, table)) = &export.table else { return Ok((Some(Value::String(decode_path(rest))), false)) };
+    let Some((database, table)) = &export.table else {
+        return Ok((Some(Value::String(decode_path(rest).into_owned())), false));
+    };
     let table = state.engine.database(database)?.table(table)?;
     Ok(match super::url::target(Some(rest), table.schema())? {
         Target::Table => (None, false),

@@ -6,6 +6,8 @@
 //! `<id>` · `/T/a/b` the key `a/b` · a trailing `.json`, `.cbor`, `.msgpack` or
 //! `.csv` chooses the response format.
 
+use std::borrow::Cow;
+
 use lyre_core::Value;
 use lyre_core::catalog::TableSchema;
 
@@ -59,7 +61,7 @@ pub fn split(path: &str) -> Option<RestPath> {
         }
         other => other,
     };
-    Some(RestPath { export: decode_path(first), rest: rest.map(str::to_owned), format })
+    Some(RestPath { export: decode_path(first).into_owned(), rest: rest.map(str::to_owned), format })
 }
 
 fn cut_extension(segment: &str) -> (&str, Option<Format>) {
@@ -80,44 +82,57 @@ pub fn target(rest: Option<&str>, table: &TableSchema) -> Result<Target, ApiErro
         return Ok(Target::Collection);
     }
     if let Some(prefix) = rest.strip_suffix('/') {
-        return Ok(Target::Prefix(decode_path(prefix)));
+        return Ok(Target::Prefix(decode_path(prefix).into_owned()));
     }
     if let Some((id, attr)) = rest.rsplit_once('.') {
-        let attr = decode_path(attr);
+        let attr = decode_path(attr).into_owned();
         let declared = table.attribute(&attr).is_some_and(|a| a.type_name.is_some())
             || table.relationships.iter().any(|r| r.name == attr);
         if declared && !id.is_empty() {
-            return Ok(Target::Property(typed_key(table, &decode_path(id))?, attr));
+            return Ok(Target::Property(typed_key_of(table, decode_path(id))?, attr));
         }
     }
-    Ok(Target::Record(typed_key(table, &decode_path(rest))?))
+    Ok(Target::Record(typed_key_of(table, decode_path(rest))?))
 }
 
 /// [`key`], refusing (400, as Harper) an id that is not a number where the primary
 /// key is declared numeric: no record could have it.
 pub(crate) fn typed_key(table: &TableSchema, text: &str) -> Result<Value, ApiError> {
-    let id = key(table, text);
-    let declared = table.primary_key_attribute().and_then(|a| a.type_name.as_deref());
-    match (declared, &id) {
-        (Some(numeric @ ("Int" | "Long" | "BigInt" | "Float")), Value::String(_)) => Err(ApiError::bad_request(
+    typed_key_of(table, Cow::Borrowed(text))
+}
+
+/// [`typed_key`] of text that may be owned already (a decoded id), which the key
+/// then keeps rather than copies.
+fn typed_key_of(table: &TableSchema, text: Cow<'_, str>) -> Result<Value, ApiError> {
+    let declared = declared_key_type(table);
+    match (declared, key_as(declared, text)) {
+        (Some(numeric @ ("Int" | "Long" | "BigInt" | "Float")), Value::String(text)) => Err(ApiError::bad_request(
             format!("Invalid value for attribute {}: \"{text}\", expecting {numeric}", table.primary_key),
         )),
-        _ => Ok(id),
+        (_, id) => Ok(id),
     }
 }
 
-/// A key from URL text, by the primary key's declared type: numbers for numeric
+/// The type the table declares for its primary key, if any.
+fn declared_key_type(table: &TableSchema) -> Option<&str> {
+    table.primary_key_attribute().and_then(|a| a.type_name.as_deref())
+}
+
+/// A key from URL text for a primary key declared `declared`: numbers for numeric
 /// keys, text otherwise.
-pub fn key(table: &TableSchema, text: &str) -> Value {
-    let declared = table.primary_key_attribute().and_then(|a| a.type_name.as_deref());
-    match declared {
-        Some("Int" | "Long" | "BigInt" | "Float" | "Any") | None => text
-            .parse::<i64>()
+fn key_as(declared: Option<&str>, text: Cow<'_, str>) -> Value {
+    let number = || {
+        text.parse::<i64>()
             .map(Value::Int)
             .ok()
             .or_else(|| text.parse::<f64>().ok().filter(|f| f.is_finite() && declared.is_some()).map(Value::Float))
-            .unwrap_or_else(|| Value::String(text.to_string())),
-        _ => Value::String(text.to_string()),
+    };
+    match declared {
+        Some("Int" | "Long" | "BigInt" | "Float" | "Any") | None => match number() {
+            Some(number) => number,
+            None => Value::String(text.into_owned()),
+        },
+        _ => Value::String(text.into_owned()),
     }
 }
 
