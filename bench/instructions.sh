@@ -22,6 +22,7 @@
 #   bench/instructions.sh                          # this tree's release build
 #   bench/instructions.sh /tmp/lyre-before target/release/lyre
 #   WORKLOADS="class" bench/instructions.sh
+#   KEEP=1 WORKLOADS=ycsb bench/instructions.sh   # keeps the callgrind files (callgrind_annotate)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
