@@ -1094,6 +1094,8 @@ fn order_pushable(order: &[(OrderKey, bool)]) -> bool {
 /// One aggregate's running state for one group.
 #[derive(Default)]
 struct State {
+    /// Whether any row reached the aggregate, its value null or not.
+    offered: bool,
     count: u64,
     sum: f64,
     integral: bool,
@@ -1107,6 +1109,7 @@ struct State {
 impl State {
     /// Adds a value; answers the bytes the state grew by when it keeps values.
     fn add(&mut self, aggregate: &Aggregate, value: Value) -> Option<usize> {
+        self.offered = true;
         if matches!(value, Value::Null) {
             return None;
         }
@@ -1163,7 +1166,9 @@ impl State {
     fn finish(self, kind: AggregateKind) -> Value {
         match kind {
             AggregateKind::Count => Value::Int(i64::try_from(self.count).unwrap_or(i64::MAX)),
-            // Harper answers 0 for the sum of no values (SQL would say NULL).
+            // Harper answers 0 for the sum of no rows (SQL would say NULL), and
+            // NULL for rows whose values are all null.
+            AggregateKind::Sum if self.count == 0 && self.offered => Value::Null,
             AggregateKind::Sum if self.count == 0 => Value::Int(0),
             AggregateKind::Sum => match (self.integral, self.int_sum) {
                 (true, Some(sum)) => Value::Int(sum),

@@ -819,6 +819,13 @@ async fn harper_differences() {
         sqlite_rows(&conn, "SELECT SUM(Freight) FROM northwind.orders WHERE Freight < 0"),
         vec![vec![Cell::Null]]
     );
+    // Over rows whose values are all null it is NULL, in Harper and SQL alike, alone
+    // and in groups.
+    let all_null = "SELECT SUM(CASE WHEN Freight < 0 THEN Freight END) AS s FROM northwind.orders";
+    assert_eq!(json(&engine, all_null).await, serde_json::json!([{"s": null}]));
+    assert_eq!(sqlite_rows(&conn, all_null), vec![vec![Cell::Null]]);
+    let grouped = "SELECT EmployeeID, SUM(CASE WHEN Freight < 0 THEN Freight END) AS s FROM northwind.orders GROUP BY EmployeeID ORDER BY EmployeeID LIMIT 1";
+    assert_eq!(json(&engine, grouped).await, serde_json::json!([{"EmployeeID": 1, "s": null}]));
     // Comparisons are strict about type, as Harper's indexed search is: a numeric
     // string is not the number (SQLite converts it for an INTEGER column).
     let rows = json(&engine, "SELECT OrderID FROM northwind.orders WHERE OrderID = '10300'").await;
