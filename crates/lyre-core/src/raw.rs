@@ -306,15 +306,35 @@ impl<'a> Reader<'a> {
 /// (`json_escape.rs`): the body of every whole-record JSON read. On error `out` holds a partial
 /// value and must be discarded.
 pub fn write_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
+    write_json_noting(bytes, out, None).map(drop)
+}
+
+/// [`write_json`], answering too whether the value is a map with the text key
+/// `key` (when one is given): a question about the record answered by the pass
+/// that writes it, not by a second scan.
+pub(crate) fn write_json_noting(bytes: &[u8], out: &mut Vec<u8>, key: Option<&[u8]>) -> Result<bool, &'static str> {
     let mut reader = Reader(bytes);
-    json_value(&mut reader, out, 0)?;
+    let mut watch = Watch { key, seen: false };
+    json_value(&mut reader, out, 0, &mut watch)?;
+    let seen = watch.seen;
     match reader.0.is_empty() {
-        true => Ok(()),
+        true => Ok(seen),
         false => Err("stored value has trailing bytes"),
     }
 }
 
-fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Result<(), &'static str> {
+/// A top-level map key [`json_value`] looks out for, and whether it saw it.
+struct Watch<'k> {
+    key: Option<&'k [u8]>,
+    seen: bool,
+}
+
+fn json_value(
+    reader: &mut Reader<'_>,
+    out: &mut Vec<u8>,
+    depth: usize,
+    watch: &mut Watch<'_>,
+) -> Result<(), &'static str> {
     if depth > MAX_DEPTH {
         return Err("stored value nests too deeply");
     }
@@ -357,7 +377,7 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
                 if i > 0 {
                     out.push(b',');
                 }
-                json_value(reader, out, depth + 1)?;
+                json_value(reader, out, depth + 1, watch)?;
             }
             out.push(b']');
         }
@@ -369,11 +389,14 @@ fn json_value(reader: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Resul
                 }
                 let marker = reader.marker()?;
                 match reader.text_bytes(marker)? {
-                    Some(text) => json_text(text, out)?,
+                    Some(text) => {
+                        watch.seen |= depth == 0 && watch.key == Some(text);
+                        json_text(text, out)?;
+                    }
                     None => json_text(reader.key_of(marker)?.as_bytes(), out)?,
                 }
                 out.push(b':');
-                json_value(reader, out, depth + 1)?;
+                json_value(reader, out, depth + 1, watch)?;
             }
             out.push(b'}');
         }

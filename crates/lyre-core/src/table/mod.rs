@@ -848,6 +848,25 @@ impl RecordBody {
         }
     }
 
+    /// Appends the record as JSON ([`RecordBody::write_json`]) unless it is a content
+    /// record: then answers its content ([`RecordBody::content`]), and what `out`
+    /// holds is to be discarded. For stored bytes the pass that writes the JSON also
+    /// notes whether the record has a `contentType` at all, so a read that answers
+    /// JSON scans the record once.
+    pub fn write_json_or_content(&self, out: &mut Vec<u8>) -> Result<Option<(String, Value)>> {
+        match self {
+            RecordBody::Decoded(record) => match Self::content_of(record) {
+                Some(content) => Ok(Some(content)),
+                None => self.write_json(out).map(|()| None),
+            },
+            RecordBody::Stored(bytes) => {
+                let names_content = crate::raw::write_json_noting(bytes, out, Some(CONTENT_TYPE.as_bytes()))
+                    .map_err(|e| Error::Corrupt(e.to_string()))?;
+                if names_content { self.content() } else { Ok(None) }
+            }
+        }
+    }
+
     /// The record's content, when it is one: a string `contentType` beside a `data`
     /// that is text, bytes or a blob, Harper's marker for a body of one media type
     /// (what a write of such a body stores, and what a caching table keeps of an

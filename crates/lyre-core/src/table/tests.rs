@@ -335,4 +335,18 @@ fn content_records_are_found_in_their_stored_bytes() {
     let mut numeric = content.clone();
     numeric.insert("data".into(), Value::Int(5));
     assert_eq!(stored(&numeric).content().unwrap(), None);
+    // The JSON pass answers the same, and writes what `write_json` writes otherwise
+    // (a nested `contentType` is no content record's).
+    let mut nested = Object::default();
+    nested.insert("inner".into(), Value::Object(content.clone()));
+    for record in [&content, &bytes, &mentions, &numeric, &nested] {
+        for body in [stored(record), RecordBody::Decoded(record.clone())] {
+            let mut json = Vec::new();
+            let answered = body.write_json_or_content(&mut json).unwrap();
+            assert_eq!(answered, body.content().unwrap(), "{record:?}");
+            if answered.is_none() {
+                assert_eq!(json, serde_json::to_vec(record).unwrap(), "{record:?}");
+            }
+        }
+    }
 }

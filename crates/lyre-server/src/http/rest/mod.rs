@@ -633,10 +633,7 @@ impl RestRequest<'_> {
                         self.reply(&projected)?
                     }
                     Some(select) => self.reply(&self.table.project(&self.ctx, record.into_object()?, &select)?)?,
-                    None => match record.content()? {
-                        Some(content) => await_boxed!(self.reply_content(content, Confined::Sandboxed))?,
-                        None => self.reply_bytes(self.format.encode_record(&record)?),
-                    },
+                    None => self.reply_record(&record).await?,
                 };
                 if version.unique {
                     response.headers_mut().insert(header::ETAG, header_value(&etag::etag(version.time)));
@@ -857,6 +854,25 @@ impl RestRequest<'_> {
             headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
         }
         Ok(response)
+    }
+
+    /// A whole record's answer: a content record's data as it is, else the record in
+    /// the request's format. In JSON, the pass that writes the record finds out
+    /// which it is; the other formats ask first.
+    async fn reply_record(&self, record: &RecordBody) -> Result<Response, ApiError> {
+        let content = if self.format == Format::Json {
+            let mut json = Vec::with_capacity(record.size_hint());
+            match record.write_json_or_content(&mut json)? {
+                None => return Ok(self.reply_bytes(json)),
+                Some(content) => content,
+            }
+        } else {
+            match record.content()? {
+                None => return Ok(self.reply_bytes(self.format.encode_record(record)?)),
+                Some(content) => content,
+            }
+        };
+        await_boxed!(self.reply_content(content, Confined::Sandboxed))
     }
 
     /// A response of `body`, already encoded in the request's format.
