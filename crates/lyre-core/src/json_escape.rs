@@ -60,8 +60,24 @@ pub(crate) fn write_string(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), NotUtf
 #[cfg(target_arch = "x86_64")]
 fn clean_run(bytes: &[u8], from: usize) -> (usize, bool) {
     // SAFETY: SSE2 is part of every x86_64 target (its baseline), so the function
-    // the feature is enabled for runs on any CPU this build runs on.
-    unsafe { clean_run_sse2(bytes, from) }
+    // the feature is enabled for runs on any CPU this build runs on; nothing is
+    // stored.
+    unsafe { scan_sse2::<false>(bytes, from, std::ptr::null_mut()) }
+}
+
+/// Copies the longest prefix of `bytes` with no byte to escape onto the end of
+/// `out`, which must have room for `bytes.len() + 16` more bytes; answers its length
+/// and whether a byte outside ASCII may be in it (as [`clean_run`]). Each sixteen
+/// bytes are stored as they are scanned (what lands past the prefix is spare
+/// capacity, overwritten by what `out` gets next), so a clean string is read once.
+#[cfg(target_arch = "x86_64")]
+fn copy_clean_prefix(bytes: &[u8], out: &mut Vec<u8>) -> (usize, bool) {
+    assert!(out.capacity() - out.len() >= bytes.len() + 16, "room for the chunks is reserved");
+    // SAFETY: SSE2 is part of every x86_64 target, and the room is there (above).
+    let (run, wide) = unsafe { scan_sse2::<true>(bytes, 0, out.as_mut_ptr().add(out.len())) };
+    // SAFETY: the first `run` bytes past the end were written (copies of `bytes`).
+    unsafe { out.set_len(out.len() + run) };
+    (run, wide)
 }
 
 /// The bytes of `v` to escape and those beyond ASCII, one bit each.
@@ -89,79 +105,25 @@ fn padded(bytes: &[u8]) -> std::arch::x86_64::__m128i {
     unsafe { std::arch::x86_64::_mm_loadu_si128(padded.as_ptr().cast()) }
 }
 
-/// Copies the longest prefix of `bytes` with no byte to escape onto the end of
-/// `out`, which must have room for `bytes.len() + 16` more bytes; answers its length
-/// and whether a byte outside ASCII may be in it (as [`clean_run`]). Each sixteen
-/// bytes are stored as they are scanned (what lands past the prefix is spare
-/// capacity, overwritten by what `out` gets next), so a clean string is read once.
-#[cfg(target_arch = "x86_64")]
-fn copy_clean_prefix(bytes: &[u8], out: &mut Vec<u8>) -> (usize, bool) {
-    assert!(out.capacity() - out.len() >= bytes.len() + 16, "room for the chunks is reserved");
-    // SAFETY: SSE2 is part of every x86_64 target, and the room is there (above).
-    unsafe { copy_clean_prefix_sse2(bytes, out) }
-}
-
-/// [`copy_clean_prefix`] with SSE2; the caller makes sure `out` has the room.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse2")]
-unsafe fn copy_clean_prefix_sse2(bytes: &[u8], out: &mut Vec<u8>) -> (usize, bool) {
-    use std::arch::x86_64::{_mm_loadu_si128, _mm_storeu_si128};
-    let len = bytes.len();
-    // SAFETY (every store below): `to` has room for `len + 16` bytes, and each store
-    // writes sixteen bytes starting at most at `len`.
-    let to = unsafe { out.as_mut_ptr().add(out.len()) };
-    let (run, wide) = 'scan: {
-        if len < 16 {
-            let v = padded(bytes);
-            let (special, wide) = escape_masks(v);
-            unsafe { _mm_storeu_si128(to.cast(), v) };
-            break 'scan ((special.trailing_zeros() as usize).min(len), wide != 0);
-        }
-        let mut wide = 0;
-        let mut at = 0;
-        while at + 16 <= len {
-            // SAFETY: `at + 16 <= len`: sixteen readable bytes.
-            let v = unsafe { _mm_loadu_si128(bytes.as_ptr().add(at).cast()) };
-            let (special, chunk_wide) = escape_masks(v);
-            unsafe { _mm_storeu_si128(to.add(at).cast(), v) };
-            wide |= chunk_wide;
-            if special != 0 {
-                break 'scan (at + special.trailing_zeros() as usize, wide != 0);
-            }
-            at += 16;
-        }
-        if at < len {
-            // The last sixteen bytes, of which the first `seen` were copied above
-            // (stored again at the same place, unchanged).
-            let seen = at - (len - 16);
-            // SAFETY: `len >= 16`: the last sixteen bytes are readable.
-            let v = unsafe { _mm_loadu_si128(bytes.as_ptr().add(len - 16).cast()) };
-            let (special, tail_wide) = escape_masks(v);
-            unsafe { _mm_storeu_si128(to.add(len - 16).cast(), v) };
-            wide |= tail_wide >> seen;
-            let special = special >> seen;
-            if special != 0 {
-                break 'scan (at + special.trailing_zeros() as usize, wide != 0);
-            }
-        }
-        (len, wide != 0)
-    };
-    // SAFETY: the first `run` bytes past the end were written (copies of `bytes`).
-    unsafe { out.set_len(out.len() + run) };
-    (run, wide)
-}
-
 /// [`clean_run`] sixteen bytes at a time with SSE2. The last bytes are read as the
 /// string's last sixteen (a string shorter than that is padded with spaces), so no
 /// byte is looked at alone: a ten-field record's keys and values each end in such
-/// a tail.
+/// a tail. With `COPY`, each sixteen bytes read are also stored at `to` plus their
+/// offset in `bytes` ([`copy_clean_prefix`]): `from` is then 0 and `to` has room for
+/// `bytes.len() + 16` bytes, as every store starts at most at `bytes.len()`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse2")]
-fn clean_run_sse2(bytes: &[u8], from: usize) -> (usize, bool) {
-    use std::arch::x86_64::_mm_loadu_si128;
+unsafe fn scan_sse2<const COPY: bool>(bytes: &[u8], from: usize, to: *mut u8) -> (usize, bool) {
+    use std::arch::x86_64::{_mm_loadu_si128, _mm_storeu_si128};
+    debug_assert!(!COPY || from == 0, "a copy starts at the string's start");
     let len = bytes.len();
     if len < 16 {
-        let (special, wide) = escape_masks(padded(bytes));
+        let v = padded(bytes);
+        let (special, wide) = escape_masks(v);
+        if COPY {
+            // SAFETY: `to` has room for sixteen bytes (the caller's promise).
+            unsafe { _mm_storeu_si128(to.cast(), v) };
+        }
         // Spaces are never escaped, so a run that reaches the padding ends at `len`.
         let special = special >> from;
         return (from + (special.trailing_zeros() as usize).min(len - from), wide >> from != 0);
@@ -170,7 +132,12 @@ fn clean_run_sse2(bytes: &[u8], from: usize) -> (usize, bool) {
     let mut at = from;
     while at + 16 <= len {
         // SAFETY: `at + 16 <= len`: sixteen readable bytes.
-        let (special, chunk_wide) = escape_masks(unsafe { _mm_loadu_si128(bytes.as_ptr().add(at).cast()) });
+        let v = unsafe { _mm_loadu_si128(bytes.as_ptr().add(at).cast()) };
+        let (special, chunk_wide) = escape_masks(v);
+        if COPY {
+            // SAFETY: a store starting before `len` (the caller's promise).
+            unsafe { _mm_storeu_si128(to.add(at).cast(), v) };
+        }
         wide |= chunk_wide;
         if special != 0 {
             return (at + special.trailing_zeros() as usize, wide != 0);
@@ -178,10 +145,16 @@ fn clean_run_sse2(bytes: &[u8], from: usize) -> (usize, bool) {
         at += 16;
     }
     if at < len {
-        // The last sixteen bytes, of which the first `seen` were checked above.
+        // The last sixteen bytes, of which the first `seen` were checked above (and,
+        // copying, are stored again at the same place, unchanged).
         let seen = at - (len - 16);
         // SAFETY: `len >= 16`: the last sixteen bytes are readable.
-        let (special, tail_wide) = escape_masks(unsafe { _mm_loadu_si128(bytes.as_ptr().add(len - 16).cast()) });
+        let v = unsafe { _mm_loadu_si128(bytes.as_ptr().add(len - 16).cast()) };
+        let (special, tail_wide) = escape_masks(v);
+        if COPY {
+            // SAFETY: a store starting before `len` (the caller's promise).
+            unsafe { _mm_storeu_si128(to.add(len - 16).cast(), v) };
+        }
         wide |= tail_wide >> seen;
         let special = special >> seen;
         if special != 0 {
@@ -347,6 +320,25 @@ mod tests {
         }
         // Bytes that only a borrow between bytes could confuse: 0x20, 0x21, 0x7f, 0x80.
         check_scan(b"\x20\x21\x7f\x80\x22\x20\x21\x7f\x80\x5c\x20\x21\x7f\x80\x5b\x5d\x23\x1f").unwrap();
+    }
+
+    #[test]
+    fn a_string_s_first_run_is_copied_whole_and_no_further() {
+        // Every length around the chunk sizes, a byte to escape at every position
+        // (or none), written after bytes `out` already holds.
+        for len in 0..48 {
+            for special in std::iter::once(None).chain((0..len).map(Some)) {
+                let mut text = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP"[..len].to_string();
+                if let Some(at) = special {
+                    text.replace_range(at..at + 1, "\"");
+                }
+                let mut json = b"[1,".to_vec();
+                write_string(text.as_bytes(), &mut json).unwrap();
+                json.push(b']');
+                let expected = format!("[1,{}]", serde_json::to_string(&text).unwrap());
+                assert_eq!(String::from_utf8(json).unwrap(), expected, "{len} {special:?}");
+            }
+        }
     }
 
     #[test]

@@ -311,14 +311,17 @@ pub fn write_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
 
 /// [`write_json`], answering too whether the value is a map with the text key
 /// `key` (when one is given): a question about the record answered by the pass
-/// that writes it, not by a second scan.
+/// that writes it, not by a second scan. The pass stops at that key: when the
+/// answer is yes, `out` holds part of the value and must be discarded.
 pub(crate) fn write_json_noting(bytes: &[u8], out: &mut Vec<u8>, key: Option<&[u8]>) -> Result<bool, &'static str> {
     let mut reader = Reader(bytes);
     let mut watch = Watch { key, seen: false };
     json_value(&mut reader, out, 0, &mut watch)?;
-    let seen = watch.seen;
+    if watch.seen {
+        return Ok(true);
+    }
     match reader.0.is_empty() {
-        true => Ok(seen),
+        true => Ok(false),
         false => Err("stored value has trailing bytes"),
     }
 }
@@ -389,10 +392,12 @@ fn json_value(
                 }
                 let marker = reader.marker()?;
                 match reader.text_bytes(marker)? {
-                    Some(text) => {
-                        watch.seen |= depth == 0 && watch.key == Some(text);
-                        json_text(text, out)?;
+                    Some(text) if depth == 0 && watch.key == Some(text) => {
+                        // What the caller asked about is known; the rest is not written.
+                        watch.seen = true;
+                        return Ok(());
                     }
+                    Some(text) => json_text(text, out)?,
                     None => json_text(reader.key_of(marker)?.as_bytes(), out)?,
                 }
                 out.push(b':');

@@ -1094,8 +1094,10 @@ fn order_pushable(order: &[(OrderKey, bool)]) -> bool {
 /// One aggregate's running state for one group.
 #[derive(Default)]
 struct State {
-    /// Whether any row reached the aggregate, its value null or not.
-    offered: bool,
+    /// Whether a null value reached the aggregate.
+    saw_null: bool,
+    /// Whether a value other than null reached it (a number or not).
+    saw_value: bool,
     count: u64,
     sum: f64,
     integral: bool,
@@ -1109,10 +1111,11 @@ struct State {
 impl State {
     /// Adds a value; answers the bytes the state grew by when it keeps values.
     fn add(&mut self, aggregate: &Aggregate, value: Value) -> Option<usize> {
-        self.offered = true;
         if matches!(value, Value::Null) {
+            self.saw_null = true;
             return None;
         }
+        self.saw_value = true;
         let mut grown = None;
         if aggregate.distinct {
             let key = value.to_msgpack();
@@ -1168,7 +1171,7 @@ impl State {
             AggregateKind::Count => Value::Int(i64::try_from(self.count).unwrap_or(i64::MAX)),
             // Harper answers 0 for the sum of no rows (SQL would say NULL), and
             // NULL for rows whose values are all null.
-            AggregateKind::Sum if self.count == 0 && self.offered => Value::Null,
+            AggregateKind::Sum if self.count == 0 && self.saw_null && !self.saw_value => Value::Null,
             AggregateKind::Sum if self.count == 0 => Value::Int(0),
             AggregateKind::Sum => match (self.integral, self.int_sum) {
                 (true, Some(sum)) => Value::Int(sum),

@@ -826,6 +826,10 @@ async fn harper_differences() {
     assert_eq!(sqlite_rows(&conn, all_null), vec![vec![Cell::Null]]);
     let grouped = "SELECT EmployeeID, SUM(CASE WHEN Freight < 0 THEN Freight END) AS s FROM northwind.orders GROUP BY EmployeeID ORDER BY EmployeeID LIMIT 1";
     assert_eq!(json(&engine, grouped).await, serde_json::json!([{"EmployeeID": 1, "s": null}]));
+    // Values that are no numbers are not nulls: their sum stays 0 (SQLite's too).
+    let text = "SELECT SUM(CustomerID) AS s FROM northwind.orders";
+    assert_eq!(json(&engine, text).await, serde_json::json!([{"s": 0}]));
+    assert_eq!(sqlite_rows(&conn, text), vec![vec![Cell::Number(0.0)]]);
     // Comparisons are strict about type, as Harper's indexed search is: a numeric
     // string is not the number (SQLite converts it for an INTEGER column).
     let rows = json(&engine, "SELECT OrderID FROM northwind.orders WHERE OrderID = '10300'").await;

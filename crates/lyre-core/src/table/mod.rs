@@ -850,9 +850,9 @@ impl RecordBody {
 
     /// Appends the record as JSON ([`RecordBody::write_json`]) unless it is a content
     /// record: then answers its content ([`RecordBody::content`]), and what `out`
-    /// holds is to be discarded. For stored bytes the pass that writes the JSON also
-    /// notes whether the record has a `contentType` at all, so a read that answers
-    /// JSON scans the record once.
+    /// holds is to be discarded. For stored bytes the pass that writes the JSON stops
+    /// at a top-level `contentType`, so a read that answers JSON scans the record
+    /// once, and a content record (an image, say) is not written as JSON first.
     pub fn write_json_or_content(&self, out: &mut Vec<u8>) -> Result<Option<(String, Value)>> {
         match self {
             RecordBody::Decoded(record) => match Self::content_of(record) {
@@ -860,9 +860,20 @@ impl RecordBody {
                 None => self.write_json(out).map(|()| None),
             },
             RecordBody::Stored(bytes) => {
+                let start = out.len();
                 let names_content = crate::raw::write_json_noting(bytes, out, Some(CONTENT_TYPE.as_bytes()))
                     .map_err(|e| Error::Corrupt(e.to_string()))?;
-                if names_content { self.content() } else { Ok(None) }
+                if !names_content {
+                    return Ok(None);
+                }
+                // The pass stopped at the key: the content, else the whole record after all.
+                match self.content()? {
+                    Some(content) => Ok(Some(content)),
+                    None => {
+                        out.truncate(start);
+                        self.write_json(out).map(|()| None)
+                    }
+                }
             }
         }
     }

@@ -95,7 +95,7 @@ pub fn target(rest: Option<&str>, table: &TableSchema) -> Result<Target, ApiErro
     Ok(Target::Record(typed_key_of(table, decode_path(rest))?))
 }
 
-/// [`key`], refusing (400, as Harper) an id that is not a number where the primary
+/// [`key_as`], refusing (400, as Harper) an id that is not a number where the primary
 /// key is declared numeric: no record could have it.
 pub(crate) fn typed_key(table: &TableSchema, text: &str) -> Result<Value, ApiError> {
     typed_key_of(table, Cow::Borrowed(text))
