@@ -98,6 +98,24 @@ async fn analytics_operations_answer_before_the_first_aggregate() {
 }
 
 #[tokio::test]
+async fn rest_requests_are_counted_under_the_resource_they_name() {
+    let config = "rest: true\ngraphqlSchema:\n  files: '*.graphql'\n";
+    let schema = "type Dog @table(database: \"dev\") @export { id: ID @primaryKey }";
+    let s = TestServer::start_app(
+        &[("components/dev/config.yaml", config), ("components/dev/schema.graphql", schema)],
+        &[],
+    )
+    .await;
+    for (path, status) in [("/Dog/1", 404), ("/Dog/2?x=1", 404), ("/Dog/", 200), ("/Dog", 200)] {
+        assert_eq!(s.rest_send(reqwest::Method::GET, path, None, &[]).await.0, status, "{path}");
+    }
+    let scrape = scrape(&s).await;
+    let dog = |status| [("interface", "rest"), ("path", "Dog"), ("method", "GET"), ("status", status)];
+    assert_eq!(value(&scrape, "lyre_requests_total", &dog("404")), Some(2.0));
+    assert_eq!(value(&scrape, "lyre_requests_total", &dog("200")), Some(2.0));
+}
+
+#[tokio::test]
 async fn requests_are_aggregated_into_harpers_analytics() {
     let s = TestServer::start_with(&[("ANALYTICS_AGGREGATEPERIOD", "1")]).await;
     s.ok(json!({"operation": "create_table", "database": "dev", "table": "dog", "primary_key": "id"})).await;

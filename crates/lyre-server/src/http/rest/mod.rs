@@ -98,7 +98,9 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
 /// The first segment of a REST path: the exported resource it addresses, when it
 /// names one (metrics ask the exports only about a segment they have not seen).
 fn first_segment(path: &str) -> &str {
-    path.trim_start_matches('/').split('/').next().unwrap_or("")
+    let trimmed = path.trim_start_matches('/');
+    // A byte search: every request asks, and `split` builds a searcher to find one slash.
+    memchr::memchr(b'/', trimmed.as_bytes()).map_or(trimmed, |end| &trimmed[..end])
 }
 
 /// Lyre's own answer to a request (past any `runFirst` middleware): its routing,
