@@ -182,8 +182,8 @@ fn clean_run(bytes: &[u8], from: usize) -> (usize, bool) {
 }
 
 /// The length of the longest prefix of `bytes` with no byte JSON escapes, and
-/// whether a byte outside ASCII may be in it: [`clean_run`]'s answer, eight bytes at a time in a `u64` (any target; on x86_64 only
-/// its tests use it).
+/// whether a byte outside ASCII may be in it: [`clean_run`]'s answer, eight bytes
+/// at a time in a `u64` (any target; on x86_64 only its tests use it).
 #[cfg(any(not(target_arch = "x86_64"), test))]
 fn clean_prefix_by_words(bytes: &[u8]) -> (usize, bool) {
     const ONES: u64 = 0x0101_0101_0101_0101;

@@ -1171,7 +1171,7 @@ impl State {
             AggregateKind::Count => Value::Int(i64::try_from(self.count).unwrap_or(i64::MAX)),
             // Harper answers 0 for the sum of no rows (SQL would say NULL), and
             // NULL for rows whose values are all null.
-            AggregateKind::Sum if self.count == 0 && self.saw_null && !self.saw_value => Value::Null,
+            AggregateKind::Sum if self.saw_null && !self.saw_value => Value::Null,
             AggregateKind::Sum if self.count == 0 => Value::Int(0),
             AggregateKind::Sum => match (self.integral, self.int_sum) {
                 (true, Some(sum)) => Value::Int(sum),
